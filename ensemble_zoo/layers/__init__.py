@@ -1,0 +1,7 @@
+"""Member-axis layers shared by every ensemble model."""
+
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.layers.grouped_layer_normalization import (
+    GroupedLayerNormalization,
+)
+from ensemble_zoo.layers.member_initializer import MemberInitializer

@@ -1,0 +1,164 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class GroupedDense(keras.layers.Layer):
+    """A separate dense layer per ensemble member, applied in one einsum.
+
+    The input carries members on axis 1: `(batch, members, ..., d_in)`.
+    Member `m` is multiplied by its own kernel `kernel[m]` of shape
+    `(d_in, units)` and gets its own bias `bias[m]`; the output is
+    `(batch, members, ..., units)`. This is equivalent to `members`
+    separate `keras.layers.Dense` layers, without a Python loop over
+    members. The same layer serves grouped projections (Hydra,
+    Packed-Ensembles), batched LoRA heads and per-member classifier heads.
+
+    Each member's kernel and bias are initialized independently as a
+    `Dense` layer's would be (see `MemberInitializer`).
+
+    Args:
+        units: int, output size per member.
+        num_members: int, the size of the member axis (axis 1 of the input).
+        activation: activation applied to the output. Defaults to `None`.
+        use_bias: bool. Defaults to `True`.
+        kernel_initializer: initializer of each member's `(d_in, units)`
+            kernel. Defaults to `"glorot_uniform"`.
+        bias_initializer: initializer of each member's bias. Defaults to
+            `"zeros"`.
+        kernel_regularizer: optional regularizer of the whole kernel.
+        bias_regularizer: optional regularizer of the whole bias.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import GroupedDense
+
+    heads = GroupedDense(units=10, num_members=4)
+    features = np.random.normal(size=(2, 4, 32)).astype("float32")
+    logits = heads(features)  # (2, 4, 10): one classifier per member
+    heads.kernel.shape  # (4, 32, 10)
+    ```
+    """
+
+    def __init__(
+        self,
+        units,
+        num_members,
+        activation=None,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = check_positive_int(units, "units")
+        self.num_members = check_positive_int(num_members, "num_members")
+        self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.supports_masking = True
+
+    def _check_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) < 3:
+            raise ValueError(
+                f"GroupedDense '{self.name}' expects inputs of shape "
+                "(batch, members, ..., features) with at least 3 axes; got "
+                f"shape {input_shape}."
+            )
+        if input_shape[1] is not None and input_shape[1] != self.num_members:
+            raise ValueError(
+                f"GroupedDense '{self.name}' was built for "
+                f"num_members={self.num_members}, but the input's member "
+                f"axis (axis 1) has size {input_shape[1]} (input shape "
+                f"{input_shape})."
+            )
+        if input_shape[-1] is None:
+            raise ValueError(
+                f"GroupedDense '{self.name}' needs a known last axis; got "
+                f"input shape {input_shape}."
+            )
+        return input_shape
+
+    def build(self, input_shape):
+        input_shape = self._check_shape(input_shape)
+        self.input_dim = int(input_shape[-1])
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self.num_members, self.input_dim, self.units),
+            initializer=MemberInitializer(self.kernel_initializer),
+            regularizer=self.kernel_regularizer,
+        )
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias",
+                shape=(self.num_members, self.units),
+                initializer=MemberInitializer(self.bias_initializer),
+                regularizer=self.bias_regularizer,
+            )
+        else:
+            self.bias = None
+        self._equation = self._einsum_equation(len(input_shape))
+
+    @staticmethod
+    def _einsum_equation(rank):
+        # b = batch, m = members, i / o = in / out features; the axes between
+        # members and features (tokens, heads, ...) get letters of their own.
+        middle = "cdefghjkl"[: rank - 3]
+        return f"bm{middle}i,mio->bm{middle}o"
+
+    def call(self, inputs):
+        shape = self._check_shape(static_shape(inputs))
+        if shape[-1] != self.input_dim:
+            raise ValueError(
+                f"GroupedDense '{self.name}' was built for {self.input_dim} "
+                f"input features, got input shape {shape}."
+            )
+        outputs = ops.einsum(self._equation, inputs, self.kernel)
+        if self.use_bias:
+            bias_shape = (1, self.num_members) + (1,) * (len(shape) - 3)
+            bias_shape += (self.units,)
+            outputs = outputs + ops.reshape(self.bias, bias_shape)
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        input_shape = self._check_shape(input_shape)
+        return input_shape[:-1] + (self.units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "num_members": self.num_members,
+                "activation": keras.activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "bias_regularizer": keras.regularizers.serialize(
+                    self.bias_regularizer
+                ),
+            }
+        )
+        return config

@@ -1,0 +1,128 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class GroupedLayerNormalization(keras.layers.Layer):
+    """Layer normalization with a separate scale and offset per member.
+
+    Normalizes the last axis of `(batch, members, ..., features)` inputs
+    like `keras.layers.LayerNormalization(axis=-1)`, then applies member
+    `m`'s own `gamma[m]` and `beta[m]` (each of shape `(features,)`). Equal
+    to `members` separate `LayerNormalization` layers applied to the slices
+    `inputs[:, m]`.
+
+    Args:
+        num_members: int, the size of the member axis (axis 1).
+        epsilon: float added to the variance. Defaults to `1e-3`, as in
+            `keras.layers.LayerNormalization`; pass the epsilon of the
+            model you convert (keras-hub ViT uses `1e-6`).
+        center: bool, whether to add `beta`. Defaults to `True`.
+        scale: bool, whether to multiply by `gamma`. Defaults to `True`.
+        beta_initializer: Defaults to `"zeros"`.
+        gamma_initializer: Defaults to `"ones"`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import GroupedLayerNormalization
+
+    norm = GroupedLayerNormalization(num_members=3, epsilon=1e-6)
+    x = np.random.normal(size=(2, 3, 5, 16)).astype("float32")
+    y = norm(x)  # (2, 3, 5, 16)
+    norm.gamma.shape  # (3, 16)
+    ```
+    """
+
+    def __init__(
+        self,
+        num_members,
+        epsilon=1e-3,
+        center=True,
+        scale=True,
+        beta_initializer="zeros",
+        gamma_initializer="ones",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+        self.epsilon = float(epsilon)
+        self.center = center
+        self.scale = scale
+        self.beta_initializer = keras.initializers.get(beta_initializer)
+        self.gamma_initializer = keras.initializers.get(gamma_initializer)
+        self.supports_masking = True
+
+    def _check_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) < 3:
+            raise ValueError(
+                f"GroupedLayerNormalization '{self.name}' expects inputs of "
+                "shape (batch, members, ..., features); got shape "
+                f"{input_shape}."
+            )
+        if input_shape[1] is not None and input_shape[1] != self.num_members:
+            raise ValueError(
+                f"GroupedLayerNormalization '{self.name}' was built for "
+                f"num_members={self.num_members}, but the input's member "
+                f"axis (axis 1) has size {input_shape[1]} (input shape "
+                f"{input_shape})."
+            )
+        return input_shape
+
+    def build(self, input_shape):
+        input_shape = self._check_shape(input_shape)
+        dim = input_shape[-1]
+        self.gamma = None
+        self.beta = None
+        if self.scale:
+            self.gamma = self.add_weight(
+                name="gamma",
+                shape=(self.num_members, dim),
+                initializer=self.gamma_initializer,
+            )
+        if self.center:
+            self.beta = self.add_weight(
+                name="beta",
+                shape=(self.num_members, dim),
+                initializer=self.beta_initializer,
+            )
+
+    def call(self, inputs):
+        shape = self._check_shape(static_shape(inputs))
+        mean = ops.mean(inputs, axis=-1, keepdims=True)
+        variance = ops.var(inputs, axis=-1, keepdims=True)
+        outputs = (inputs - mean) * ops.rsqrt(variance + self.epsilon)
+        param_shape = (1, self.num_members) + (1,) * (len(shape) - 3)
+        param_shape += (shape[-1],)
+        if self.scale:
+            outputs = outputs * ops.reshape(self.gamma, param_shape)
+        if self.center:
+            outputs = outputs + ops.reshape(self.beta, param_shape)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return self._check_shape(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_members": self.num_members,
+                "epsilon": self.epsilon,
+                "center": self.center,
+                "scale": self.scale,
+                "beta_initializer": keras.initializers.serialize(
+                    self.beta_initializer
+                ),
+                "gamma_initializer": keras.initializers.serialize(
+                    self.gamma_initializer
+                ),
+            }
+        )
+        return config

@@ -1,0 +1,85 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.utils.validation import check_rank
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Mean over members of each member's sparse categorical cross-entropy.
+
+    For member outputs `z` of shape `(batch, members, classes)` and integer
+    labels `y` of shape `(batch,)` (or `(batch, 1)`), the per-sample loss is
+    `mean_m CE(y, z[:, m])`. Training every member on its own likelihood is
+    what deep ensembles, Hydra, LoRA-Ensemble and the other zoo methods do;
+    it is *not* the cross-entropy of the averaged prediction (which would
+    couple the members and reduce their diversity).
+
+    Because of the mean, each member's gradient is `1/M` of the gradient it
+    would get if trained alone; with Adam-type optimizers (the defaults)
+    this rescaling has no effect on the updates.
+
+    Args:
+        from_logits: bool. Whether `y_pred` holds logits (the zoo's model
+            outputs) or probabilities. Defaults to `True`.
+        ignore_class: optional int, a label value to ignore. Defaults to
+            `None`.
+        reduction: reduction over the batch, as for every Keras loss.
+            Defaults to `"sum_over_batch_size"`.
+        name: str. Defaults to `"ensemble_sparse_categorical_crossentropy"`.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo
+
+    loss = ensemble_zoo.losses.EnsembleSparseCategoricalCrossentropy()
+    logits = np.random.normal(size=(8, 3, 10)).astype("float32")
+    labels = np.random.randint(0, 10, size=(8,))
+    value = loss(labels, logits)
+    ```
+    """
+
+    def __init__(
+        self,
+        from_logits=True,
+        ignore_class=None,
+        reduction="sum_over_batch_size",
+        name="ensemble_sparse_categorical_crossentropy",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.from_logits = from_logits
+        self.ignore_class = ignore_class
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.convert_to_tensor(y_pred)
+        shape = check_rank(y_pred, 3, "y_pred", "(batch, members, classes)")
+        y_true = ops.convert_to_tensor(y_true)
+        if len(y_true.shape) == 2 and y_true.shape[-1] == 1:
+            y_true = ops.squeeze(y_true, axis=-1)
+        if len(y_true.shape) != 1:
+            raise ValueError(
+                "`y_true` must hold integer class labels of shape (batch,) "
+                f"or (batch, 1); got shape {tuple(y_true.shape)}. For "
+                "one-hot labels, take their argmax first."
+            )
+        num_members = shape[1]
+        # Broadcast the labels to every member: (batch,) -> (batch, members).
+        labels = ops.repeat(ops.expand_dims(y_true, 1), num_members, axis=1)
+        per_member = keras.losses.sparse_categorical_crossentropy(
+            labels,
+            y_pred,
+            from_logits=self.from_logits,
+            ignore_class=self.ignore_class,
+            axis=-1,
+        )
+        return ops.mean(per_member, axis=1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"from_logits": self.from_logits, "ignore_class": self.ignore_class}
+        )
+        return config

@@ -1,0 +1,4 @@
+"""Ensemble models. Every classifier returns `(batch, members, classes)`."""
+
+from ensemble_zoo.models.deep_ensemble import DeepEnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier

@@ -1,0 +1,3 @@
+from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import (
+    DeepEnsembleClassifier,
+)

@@ -1,0 +1,163 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def _member_io_shapes(member, index):
+    inputs = getattr(member, "inputs", None)
+    if not inputs or len(inputs) != 1:
+        raise ValueError(
+            f"`members[{index}]` must be a built Keras model with a single "
+            "input (e.g. a keras_hub ViTImageClassifier or a functional "
+            f"model); got {type(member).__name__}."
+        )
+    input_shape = tuple(inputs[0].shape[1:])
+    output = member(keras.KerasTensor((None,) + input_shape))
+    if isinstance(output, (dict, list, tuple)) or len(output.shape) != 2:
+        raise ValueError(
+            f"`members[{index}]` must map (batch, ...) inputs to logits of "
+            f"shape (batch, classes); its output is {output!r}."
+        )
+    return input_shape, int(output.shape[-1])
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class DeepEnsembleClassifier(EnsembleClassifier):
+    """M independent classifiers stacked into one model: a deep ensemble.
+
+    Deep Ensembles (Lakshminarayanan et al., 2017,
+    https://arxiv.org/abs/1612.01474) train M copies of a network from
+    different random initializations and average their predictive
+    distributions. Here the members are any single-input Keras classifiers
+    with the same input shape and number of classes (typically keras-hub
+    classifiers such as `keras_hub.models.ViTImageClassifier`). The model
+    returns per-member logits `(batch, members, classes)`, and one `fit`
+    trains all members, each on its own cross-entropy (the default loss
+    `EnsembleSparseCategoricalCrossentropy`) and on the same batches.
+
+    The members run one after another: this is the naive reference every
+    efficient method in the zoo is compared with, in accuracy, uncertainty
+    and cost. With one member it is a single model.
+
+    Args:
+        members: list of Keras models, each mapping `(batch,) + input_shape`
+            to logits `(batch, classes)`. Must be built (functional models
+            and keras-hub tasks are).
+        **kwargs: `keras.Model` arguments (`name`, `dtype`, `trainable`).
+
+    Example:
+
+    ```python
+    import keras
+    import ensemble_zoo
+
+    def make_member(seed):
+        keras.utils.set_random_seed(seed)
+        inputs = keras.Input((8, 8, 1))
+        x = keras.layers.Flatten()(inputs)
+        x = keras.layers.Dense(32, activation="relu")(x)
+        return keras.Model(inputs, keras.layers.Dense(8)(x))
+
+    ensemble = ensemble_zoo.models.DeepEnsembleClassifier(
+        [make_member(seed) for seed in range(3)]
+    )
+    train = ensemble_zoo.datasets.load("digits", "train", batch_size=64)
+    ensemble.fit(train, epochs=1, verbose=0)
+    outputs = ensemble.predict_uncertainty(
+        ensemble_zoo.datasets.load("digits", "test", batch_size=64)
+    )
+    outputs["epistemic"].shape  # (289,)
+    ```
+    """
+
+    def __init__(self, members, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(members, keras.Model) or not members:
+            raise ValueError(
+                "`members` must be a non-empty list of Keras models; got "
+                f"{members!r}."
+            )
+        members = list(members)
+        shapes = [_member_io_shapes(m, i) for i, m in enumerate(members)]
+        input_shape, num_classes = shapes[0]
+        for i, (shape, classes) in enumerate(shapes[1:], start=1):
+            if shape != input_shape or classes != num_classes:
+                raise ValueError(
+                    "All members must share the input shape and the number "
+                    f"of classes: members[0] maps {input_shape} to "
+                    f"{num_classes} classes, members[{i}] maps {shape} to "
+                    f"{classes}."
+                )
+        # === Layers ===
+        self.members = members
+        # === Config ===
+        self.num_members = len(members)
+        self.num_classes = num_classes
+        self.member_input_shape = input_shape
+        self.build((None,) + input_shape)
+        self.compile()
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call_members(self, inputs, training=None):
+        logits = [member(inputs, training=training) for member in self.members]
+        return ops.stack(logits, axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_members, self.num_classes)
+
+    @classmethod
+    def from_model(cls, model, num_members, seed=0, **kwargs):
+        """A deep ensemble of re-initialized copies of `model`'s architecture.
+
+        Member `m` is built from `model.get_config()` after
+        `keras.utils.set_random_seed(seed + m)`, so the members differ only
+        in their random initialization and the ensemble is reproducible.
+        keras-hub tasks lose their preprocessor (the zoo's datasets
+        preprocess already).
+
+        Args:
+            model: a Keras classifier (e.g. a keras-hub
+                `ViTImageClassifier`) whose architecture is copied; its
+                weights are not.
+            num_members: int, the ensemble size.
+            seed: int, the seed of member 0. Defaults to `0`.
+            **kwargs: passed to the constructor.
+        """
+        check_positive_int(num_members, "num_members")
+        members = []
+        for m in range(num_members):
+            config = model.get_config()
+            if "preprocessor" in config:
+                config["preprocessor"] = None
+            config["name"] = f"member_{m}"
+            keras.utils.set_random_seed(seed + m)
+            members.append(model.__class__.from_config(config))
+        return cls(members, **kwargs)
+
+    def get_config(self):
+        members = []
+        for member in self.members:
+            member_config = keras.saving.serialize_keras_object(member)
+            # Members are trained through the ensemble: their own compile
+            # and build state is not part of the architecture.
+            member_config.pop("compile_config", None)
+            member_config.pop("build_config", None)
+            members.append(member_config)
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "members": members,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["members"] = [
+            keras.saving.deserialize_keras_object(m)
+            for m in config["members"]
+        ]
+        return cls(**config)

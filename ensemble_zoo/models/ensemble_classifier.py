@@ -1,0 +1,217 @@
+import keras
+import numpy as np
+from keras import ops
+
+from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
+from ensemble_zoo.metrics import EnsembleAccuracy
+from ensemble_zoo.ops import predictive_probabilities
+from ensemble_zoo.ops import uncertainty_decomposition
+from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.validation import static_shape
+
+
+class EnsembleClassifier(keras.Model):
+    """Base class of every ensemble classifier in the zoo.
+
+    A subclass implements `call_members(inputs, training=None)`, returning
+    per-member logits `(batch, members, classes)`, and sets three
+    attributes in its constructor: `num_members`, `num_classes` and
+    `member_input_shape` (the input shape without the batch axis). The
+    base class provides, for every method alike:
+
+    - `call`: checks the input (rank, shape, floating dtype) and the member
+      output, so bad input fails with a `ValueError` that names the
+      expected shape;
+    - `compile()` defaults: `EnsembleSparseCategoricalCrossentropy` (mean of
+      the members' cross-entropies), `EnsembleAccuracy` (accuracy of the
+      averaged prediction) and AdamW(1e-3);
+    - `predict_uncertainty(x)`: predictive probabilities plus the
+      total / aleatoric / epistemic decomposition
+      (`ensemble_zoo.ops.uncertainty_decomposition`);
+    - `export(path)`: a TensorFlow SavedModel whose `serve` function returns
+      `probabilities`, `member_logits`, `total`, `aleatoric` and
+      `epistemic` (TensorFlow and JAX backends);
+    - `from_preset(name)` / `save_to_preset(directory)`.
+
+    A single model is an ensemble with `num_members == 1`.
+    """
+
+    def call_members(self, inputs, training=None):
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement call_members()."
+        )
+
+    # === Input checks ===
+
+    def _check_inputs(self, inputs):
+        expected = tuple(self.member_input_shape)
+        if isinstance(inputs, (dict, list, tuple)):
+            raise ValueError(
+                f"{type(self).__name__} expects a single tensor of shape "
+                f"(batch,) + {expected}; got a {type(inputs).__name__}."
+            )
+        shape = static_shape(inputs)
+        layout = "(batch, " + ", ".join(str(d) for d in expected) + ")"
+        if len(shape) != len(expected) + 1 or any(
+            e is not None and s is not None and e != s
+            for s, e in zip(shape[1:], expected)
+        ):
+            raise ValueError(
+                f"{type(self).__name__} expects inputs of shape {layout}; "
+                f"got shape {shape}."
+            )
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if "float" not in dtype:
+            raise ValueError(
+                f"{type(self).__name__} expects floating-point inputs (images "
+                "scaled to [0, 1], as `ensemble_zoo.datasets` returns them); "
+                f"got dtype {dtype}."
+            )
+
+    def call(self, inputs, training=None):
+        self._check_inputs(inputs)
+        logits = self.call_members(inputs, training=training)
+        shape = static_shape(logits)
+        if len(shape) != 3 or shape[1] != self.num_members:
+            raise ValueError(
+                f"{type(self).__name__}.call_members must return logits of "
+                f"shape (batch, {self.num_members}, classes); got {shape}."
+            )
+        return logits
+
+    # === Training defaults ===
+
+    def compile(
+        self, optimizer="auto", loss="auto", metrics="auto", **kwargs
+    ):
+        """Configures training; `"auto"` picks the ensemble defaults.
+
+        Args:
+            optimizer: `"auto"` means `keras.optimizers.AdamW(1e-3)`.
+            loss: `"auto"` means `EnsembleSparseCategoricalCrossentropy()`.
+            metrics: `"auto"` means `[EnsembleAccuracy()]`.
+            **kwargs: passed to `keras.Model.compile` (e.g. `jit_compile`).
+        """
+        if optimizer == "auto":
+            optimizer = keras.optimizers.AdamW(learning_rate=1e-3)
+        if loss == "auto":
+            loss = EnsembleSparseCategoricalCrossentropy()
+        if metrics == "auto":
+            metrics = [EnsembleAccuracy()]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    # === Uncertainty ===
+
+    def predict_uncertainty(self, x, batch_size=None, verbose=0):
+        """Predicts with the ensemble and decomposes its uncertainty.
+
+        Args:
+            x: inputs, as for `predict` (array or `tf.data.Dataset`; a
+                dataset of `(x, y)` pairs has its labels ignored).
+            batch_size: optional int, as for `predict`.
+            verbose: verbosity of `predict`. Defaults to `0`.
+
+        Returns:
+            dict of NumPy arrays: `"probabilities"` `(batch, classes)` (mean
+            of member softmaxes), `"member_logits"` `(batch, members,
+            classes)`, and `"total"`, `"aleatoric"`, `"epistemic"`, each
+            `(batch,)` in nats.
+        """
+        logits = self.predict(x, batch_size=batch_size, verbose=verbose)
+        return self._uncertainty_outputs(logits, as_numpy=True)
+
+    @staticmethod
+    def _uncertainty_outputs(logits, as_numpy=False):
+        outputs = {
+            "probabilities": predictive_probabilities(logits),
+            "member_logits": ops.convert_to_tensor(logits),
+        }
+        outputs.update(uncertainty_decomposition(logits))
+        if as_numpy:
+            outputs = {
+                k: np.asarray(ops.convert_to_numpy(v))
+                for k, v in outputs.items()
+            }
+        return outputs
+
+    # === Export ===
+
+    def export(
+        self,
+        filepath,
+        format="tf_saved_model",
+        verbose=None,
+        input_signature=None,
+        **kwargs,
+    ):
+        """Exports the model; a SavedModel serves the full uncertainty output.
+
+        With `format="tf_saved_model"` (TensorFlow and JAX backends), the
+        SavedModel has one endpoint, `serve(images)`, returning a dict with
+        `probabilities`, `member_logits`, `total`, `aleatoric` and
+        `epistemic`, for any batch size. Other formats are passed to
+        `keras.Model.export` and serve the member logits only.
+
+        Under PyTorch, save with `save_to_preset`, reload under TensorFlow
+        and export there (the weights are backend-independent).
+        """
+        if format != "tf_saved_model":
+            return super().export(
+                filepath,
+                format=format,
+                verbose=verbose,
+                input_signature=input_signature,
+                **kwargs,
+            )
+        if not backend_utils.supports_saved_model_export():
+            raise ValueError(backend_utils.TORCH_EXPORT_HELP)
+        if input_signature is None:
+            input_signature = [
+                keras.InputSpec(
+                    shape=(None,) + tuple(self.member_input_shape),
+                    dtype="float32",
+                )
+            ]
+
+        def serve(inputs):
+            return self._uncertainty_outputs(self(inputs, training=False))
+
+        archive = keras.export.ExportArchive()
+        archive.track(self)
+        archive.add_endpoint(
+            name="serve", fn=serve, input_signature=input_signature, **kwargs
+        )
+        archive.write_out(filepath, verbose=bool(verbose))
+
+    # === Presets ===
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True):
+        """Loads a shipped preset (by name) or a preset directory.
+
+        Args:
+            preset: str, a name from `ensemble_zoo.presets.list_presets()`
+                or the path of a directory written by `save_to_preset`.
+            load_weights: bool. If `False`, the architecture is built with
+                fresh random weights. Defaults to `True`.
+
+        Loading uses Keras safe mode (no arbitrary code). A damaged preset
+        raises `ensemble_zoo.presets.PresetError` (a `ValueError`) naming
+        the file and the problem. Calling `from_preset` on a subclass
+        checks that the preset holds that class.
+        """
+        from ensemble_zoo.presets import load_preset
+
+        return load_preset(preset, cls=cls, load_weights=load_weights)
+
+    def save_to_preset(self, preset_dir, metadata=None):
+        """Writes `config.json`, `model.weights.h5` and `metadata.json`.
+
+        Args:
+            preset_dir: str, the directory to write (created if needed).
+            metadata: optional dict merged into `metadata.json` (for example
+                a description and evaluation numbers).
+        """
+        from ensemble_zoo.presets import save_preset
+
+        save_preset(self, preset_dir, metadata=metadata)

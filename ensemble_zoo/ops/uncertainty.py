@@ -1,0 +1,158 @@
+"""Combining ensemble members: predictive distribution and its uncertainty.
+
+Every ensemble model in the zoo returns per-member logits of shape
+`(batch, members, classes)`. These functions are the one place where
+members are combined; models never re-implement them.
+
+All quantities are in nats and computed in log space for stability: the
+log of the mean member probability is `logsumexp_m(log_softmax(z_m)) -
+log(M)`, so no probability is ever clipped.
+"""
+
+from keras import ops
+
+from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_rank
+
+_LAYOUT = "(batch, members, classes)"
+
+
+def _member_log_probs(member_outputs, from_logits):
+    check_rank(member_outputs, 3, "member_logits", _LAYOUT)
+    check_floating(member_outputs, "member_logits")
+    if from_logits:
+        return ops.log_softmax(member_outputs, axis=-1)
+    # Probabilities: log(0) = -inf is fine below because we always multiply
+    # by the probability through `_xlogy`.
+    return ops.log(member_outputs)
+
+
+def _xlogy(p, log_p):
+    """`p * log_p` with the convention `0 * log(0) = 0`."""
+    return ops.where(p > 0, p * log_p, ops.zeros_like(p))
+
+
+def entropy(probabilities, axis=-1):
+    """Shannon entropy (nats) of categorical distributions.
+
+    Args:
+        probabilities: tensor of probabilities that sum to one along `axis`.
+        axis: int, the class axis. Defaults to `-1`.
+
+    Returns:
+        The entropy, with `axis` removed. `0 * log(0)` counts as 0.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.ops import entropy
+
+    entropy(np.array([[0.5, 0.5], [1.0, 0.0]]))  # [log(2), 0]
+    ```
+    """
+    p = ops.convert_to_tensor(probabilities)
+    return -ops.sum(_xlogy(p, ops.log(p)), axis=axis)
+
+
+def entropy_from_logits(logits, axis=-1):
+    """Entropy (nats) of `softmax(logits)`, computed stably in log space."""
+    logits = ops.convert_to_tensor(logits)
+    log_p = ops.log_softmax(logits, axis=axis)
+    return -ops.sum(ops.exp(log_p) * log_p, axis=axis)
+
+
+def predictive_log_probabilities(member_logits, from_logits=True):
+    """Log of the mean member probability, shape `(batch, classes)`.
+
+    Args:
+        member_logits: tensor `(batch, members, classes)`.
+        from_logits: bool. If `False`, `member_logits` holds per-member
+            probabilities instead of logits. Defaults to `True`.
+    """
+    log_p = _member_log_probs(member_logits, from_logits)
+    num_members = ops.shape(log_p)[1]
+    return ops.logsumexp(log_p, axis=1) - ops.log(
+        ops.cast(num_members, log_p.dtype)
+    )
+
+
+def predictive_probabilities(member_logits, from_logits=True):
+    """The ensemble's predictive distribution: mean of member softmaxes.
+
+    Args:
+        member_logits: tensor `(batch, members, classes)` of per-member
+            logits (the output of every ensemble classifier in the zoo).
+        from_logits: bool. If `False`, the input holds per-member
+            probabilities. Defaults to `True`.
+
+    Returns:
+        Tensor `(batch, classes)`; each row sums to one.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.ops import predictive_probabilities
+
+    logits = np.random.normal(size=(4, 3, 10)).astype("float32")
+    probs = predictive_probabilities(logits)  # (4, 10)
+    ```
+    """
+    return ops.exp(predictive_log_probabilities(member_logits, from_logits))
+
+
+def uncertainty_decomposition(member_logits, from_logits=True):
+    """Splits predictive entropy into aleatoric and epistemic parts.
+
+    With member distributions `p_m` and their mean `p̄`:
+
+    - `total = H[p̄]`, the entropy of the predictive distribution;
+    - `aleatoric = mean_m H[p_m]`, the expected member entropy;
+    - `epistemic = total - aleatoric`, the mutual information between the
+      prediction and the member index (Jensen-Shannon divergence of the
+      members).
+
+    `epistemic` is non-negative in exact arithmetic; float rounding can
+    make it about -1e-7, so it is clipped at 0. Hence
+    `total == aleatoric + epistemic` holds up to float rounding (1e-6).
+    With one member, `epistemic` is exactly 0.
+
+    Args:
+        member_logits: tensor `(batch, members, classes)`.
+        from_logits: bool. If `False`, the input holds per-member
+            probabilities. Defaults to `True`.
+
+    Returns:
+        dict with keys `"total"`, `"aleatoric"` and `"epistemic"`, each a
+        tensor of shape `(batch,)`, in nats.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.ops import uncertainty_decomposition
+
+    logits = np.random.normal(size=(4, 3, 10)).astype("float32")
+    parts = uncertainty_decomposition(logits)
+    parts["epistemic"]  # (4,) mutual information
+    ```
+    """
+    log_p = _member_log_probs(member_logits, from_logits)
+    log_mean = ops.logsumexp(log_p, axis=1) - ops.log(
+        ops.cast(ops.shape(log_p)[1], log_p.dtype)
+    )
+    total = -ops.sum(_xlogy(ops.exp(log_mean), log_mean), axis=-1)
+    aleatoric = -ops.mean(
+        ops.sum(_xlogy(ops.exp(log_p), log_p), axis=-1), axis=1
+    )
+    epistemic = ops.maximum(total - aleatoric, 0.0)
+    return {"total": total, "aleatoric": aleatoric, "epistemic": epistemic}
+
+
+def mutual_information(member_logits, from_logits=True):
+    """Mutual information (epistemic uncertainty), shape `(batch,)`.
+
+    Shorthand for `uncertainty_decomposition(...)["epistemic"]`.
+    """
+    return uncertainty_decomposition(member_logits, from_logits)["epistemic"]

@@ -1,0 +1,25 @@
+"""The names of the presets that ship with ensemble_zoo.
+
+Each entry maps a preset name to its directory under the preset root
+(`presets/` in a source checkout, `ensemble_zoo/_preset_files/` in an
+installed wheel) and a one-line description. `metadata.json` inside the
+directory holds the rest (method, members, parameters, test metrics).
+"""
+
+PRESETS = {
+    "vit_tiny_digits": {
+        "path": "vit_tiny_digits",
+        "description": (
+            "The base model: a 4-layer, 4-head keras-hub ViT (hidden 48, "
+            "patch 2) trained on the bundled digits 0-7; a one-member "
+            "ensemble."
+        ),
+    },
+    "deep_ensemble_vit_tiny_digits": {
+        "path": "deep_ensemble_vit_tiny_digits",
+        "description": (
+            "Deep ensemble of three independently seeded and trained copies "
+            "of vit_tiny_digits (member 0 is vit_tiny_digits itself)."
+        ),
+    },
+}

@@ -1,0 +1,26 @@
+"""The one place where the zoo's code differs by Keras backend."""
+
+import keras
+
+
+def backend():
+    """The active Keras backend name: `"jax"`, `"tensorflow"` or `"torch"`."""
+    return keras.config.backend()
+
+
+def supports_saved_model_export():
+    """Whether `model.export(format="tf_saved_model")` works here.
+
+    TensorFlow exports natively and JAX through jax2tf; the PyTorch backend
+    has no SavedModel path (it would need `torch_xla`).
+    """
+    return backend() in ("tensorflow", "jax")
+
+
+TORCH_EXPORT_HELP = (
+    "The PyTorch backend cannot write a TensorFlow SavedModel. Save the "
+    "model with `model.save_to_preset(directory)` (or `save_weights`), then "
+    "in a process with KERAS_BACKEND=tensorflow (or jax) load it with "
+    "`ensemble_zoo.models.EnsembleClassifier.from_preset(directory)` and "
+    "call `export(...)` there. The weights files are backend-independent."
+)
