@@ -1,3 +1,5 @@
+import random
+
 import keras
 
 
@@ -11,7 +13,8 @@ class MemberInitializer(keras.initializers.Initializer):
     initializer once per member with the per-member shape `shape[1:]`, so
     every member is initialized exactly as a separate layer would be. A base
     initializer with an integer seed `s` gives member `m` the seed `s + m`,
-    so members differ and the result is reproducible.
+    so members differ and the result is reproducible; an unseeded one draws
+    `s` from Python's `random` (seeded by `keras.utils.set_random_seed`).
 
     Args:
         initializer: the per-member initializer (name, instance or config).
@@ -30,13 +33,22 @@ class MemberInitializer(keras.initializers.Initializer):
     def __init__(self, initializer):
         self.initializer = keras.initializers.get(initializer)
 
-    def _member_initializer(self, member):
+    def _member_initializers(self, num_members):
         config = self.initializer.get_config()
-        seed = config.get("seed")
-        if isinstance(seed, int):
-            config["seed"] = seed + member
-            return self.initializer.__class__.from_config(config)
-        return self.initializer
+        if "seed" not in config:
+            # Deterministic initializers (zeros, ones, constant).
+            return [self.initializer] * num_members
+        seed = config["seed"]
+        if not isinstance(seed, int):
+            # An unseeded Keras initializer repeats its values on every
+            # call, so draw a fresh base seed from Python's RNG, which
+            # `keras.utils.set_random_seed` also seeds.
+            seed = random.randint(0, 2**30)
+        members = []
+        for m in range(num_members):
+            config["seed"] = seed + m
+            members.append(self.initializer.__class__.from_config(config))
+        return members
 
     def __call__(self, shape, dtype=None):
         shape = tuple(shape)
@@ -46,8 +58,8 @@ class MemberInitializer(keras.initializers.Initializer):
                 f"got {shape}."
             )
         slices = [
-            self._member_initializer(m)(shape[1:], dtype=dtype)
-            for m in range(shape[0])
+            init(shape[1:], dtype=dtype)
+            for init in self._member_initializers(shape[0])
         ]
         return keras.ops.stack(slices, axis=0)
 

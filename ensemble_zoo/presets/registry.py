@@ -10,7 +10,7 @@ PRESETS = {
     "vit_tiny_digits": {
         "path": "vit_tiny_digits",
         "description": (
-            "The base model: a 4-layer, 4-head keras-hub ViT (hidden 48, "
+            "The base model: a 4-layer, 6-head keras-hub ViT (hidden 48, "
             "patch 2) trained on the bundled digits 0-7; a one-member "
             "ensemble."
         ),

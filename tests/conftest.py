@@ -1,0 +1,58 @@
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+BACKEND = keras.config.backend()
+ALL_BACKENDS = ("jax", "tensorflow", "torch")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: `jit_compile=True` is exercised where it means XLA (JAX, TensorFlow);
+#: PyTorch runs eagerly (torch.compile costs tens of seconds on CPU).
+JIT_BACKENDS = ("jax", "tensorflow")
+
+
+def jit_compile():
+    return BACKEND in JIT_BACKENDS
+
+
+requires_jit = pytest.mark.skipif(
+    BACKEND not in JIT_BACKENDS,
+    reason="jit_compile=True means XLA only on JAX and TensorFlow",
+)
+requires_saved_model = pytest.mark.skipif(
+    BACKEND == "torch", reason="no SavedModel export under PyTorch"
+)
+
+
+def run_python(code, backend, timeout=600):
+    """Runs `code` in a fresh interpreter under `backend`; returns stdout."""
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"Subprocess under {backend} failed:\n{result.stdout[-3000:]}\n"
+            f"{result.stderr[-5000:]}"
+        )
+    return result.stdout
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def pytest_report_header(config):
+    return f"keras backend: {BACKEND}"

@@ -1,0 +1,40 @@
+"""Weights saved under one backend load under the others, same outputs."""
+
+import numpy as np
+import pytest
+
+import ensemble_zoo as ez
+from conftest import ALL_BACKENDS
+from conftest import BACKEND
+from conftest import run_python
+
+
+@pytest.mark.cross_backend
+@pytest.mark.parametrize(
+    "other", [b for b in ALL_BACKENDS if b != BACKEND]
+)
+def test_preset_saved_here_loads_under_other_backend(tmp_path, other):
+    model = ez.models.DeepEnsembleClassifier.from_model(
+        ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0],
+        num_members=2,
+        seed=3,
+    )
+    preset = str(tmp_path / "preset")
+    model.save_to_preset(preset)
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    np.save(tmp_path / "x.npy", x[:50])
+    expected = model.predict(x[:50], verbose=0)
+    out = run_python(
+        f"""
+import numpy as np, ensemble_zoo as ez
+model = ez.models.EnsembleClassifier.from_preset({preset!r})
+np.save({str(tmp_path / "got.npy")!r},
+        model.predict(np.load({str(tmp_path / "x.npy")!r}), verbose=0))
+print("ok")
+""",
+        backend=other,
+    )
+    assert "ok" in out
+    got = np.load(tmp_path / "got.npy")
+    assert got.shape == (50, 2, 8)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
