@@ -71,3 +71,28 @@ def test_python_blocks_run(tmp_path):
     assert os.path.isfile(tmp_path / "my_deep_ensemble" / "model.weights.h5")
     if BACKEND != "torch":
         assert os.path.isfile(tmp_path / "deep_ensemble_saved_model" / "saved_model.pb")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "jax", reason="the main command picks JAX itself")
+def test_main_command_runs_in_a_fresh_copy(tmp_path):
+    """Runs the README's main command verbatim in a clean copy of the repo."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    copy = tmp_path / "repo"
+    for name in files:
+        source = os.path.join(REPO_ROOT, name)
+        if os.path.isfile(source):
+            os.makedirs(os.path.dirname(copy / name), exist_ok=True)
+            with open(source, "rb") as f, open(copy / name, "wb") as g:
+                g.write(f.read())
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run(
+        ["bash", "-c", marked_command("main-command")],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=1800,
+    )
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    for name in ez.presets.list_presets():
+        assert re.search(rf"^{name}\s", result.stdout, re.M), result.stdout

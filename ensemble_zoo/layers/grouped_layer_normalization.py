@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
@@ -59,21 +60,7 @@ class GroupedLayerNormalization(keras.layers.Layer):
         self.supports_masking = True
 
     def _check_shape(self, input_shape):
-        input_shape = tuple(input_shape)
-        if len(input_shape) < 3:
-            raise ValueError(
-                f"GroupedLayerNormalization '{self.name}' expects inputs of "
-                "shape (batch, members, ..., features); got shape "
-                f"{input_shape}."
-            )
-        if input_shape[1] is not None and input_shape[1] != self.num_members:
-            raise ValueError(
-                f"GroupedLayerNormalization '{self.name}' was built for "
-                f"num_members={self.num_members}, but the input's member "
-                f"axis (axis 1) has size {input_shape[1]} (input shape "
-                f"{input_shape})."
-            )
-        return input_shape
+        return check_member_axis_input(self, input_shape)
 
     def build(self, input_shape):
         input_shape = self._check_shape(input_shape)

@@ -55,3 +55,28 @@ def check_positive_int(value, name):
             f"`{name}` must be a positive integer; got {value!r}."
         )
     return value
+
+
+def check_member_axis_input(layer, input_shape):
+    """Checks a `(batch, members, ..., features)` input of a grouped layer.
+
+    `layer` must have `num_members` and `name`; the message names both.
+    """
+    input_shape = tuple(input_shape)
+    owner = f"{type(layer).__name__} '{layer.name}'"
+    if len(input_shape) < 3:
+        raise ValueError(
+            f"{owner} expects inputs of shape (batch, members, ..., "
+            f"features) with at least 3 axes; got shape {input_shape}."
+        )
+    if input_shape[1] is not None and input_shape[1] != layer.num_members:
+        raise ValueError(
+            f"{owner} was built for num_members={layer.num_members}, but the "
+            f"input's member axis (axis 1) has size {input_shape[1]} (input "
+            f"shape {input_shape})."
+        )
+    if input_shape[-1] is None:
+        raise ValueError(
+            f"{owner} needs a known last axis; got input shape {input_shape}."
+        )
+    return input_shape

@@ -139,3 +139,22 @@ def test_bad_inputs_are_clear_errors():
         DeepEnsembleClassifier([mlp_member(0, classes=4), mlp_member(1, classes=5)])
     with pytest.raises(ValueError, match="num_members"):
         DeepEnsembleClassifier.from_model(mlp_member(0), num_members=0)
+
+
+def test_from_keras_hub_can_keep_pretrained_backbone(rng):
+    source = tiny_vit(seed=5)
+    ensemble = DeepEnsembleClassifier.from_keras_hub(
+        source, num_members=2, keep_backbone_weights=True
+    )
+    for member in ensemble.members:
+        for a, b in zip(member.backbone.weights, source.backbone.weights):
+            np.testing.assert_array_equal(to_np(a), to_np(b))
+    heads = [to_np(m.output_dense.kernel) for m in ensemble.members]
+    assert not np.allclose(heads[0], heads[1])
+    fresh = DeepEnsembleClassifier.from_keras_hub(source, num_members=1)
+    assert not np.allclose(
+        to_np(fresh.members[0].backbone.weights[0]),
+        to_np(source.backbone.weights[0]),
+    )
+    with pytest.raises(ValueError, match="from_model"):
+        DeepEnsembleClassifier.from_keras_hub(mlp_member(0), num_members=2)

@@ -138,6 +138,38 @@ class DeepEnsembleClassifier(EnsembleClassifier):
             members.append(model.__class__.from_config(config))
         return cls(members, **kwargs)
 
+    @classmethod
+    def from_keras_hub(
+        cls, classifier, num_members, seed=0, keep_backbone_weights=False
+    ):
+        """A deep ensemble of copies of a keras-hub classifier.
+
+        Args:
+            classifier: a keras-hub task with a `backbone`, e.g. a
+                `keras_hub.models.ViTImageClassifier` (from a local preset
+                directory or built in code).
+            num_members: int, the ensemble size.
+            seed: int, member `m` is initialized with seed `seed + m`.
+            keep_backbone_weights: bool. `False` (the classic deep ensemble)
+                re-initializes every weight. `True` gives every member the
+                classifier's backbone weights and a freshly seeded head: the
+                usual recipe when fine-tuning a pretrained backbone.
+        """
+        backbone = getattr(classifier, "backbone", None)
+        if not isinstance(backbone, keras.Model):
+            raise ValueError(
+                "`classifier` must be a keras-hub task with a `backbone` "
+                f"(e.g. keras_hub.models.ViTImageClassifier); got "
+                f"{type(classifier).__name__}. For other Keras models use "
+                "DeepEnsembleClassifier.from_model()."
+            )
+        ensemble = cls.from_model(classifier, num_members, seed=seed)
+        if keep_backbone_weights:
+            weights = backbone.get_weights()
+            for member in ensemble.members:
+                member.backbone.set_weights(weights)
+        return ensemble
+
     def get_config(self):
         members = []
         for member in self.members:
