@@ -28,18 +28,21 @@ requires_saved_model = pytest.mark.skipif(
 )
 
 
-def run_python(code, backend, timeout=600):
-    """Runs `code` in a fresh interpreter under `backend`; returns stdout."""
+def run_python(code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=None):
+    """Runs `code` (or the file `script`) in a fresh interpreter under
+    `backend` with the source tree importable; returns stdout and raises
+    with the captured output if it fails."""
     env = dict(os.environ, KERAS_BACKEND=backend)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    args = [script] if script is not None else ["-c", code]
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable] + args,
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=REPO_ROOT,
+        cwd=cwd,
     )
     if result.returncode != 0:
         raise AssertionError(

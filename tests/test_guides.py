@@ -2,13 +2,11 @@
 
 import glob
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import BACKEND
 from conftest import REPO_ROOT
+from conftest import run_python
 
 GUIDES = sorted(glob.glob(os.path.join(REPO_ROOT, "guides", "*.py")))
 
@@ -16,10 +14,5 @@ GUIDES = sorted(glob.glob(os.path.join(REPO_ROOT, "guides", "*.py")))
 @pytest.mark.slow
 @pytest.mark.parametrize("path", GUIDES, ids=os.path.basename)
 def test_guide_runs(tmp_path, path):
-    env = dict(os.environ, KERAS_BACKEND=BACKEND, PYTHONPATH=REPO_ROOT)
-    result = subprocess.run(
-        [sys.executable, path], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    assert "accuracy" in result.stdout
+    stdout = run_python(script=path, cwd=tmp_path)
+    assert "accuracy" in stdout

@@ -4,13 +4,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 import ensemble_zoo as ez
 from conftest import BACKEND
 from conftest import REPO_ROOT
+from conftest import run_python
 
 README = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
 
@@ -55,18 +55,8 @@ def test_preset_table_matches_metadata():
 
 @pytest.mark.slow
 def test_python_blocks_run(tmp_path):
-    code = "\n\n".join(blocks("python"))
-    env = dict(os.environ, KERAS_BACKEND=BACKEND, PYTHONPATH=REPO_ROOT)
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    accuracy = float(re.search(r"^accuracy ([0-9.]+)$", result.stdout, re.M)[1])
+    stdout = run_python("\n\n".join(blocks("python")), cwd=tmp_path)
+    accuracy = float(re.search(r"^accuracy ([0-9.]+)$", stdout, re.M)[1])
     assert accuracy > 0.9
     assert os.path.isfile(tmp_path / "my_deep_ensemble" / "model.weights.h5")
     if BACKEND != "torch":
