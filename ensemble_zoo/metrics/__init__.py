@@ -1,13 +1,41 @@
-"""Uncertainty and calibration metrics.
+"""Uncertainty, calibration, OOD, selective-prediction and retrieval metrics.
 
-Plain functions on arrays (`accuracy`, `negative_log_likelihood`,
-`brier_score`, `expected_calibration_error`) and `keras.metrics.Metric`
-classes for `compile(metrics=...)`.
+Plain functions on arrays (NumPy, float64, exact sorting-based
+computations) and `keras.metrics.Metric` classes for
+`compile(metrics=...)`.
+
+Example:
+
+```python
+import numpy as np
+import ensemble_zoo
+
+rng = np.random.default_rng(0)
+id_scores, ood_scores = rng.normal(0, 1, 500), rng.normal(1, 1, 300)
+ensemble_zoo.metrics.ood_auroc(id_scores, ood_scores)  # ~0.76
+```
 """
 
+from ensemble_zoo.metrics.calibration_metrics import BrierScore
+from ensemble_zoo.metrics.calibration_metrics import ExpectedCalibrationError
+from ensemble_zoo.metrics.calibration_metrics import NegativeLogLikelihood
 from ensemble_zoo.metrics.classification import NLL_EPSILON
 from ensemble_zoo.metrics.classification import accuracy
+from ensemble_zoo.metrics.classification import adaptive_calibration_error
 from ensemble_zoo.metrics.classification import brier_score
+from ensemble_zoo.metrics.classification import calibration_bins
 from ensemble_zoo.metrics.classification import expected_calibration_error
+from ensemble_zoo.metrics.classification import maximum_calibration_error
 from ensemble_zoo.metrics.classification import negative_log_likelihood
+from ensemble_zoo.metrics.diversity import disagreement
+from ensemble_zoo.metrics.diversity import entropy
+from ensemble_zoo.metrics.diversity import mutual_information
 from ensemble_zoo.metrics.ensemble_accuracy import EnsembleAccuracy
+from ensemble_zoo.metrics.ood import fpr_at_95_tpr
+from ensemble_zoo.metrics.ood import ood_aupr
+from ensemble_zoo.metrics.ood import ood_auroc
+from ensemble_zoo.metrics.retrieval import nearest_neighbour_correct
+from ensemble_zoo.metrics.retrieval import r_auroc
+from ensemble_zoo.metrics.retrieval import recall_at_one
+from ensemble_zoo.metrics.selective import aurc
+from ensemble_zoo.metrics.selective import risk_coverage_curve

@@ -94,3 +94,76 @@ def test_ensemble_accuracy_metric_averages_members(rng):
     assert float(ops.convert_to_numpy(metric.result())) == pytest.approx(
         np.mean(mean.argmax(1) == labels), abs=1e-6
     )
+
+
+def aece_loop_reference(p, y, num_bins):
+    """Equal-mass bins from a sorted loop (inputs without tied confidences)."""
+    conf, correct = p.max(1), p.argmax(1) == y
+    order = np.argsort(conf)
+    n = len(y)
+    total = 0.0
+    for k in range(num_bins):
+        members = [order[r] for r in range(n) if (r * num_bins) // n == k]
+        if members:
+            total += len(members) / n * abs(
+                correct[members].mean() - conf[members].mean()
+            )
+    return total
+
+
+@pytest.mark.parametrize("n,num_bins", [(500, 15), (101, 10), (7, 15)])
+def test_adaptive_ece_against_loop_reference(rng, n, num_bins):
+    p, y = random_probs(rng, n=n)
+    assert metrics.adaptive_calibration_error(p, y, num_bins) == pytest.approx(
+        aece_loop_reference(p, y, num_bins), abs=1e-12
+    )
+    # Equal mass: bin sizes differ by at most one.
+    stats = metrics.calibration_bins(p, y, num_bins, binning="equal_mass")
+    filled = stats["count"][stats["count"] > 0]
+    assert filled.max() - filled.min() <= 1
+
+
+def test_adaptive_ece_keeps_ties_together_and_ignores_order():
+    # All confidences equal: one bin, so aECE == ECE == |acc - conf|.
+    p = np.full((8, 2), 0.5)
+    y = np.array([0, 0, 0, 1, 1, 1, 1, 1])  # argmax is 0 -> accuracy 3/8
+    assert metrics.adaptive_calibration_error(p, y) == pytest.approx(0.125)
+    assert metrics.expected_calibration_error(p, y) == pytest.approx(0.125)
+    rng = np.random.default_rng(1)
+    q = np.repeat(random_probs(rng, n=20)[0], 3, axis=0)
+    labels = rng.integers(0, 5, size=60)
+    perm = rng.permutation(60)
+    assert metrics.adaptive_calibration_error(q, labels) == pytest.approx(
+        metrics.adaptive_calibration_error(q[perm], labels[perm]), abs=1e-15
+    )
+
+
+def test_mce_is_the_largest_bin_gap(rng):
+    p, y = random_probs(rng, n=300)
+    stats = metrics.calibration_bins(p, y, 15)
+    conf, correct = p.max(1), p.argmax(1) == y
+    gaps = []
+    for k in range(15):
+        in_bin = (conf >= k / 15) & (conf < (k + 1) / 15)
+        if in_bin.any():
+            gaps.append(abs(correct[in_bin].mean() - conf[in_bin].mean()))
+    assert metrics.maximum_calibration_error(p, y) == pytest.approx(max(gaps))
+    assert np.nansum(stats["count"]) == 300
+
+
+def test_single_class_present(rng):
+    p, _ = random_probs(rng, n=50, c=3)
+    y = np.zeros(50, dtype=int)
+    onehot = np.eye(3)[y]
+    assert metrics.brier_score(p, y) == pytest.approx(
+        np.mean(np.sum((p - onehot) ** 2, 1))
+    )
+    assert metrics.expected_calibration_error(p, y) == pytest.approx(
+        ece_loop_reference(p, y, 15), abs=1e-12
+    )
+    assert metrics.adaptive_calibration_error(p, y) >= 0.0
+
+
+def test_calibration_bins_rejects_unknown_binning():
+    with pytest.raises(ValueError, match="binning"):
+        metrics.calibration_bins(np.full((2, 2), 0.5), [0, 1], binning="log")

@@ -1,0 +1,192 @@
+"""Streaming calibration metrics for `compile(metrics=...)`.
+
+Each accepts the zoo classifiers' output, member logits
+`(batch, members, classes)` (member softmaxes are averaged), or predictive
+probabilities `(batch, classes)`, and integer labels `(batch,)` or
+`(batch, 1)`. They accumulate exact sums over batches, so after a pass over
+a dataset they equal the array functions of the same name (up to float32
+round-off).
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from ensemble_zoo.metrics.classification import NLL_EPSILON
+from ensemble_zoo.metrics.prediction_inputs import log_probabilities_and_labels
+from ensemble_zoo.metrics.prediction_inputs import sample_weights
+
+_LOG_FLOOR = math.log(NLL_EPSILON)
+
+
+class _SumMetric(keras.metrics.Metric):
+    """Weighted mean of a per-sample value over all batches seen."""
+
+    def __init__(self, name, dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def per_sample(self, log_probs, labels):
+        raise NotImplementedError
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        log_probs, labels = log_probabilities_and_labels(
+            type(self).__name__, y_true, y_pred, _LOG_FLOOR
+        )
+        weights = sample_weights(sample_weight, labels, self.dtype)
+        values = ops.cast(self.per_sample(log_probs, labels), self.dtype)
+        self.total.assign_add(ops.sum(values * weights))
+        self.count.assign_add(ops.sum(weights))
+
+    def result(self):
+        return ops.divide_no_nan(self.total, self.count)
+
+    def reset_state(self):
+        self.total.assign(0.0)
+        self.count.assign(0.0)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class NegativeLogLikelihood(_SumMetric):
+    """Mean negative log-likelihood of the ensemble prediction (nats).
+
+    Probabilities are floored at `NLL_EPSILON` (1e-12), as in
+    `ensemble_zoo.metrics.negative_log_likelihood`.
+
+    Args:
+        name: str. Defaults to `"nll"`.
+        dtype: the metric's dtype.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo
+
+    metric = ensemble_zoo.metrics.NegativeLogLikelihood()
+    logits = np.random.normal(size=(8, 3, 10)).astype("float32")
+    metric.update_state(np.random.randint(0, 10, size=(8,)), logits)
+    float(metric.result())
+    ```
+    """
+
+    def __init__(self, name="nll", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+
+    def per_sample(self, log_probs, labels):
+        one_hot = ops.one_hot(labels, ops.shape(log_probs)[-1])
+        return -ops.sum(one_hot * log_probs, axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class BrierScore(_SumMetric):
+    """Brier score of the ensemble prediction (summed over classes).
+
+    Args:
+        name: str. Defaults to `"brier"`.
+        dtype: the metric's dtype.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo
+
+    metric = ensemble_zoo.metrics.BrierScore()
+    probs = np.full((4, 5), 0.2, dtype="float32")
+    metric.update_state(np.array([0, 1, 2, 3]), probs)
+    float(metric.result())  # 0.8
+    ```
+    """
+
+    def __init__(self, name="brier", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+
+    def per_sample(self, log_probs, labels):
+        one_hot = ops.one_hot(labels, ops.shape(log_probs)[-1])
+        return ops.sum(ops.square(ops.exp(log_probs) - one_hot), axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class ExpectedCalibrationError(keras.metrics.Metric):
+    """Top-label ECE with equal-width bins, accumulated over batches.
+
+    Keeps the per-bin sample count, confidence sum and accuracy sum, so
+    the result over several batches is the ECE of all samples together,
+    not an average of per-batch ECEs. Bins and conventions match
+    `ensemble_zoo.metrics.expected_calibration_error`.
+
+    Args:
+        num_bins: int, number of equal-width bins. Defaults to `15`.
+        name: str. Defaults to `"ece"`.
+        dtype: the metric's dtype.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo
+
+    model = ensemble_zoo.models.EnsembleClassifier.from_preset(
+        "deep_ensemble_vit_tiny_digits"
+    )
+    model.compile(
+        metrics=[
+            ensemble_zoo.metrics.EnsembleAccuracy(),
+            ensemble_zoo.metrics.ExpectedCalibrationError(),
+        ]
+    )
+    x, y = ensemble_zoo.datasets.load_arrays("digits", "validation")
+    model.evaluate(x, y, return_dict=True, verbose=0)
+    ```
+    """
+
+    def __init__(self, num_bins=15, name="ece", dtype=None):
+        if isinstance(num_bins, bool) or not isinstance(num_bins, int):
+            raise ValueError(f"`num_bins` must be an int; got {num_bins!r}.")
+        if num_bins < 1:
+            raise ValueError(f"`num_bins` must be >= 1; got {num_bins}.")
+        super().__init__(name=name, dtype=dtype)
+        self.num_bins = num_bins
+        self.bin_count = self.add_variable(
+            shape=(num_bins,), initializer="zeros", name="bin_count"
+        )
+        self.bin_confidence = self.add_variable(
+            shape=(num_bins,), initializer="zeros", name="bin_confidence"
+        )
+        self.bin_correct = self.add_variable(
+            shape=(num_bins,), initializer="zeros", name="bin_correct"
+        )
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        log_probs, labels = log_probabilities_and_labels(
+            "ExpectedCalibrationError", y_true, y_pred, _LOG_FLOOR
+        )
+        weights = sample_weights(sample_weight, labels, self.dtype)
+        confidence = ops.cast(ops.exp(ops.max(log_probs, axis=-1)), self.dtype)
+        predicted = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+        correct = ops.cast(ops.equal(predicted, labels), self.dtype)
+        bins = ops.minimum(
+            ops.cast(ops.floor(confidence * self.num_bins), "int32"),
+            self.num_bins - 1,
+        )
+        one_hot = ops.one_hot(bins, self.num_bins, dtype=self.dtype)
+        one_hot = one_hot * weights[:, None]
+        self.bin_count.assign_add(ops.sum(one_hot, axis=0))
+        self.bin_confidence.assign_add(
+            ops.sum(one_hot * confidence[:, None], axis=0)
+        )
+        self.bin_correct.assign_add(ops.sum(one_hot * correct[:, None], axis=0))
+
+    def result(self):
+        gaps = ops.sum(ops.abs(self.bin_correct - self.bin_confidence))
+        return ops.divide_no_nan(gaps, ops.sum(self.bin_count))
+
+    def reset_state(self):
+        for variable in (self.bin_count, self.bin_confidence, self.bin_correct):
+            variable.assign(ops.zeros(variable.shape, dtype=variable.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "num_bins": self.num_bins}

@@ -1,0 +1,107 @@
+"""Per-sample uncertainty scores and ensemble diversity on arrays.
+
+NumPy counterparts of `ensemble_zoo.ops` for evaluation: `entropy` of
+predictive probabilities, the ensemble `mutual_information` (epistemic
+part of the entropy) and the pairwise `disagreement` of member
+predictions. `reduction="mean"` (default) returns a float,
+`reduction="none"` the per-sample values, used as OOD scores.
+"""
+
+import numpy as np
+
+from ensemble_zoo.metrics.array_checks import as_probabilities
+
+_LOG_EPSILON = 1e-300
+
+
+def _reduce(values, reduction):
+    if reduction == "mean":
+        return float(np.mean(values))
+    if reduction == "none":
+        return values
+    raise ValueError(
+        f"`reduction` must be 'mean' or 'none'; got {reduction!r}."
+    )
+
+
+def _entropy(probs):
+    return -np.sum(probs * np.log(np.maximum(probs, _LOG_EPSILON)), axis=-1)
+
+
+def as_member_probabilities(member_outputs, from_logits=False):
+    """`(samples, members, classes)` outputs as float64 probabilities."""
+    member_outputs = np.asarray(member_outputs, dtype=np.float64)
+    if member_outputs.ndim != 3:
+        raise ValueError(
+            "Member outputs must have shape (samples, members, classes); "
+            f"got shape {member_outputs.shape}."
+        )
+    if from_logits:
+        if np.isnan(member_outputs).any():
+            raise ValueError("The member logits contain NaN values.")
+        shifted = member_outputs - member_outputs.max(axis=-1, keepdims=True)
+        exp = np.exp(shifted)
+        return exp / exp.sum(axis=-1, keepdims=True)
+    samples, members, classes = member_outputs.shape
+    as_probabilities(
+        member_outputs.reshape(samples * members, classes), "member_probs"
+    )
+    return member_outputs
+
+
+def entropy(probs, reduction="mean"):
+    """Shannon entropy (nats) of predictive probabilities `(samples, C)`.
+
+    `0 log 0` is taken as 0.
+    """
+    return _reduce(_entropy(as_probabilities(probs)), reduction)
+
+
+def mutual_information(member_probs, from_logits=False, reduction="mean"):
+    """Mutual information between the prediction and the member (nats).
+
+    `MI = H(mean_m p_m) - mean_m H(p_m)`, the epistemic part of the
+    predictive entropy. Clipped at 0 against round-off; a single member
+    gives 0.
+
+    Args:
+        member_probs: `(samples, members, classes)` member probabilities,
+            or logits with `from_logits=True`.
+        from_logits: bool. Defaults to `False`.
+        reduction: `"mean"` or `"none"`.
+    """
+    probs = as_member_probabilities(member_probs, from_logits)
+    total = _entropy(probs.mean(axis=1))
+    aleatoric = _entropy(probs).mean(axis=1)
+    return _reduce(np.maximum(total - aleatoric, 0.0), reduction)
+
+
+def disagreement(member_outputs, reduction="mean"):
+    """Fraction of member pairs whose top-1 predictions differ.
+
+    Per sample, `1 - sum_c C(n_c, 2) / C(M, 2)` where `n_c` members predict
+    class `c` (the Hydra paper's DI). With a single member there are no
+    pairs and the value is 0.
+
+    Args:
+        member_outputs: `(samples, members, classes)` member logits or
+            probabilities (only the argmax is used).
+        reduction: `"mean"` or `"none"`.
+    """
+    member_outputs = np.asarray(member_outputs)
+    if member_outputs.ndim != 3:
+        raise ValueError(
+            "`member_outputs` must have shape (samples, members, classes); "
+            f"got shape {member_outputs.shape}."
+        )
+    if np.isnan(member_outputs).any():
+        raise ValueError("`member_outputs` contains NaN values.")
+    samples, members, classes = member_outputs.shape
+    if members < 2:
+        return _reduce(np.zeros(samples), reduction)
+    votes = member_outputs.argmax(axis=-1)
+    counts = np.zeros((samples, classes))
+    np.add.at(counts, (np.arange(samples)[:, None], votes), 1.0)
+    agreeing_pairs = np.sum(counts * (counts - 1.0), axis=1) / 2.0
+    values = 1.0 - agreeing_pairs / (members * (members - 1) / 2.0)
+    return _reduce(values, reduction)

@@ -1,0 +1,94 @@
+"""Retrieval metrics: Recall@1 and R-AUROC (Kirchhof et al., paper 003).
+
+Both use leave-one-out 1-nearest-neighbour retrieval with cosine
+similarity: every sample queries all *other* samples of the same set, and
+the retrieval is correct when its nearest neighbour has the same label.
+Recall@1 is the fraction correct; R-AUROC is the AUROC of the negated
+uncertainty `-u` for predicting correct retrievals (0.5 = uninformative).
+Similarity ties go to the neighbour with the lowest index.
+"""
+
+import numpy as np
+
+from ensemble_zoo.metrics.ranking import as_scores
+from ensemble_zoo.metrics.ranking import binary_auroc
+
+_CHUNK = 1024
+
+
+def nearest_neighbour_correct(embeddings, labels):
+    """Per-sample correctness of leave-one-out cosine 1-NN retrieval.
+
+    Args:
+        embeddings: `(samples, dim)` float embeddings, none all-zero.
+        labels: `(samples,)` labels (any comparable values).
+
+    Returns:
+        bool array `(samples,)`.
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    if embeddings.ndim != 2:
+        raise ValueError(
+            "`embeddings` must have shape (samples, dim); got shape "
+            f"{embeddings.shape}."
+        )
+    if embeddings.shape[0] < 2:
+        raise ValueError(
+            "Leave-one-out retrieval needs at least 2 samples; got "
+            f"{embeddings.shape[0]}."
+        )
+    if not np.isfinite(embeddings).all():
+        raise ValueError("`embeddings` contains NaN or infinite values.")
+    labels = np.asarray(labels)
+    if labels.shape != (embeddings.shape[0],):
+        raise ValueError(
+            f"`labels` must have shape ({embeddings.shape[0]},); got shape "
+            f"{labels.shape}."
+        )
+    norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ValueError(
+            f"`embeddings` row {int(np.argmin(norms[:, 0]))} is all zeros; "
+            "cosine similarity is undefined for it."
+        )
+    unit = embeddings / norms
+    neighbours = np.empty(unit.shape[0], dtype=np.int64)
+    for start in range(0, unit.shape[0], _CHUNK):
+        stop = min(start + _CHUNK, unit.shape[0])
+        similarity = unit[start:stop] @ unit.T
+        similarity[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+        neighbours[start:stop] = similarity.argmax(axis=1)
+    return labels[neighbours] == labels
+
+
+def recall_at_one(embeddings, labels):
+    """Recall@1 of leave-one-out cosine 1-NN retrieval (a float in [0, 1])."""
+    return float(np.mean(nearest_neighbour_correct(embeddings, labels)))
+
+
+def r_auroc(embeddings, labels, uncertainties):
+    """R-AUROC: how well an uncertainty predicts failed retrievals.
+
+    The AUROC of `-uncertainties` for separating correct from incorrect
+    leave-one-out cosine 1-NN retrievals (paper 003, §4.1): 1.0 means every
+    failed retrieval is more uncertain than every correct one.
+
+    Args:
+        embeddings: `(samples, dim)` embeddings used for retrieval.
+        labels: `(samples,)` labels.
+        uncertainties: `(samples,)` per-sample uncertainty `u`.
+
+    Raises:
+        ValueError: if all retrievals are correct or all are wrong (AUROC
+            is undefined then).
+    """
+    correct = nearest_neighbour_correct(embeddings, labels)
+    uncertainties = as_scores(uncertainties, "uncertainties")
+    if uncertainties.shape[0] != correct.shape[0]:
+        raise ValueError(
+            f"`uncertainties` must have shape ({correct.shape[0]},); got "
+            f"shape {uncertainties.shape}."
+        )
+    return binary_auroc(
+        -uncertainties, correct, positive_name="a correct retrieval"
+    )

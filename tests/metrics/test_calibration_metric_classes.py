@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from ensemble_zoo import metrics
+from test_classification import random_probs
+
+
+def softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+    "metric_cls,reference",
+    [
+        (metrics.ExpectedCalibrationError, metrics.expected_calibration_error),
+        (metrics.NegativeLogLikelihood, metrics.negative_log_likelihood),
+        (metrics.BrierScore, metrics.brier_score),
+    ],
+)
+def test_streaming_equals_array_function_on_member_logits(rng, metric_cls, reference):
+    logits = (rng.normal(size=(250, 3, 6)) * 2).astype("float32")
+    labels = rng.integers(0, 6, size=250)
+    metric = metric_cls()
+    for start in range(0, 250, 64):  # uneven last batch
+        metric.update_state(labels[start : start + 64], logits[start : start + 64])
+    probs = softmax(logits.astype(np.float64)).mean(1)
+    assert float(metric.result()) == pytest.approx(reference(probs, labels), abs=2e-5)
+    metric.reset_state()
+    metric.update_state(labels[:, None], probs.astype("float32"))  # probabilities
+    assert float(metric.result()) == pytest.approx(reference(probs, labels), abs=2e-5)
+
+
+def test_sample_weight_equals_repetition(rng):
+    p, y = random_probs(rng, n=40, c=4)
+    weights = rng.integers(0, 3, size=40)
+    for metric_cls, reference in [
+        (metrics.ExpectedCalibrationError, metrics.expected_calibration_error),
+        (metrics.BrierScore, metrics.brier_score),
+    ]:
+        metric = metric_cls()
+        metric.update_state(y, p.astype("float32"), sample_weight=weights)
+        repeated = np.repeat(np.arange(40), weights)
+        assert float(metric.result()) == pytest.approx(
+            reference(p[repeated], y[repeated]), abs=2e-5
+        )
+
+
+def test_nll_metric_is_finite_at_zero_probability():
+    metric = metrics.NegativeLogLikelihood()
+    metric.update_state(np.array([1]), np.array([[1.0, 0.0]], dtype="float32"))
+    assert float(metric.result()) == pytest.approx(-np.log(metrics.NLL_EPSILON), rel=1e-5)
+
+
+def test_config_round_trip_and_errors():
+    metric = metrics.ExpectedCalibrationError(num_bins=10, name="ece10")
+    clone = metrics.ExpectedCalibrationError.from_config(metric.get_config())
+    assert clone.num_bins == 10 and clone.name == "ece10"
+    with pytest.raises(ValueError, match="num_bins"):
+        metrics.ExpectedCalibrationError(num_bins=0)
+    with pytest.raises(ValueError, match=r"\(batch, members, classes\)"):
+        metrics.BrierScore().update_state(np.zeros(3), np.zeros(3))

@@ -1,0 +1,59 @@
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+from sklearn.neighbors import NearestNeighbors
+
+from ensemble_zoo import metrics
+
+
+def sklearn_loo_correct(embeddings, labels):
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    nn = NearestNeighbors(n_neighbors=2, metric="cosine").fit(unit)
+    _, idx = nn.kneighbors(unit)
+    # The first neighbour of each point is itself (no duplicates here).
+    assert np.all(idx[:, 0] == np.arange(len(labels)))
+    return labels[idx[:, 1]] == labels
+
+
+def test_recall_at_one_and_r_auroc_against_sklearn(rng):
+    labels = rng.integers(0, 5, size=300)
+    centers = rng.normal(size=(5, 16))
+    embeddings = centers[labels] + rng.normal(scale=1.2, size=(300, 16))
+    correct = sklearn_loo_correct(embeddings, labels)
+    assert 0.2 < correct.mean() < 0.95  # both outcomes present
+    assert metrics.recall_at_one(embeddings, labels) == pytest.approx(correct.mean())
+    u = rng.normal(size=300) - correct  # informative uncertainty
+    assert metrics.r_auroc(embeddings, labels, u) == pytest.approx(
+        roc_auc_score(correct, -u), abs=1e-12
+    )
+
+
+def test_r_auroc_hand_built():
+    # Two tight pairs of class 0 and 1, and one class-0 point beside class 1
+    # (angles 0, 5.8, 90, 84.3 and 101.3 degrees).
+    embeddings = np.array(
+        [[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99], [-0.2, 1.0]]
+    )
+    labels = np.array([0, 0, 1, 1, 0])
+    correct = metrics.nearest_neighbour_correct(embeddings, labels)
+    np.testing.assert_array_equal(correct, [True, True, True, True, False])
+    assert metrics.recall_at_one(embeddings, labels) == pytest.approx(0.8)
+    # The failed retrieval most uncertain -> 1.0; least uncertain -> 0.0.
+    u = np.array([0.1, 0.2, 0.3, 0.4, 0.9])
+    assert metrics.r_auroc(embeddings, labels, u) == 1.0
+    assert metrics.r_auroc(embeddings, labels, -u) == 0.0
+    # One correct retrieval (u=0.95) ranks above the failure: 3 of 4 pairs.
+    u = np.array([0.1, 0.2, 0.95, 0.3, 0.9])
+    assert metrics.r_auroc(embeddings, labels, u) == pytest.approx(0.75)
+
+
+def test_retrieval_errors():
+    e = np.array([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="undefined"):
+        metrics.r_auroc(e, np.array([0, 0]), [0.1, 0.2])  # all correct
+    with pytest.raises(ValueError, match="all zeros"):
+        metrics.recall_at_one(np.array([[1.0, 0.0], [0.0, 0.0]]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="at least 2"):
+        metrics.recall_at_one(np.ones((1, 2)), np.array([0]))
+    with pytest.raises(ValueError, match=r"`uncertainties` must have shape \(2,\)"):
+        metrics.r_auroc(e, np.array([0, 1]), [0.1])
