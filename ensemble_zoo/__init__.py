@@ -6,7 +6,9 @@ TensorFlow and PyTorch, presets that load offline with `from_preset`.
 
 __version__ = "0.1.0"
 
+from ensemble_zoo import calibration
 from ensemble_zoo import datasets
+from ensemble_zoo import evaluation
 from ensemble_zoo import layers
 from ensemble_zoo import losses
 from ensemble_zoo import metrics

@@ -1,28 +1,24 @@
 """The `ensemble-zoo` command.
 
-    ensemble-zoo list        the shipped presets, with their recorded metrics
-    ensemble-zoo demo        load every trained preset, evaluate it on the
-                             bundled digits and print accuracy / NLL / ECE
-                             and the mean epistemic uncertainty per split
+    ensemble-zoo list                  the shipped presets: method, members,
+                                       parameters and recorded test metrics
+    ensemble-zoo evaluate --preset P   evaluate one preset on a dataset
+        [--dataset digits] [--output DIR]
+    ensemble-zoo compare               evaluate every trained preset on the
+        [--presets P ...] [--output DIR]  bundled data and print the
+                                       leaderboard; write JSON, Markdown and
+                                       plots to DIR
 """
 
 import argparse
 import sys
 
-
-def _table(rows, headers):
-    widths = [
-        max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))
-    ]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    for row in rows:
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-    return "\n".join(out)
+DEFAULT_OUTPUT = "ensemble_zoo_results"
 
 
 def cmd_list(args):
     from ensemble_zoo import presets
+    from ensemble_zoo.evaluation.tables import text_table
 
     rows = []
     for name in presets.list_presets():
@@ -31,68 +27,77 @@ def cmd_list(args):
         rows.append(
             [
                 name,
+                meta.get("kind", "-"),
                 meta.get("method", "-"),
-                meta.get("num_members", "-"),
-                f"{meta.get('parameter_count', 0):,}",
-                metrics.get("test_accuracy", "-"),
-            ]
-        )
-    print(_table(rows, ["preset", "method", "members", "params", "test acc"]))
-    return 0
-
-
-def cmd_demo(args):
-    import numpy as np
-
-    import ensemble_zoo as ez
-
-    x_test, y_test = ez.datasets.load_arrays("digits", "test")
-    rows = []
-    for name in ez.presets.list_presets():
-        model = ez.models.EnsembleClassifier.from_preset(name)
-        out = model.predict_uncertainty(x_test, batch_size=256)
-        probs = out["probabilities"]
-        mi = {"test": float(np.mean(out["epistemic"]))}
-        for split in ("near_ood", "far_ood"):
-            x_ood, _ = ez.datasets.load_arrays("digits", split)
-            mi[split] = float(
-                np.mean(model.predict_uncertainty(x_ood, 256)["epistemic"])
-            )
-        rows.append(
-            [
-                name,
-                model.num_members,
-                f"{ez.metrics.accuracy(probs, y_test):.4f}",
-                f"{ez.metrics.negative_log_likelihood(probs, y_test):.4f}",
-                f"{ez.metrics.expected_calibration_error(probs, y_test):.4f}",
-                f"{mi['test']:.4f}",
-                f"{mi['near_ood']:.4f}",
-                f"{mi['far_ood']:.4f}",
+                meta.get("num_members"),
+                meta.get("parameter_count"),
+                metrics.get("test_accuracy"),
+                metrics.get("test_nll"),
+                metrics.get("test_ece"),
             ]
         )
     print(
-        "Bundled digits (ID classes 0-7, test split of "
-        f"{len(y_test)} images); MI = mean epistemic uncertainty (nats)\n"
-    )
-    print(
-        _table(
+        text_table(
             rows,
-            [
-                "preset",
-                "members",
-                "accuracy",
-                "NLL",
-                "ECE",
-                "MI test",
-                "MI near-OOD",
-                "MI far-OOD",
-            ],
+            ["preset", "kind", "method", "members", "params", "test acc",
+             "test NLL", "test ECE"],
         )
     )
     return 0
 
 
-def main(argv=None):
+def cmd_evaluate(args):
+    from ensemble_zoo import evaluation
+    from ensemble_zoo.utils.output_dir import prepare_output_dir
+
+    if args.output is not None:
+        prepare_output_dir(args.output)
+    report = evaluation.evaluate_preset(
+        args.preset,
+        args.dataset,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+        data_dir=args.data_dir,
+    )
+    print(report)
+    if args.output is not None:
+        paths = report.save(args.output)
+        print(f"\nWrote {len(paths)} files to {args.output}/")
+    return 0
+
+
+def cmd_compare(args):
+    from ensemble_zoo import evaluation
+
+    leaderboard = evaluation.compare_presets(
+        presets=args.presets,
+        dataset=args.dataset,
+        output_dir=args.output,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+        data_dir=args.data_dir,
+    )
+    first = leaderboard.reports[0].metrics
+    print(
+        f"Leaderboard on {args.dataset}: {first['in_distribution']['num_samples']} "
+        "in-distribution test samples; OOD score 1 - max softmax probability; "
+        "ECE (TS) after temperature scaling on the validation split; latency "
+        f"per batch of {first['cost']['latency_batch_size']} under "
+        f"{first['cost']['backend']}, relative to the single base model.\n"
+    )
+    print(leaderboard)
+    if args.output is not None:
+        print(
+            f"\nWrote leaderboard.json, leaderboard.md, plots and one report "
+            f"per preset to {args.output}/"
+        )
+    return 0
+
+
+def _parser():
+    from ensemble_zoo import datasets
+    from ensemble_zoo import presets
+
     parser = argparse.ArgumentParser(
         prog="ensemble-zoo",
         description="Efficient ensembles and uncertainty for Keras 3.",
@@ -101,11 +106,58 @@ def main(argv=None):
     sub.add_parser("list", help="list the shipped presets").set_defaults(
         func=cmd_list
     )
-    sub.add_parser(
-        "demo", help="evaluate the trained presets on the bundled data"
-    ).set_defaults(func=cmd_demo)
+
+    def common(p):
+        p.add_argument(
+            "--dataset",
+            default="digits",
+            choices=datasets.list_datasets(),
+            metavar="NAME",
+            help="dataset (default: the bundled digits); one of: "
+            + ", ".join(datasets.list_datasets()),
+        )
+        p.add_argument("--batch-size", type=int, default=256)
+        p.add_argument("--data-dir", default=None, help="tfds data directory")
+        p.add_argument(
+            "--no-progress", action="store_true", help="hide progress bars"
+        )
+
+    names = presets.list_presets()
+    evaluate = sub.add_parser("evaluate", help="evaluate one preset")
+    evaluate.add_argument(
+        "--preset", required=True, choices=names, metavar="NAME",
+        help="one of: " + ", ".join(names),
+    )
+    evaluate.add_argument(
+        "--output", default=None, metavar="DIR",
+        help="write report.json, report.md and plots here",
+    )
+    common(evaluate)
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    compare = sub.add_parser(
+        "compare", help="evaluate every trained preset and print a leaderboard"
+    )
+    compare.add_argument(
+        "--presets", nargs="+", default=None, choices=names, metavar="NAME",
+        help="presets to compare (default: every trained preset)",
+    )
+    compare.add_argument(
+        "--output", default=DEFAULT_OUTPUT, metavar="DIR",
+        help=f"output directory (default: {DEFAULT_OUTPUT})",
+    )
+    common(compare)
+    compare.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv=None):
+    parser = _parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ValueError as error:
+        parser.exit(2, f"ensemble-zoo {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":

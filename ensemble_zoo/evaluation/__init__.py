@@ -1,0 +1,10 @@
+"""Evaluation harness: `evaluate` any zoo classifier, reports, plots and
+the preset leaderboard behind `ensemble-zoo compare`."""
+
+from ensemble_zoo.evaluation import plots
+from ensemble_zoo.evaluation.evaluate import evaluate
+from ensemble_zoo.evaluation.preset_evaluation import Leaderboard
+from ensemble_zoo.evaluation.preset_evaluation import compare_presets
+from ensemble_zoo.evaluation.preset_evaluation import evaluate_preset
+from ensemble_zoo.evaluation.preset_evaluation import trained_presets
+from ensemble_zoo.evaluation.report import EvaluationReport

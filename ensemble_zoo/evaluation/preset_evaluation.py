@@ -1,0 +1,251 @@
+"""Evaluating shipped presets on a dataset, and the leaderboard of
+`ensemble-zoo compare`."""
+
+import json
+import os
+
+from ensemble_zoo import datasets
+from ensemble_zoo import presets as preset_registry
+from ensemble_zoo.evaluation import plots
+from ensemble_zoo.evaluation.evaluate import evaluate
+from ensemble_zoo.evaluation.tables import markdown_table
+from ensemble_zoo.evaluation.tables import text_table
+from ensemble_zoo.utils.output_dir import prepare_output_dir
+from ensemble_zoo.utils.progress import progress_bar
+
+#: OOD and shift splits looked for in a dataset, with their report names.
+OOD_SPLITS = {"near": "near_ood", "far": "far_ood"}
+SHIFT_SPLITS = {"shifted": "test_shifted"}
+
+
+def trained_presets():
+    """Names of the presets with trained weights (kind `"trained"`)."""
+    return [
+        name
+        for name in preset_registry.list_presets()
+        if preset_registry.preset_metadata(name).get("kind") == "trained"
+    ]
+
+
+def _check_preset(name):
+    valid = preset_registry.list_presets()
+    if name not in valid:
+        raise ValueError(
+            f"Unknown preset {name!r}; valid presets: {', '.join(valid)}."
+        )
+
+
+def _split_data(model, dataset, split, batch_size, data_dir):
+    if dataset == "digits":
+        return datasets.load_arrays(dataset, split)
+    return datasets.load(
+        dataset,
+        split,
+        batch_size=batch_size,
+        image_shape=getattr(model, "member_input_shape", None),
+        data_dir=data_dir,
+        download=False,
+    )
+
+
+def evaluate_preset(
+    preset, dataset="digits", batch_size=256, progress=True, data_dir=None
+):
+    """Loads a preset and evaluates it on a dataset's splits.
+
+    Uses `test` as in-distribution data, `validation` for temperature
+    scaling, `near_ood` / `far_ood` as OOD sets and `test_shifted` as a
+    shift set, where the dataset has them.
+
+    Args:
+        preset: str, a name from `ensemble_zoo.presets.list_presets()`.
+        dataset: str, a name from `ensemble_zoo.datasets.list_datasets()`.
+            Defaults to the bundled `"digits"`; tfds datasets must already
+            be prepared in `data_dir` (nothing is downloaded).
+        batch_size: int. Defaults to `256`.
+        progress: bool, show progress bars.
+        data_dir: optional tfds data directory.
+
+    Returns:
+        An `EvaluationReport` named after the preset.
+    """
+    from ensemble_zoo.models import EnsembleClassifier
+
+    _check_preset(preset)
+    if dataset not in datasets.list_datasets():
+        raise ValueError(
+            f"Unknown dataset {dataset!r}; valid datasets: "
+            f"{', '.join(datasets.list_datasets())}."
+        )
+    model = EnsembleClassifier.from_preset(preset)
+    if datasets.num_classes(dataset) != model.num_classes:
+        raise ValueError(
+            f"Preset {preset!r} predicts {model.num_classes} classes but "
+            f"dataset {dataset!r} has {datasets.num_classes(dataset)}."
+        )
+    available = datasets.splits(dataset)
+
+    def load(split):
+        return _split_data(model, dataset, split, batch_size, data_dir)
+
+    return evaluate(
+        model,
+        load("test"),
+        ood_data={k: load(s) for k, s in OOD_SPLITS.items() if s in available},
+        shift_data={k: load(s) for k, s in SHIFT_SPLITS.items() if s in available},
+        validation_data=load("validation") if "validation" in available else None,
+        batch_size=batch_size,
+        name=preset,
+        progress=progress,
+    )
+
+
+#: Leaderboard columns: (header, function of (report metrics, base metrics)).
+def _ood(m, set_name, key):
+    entry = m["ood"].get(set_name)
+    return entry["msp"][key] if entry else None
+
+
+LEADERBOARD_COLUMNS = [
+    ("preset", lambda m, b: m["name"]),
+    ("members", lambda m, b: m["num_members"]),
+    ("accuracy", lambda m, b: m["in_distribution"]["accuracy"]),
+    ("NLL", lambda m, b: m["in_distribution"]["nll"]),
+    ("ECE", lambda m, b: m["in_distribution"]["ece"]),
+    (
+        "ECE (TS)",
+        lambda m, b: (m["temperature_scaled"] or {}).get("ece"),
+    ),
+    ("AUROC near", lambda m, b: _ood(m, "near", "auroc")),
+    ("AUROC far", lambda m, b: _ood(m, "far", "auroc")),
+    ("FPR95 near", lambda m, b: _ood(m, "near", "fpr95")),
+    ("FPR95 far", lambda m, b: _ood(m, "far", "fpr95")),
+    ("params", lambda m, b: m["cost"]["parameters"]),
+    (
+        "latency x base",
+        lambda m, b: None
+        if b is None
+        else f'{m["cost"]["latency_ms"] / b["cost"]["latency_ms"]:.2f}x',
+    ),
+]
+
+
+class Leaderboard:
+    """Reports of several presets on the same data, as one table.
+
+    Rows are presets; columns are accuracy, NLL, ECE (raw and after
+    temperature scaling), OOD AUROC near / far and FPR95 near / far (score
+    `1 - max softmax probability`), parameters, and latency relative to the
+    preset's single base model (the preset's `base_preset` metadata, or
+    itself for a single model).
+
+    Args:
+        reports: list of `EvaluationReport`s.
+        base_presets: dict mapping a report name to the name of its base
+            model's report.
+    """
+
+    def __init__(self, reports, base_presets=None):
+        self.reports = list(reports)
+        self.base_presets = dict(base_presets or {})
+
+    def rows(self):
+        by_name = {r.name: r.metrics for r in self.reports}
+        rows = []
+        for report in self.reports:
+            base = by_name.get(self.base_presets.get(report.name))
+            rows.append([fn(report.metrics, base) for _, fn in LEADERBOARD_COLUMNS])
+        return rows
+
+    @property
+    def headers(self):
+        return [h for h, _ in LEADERBOARD_COLUMNS]
+
+    def __str__(self):
+        return text_table(self.rows(), self.headers)
+
+    def to_markdown(self):
+        return markdown_table(self.rows(), self.headers) + "\n"
+
+    def to_dict(self):
+        return {
+            "columns": self.headers,
+            "rows": self.rows(),
+            "base_presets": self.base_presets,
+            "reports": {r.name: r.to_dict() for r in self.reports},
+        }
+
+    def save(self, directory, plots_too=True):
+        """Writes `leaderboard.json`, `leaderboard.md`, a combined
+        accuracy-vs-rejection plot and one sub-directory per preset with
+        its report and plots. Returns the paths written."""
+        prepare_output_dir(directory)
+        paths = {
+            "json": os.path.join(directory, "leaderboard.json"),
+            "markdown": os.path.join(directory, "leaderboard.md"),
+        }
+        with open(paths["json"], "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+        with open(paths["markdown"], "w") as f:
+            f.write(self.to_markdown())
+        if plots_too:
+            paths["accuracy_rejection"] = os.path.join(
+                directory, "accuracy_rejection.png"
+            )
+            plots.accuracy_rejection_curves(
+                {
+                    r.name: (r.arrays["id_probabilities"], r.arrays["id_labels"])
+                    for r in self.reports
+                },
+                paths["accuracy_rejection"],
+            )
+        for report in self.reports:
+            paths[report.name] = report.save(
+                os.path.join(directory, report.name), plots=plots_too
+            )
+        return paths
+
+
+def compare_presets(
+    presets=None,
+    dataset="digits",
+    output_dir=None,
+    batch_size=256,
+    progress=True,
+    data_dir=None,
+):
+    """Evaluates presets on the same data and returns a `Leaderboard`.
+
+    Args:
+        presets: optional list of preset names; defaults to every trained
+            preset.
+        dataset: str, see `evaluate_preset`. Defaults to `"digits"`.
+        output_dir: optional directory; when given, the leaderboard, the
+            per-preset reports and the plots are written there (checked for
+            writability before anything is evaluated).
+        batch_size: int. Defaults to `256`.
+        progress: bool, show progress bars.
+        data_dir: optional tfds data directory.
+    """
+    names = trained_presets() if presets is None else list(presets)
+    if not names:
+        raise ValueError("`presets` is empty; nothing to compare.")
+    for name in names:
+        _check_preset(name)
+    if output_dir is not None:
+        prepare_output_dir(output_dir)
+    reports = [
+        evaluate_preset(name, dataset, batch_size, progress, data_dir)
+        for name in progress_bar(names, desc="presets", enable=progress)
+    ]
+    base_presets = {}
+    for name in names:
+        meta = preset_registry.preset_metadata(name)
+        base = meta.get("base_preset", name if meta.get("num_members") == 1 else None)
+        if base is not None:
+            base_presets[name] = base
+    leaderboard = Leaderboard(reports, base_presets)
+    if output_dir is not None:
+        leaderboard.save(output_dir)
+    return leaderboard

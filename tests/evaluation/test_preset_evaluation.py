@@ -1,0 +1,81 @@
+import json
+
+import numpy as np
+import pytest
+
+import ensemble_zoo as ez
+from ensemble_zoo import cli
+
+
+def test_evaluate_preset_reproduces_the_recorded_metrics():
+    report = ez.evaluation.evaluate_preset("vit_tiny_digits", progress=False)
+    recorded = ez.presets.preset_metadata("vit_tiny_digits")["metrics"]
+    ind = report.metrics["in_distribution"]
+    assert round(ind["accuracy"], 4) == recorded["test_accuracy"]
+    assert ind["nll"] == pytest.approx(recorded["test_nll"], abs=1e-4)
+    assert ind["ece"] == pytest.approx(recorded["test_ece"], abs=1e-4)
+    assert set(report.metrics["ood"]) == {"near", "far"}
+    assert set(report.metrics["shift"]) == {"shifted"}
+    assert report.metrics["temperature_scaled"]["temperature"] > 0
+
+
+def test_evaluate_preset_errors():
+    with pytest.raises(ValueError, match="valid presets: .*vit_tiny_digits"):
+        ez.evaluation.evaluate_preset("vit_huge")
+    with pytest.raises(ValueError, match="valid datasets: digits"):
+        ez.evaluation.evaluate_preset("vit_tiny_digits", dataset="mnist")
+    with pytest.raises(ValueError, match="predicts 8 classes but dataset 'cifar10' has 10"):
+        ez.evaluation.evaluate_preset("vit_tiny_digits", dataset="cifar10")
+    with pytest.raises(ValueError, match="empty"):
+        ez.evaluation.compare_presets(presets=[])
+
+
+def test_cli_compare_writes_the_numbers_of_evaluate(tmp_path, capsys):
+    out = tmp_path / "results"
+    assert cli.main(["compare", "--output", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    board = json.loads((out / "leaderboard.json").read_text())
+    names = ez.evaluation.trained_presets()
+    assert [row[0] for row in board["rows"]] == names
+    assert board["base_presets"]["deep_ensemble_vit_tiny_digits"] == "vit_tiny_digits"
+    # Every preset's JSON report holds the numbers an independent
+    # `evaluate_preset` call computes (latency aside, which is timed).
+    fresh = ez.evaluation.evaluate_preset("deep_ensemble_vit_tiny_digits", progress=False)
+    saved = json.loads((out / "deep_ensemble_vit_tiny_digits" / "report.json").read_text())
+    for section in ("in_distribution", "temperature_scaled", "ood", "shift", "diversity"):
+        np.testing.assert_equal(saved[section], fresh.metrics[section])
+    row = dict(zip(board["columns"], board["rows"][0]))
+    assert row["accuracy"] == fresh.metrics["in_distribution"]["accuracy"]
+    assert row["AUROC far"] == fresh.metrics["ood"]["far"]["msp"]["auroc"]
+    assert f"{row['AUROC far']:.4f}" in printed
+    for name in names:
+        for f in ("report.json", "report.md", "reliability.png", "accuracy_rejection.png"):
+            assert (out / name / f).is_file()
+    assert (out / "leaderboard.md").read_text().startswith("| preset | members |")
+    assert (out / "accuracy_rejection.png").is_file()
+
+
+def test_cli_evaluate_writes_a_report(tmp_path, capsys):
+    assert cli.main(
+        ["evaluate", "--preset", "vit_tiny_digits", "--output", str(tmp_path), "--no-progress"]
+    ) == 0
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["name"] == "vit_tiny_digits"
+    assert f"{saved['in_distribution']['accuracy']:.4f}" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["evaluate", "--preset", "nope"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err and "vit_tiny_digits" in err
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--dataset", "mnist"])
+    assert "digits" in capsys.readouterr().err
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["compare", "--output", str(blocker / "sub"), "--no-progress"])
+    assert exit_info.value.code == 2
+    assert "Cannot write to output directory" in capsys.readouterr().err
