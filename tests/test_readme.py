@@ -30,7 +30,7 @@ def test_exactly_two_setup_commands():
     assert len(re.findall(r"```bash\n", setup)) == 2
     main = marked_command("main-command")
     test = marked_command("test-command")
-    assert "ensemble-zoo demo" in main and "pip install" in main
+    assert "ensemble-zoo compare" in main and "pip install" in main
     assert "run_all_backends.sh" in test and "[all,test]" in test
 
 
@@ -53,12 +53,28 @@ def test_preset_table_matches_metadata():
         assert row in README, row
 
 
+def readme_leaderboard():
+    """The README's leaderboard rows as {preset: {column: cell}}."""
+    section = README.split("## Evaluation and the leaderboard")[1].split("\n## ")[0]
+    lines = [l for l in section.splitlines() if l.startswith("| ")]
+    headers = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in lines[1:]]
+    return {row[0]: dict(zip(headers, row)) for row in rows}
+
+
+def test_readme_leaderboard_lists_every_trained_preset():
+    assert sorted(readme_leaderboard()) == sorted(ez.evaluation.trained_presets())
+
+
 @pytest.mark.slow
 def test_python_blocks_run(tmp_path):
     stdout = run_python("\n\n".join(blocks("python")), cwd=tmp_path)
     accuracy = float(re.search(r"^accuracy ([0-9.]+)$", stdout, re.M)[1])
     assert accuracy > 0.9
     assert os.path.isfile(tmp_path / "my_deep_ensemble" / "model.weights.h5")
+    report = json.loads((tmp_path / "my_report" / "report.json").read_text())
+    assert report["ood"]["far"]["msp"]["auroc"] > 0.8
+    assert os.path.isfile(tmp_path / "my_report" / "reliability.png")
     if BACKEND != "torch":
         assert os.path.isfile(tmp_path / "deep_ensemble_saved_model" / "saved_model.pb")
 
@@ -84,5 +100,8 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
         cwd=copy, env=env, capture_output=True, text=True, timeout=1800,
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    for name in ez.presets.list_presets():
+    board = json.loads((copy / "ensemble_zoo_results" / "leaderboard.json").read_text())
+    names = ez.evaluation.trained_presets()
+    assert [row[0] for row in board["rows"]] == names
+    for name in names:
         assert re.search(rf"^{name}\s", result.stdout, re.M), result.stdout

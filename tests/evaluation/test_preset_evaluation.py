@@ -53,6 +53,21 @@ def test_cli_compare_writes_the_numbers_of_evaluate(tmp_path, capsys):
             assert (out / name / f).is_file()
     assert (out / "leaderboard.md").read_text().startswith("| preset | members |")
     assert (out / "accuracy_rejection.png").is_file()
+    # The README's leaderboard shows these numbers (latency is timed, so
+    # only its base row, 1.00x, is fixed).
+    from test_readme import readme_leaderboard
+
+    readme = readme_leaderboard()
+    for values in board["rows"]:
+        row = dict(zip(board["columns"], values))
+        shown = readme[row["preset"]]
+        for column, value in row.items():
+            if isinstance(value, float):
+                assert abs(float(shown[column]) - value) <= 1.5e-4, (column, shown)
+            elif column == "params":
+                assert shown[column] == f"{value:,}"
+        if row["preset"] == "vit_tiny_digits":
+            assert row["latency x base"] == shown["latency x base"] == "1.00x"
 
 
 def test_cli_evaluate_writes_a_report(tmp_path, capsys):
