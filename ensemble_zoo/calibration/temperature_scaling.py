@@ -106,8 +106,30 @@ class TemperatureScaling:
             method="bounded",
             options={"xatol": 1e-6},
         )
+        nll = [
+            self.negative_log_likelihood(member_logits, labels, t)
+            for t in self.bounds
+        ]
+        if abs(nll[0] - nll[1]) <= 1e-9 * max(1.0, abs(nll[0])):
+            self.temperature = 1.0
+            warnings.warn(
+                "The NLL is the same at both temperature bounds "
+                f"({nll[0]:.3g}): the held-out data does not determine a "
+                "temperature (e.g. it is perfectly separated with huge "
+                "logits). Keeping T = 1.",
+                stacklevel=2,
+            )
+            return self
         self.temperature = float(np.exp(result.x))
-        if min(result.x - log_low, log_high - result.x) < 1e-3:
+        if result.fun < 1e-9:
+            warnings.warn(
+                f"The held-out NLL reaches {result.fun:.3g} at T = "
+                f"{self.temperature:.4g}: the data is perfectly separated, "
+                "so any smaller temperature fits as well; use more or harder "
+                "held-out data.",
+                stacklevel=2,
+            )
+        elif min(result.x - log_low, log_high - result.x) < 1e-3:
             warnings.warn(
                 f"The fitted temperature {self.temperature:.4g} lies on the "
                 f"search bound {self.bounds}; widen `bounds` if this is "

@@ -241,5 +241,6 @@ def evaluate(
         "member_logits": member_logits,
         "id_scores": id_scores,
         "ood_scores": ood_scores,
+        "timing_inputs": first_batch[:latency_batch_size],
     }
     return EvaluationReport(report_metrics, arrays, num_bins=num_bins)

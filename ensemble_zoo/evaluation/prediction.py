@@ -11,6 +11,12 @@ def _describe(name):
     return f"`{name}`"
 
 
+def _is_dataset(data):
+    return type(data).__module__.startswith("tensorflow") and hasattr(
+        data, "element_spec"
+    )
+
+
 def _as_array_pair(data, name):
     if isinstance(data, (tuple, list)):
         if len(data) != 2:
@@ -33,30 +39,49 @@ def iterate_batches(data, batch_size, name, example_rank):
 
     Args:
         data: `x`, `(x, y)`, or a `tf.data.Dataset` of `x` or `(x, y)`
-            (batched or not).
+            (batched or not; datasets are re-batched to `batch_size`).
         batch_size: int, batch size for arrays and unbatched datasets.
         name: str, the argument name used in error messages.
         example_rank: rank of one example (e.g. 3 for an image), to tell a
             batched dataset from an unbatched one.
     """
-    if type(data).__module__.startswith("tensorflow") and hasattr(
-        data, "element_spec"
-    ):
+    if _is_dataset(data):
         spec = data.element_spec
+        if isinstance(spec, tuple) and len(spec) > 2:
+            raise ValueError(
+                f"{_describe(name)}: dataset elements have {len(spec)} parts; "
+                "the harness takes `x` or `(x, y)` (sample weights are not "
+                "supported)."
+            )
         x_spec = spec[0] if isinstance(spec, tuple) else spec
         if isinstance(x_spec, dict):
             raise ValueError(
                 f"{_describe(name)}: dict inputs are not supported by the "
                 "evaluation harness yet; pass image arrays or datasets."
             )
-        if len(x_spec.shape) == example_rank:
-            data = data.batch(batch_size)
-        for element in data.as_numpy_iterator():
+        rank = x_spec.shape.rank
+        if rank not in (example_rank, example_rank + 1):
+            raise ValueError(
+                f"{_describe(name)}: dataset inputs must have rank "
+                f"{example_rank} (one example) or {example_rank + 1} "
+                f"(batches); got shape {x_spec.shape}."
+            )
+        if rank == example_rank + 1:
+            data = data.unbatch()
+        # Re-batched to `batch_size`: one static shape for every call.
+        for element in data.batch(batch_size).as_numpy_iterator():
             if isinstance(element, tuple):
                 yield element[0], (element[1] if len(element) > 1 else None)
             else:
                 yield element, None
         return
+    if not isinstance(data, (np.ndarray, tuple, list)) and not hasattr(
+        data, "__array__"
+    ):
+        raise ValueError(
+            f"{_describe(name)} must be `x`, `(x, y)` (arrays) or a "
+            f"tf.data.Dataset; got {type(data).__name__}."
+        )
     x, y = _as_array_pair(data, name)
     if x.ndim != example_rank + 1:
         raise ValueError(
@@ -70,9 +95,11 @@ def iterate_batches(data, batch_size, name, example_rank):
 
 def _num_batches(data, batch_size):
     """Number of batches for the progress bar, or None when unknown."""
-    if hasattr(data, "element_spec"):
+    if _is_dataset(data):
         return None
     x = data[0] if isinstance(data, (tuple, list)) else data
+    if not hasattr(x, "__len__"):
+        return None  # iterate_batches raises the clear error
     return -(-len(x) // batch_size)
 
 
@@ -126,9 +153,21 @@ def predict_member_logits(model, data, batch_size, name, progress=True):
     return logits, (np.concatenate(labels) if labels else None)
 
 
+def _warm_up(fn, min_calls=10, min_seconds=0.5, max_seconds=5.0):
+    """Calls `fn` until compiled and steady: at least `min_calls` calls and
+    `min_seconds`, at most `max_seconds` (PyTorch's eager mode keeps
+    speeding up over its first calls)."""
+    start = time.perf_counter()
+    calls = 0
+    while calls < min_calls or time.perf_counter() - start < min_seconds:
+        fn()
+        calls += 1
+        if time.perf_counter() - start > max_seconds and calls >= 2:
+            break
+
+
 def _median_seconds(fn, min_repeats=5, max_repeats=50, min_total=0.5):
-    fn()
-    fn()  # compile and warm up
+    _warm_up(fn)
     times = []
     while len(times) < max_repeats and (
         len(times) < min_repeats or sum(times) < min_total
@@ -139,20 +178,22 @@ def _median_seconds(fn, min_repeats=5, max_repeats=50, min_total=0.5):
     return float(np.median(times))
 
 
+def _repeat_to(x, size):
+    x = np.asarray(x)
+    return np.concatenate([x] * -(-size // x.shape[0]))[:size]
+
+
 def measure_speed(model, x, batch_size, latency_batch_size):
     """Median latency (ms per batch of `latency_batch_size`) and
     throughput (samples/s at `batch_size`), measured on the same `x`.
 
-    Each timing repeats one compiled call (after two warm-up calls) until
-    it has run at least 5 times and 0.5 s, at most 50 times, and takes the
-    median. Outputs are copied to NumPy, so the time includes finishing
-    the computation on the device.
+    Each timing warms up (compilation, then at least 10 calls and 0.5 s),
+    then repeats one call until it has run at least 5 times and 0.5 s, at
+    most 50 times, and takes the median. Outputs are copied to NumPy, so
+    the time includes finishing the computation on the device.
     """
-    x = np.asarray(x)
-    reps = -(-batch_size // x.shape[0])
-    full = np.concatenate([x] * reps)[:batch_size]
-    small = np.concatenate([x] * -(-latency_batch_size // x.shape[0]))
-    small = small[:latency_batch_size]
+    full = _repeat_to(x, batch_size)
+    small = _repeat_to(x, latency_batch_size)
     latency = _median_seconds(lambda: _call(model, small))
     per_batch = _median_seconds(lambda: _call(model, full))
     return {
@@ -161,3 +202,29 @@ def measure_speed(model, x, batch_size, latency_batch_size):
         "throughput": batch_size / per_batch,
         "throughput_batch_size": int(batch_size),
     }
+
+
+def interleaved_latencies(models, x, batch_size, rounds=21):
+    """Median latency (ms) of several models timed in alternation.
+
+    Every model is warmed up, then each round times one call of every
+    model in turn, so drifts of the machine (other processes, clock
+    changes) hit all models alike; ratios between models are therefore
+    steadier than with separate timings.
+
+    Args:
+        models: dict mapping a name to a model.
+        x: inputs; the first `batch_size` (repeated if needed) are used.
+        batch_size: int, the batch size timed.
+        rounds: int, number of rounds. Defaults to `21`.
+    """
+    batch = _repeat_to(x, batch_size)
+    for model in models.values():
+        _warm_up(lambda: _call(model, batch))
+    times = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            start = time.perf_counter()
+            _call(model, batch)
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) * 1000.0 for name, t in times.items()}

@@ -8,6 +8,7 @@ from ensemble_zoo import datasets
 from ensemble_zoo import presets as preset_registry
 from ensemble_zoo.evaluation import plots
 from ensemble_zoo.evaluation.evaluate import evaluate
+from ensemble_zoo.evaluation.prediction import interleaved_latencies
 from ensemble_zoo.evaluation.tables import markdown_table
 from ensemble_zoo.evaluation.tables import text_table
 from ensemble_zoo.utils.output_dir import prepare_output_dir
@@ -38,14 +39,24 @@ def _check_preset(name):
 def _split_data(model, dataset, split, batch_size, data_dir):
     if dataset == "digits":
         return datasets.load_arrays(dataset, split)
-    return datasets.load(
-        dataset,
-        split,
-        batch_size=batch_size,
-        image_shape=getattr(model, "member_input_shape", None),
-        data_dir=data_dir,
-        download=False,
-    )
+    try:
+        return datasets.load(
+            dataset,
+            split,
+            batch_size=batch_size,
+            image_shape=getattr(model, "member_input_shape", None),
+            data_dir=data_dir,
+            download=False,
+        )
+    except ValueError:
+        raise
+    except Exception as error:  # tfds raises AssertionError and others
+        raise ValueError(
+            f"Cannot load split {split!r} of dataset {dataset!r} from "
+            f"data_dir={data_dir!r} (nothing is downloaded here; prepare it "
+            f"with tensorflow_datasets and pass --data-dir): "
+            f"{type(error).__name__}: {error}"
+        ) from error
 
 
 def evaluate_preset(
@@ -69,15 +80,24 @@ def evaluate_preset(
     Returns:
         An `EvaluationReport` named after the preset.
     """
+    return _evaluate_model(
+        _load_model(preset), preset, dataset, batch_size, progress, data_dir
+    )
+
+
+def _load_model(preset):
     from ensemble_zoo.models import EnsembleClassifier
 
     _check_preset(preset)
+    return EnsembleClassifier.from_preset(preset)
+
+
+def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir):
     if dataset not in datasets.list_datasets():
         raise ValueError(
             f"Unknown dataset {dataset!r}; valid datasets: "
             f"{', '.join(datasets.list_datasets())}."
         )
-    model = EnsembleClassifier.from_preset(preset)
     if datasets.num_classes(dataset) != model.num_classes:
         raise ValueError(
             f"Preset {preset!r} predicts {model.num_classes} classes but "
@@ -130,6 +150,14 @@ LEADERBOARD_COLUMNS = [
 ]
 
 
+def _with_latency(metrics, latencies):
+    """`metrics` with `cost.latency_ms` replaced by the interleaved timing."""
+    if metrics is None or metrics["name"] not in latencies:
+        return metrics
+    cost = dict(metrics["cost"], latency_ms=latencies[metrics["name"]])
+    return dict(metrics, cost=cost)
+
+
 class Leaderboard:
     """Reports of several presets on the same data, as one table.
 
@@ -143,18 +171,25 @@ class Leaderboard:
         reports: list of `EvaluationReport`s.
         base_presets: dict mapping a report name to the name of its base
             model's report.
+        latencies_ms: optional dict mapping a report name to a latency
+            measured for all presets together (`interleaved_latencies`);
+            used for the relative latency instead of the reports' own.
     """
 
-    def __init__(self, reports, base_presets=None):
+    def __init__(self, reports, base_presets=None, latencies_ms=None):
         self.reports = list(reports)
         self.base_presets = dict(base_presets or {})
+        self.latencies_ms = dict(latencies_ms or {})
 
     def rows(self):
-        by_name = {r.name: r.metrics for r in self.reports}
+        by_name = {
+            r.name: _with_latency(r.metrics, self.latencies_ms) for r in self.reports
+        }
         rows = []
         for report in self.reports:
+            metrics = by_name[report.name]
             base = by_name.get(self.base_presets.get(report.name))
-            rows.append([fn(report.metrics, base) for _, fn in LEADERBOARD_COLUMNS])
+            rows.append([fn(metrics, base) for _, fn in LEADERBOARD_COLUMNS])
         return rows
 
     @property
@@ -172,6 +207,7 @@ class Leaderboard:
             "columns": self.headers,
             "rows": self.rows(),
             "base_presets": self.base_presets,
+            "latencies_ms": self.latencies_ms,
             "reports": {r.name: r.to_dict() for r in self.reports},
         }
 
@@ -227,6 +263,10 @@ def compare_presets(
         batch_size: int. Defaults to `256`.
         progress: bool, show progress bars.
         data_dir: optional tfds data directory.
+
+    The relative latency comes from one extra timing of all presets in
+    alternation (`interleaved_latencies`, batch of 4), so machine drift
+    affects every preset alike; each report keeps its own timing too.
     """
     names = trained_presets() if presets is None else list(presets)
     if not names:
@@ -235,17 +275,25 @@ def compare_presets(
         _check_preset(name)
     if output_dir is not None:
         prepare_output_dir(output_dir)
-    reports = [
-        evaluate_preset(name, dataset, batch_size, progress, data_dir)
-        for name in progress_bar(names, desc="presets", enable=progress)
-    ]
+    models, reports = {}, []
+    for name in progress_bar(names, desc="presets", enable=progress):
+        models[name] = _load_model(name)
+        reports.append(
+            _evaluate_model(
+                models[name], name, dataset, batch_size, progress, data_dir
+            )
+        )
+    x_timing = reports[0].arrays["timing_inputs"]
+    latencies = interleaved_latencies(
+        models, x_timing, reports[0].metrics["cost"]["latency_batch_size"]
+    )
     base_presets = {}
     for name in names:
         meta = preset_registry.preset_metadata(name)
         base = meta.get("base_preset", name if meta.get("num_members") == 1 else None)
         if base is not None:
             base_presets[name] = base
-    leaderboard = Leaderboard(reports, base_presets)
+    leaderboard = Leaderboard(reports, base_presets, latencies)
     if output_dir is not None:
         leaderboard.save(output_dir)
     return leaderboard

@@ -1,9 +1,12 @@
 """Streaming calibration metrics for `compile(metrics=...)`.
 
 Each accepts the zoo classifiers' output, member logits
-`(batch, members, classes)` (member softmaxes are averaged), or predictive
-probabilities `(batch, classes)`, and integer labels `(batch,)` or
-`(batch, 1)`. They accumulate exact sums over batches, so after a pass over
+`(batch, members, classes)` (member softmaxes are averaged), or a 2-D
+`(batch, classes)` output: predictive probabilities by default, logits with
+`from_logits=True` (2-D inputs are not checked, so pass `from_logits=True`
+for a plain Keras classifier that outputs logits). Labels are integer
+class indices `(batch,)` or `(batch, 1)` in `[0, classes)`; other values
+(such as the OOD label -1) are not checked and count as probability 0. They accumulate exact sums over batches, so after a pass over
 a dataset they equal the array functions of the same name (up to float32
 round-off).
 """
@@ -23,8 +26,9 @@ _LOG_FLOOR = math.log(NLL_EPSILON)
 class _SumMetric(keras.metrics.Metric):
     """Weighted mean of a per-sample value over all batches seen."""
 
-    def __init__(self, name, dtype=None):
+    def __init__(self, name, from_logits=False, dtype=None):
         super().__init__(name=name, dtype=dtype)
+        self.from_logits = bool(from_logits)
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
@@ -33,7 +37,7 @@ class _SumMetric(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         log_probs, labels = log_probabilities_and_labels(
-            type(self).__name__, y_true, y_pred, _LOG_FLOOR
+            type(self).__name__, y_true, y_pred, _LOG_FLOOR, self.from_logits
         )
         weights = sample_weights(sample_weight, labels, self.dtype)
         values = ops.cast(self.per_sample(log_probs, labels), self.dtype)
@@ -47,6 +51,9 @@ class _SumMetric(keras.metrics.Metric):
         self.total.assign(0.0)
         self.count.assign(0.0)
 
+    def get_config(self):
+        return {**super().get_config(), "from_logits": self.from_logits}
+
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class NegativeLogLikelihood(_SumMetric):
@@ -57,6 +64,8 @@ class NegativeLogLikelihood(_SumMetric):
 
     Args:
         name: str. Defaults to `"nll"`.
+        from_logits: bool, read a 2-D `y_pred` as logits. Defaults to
+            `False` (probabilities). 3-D inputs are always member logits.
         dtype: the metric's dtype.
 
     Example:
@@ -72,8 +81,8 @@ class NegativeLogLikelihood(_SumMetric):
     ```
     """
 
-    def __init__(self, name="nll", dtype=None):
-        super().__init__(name=name, dtype=dtype)
+    def __init__(self, name="nll", from_logits=False, dtype=None):
+        super().__init__(name=name, from_logits=from_logits, dtype=dtype)
 
     def per_sample(self, log_probs, labels):
         one_hot = ops.one_hot(labels, ops.shape(log_probs)[-1])
@@ -86,6 +95,8 @@ class BrierScore(_SumMetric):
 
     Args:
         name: str. Defaults to `"brier"`.
+        from_logits: bool, read a 2-D `y_pred` as logits. Defaults to
+            `False` (probabilities). 3-D inputs are always member logits.
         dtype: the metric's dtype.
 
     Example:
@@ -101,8 +112,8 @@ class BrierScore(_SumMetric):
     ```
     """
 
-    def __init__(self, name="brier", dtype=None):
-        super().__init__(name=name, dtype=dtype)
+    def __init__(self, name="brier", from_logits=False, dtype=None):
+        super().__init__(name=name, from_logits=from_logits, dtype=dtype)
 
     def per_sample(self, log_probs, labels):
         one_hot = ops.one_hot(labels, ops.shape(log_probs)[-1])
@@ -121,6 +132,8 @@ class ExpectedCalibrationError(keras.metrics.Metric):
     Args:
         num_bins: int, number of equal-width bins. Defaults to `15`.
         name: str. Defaults to `"ece"`.
+        from_logits: bool, read a 2-D `y_pred` as logits. Defaults to
+            `False` (probabilities). 3-D inputs are always member logits.
         dtype: the metric's dtype.
 
     Example:
@@ -143,13 +156,14 @@ class ExpectedCalibrationError(keras.metrics.Metric):
     ```
     """
 
-    def __init__(self, num_bins=15, name="ece", dtype=None):
+    def __init__(self, num_bins=15, name="ece", from_logits=False, dtype=None):
         if isinstance(num_bins, bool) or not isinstance(num_bins, int):
             raise ValueError(f"`num_bins` must be an int; got {num_bins!r}.")
         if num_bins < 1:
             raise ValueError(f"`num_bins` must be >= 1; got {num_bins}.")
         super().__init__(name=name, dtype=dtype)
         self.num_bins = num_bins
+        self.from_logits = bool(from_logits)
         self.bin_count = self.add_variable(
             shape=(num_bins,), initializer="zeros", name="bin_count"
         )
@@ -162,7 +176,8 @@ class ExpectedCalibrationError(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         log_probs, labels = log_probabilities_and_labels(
-            "ExpectedCalibrationError", y_true, y_pred, _LOG_FLOOR
+            "ExpectedCalibrationError", y_true, y_pred, _LOG_FLOOR,
+            self.from_logits,
         )
         weights = sample_weights(sample_weight, labels, self.dtype)
         confidence = ops.cast(ops.exp(ops.max(log_probs, axis=-1)), self.dtype)
@@ -189,4 +204,8 @@ class ExpectedCalibrationError(keras.metrics.Metric):
             variable.assign(ops.zeros(variable.shape, dtype=variable.dtype))
 
     def get_config(self):
-        return {**super().get_config(), "num_bins": self.num_bins}
+        return {
+            **super().get_config(),
+            "num_bins": self.num_bins,
+            "from_logits": self.from_logits,
+        }

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.metrics.prediction_inputs import sample_weights
 from ensemble_zoo.ops.uncertainty import predictive_log_probabilities
 
 
@@ -57,12 +58,9 @@ class EnsembleAccuracy(keras.metrics.Metric):
             ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")),
             self.dtype,
         )
-        if sample_weight is not None:
-            weight = ops.reshape(ops.cast(sample_weight, self.dtype), (-1,))
-            matches = matches * weight
-            total = ops.sum(weight)
-        else:
-            total = ops.cast(ops.shape(matches)[0], self.dtype)
+        weight = sample_weights(sample_weight, matches, self.dtype)
+        matches = matches * weight
+        total = ops.sum(weight)
         self.correct.assign_add(ops.sum(matches))
         self.count.assign_add(total)
 

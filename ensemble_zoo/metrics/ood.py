@@ -11,6 +11,8 @@ the threshold that detects 95 % of the OOD samples.
 All three are exact (one sort; ties handled like scikit-learn).
 """
 
+import numbers
+
 import numpy as np
 
 from ensemble_zoo.metrics.ranking import as_scores
@@ -87,7 +89,7 @@ def fpr_at_95_tpr(id_scores, ood_scores, tpr=0.95):
     Returns:
         float in [0, 1].
     """
-    if isinstance(tpr, bool) or not isinstance(tpr, (int, float)):
+    if isinstance(tpr, bool) or not isinstance(tpr, numbers.Real):
         raise ValueError(f"`tpr` must be a float in (0, 1]; got {tpr!r}.")
     if not 0.0 < tpr <= 1.0:
         raise ValueError(f"`tpr` must lie in (0, 1]; got {tpr}.")

@@ -13,8 +13,13 @@ import numpy as np
 
 
 def as_scores(scores, name):
-    """Returns `scores` as a non-empty float64 vector, or raises."""
-    scores = np.asarray(scores, dtype=np.float64)
+    """Returns `scores` as a non-empty vector (int64 for integer scores, so
+    large integers stay distinct; float64 otherwise), or raises."""
+    scores = np.asarray(scores)
+    if scores.dtype.kind in "iub":
+        scores = scores.astype(np.int64)
+    else:
+        scores = scores.astype(np.float64)
     if scores.ndim == 2 and scores.shape[1] == 1:
         scores = scores[:, 0]
     if scores.ndim != 1:
@@ -27,7 +32,7 @@ def as_scores(scores, name):
             f"`{name}` is empty; the metric needs at least one sample of "
             "each kind."
         )
-    if np.isnan(scores).any():
+    if scores.dtype.kind == "f" and np.isnan(scores).any():
         raise ValueError(
             f"`{name}` contains {int(np.isnan(scores).sum())} NaN values."
         )
@@ -43,7 +48,7 @@ def threshold_counts(scores, positive):
     k-th highest distinct score (float64 arrays, ending at the totals).
     """
     positive = np.asarray(positive, dtype=bool)
-    order = np.argsort(-scores)
+    order = np.argsort(scores)[::-1]  # descending; no negation overflow
     sorted_scores = scores[order]
     tp = np.cumsum(positive[order], dtype=np.float64)
     last = np.flatnonzero(sorted_scores[1:] != sorted_scores[:-1])

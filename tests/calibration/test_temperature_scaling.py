@@ -71,3 +71,13 @@ def test_config_bounds_and_errors(rng):
     z = rng.normal(size=(300, 2, 4)) * 3
     with pytest.warns(UserWarning, match="bound"):
         TemperatureScaling().fit(z, rng.integers(0, 4, size=300))
+
+
+def test_undetermined_temperatures_warn():
+    # Perfectly separated: NLL ~ 0 for every small T.
+    with pytest.warns(UserWarning, match="perfectly separated"):
+        TemperatureScaling().fit(np.eye(3) * 5, [0, 1, 2])
+    # Flat NLL across the whole range: T stays 1.
+    with pytest.warns(UserWarning, match="does not determine"):
+        scaler = TemperatureScaling().fit(np.array([[1e4, 0.0], [0.0, 1e4]]), [0, 1])
+    assert scaler.temperature == 1.0

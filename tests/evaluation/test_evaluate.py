@@ -200,3 +200,30 @@ def test_clear_errors(ensemble, digits, tmp_path):
     blocker.write_text("")
     with pytest.raises(ValueError, match="not a directory"):
         ez.evaluation.EvaluationReport({"name": "x"}, {"a": 1}).save(blocker)
+
+
+def test_datasets_are_rebatched_and_bad_inputs_are_clear(ensemble, digits, report):
+    x, y = digits["test"]
+    small = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
+    calls = []
+    original = ensemble.predict_on_batch
+
+    def counting(batch):
+        calls.append(len(batch))
+        return original(batch)
+
+    ensemble.predict_on_batch = counting
+    try:
+        rep = ez.evaluation.evaluate(ensemble, small, batch_size=100, progress=False)
+    finally:
+        del ensemble.predict_on_batch
+    assert calls[:3] == [100, 100, 100]  # 289 samples: 3 prediction calls
+    assert rep.metrics["in_distribution"]["num_samples"] == 289
+    assert rep.metrics["in_distribution"]["nll"] == pytest.approx(
+        report.metrics["in_distribution"]["nll"], abs=1e-6
+    )
+    with pytest.raises(ValueError, match="got generator"):
+        ez.evaluation.evaluate(ensemble, (b for b in [x]), progress=False)
+    weighted = tf.data.Dataset.from_tensor_slices((x, y, np.ones(289))).batch(8)
+    with pytest.raises(ValueError, match="sample weights are not supported"):
+        ez.evaluation.evaluate(ensemble, weighted, progress=False)

@@ -61,3 +61,24 @@ def test_config_round_trip_and_errors():
         metrics.ExpectedCalibrationError(num_bins=0)
     with pytest.raises(ValueError, match=r"\(batch, members, classes\)"):
         metrics.BrierScore().update_state(np.zeros(3), np.zeros(3))
+
+
+def test_scalar_sample_weight_and_2d_logits(rng):
+    logits = rng.normal(size=(30, 4)).astype("float32")
+    labels = rng.integers(0, 4, size=30)
+    probs = softmax(logits.astype(np.float64))
+    for metric_cls, reference in [
+        (metrics.NegativeLogLikelihood, metrics.negative_log_likelihood),
+        (metrics.BrierScore, metrics.brier_score),
+        (metrics.ExpectedCalibrationError, metrics.expected_calibration_error),
+    ]:
+        metric = metric_cls(from_logits=True)
+        for start in range(0, 30, 10):
+            metric.update_state(
+                labels[start : start + 10], logits[start : start + 10], sample_weight=2.0
+            )
+        assert float(metric.result()) == pytest.approx(reference(probs, labels), abs=2e-5)
+        assert metric_cls.from_config(metric.get_config()).from_logits
+    accuracy = metrics.EnsembleAccuracy()
+    accuracy.update_state(labels, probs.astype("float32"), sample_weight=3.0)
+    assert float(accuracy.result()) == pytest.approx(metrics.accuracy(probs, labels))

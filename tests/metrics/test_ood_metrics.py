@@ -73,3 +73,9 @@ def test_clear_errors():
         metrics.ood_auroc(np.zeros((3, 2)), [0.1])
     with pytest.raises(ValueError, match="tpr"):
         metrics.fpr_at_95_tpr([0.1], [0.2], tpr=0.0)
+
+
+def test_integer_scores_and_numpy_tpr():
+    # Large integers stay distinct (no float64 rounding).
+    assert metrics.ood_auroc([2**60], [2**60 + 1]) == 1.0
+    assert metrics.fpr_at_95_tpr([0.1, 0.5], [0.6, 0.9], np.float32(0.95)) == 0.0
