@@ -15,3 +15,4 @@ from ensemble_zoo import metrics
 from ensemble_zoo import models
 from ensemble_zoo import ops
 from ensemble_zoo import presets
+from ensemble_zoo import pruning

@@ -11,6 +11,7 @@ from ensemble_zoo.evaluation.prediction import measure_speed
 from ensemble_zoo.evaluation.prediction import predict_member_logits
 from ensemble_zoo.evaluation.report import EvaluationReport
 from ensemble_zoo.metrics.diversity import as_member_probabilities
+from ensemble_zoo.utils.parameters import parameter_count
 
 
 def _check_positive_int(value, name):
@@ -220,7 +221,7 @@ def evaluate(
     first_batch, _ = next(
         iterate_batches(id_data, batch_size, "id_data", example_rank_of(model))
     )
-    cost = {"parameters": int(model.count_params())}
+    cost = {"parameters": parameter_count(model)}
     cost.update(measure_speed(model, first_batch, batch_size, latency_batch_size))
     cost["backend"] = keras.config.backend()
 

@@ -5,3 +5,5 @@ from ensemble_zoo.layers.grouped_layer_normalization import (
     GroupedLayerNormalization,
 )
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.layers.hydra_attention import HydraAttention
+from ensemble_zoo.layers.member_broadcast import MemberBroadcast

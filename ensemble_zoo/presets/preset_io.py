@@ -20,6 +20,7 @@ import warnings
 import keras
 
 from ensemble_zoo.presets.registry import PRESETS
+from ensemble_zoo.utils.parameters import parameter_count
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -251,7 +252,7 @@ def save_preset(model, preset_dir, metadata=None):
         "class_name": type(model).__name__,
         "num_members": getattr(model, "num_members", None),
         "num_classes": getattr(model, "num_classes", None),
-        "parameter_count": int(model.count_params()),
+        "parameter_count": parameter_count(model),
         "keras_version": keras.__version__,
         "ensemble_zoo_version": __version__,
         "backend": keras.config.backend(),

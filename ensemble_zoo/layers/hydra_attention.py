@@ -1,0 +1,221 @@
+import math
+
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.utils.validation import check_member_axis_input
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+def _check_member_num_heads(member_num_heads, num_members, num_heads):
+    if member_num_heads is None:
+        return [num_heads] * num_members
+    counts = list(member_num_heads)
+    if len(counts) != num_members or any(
+        isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= num_heads
+        for c in counts
+    ):
+        raise ValueError(
+            f"`member_num_heads` must be {num_members} ints in [0, "
+            f"{num_heads}] (heads kept by each member); got {member_num_heads!r}."
+        )
+    return counts
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class HydraAttention(keras.layers.Layer):
+    """Multi-head self-attention for all ensemble members in one call.
+
+    The input holds one residual stream per member, `(batch, members,
+    tokens, dim)`. Member `m` has its own query / key / value kernels
+    `(dim, num_heads, key_dim)` and output kernel `(num_heads, key_dim,
+    dim)` (the layout of `keras.layers.MultiHeadAttention`, with a member
+    axis in front). The `members * num_heads` heads run in a single
+    `keras.ops.dot_product_attention` call; each head only attends within
+    its own member's stream, so the result equals `members` separate
+    attention layers exactly (Hydra Ensembles, paper 001, §4.2).
+
+    Members may keep different numbers of heads (pruning is per member):
+    `num_heads` is the number of head *slots*, the largest count, and a
+    non-trainable `head_mask` `(members, num_heads)` zeroes the unused
+    slots after attention. A masked head contributes exactly nothing, the
+    same as zeroing its block of the output kernel or slicing it out, and a
+    member with no heads outputs its output bias. Shapes stay static, so
+    the layer compiles with XLA. Pruning code may also `assign` any 0/1
+    pattern to `head_mask` to ablate heads.
+
+    Args:
+        num_members: int, the size of the member axis (axis 1).
+        num_heads: int, head slots per member.
+        key_dim: int, size of each head.
+        member_num_heads: optional list of `num_members` ints, the heads
+            member `m` keeps (its first `member_num_heads[m]` slots).
+            Defaults to `num_heads` for every member.
+        dropout: float, dropout on the attention probabilities.
+        use_bias: bool. Defaults to `True`.
+        kernel_initializer: per-member kernel initializer. Defaults to
+            `"glorot_uniform"`.
+        bias_initializer: Defaults to `"zeros"`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import HydraAttention
+
+    attention = HydraAttention(
+        num_members=3, num_heads=4, key_dim=8, member_num_heads=[4, 3, 2]
+    )
+    x = np.random.normal(size=(2, 3, 17, 32)).astype("float32")
+    y = attention(x)  # (2, 3, 17, 32)
+    attention.query_kernel.shape  # (3, 32, 4, 8)
+    ```
+    """
+
+    def __init__(
+        self,
+        num_members,
+        num_heads,
+        key_dim,
+        member_num_heads=None,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.key_dim = check_positive_int(key_dim, "key_dim")
+        self.member_num_heads = _check_member_num_heads(
+            member_num_heads, self.num_members, self.num_heads
+        )
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); got {dropout}.")
+        self.dropout = float(dropout)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self._dropout_layer = keras.layers.Dropout(self.dropout)
+
+    def build(self, input_shape):
+        input_shape = check_member_axis_input(self, input_shape)
+        dim = int(input_shape[-1])
+        self.dim = dim
+        m, h, k = self.num_members, self.num_heads, self.key_dim
+        kernel_init = MemberInitializer(self.kernel_initializer)
+        bias_init = MemberInitializer(self.bias_initializer)
+        for name in ("query", "key", "value"):
+            setattr(
+                self,
+                f"{name}_kernel",
+                self.add_weight(
+                    name=f"{name}_kernel", shape=(m, dim, h, k),
+                    initializer=kernel_init,
+                ),
+            )
+            setattr(
+                self,
+                f"{name}_bias",
+                self.add_weight(
+                    name=f"{name}_bias", shape=(m, h, k), initializer=bias_init
+                )
+                if self.use_bias
+                else None,
+            )
+        self.output_kernel = self.add_weight(
+            name="output_kernel", shape=(m, h, k, dim), initializer=kernel_init
+        )
+        self.output_bias = (
+            self.add_weight(name="output_bias", shape=(m, dim), initializer=bias_init)
+            if self.use_bias
+            else None
+        )
+        mask = [
+            [1.0 if slot < count else 0.0 for slot in range(h)]
+            for count in self.member_num_heads
+        ]
+        self.head_mask = self.add_weight(
+            name="head_mask",
+            shape=(m, h),
+            initializer=keras.initializers.Constant(mask),
+            trainable=False,
+        )
+
+    def _project(self, x, name):
+        y = ops.einsum("bmtd,mdhk->btmhk", x, getattr(self, f"{name}_kernel"))
+        if self.use_bias:
+            y = y + getattr(self, f"{name}_bias")[None, None]
+        batch, tokens = ops.shape(y)[0], ops.shape(y)[1]
+        return ops.reshape(
+            y, (batch, tokens, self.num_members * self.num_heads, self.key_dim)
+        )
+
+    def call(self, inputs, attention_mask=None, training=None):
+        shape = check_member_axis_input(self, static_shape(inputs))
+        if len(shape) != 4:
+            raise ValueError(
+                f"HydraAttention '{self.name}' expects inputs (batch, members, "
+                f"tokens, dim); got shape {shape}."
+            )
+        query = self._project(inputs, "query")
+        key = self._project(inputs, "key")
+        value = self._project(inputs, "value")
+        mask = None
+        if attention_mask is not None:
+            mask = ops.cast(attention_mask, "bool")
+            if len(mask.shape) == 2:  # (batch, tokens): keys to attend to
+                mask = mask[:, None, None, :]
+            elif len(mask.shape) == 3:  # (batch, queries, keys)
+                mask = mask[:, None, :, :]
+            else:
+                raise ValueError(
+                    "`attention_mask` must be (batch, tokens) or (batch, "
+                    f"tokens, tokens); got shape {tuple(mask.shape)}."
+                )
+        if self.dropout > 0.0 and training:
+            scores = ops.einsum(
+                "btnk,bsnk->bnts", query * (1.0 / math.sqrt(self.key_dim)), key
+            )
+            if mask is not None:
+                scores = ops.where(mask, scores, ops.cast(-1e9, scores.dtype))
+            probs = self._dropout_layer(ops.softmax(scores, axis=-1), training=True)
+            z = ops.einsum("bnts,bsnk->btnk", probs, value)
+        else:
+            z = ops.dot_product_attention(query, key, value, mask=mask)
+        batch, tokens = ops.shape(z)[0], ops.shape(z)[1]
+        z = ops.reshape(
+            z, (batch, tokens, self.num_members, self.num_heads, self.key_dim)
+        )
+        z = z * ops.cast(self.head_mask, z.dtype)[None, None, :, :, None]
+        out = ops.einsum("btmhk,mhkd->bmtd", z, self.output_kernel)
+        if self.use_bias:
+            out = out + self.output_bias[None, :, None, :]
+        return out
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_members": self.num_members,
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "member_num_heads": list(self.member_num_heads),
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+            }
+        )
+        return config

@@ -1,0 +1,3 @@
+from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
+from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
+from ensemble_zoo.models.hydra.hydra_image_classifier import HydraImageClassifier

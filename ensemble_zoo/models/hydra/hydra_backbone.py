@@ -1,0 +1,225 @@
+import keras
+from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
+
+from ensemble_zoo.layers.grouped_layer_normalization import (
+    GroupedLayerNormalization,
+)
+from ensemble_zoo.layers.member_broadcast import MemberBroadcast
+from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
+from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads):
+    """Returns `(num_layers, num_members)` kept-head counts as lists."""
+    if member_num_heads is None:
+        return [[num_heads] * num_members for _ in range(num_layers)]
+    counts = [list(layer) for layer in member_num_heads]
+    valid = len(counts) == num_layers and all(
+        len(layer) == num_members
+        and all(
+            not isinstance(c, bool) and isinstance(c, int) and 0 <= c <= num_heads
+            for c in layer
+        )
+        for layer in counts
+    )
+    if not valid:
+        raise ValueError(
+            "`member_num_heads` must be a (num_layers, num_members) = "
+            f"({num_layers}, {num_members}) nested list of ints in [0, "
+            f"{num_heads}] (heads each member keeps per layer); got "
+            f"{member_num_heads!r}."
+        )
+    return counts
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class HydraBackbone(keras.Model):
+    """A ViT whose members share the embedding and keep their own heads.
+
+    The image is patched and embedded once (keras-hub's
+    `ViTPatchingAndEmbedding`: shared, as the members' frozen embeddings
+    are in the paper), repeated for every member, and run through
+    `num_layers` `HydraEncoderBlock`s, where member `m` uses only its own
+    kept heads of each layer, its own layer norms and either the shared
+    merged MLP or its own. A final per-member layer norm gives
+    `(batch, members, tokens, hidden_dim)`.
+
+    Layer `l` has `max_m member_num_heads[l][m]` head slots (at least 1),
+    so pruned heads cost nothing; members with fewer heads are masked.
+    With one member keeping every head this is keras-hub's `ViTBackbone`
+    (same weights, same outputs).
+
+    Args:
+        image_shape: `(height, width, channels)`.
+        patch_size: int or `(int, int)`.
+        num_layers: int.
+        num_heads: int, heads per layer of the original (unpruned) ViT;
+            `key_dim = hidden_dim // num_heads`.
+        hidden_dim: int.
+        mlp_dim: int.
+        num_members: int.
+        member_num_heads: optional `(num_layers, num_members)` nested list
+            of kept-head counts. Defaults to every head for every member.
+        mlp: `"merge"` (one MLP shared by the members, the paper's
+            choice) or `"grouped"` (one per member). Defaults to `"merge"`.
+        dropout_rate: float. Defaults to `0.0`.
+        attention_dropout: float. Defaults to `0.0`.
+        layer_norm_epsilon: float. Defaults to `1e-6`.
+        use_mha_bias: bool. Defaults to `True`.
+        use_mlp_bias: bool. Defaults to `True`.
+        use_class_token: bool. Defaults to `True`.
+        use_patch_bias: bool. Defaults to `True`.
+        **kwargs: other `keras.Model` arguments (`name`, `dtype`).
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.models import HydraBackbone
+
+    backbone = HydraBackbone(
+        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=4,
+        hidden_dim=16, mlp_dim=32, num_members=3,
+        member_num_heads=[[3, 3, 2], [4, 2, 3]],
+    )
+    backbone(np.zeros((2, 8, 8, 1), "float32")).shape  # (2, 3, 17, 16)
+    ```
+    """
+
+    def __init__(
+        self,
+        image_shape,
+        patch_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        mlp_dim,
+        num_members,
+        member_num_heads=None,
+        mlp="merge",
+        dropout_rate=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
+        use_mha_bias=True,
+        use_mlp_bias=True,
+        use_class_token=True,
+        use_patch_bias=True,
+        **kwargs,
+    ):
+        num_layers = check_positive_int(num_layers, "num_layers")
+        num_heads = check_positive_int(num_heads, "num_heads")
+        num_members = check_positive_int(num_members, "num_members")
+        check_mlp_mode(mlp)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+                f"({num_heads})."
+            )
+        image_shape = tuple(int(d) for d in image_shape)
+        if len(image_shape) != 3:
+            raise ValueError(
+                f"`image_shape` must be (height, width, channels); got {image_shape}."
+            )
+        patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+        if image_shape[0] % patch[0] or image_shape[1] % patch[1]:
+            raise ValueError(
+                f"`image_shape` {image_shape[:2]} must be divisible by "
+                f"`patch_size` {patch}."
+            )
+        counts = check_member_num_heads(
+            member_num_heads, num_layers, num_members, num_heads
+        )
+        key_dim = hidden_dim // num_heads
+
+        # === Layers === (locals first: the torch backend forbids setting
+        # layer attributes before keras.Model.__init__)
+        embedding = ViTPatchingAndEmbedding(
+            image_size=image_shape[:2],
+            patch_size=patch,
+            hidden_dim=hidden_dim,
+            num_channels=image_shape[2],
+            use_class_token=use_class_token,
+            use_patch_bias=use_patch_bias,
+            name="vit_patching_and_embedding",
+        )
+        embedding_dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        broadcast = MemberBroadcast(num_members, name="member_broadcast")
+        encoder_blocks = [
+            HydraEncoderBlock(
+                num_members,
+                num_heads=max(1, max(counts[layer])),
+                key_dim=key_dim,
+                mlp_dim=mlp_dim,
+                member_num_heads=counts[layer],
+                mlp=mlp,
+                dropout_rate=dropout_rate,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                use_mha_bias=use_mha_bias,
+                use_mlp_bias=use_mlp_bias,
+                name=f"transformer_block_{layer + 1}",
+            )
+            for layer in range(num_layers)
+        ]
+        layer_norm = GroupedLayerNormalization(
+            num_members, epsilon=layer_norm_epsilon, name="ln"
+        )
+
+        # === Functional model ===
+        inputs = keras.Input(shape=image_shape, name="images")
+        x = embedding(inputs)
+        x = embedding_dropout(x)
+        x = broadcast(x)
+        for block in encoder_blocks:
+            x = block(x)
+        outputs = layer_norm(x)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.embedding = embedding
+        self.encoder_blocks = encoder_blocks
+        self.layer_norm = layer_norm
+
+        # === Config ===
+        self.image_shape = image_shape
+        self.patch_size = patch
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.hidden_dim = hidden_dim
+        self.mlp_dim = mlp_dim
+        self.num_members = num_members
+        self.member_num_heads = counts
+        self.mlp = mlp
+        self.dropout_rate = dropout_rate
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_mha_bias = use_mha_bias
+        self.use_mlp_bias = use_mlp_bias
+        self.use_class_token = use_class_token
+        self.use_patch_bias = use_patch_bias
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "image_shape": list(self.image_shape),
+            "patch_size": list(self.patch_size),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "mlp_dim": self.mlp_dim,
+            "num_members": self.num_members,
+            "member_num_heads": self.member_num_heads,
+            "mlp": self.mlp,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout": self.attention_dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "use_mha_bias": self.use_mha_bias,
+            "use_mlp_bias": self.use_mlp_bias,
+            "use_class_token": self.use_class_token,
+            "use_patch_bias": self.use_patch_bias,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,252 @@
+import keras
+import numpy as np
+from keras import ops
+
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.hydra import member_weights
+from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
+from ensemble_zoo.utils.validation import check_positive_int
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class HydraImageClassifier(EnsembleClassifier):
+    """Hydra Ensemble image classifier: pruned ViT members, fused.
+
+    Members are copies of one ViT that each keep a different subset of
+    attention heads (Hydra Ensembles, paper 001). The fused model runs all
+    of them in one forward pass over `(batch, members, tokens, dim)`:
+    shared embedding, per-member heads in one grouped attention, shared
+    (merged) or per-member MLPs, per-member layer norms and classifier
+    heads. `call` returns member logits `(batch, members, classes)`.
+
+    Decisions where the paper is silent (see `../notes/hydra.md` §1.4):
+    layer norms and classifier heads stay per member (exact, and the
+    paper's parameter count matches per-member heads); members with
+    unequal head counts are padded and masked; the embedding is shared
+    and must be equal across members when fusing.
+
+    Args:
+        backbone: a `HydraBackbone`.
+        num_classes: int.
+        pooling: `"token"` (the class token, default) or `"gap"`.
+        dropout: float, dropout before the classifier heads.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    vit = base.members[0]  # a keras_hub.models.ViTImageClassifier
+    masks = np.ones((3, 4, 6), bool)  # (members, layers, heads)
+    masks[0, :, 0] = masks[1, :, 1] = masks[2, :, 2] = False
+    hydra = ez.models.HydraImageClassifier.from_keras_hub(vit, masks)
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    hydra.predict(x, verbose=0).shape  # (289, 3, 8)
+    ```
+    """
+
+    def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
+        if not isinstance(backbone, HydraBackbone):
+            raise ValueError(
+                f"`backbone` must be a HydraBackbone; got {type(backbone).__name__}."
+            )
+        if pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
+        super().__init__(**kwargs)
+        # === Layers ===
+        self.backbone = backbone
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.head = GroupedDense(
+            check_positive_int(num_classes, "num_classes"),
+            backbone.num_members,
+            name="predictions",
+        )
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.dropout = dropout
+        self.member_input_shape = tuple(backbone.image_shape)
+        self.build((None,) + self.member_input_shape)
+        self.compile()
+
+    def build(self, input_shape):
+        self.head.build((None, self.num_members, self.backbone.hidden_dim))
+        self.built = True
+
+    def call_members(self, inputs, training=None):
+        x = self.backbone(inputs, training=training)
+        if self.pooling == "token":
+            x = x[:, :, 0]
+        else:
+            x = ops.mean(x, axis=2)
+        x = self.output_dropout(x, training=training)
+        return self.head(x)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_members, self.num_classes)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "num_classes": self.num_classes,
+            "pooling": self.pooling,
+            "dropout": self.dropout,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    # === Conversions ===
+
+    @classmethod
+    def _from_specs(cls, specs, backbone_kwargs, num_classes, pooling, dropout, mlp):
+        counts = [
+            [spec["layers"][layer]["query"][0].shape[1] for spec in specs]
+            for layer in range(len(specs[0]["layers"]))
+        ]
+        backbone = HydraBackbone(
+            num_members=len(specs), member_num_heads=counts, mlp=mlp, **backbone_kwargs
+        )
+        model = cls(backbone, num_classes, pooling=pooling, dropout=dropout)
+        member_weights.load_specs(model, specs)
+        return model
+
+    @classmethod
+    def from_keras_hub(cls, classifier, head_masks=None, mlp="merge"):
+        """Hydra members pruned from a keras-hub `ViTImageClassifier`.
+
+        Args:
+            classifier: a `keras_hub.models.ViTImageClassifier` (pooling
+                `"token"` or `"gap"`, no `intermediate_dim`).
+            head_masks: 0/1 array `(members, num_layers, num_heads)`: the
+                heads each member keeps (e.g. from
+                `ensemble_zoo.pruning.taylor_member_masks` or
+                `circuit_member_masks`). A `(num_layers, num_heads)` mask is
+                one member; `None` keeps every head (one member equal to
+                the keras-hub model).
+            mlp: `"merge"` or `"grouped"`. The members start from the same
+                MLP, so both are exact here; they differ after members are
+                fine-tuned separately (see `fuse`).
+
+        Returns:
+            A `HydraImageClassifier` whose member `m` equals the keras-hub
+            model with every head outside `head_masks[m]` removed.
+        """
+        import keras_hub
+
+        if not isinstance(classifier, keras_hub.models.ViTImageClassifier):
+            raise ValueError(
+                "`classifier` must be a keras_hub.models.ViTImageClassifier; "
+                f"got {type(classifier).__name__}."
+            )
+        if getattr(classifier, "intermediate_dim", None) is not None:
+            raise ValueError(
+                "ViT classifiers with an `intermediate_dim` pre-logits layer "
+                "are not supported."
+            )
+        backbone = classifier.backbone
+        if head_masks is None:
+            head_masks = np.ones((1, backbone.num_layers, backbone.num_heads), bool)
+        specs = member_weights.specs_from_keras_hub(classifier, head_masks)
+        return cls._from_specs(
+            specs,
+            _backbone_kwargs(backbone),
+            classifier.output_dense.units,
+            classifier.pooling,
+            float(classifier.dropout),
+            mlp,
+        )
+
+    def split_members(self):
+        """The members as separate one-member models, heads sliced out.
+
+        Member `m` keeps only its own heads (structurally: fewer slots, not
+        a mask). With `mlp="merge"` every member gets the shared MLP. Use
+        this to fine-tune members separately (the paper's recipe) before
+        `fuse`-ing them again.
+        """
+        specs = member_weights.specs_from_hydra(self)
+        kwargs = _hydra_backbone_kwargs(self.backbone)
+        return [
+            type(self)._from_specs(
+                [spec], kwargs, self.num_classes, self.pooling, self.dropout,
+                self.backbone.mlp,
+            )
+            for spec in specs
+        ]
+
+    @classmethod
+    def fuse(cls, members, mlp="merge"):
+        """Fuses separately trained members into one Hydra model.
+
+        Args:
+            members: list of `HydraImageClassifier`s (e.g. from
+                `split_members()`, then fine-tuned); each may hold several
+                members. Their embeddings must be equal (keep them frozen
+                while fine-tuning) and their architectures must match apart
+                from the kept heads.
+            mlp: `"merge"` (the paper's choice: the members' MLP weights
+                are averaged, so the fused model equals the members only
+                where their MLPs agree) or `"grouped"` (exact: every member
+                keeps its own MLP, at `members` x the MLP parameters).
+        """
+        members = list(members)
+        if not members or not all(isinstance(m, cls) for m in members):
+            raise ValueError(
+                f"`members` must be a non-empty list of {cls.__name__}s."
+            )
+        kwargs = _hydra_backbone_kwargs(members[0].backbone)
+        for i, member in enumerate(members[1:], start=1):
+            if _hydra_backbone_kwargs(member.backbone) != kwargs or (
+                member.num_classes != members[0].num_classes
+            ):
+                raise ValueError(
+                    f"members[{i}] has a different architecture from "
+                    "members[0] (beyond its kept heads)."
+                )
+        specs = [s for member in members for s in member_weights.specs_from_hydra(member)]
+        return cls._from_specs(
+            specs, kwargs, members[0].num_classes, members[0].pooling,
+            members[0].dropout, mlp,
+        )
+
+
+def _backbone_kwargs(vit_backbone):
+    """HydraBackbone arguments reproducing a keras-hub ViTBackbone."""
+    return {
+        "image_shape": tuple(vit_backbone.image_shape),
+        "patch_size": vit_backbone.patch_size,
+        "num_layers": vit_backbone.num_layers,
+        "num_heads": vit_backbone.num_heads,
+        "hidden_dim": vit_backbone.hidden_dim,
+        "mlp_dim": vit_backbone.mlp_dim,
+        "dropout_rate": vit_backbone.dropout_rate,
+        "attention_dropout": vit_backbone.attention_dropout,
+        "layer_norm_epsilon": vit_backbone.layer_norm_epsilon,
+        "use_mha_bias": vit_backbone.use_mha_bias,
+        "use_mlp_bias": vit_backbone.use_mlp_bias,
+        "use_class_token": vit_backbone.use_class_token,
+        "use_patch_bias": vit_backbone.use_patch_bias,
+    }
+
+
+def _hydra_backbone_kwargs(backbone):
+    config = backbone.get_config()
+    for key in ("name", "trainable", "num_members", "member_num_heads", "mlp"):
+        config.pop(key)
+    config["image_shape"] = tuple(config["image_shape"])
+    config["patch_size"] = tuple(config["patch_size"])
+    return config

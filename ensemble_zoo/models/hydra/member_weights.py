@@ -1,0 +1,212 @@
+"""Per-member weights of ViT-style Hydra models, as plain NumPy.
+
+A *member spec* is what one ensemble member consists of, independent of
+how it is stored: the shared embedding weights, per layer the layer norms,
+its kept attention heads (query / key / value kernels `(dim, heads,
+key_dim)` and biases `(heads, key_dim)`, output kernel `(heads, key_dim,
+dim)` and bias `(dim,)`) and its MLP, the final layer norm and the
+classifier. Conversions (keras-hub -> Hydra, fused -> members, members ->
+fused) read and write member specs, so each is written once.
+"""
+
+import numpy as np
+from keras import ops
+
+
+def to_numpy(variable):
+    return None if variable is None else np.asarray(ops.convert_to_numpy(variable))
+
+
+def _mha_heads(mha, keep):
+    """Kept heads (a list of indices) of a keras MultiHeadAttention."""
+    out = {}
+    for name, dense in (
+        ("query", mha._query_dense),
+        ("key", mha._key_dense),
+        ("value", mha._value_dense),
+    ):
+        bias = to_numpy(dense.bias)
+        out[name] = (
+            to_numpy(dense.kernel)[:, keep],
+            None if bias is None else bias[keep],
+        )
+    out["output"] = (
+        to_numpy(mha._output_dense.kernel)[keep],
+        to_numpy(mha._output_dense.bias),
+    )
+    return out
+
+
+def _norm(layer):
+    return (to_numpy(layer.gamma), to_numpy(layer.beta))
+
+
+def _dense(layer):
+    return (to_numpy(layer.kernel), to_numpy(layer.bias))
+
+
+def check_head_masks(head_masks, num_layers, num_heads):
+    """`(members, layers, heads)` 0/1 masks as a bool array, or raises."""
+    masks = np.asarray(head_masks)
+    if masks.ndim == 2:
+        masks = masks[None]
+    if masks.ndim != 3 or masks.shape[1:] != (num_layers, num_heads):
+        raise ValueError(
+            "`head_masks` must have shape (members, num_layers, num_heads) = "
+            f"(M, {num_layers}, {num_heads}); got shape {masks.shape}."
+        )
+    if not np.isin(masks, (0, 1)).all():
+        raise ValueError("`head_masks` must hold only 0/1 (or bool) values.")
+    return masks.astype(bool)
+
+
+def specs_from_keras_hub(classifier, head_masks):
+    """Member specs of a keras-hub `ViTImageClassifier` pruned by masks."""
+    backbone = classifier.backbone
+    encoder = backbone.get_layer("vit_encoder")
+    embedding = backbone.get_layer("vit_patching_and_embedding")
+    masks = check_head_masks(head_masks, backbone.num_layers, backbone.num_heads)
+    specs = []
+    for member_mask in masks:
+        layers = []
+        for block, keep in zip(encoder.encoder_layers, member_mask):
+            layer = _mha_heads(block.mha, np.flatnonzero(keep))
+            layer["ln_1"] = _norm(block.layer_norm_1)
+            layer["ln_2"] = _norm(block.layer_norm_2)
+            layer["mlp"] = _dense(block.mlp.dense_1) + _dense(block.mlp.dense_2)
+            layers.append(layer)
+        specs.append(
+            {
+                "embedding": [to_numpy(w) for w in embedding.weights],
+                "layers": layers,
+                "ln": _norm(encoder.layer_norm),
+                "head": _dense(classifier.output_dense),
+            }
+        )
+    return specs
+
+
+def specs_from_hydra(model):
+    """Member specs of a `HydraImageClassifier` (one per member)."""
+    backbone = model.backbone
+    specs = []
+    for m in range(model.num_members):
+        layers = []
+        for block in backbone.encoder_blocks:
+            attention = block.attention
+            count = attention.member_num_heads[m]
+            active = np.flatnonzero(to_numpy(attention.head_mask)[m] > 0)
+            if len(active) != count or (count and active[-1] != count - 1):
+                raise ValueError(
+                    f"Layer '{block.name}', member {m}: the head mask was "
+                    "changed from the packed layout (first member_num_heads "
+                    "slots); call `prune_masked_heads()` first."
+                )
+            layer = {}
+            for name in ("query", "key", "value"):
+                bias = to_numpy(getattr(attention, f"{name}_bias"))
+                layer[name] = (
+                    to_numpy(getattr(attention, f"{name}_kernel"))[m, :, :count],
+                    None if bias is None else bias[m, :count],
+                )
+            out_bias = to_numpy(attention.output_bias)
+            layer["output"] = (
+                to_numpy(attention.output_kernel)[m, :count],
+                None if out_bias is None else out_bias[m],
+            )
+            layer["ln_1"] = tuple(w[m] for w in _norm(block.ln_1))
+            layer["ln_2"] = tuple(w[m] for w in _norm(block.ln_2))
+            mlp = _dense(block.dense_1) + _dense(block.dense_2)
+            if block.mlp == "grouped":
+                mlp = tuple(None if w is None else w[m] for w in mlp)
+            layer["mlp"] = mlp
+            layers.append(layer)
+        specs.append(
+            {
+                "embedding": [to_numpy(w) for w in backbone.embedding.weights],
+                "layers": layers,
+                "ln": tuple(w[m] for w in _norm(backbone.layer_norm)),
+                "head": tuple(w[m] for w in _dense(model.head)),
+            }
+        )
+    return specs
+
+
+def _stack_into(variable, values):
+    variable.assign(np.stack(values).astype(variable.dtype))
+
+
+def load_specs(model, specs):
+    """Writes member specs into a built `HydraImageClassifier`.
+
+    Member `m`'s kept heads go to its first head slots (unused slots are
+    zeroed). A merged (`mlp="merge"`) MLP gets the mean of the members'
+    MLP weights; a grouped one gets each member's own.
+    """
+    backbone = model.backbone
+    reference = specs[0]["embedding"]
+    for m, spec in enumerate(specs[1:], start=1):
+        if any(not np.array_equal(a, b) for a, b in zip(reference, spec["embedding"])):
+            raise ValueError(
+                f"Member {m}'s patch / position embedding differs from member "
+                "0's; Hydra members share one embedding (freeze it while "
+                "fine-tuning members)."
+            )
+    for variable, value in zip(backbone.embedding.weights, reference):
+        variable.assign(value)
+    for index, block in enumerate(backbone.encoder_blocks):
+        layers = [spec["layers"][index] for spec in specs]
+        attention = block.attention
+        for name in ("query", "key", "value", "output"):
+            kernel_var = getattr(attention, f"{name}_kernel")
+            bias_var = getattr(attention, f"{name}_bias")
+            kernel = np.zeros(kernel_var.shape, "float32")
+            bias = None if bias_var is None else np.zeros(bias_var.shape, "float32")
+            for m, layer in enumerate(layers):
+                k, b = layer[name]
+                count = k.shape[0] if name == "output" else k.shape[1]
+                if count != attention.member_num_heads[m]:
+                    raise ValueError(
+                        f"Layer {index}, member {m}: {count} heads given, the "
+                        f"model keeps {attention.member_num_heads[m]}."
+                    )
+                if name == "output":
+                    kernel[m, :count] = k
+                    if bias is not None:
+                        bias[m] = b
+                else:
+                    kernel[m, :, :count] = k
+                    if bias is not None:
+                        bias[m, :count] = b
+            kernel_var.assign(kernel)
+            if bias_var is not None:
+                bias_var.assign(bias)
+        attention.head_mask.assign(
+            np.array(
+                [
+                    [1.0 if s < c else 0.0 for s in range(attention.num_heads)]
+                    for c in attention.member_num_heads
+                ],
+                "float32",
+            )
+        )
+        for norm_name in ("ln_1", "ln_2"):
+            norm = getattr(block, norm_name)
+            _stack_into(norm.gamma, [layer[norm_name][0] for layer in layers])
+            _stack_into(norm.beta, [layer[norm_name][1] for layer in layers])
+        dense_vars = [
+            block.dense_1.kernel, block.dense_1.bias,
+            block.dense_2.kernel, block.dense_2.bias,
+        ]
+        for position, variable in enumerate(dense_vars):
+            if variable is None:
+                continue
+            values = [layer["mlp"][position] for layer in layers]
+            if block.mlp == "merge":
+                variable.assign(np.mean(values, axis=0).astype(variable.dtype))
+            else:
+                _stack_into(variable, values)
+    _stack_into(backbone.layer_norm.gamma, [s["ln"][0] for s in specs])
+    _stack_into(backbone.layer_norm.beta, [s["ln"][1] for s in specs])
+    _stack_into(model.head.kernel, [s["head"][0] for s in specs])
+    _stack_into(model.head.bias, [s["head"][1] for s in specs])

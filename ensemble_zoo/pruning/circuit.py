@@ -1,0 +1,110 @@
+"""Greedy, gradient-free circuit search over attention heads (paper 001,
+App. D.1.2, Algorithm 1)."""
+
+import numpy as np
+
+from ensemble_zoo import metrics
+from ensemble_zoo.evaluation.prediction import predict_member_logits
+from ensemble_zoo.metrics.diversity import as_member_probabilities
+from ensemble_zoo.utils.progress import progress_bar
+
+CRITERIA = ("accuracy", "ood", "average")
+
+
+def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False):
+    """Greedy backward elimination of heads (Algorithm 1).
+
+    Starting from all heads, each step tries removing every remaining head
+    (`score_fn` on the mask without it) and permanently removes the one
+    whose removal leaves the highest score. Candidates are tried in
+    (layer, head) order and a later candidate must score strictly higher to
+    win, so ties go to the first. Costs
+    `sum_{t < budget} (num_layers * num_heads - t)` calls of `score_fn`.
+
+    Args:
+        score_fn: callable taking a `(num_layers, num_heads)` 0/1 float mask
+            (1 = head kept) and returning a float, higher = better.
+        num_layers: int.
+        num_heads: int.
+        budget: int, number of heads to remove.
+        progress: bool, show a progress bar over the steps.
+
+    Returns:
+        list of `(layer, head)` pairs in removal order (least useful first).
+
+    Example:
+
+    >>> weights = np.array([[3.0, 1.0], [2.0, 4.0]])
+    >>> circuit_head_ranking(lambda mask: float((weights * mask).sum()), 2, 2, 3)
+    [(0, 1), (1, 0), (0, 0)]
+    """
+    total = num_layers * num_heads
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= total:
+        raise ValueError(
+            f"`budget` must be an int in [0, {total}] (heads to remove); got {budget!r}."
+        )
+    mask = np.ones((num_layers, num_heads), np.float32)
+    order = []
+    for _ in progress_bar(range(budget), desc="circuit search", enable=progress):
+        best, best_head = -np.inf, None
+        for layer, head in zip(*np.nonzero(mask)):
+            mask[layer, head] = 0.0
+            score = float(score_fn(mask.copy()))
+            mask[layer, head] = 1.0
+            if score > best:
+                best, best_head = score, (int(layer), int(head))
+        mask[best_head] = 0.0
+        order.append(best_head)
+    return order
+
+
+def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", batch_size=256):
+    """A `score_fn` for `circuit_head_ranking` that ablates heads of a model.
+
+    The mask is written into the head masks of a one-member
+    `HydraImageClassifier` with every head (e.g.
+    `HydraImageClassifier.from_keras_hub(vit)`); masking a head equals
+    zeroing its block of the output projection (the paper's ablation).
+
+    Args:
+        model: a one-member `HydraImageClassifier` keeping all heads.
+        id_data: labelled in-distribution validation data `(x, y)`.
+        ood_data: OOD validation inputs, needed for `"ood"` and `"average"`.
+        criterion: `"accuracy"` (S_acc), `"ood"` (AUROC of
+            `1 - max softmax probability`, OOD positive: S_ood) or
+            `"average"` (their mean: S_avg).
+        batch_size: int.
+    """
+    if criterion not in CRITERIA:
+        raise ValueError(f"`criterion` must be one of {CRITERIA}; got {criterion!r}.")
+    if criterion != "accuracy" and ood_data is None:
+        raise ValueError(f"criterion={criterion!r} needs `ood_data`.")
+    if model.num_members != 1:
+        raise ValueError(
+            f"head_ablation_scorer needs a one-member model; got {model.num_members}."
+        )
+    attentions = [b.attention for b in model.backbone.encoder_blocks]
+    x_id, y_id = id_data
+
+    def msp(x):
+        logits, _ = predict_member_logits(model, x, batch_size, "data", progress=False)
+        return as_member_probabilities(logits, from_logits=True)[:, 0]
+
+    def score_fn(mask):
+        mask = np.asarray(mask, np.float32)
+        for attention, row in zip(attentions, mask):
+            if attention.num_heads != row.shape[0]:
+                raise ValueError(
+                    "The model must keep every head (one slot per head) for "
+                    "ablation; build it with from_keras_hub(vit)."
+                )
+            attention.head_mask.assign(row[None])
+        probs = msp(x_id)
+        accuracy = metrics.accuracy(probs, y_id)
+        if criterion == "accuracy":
+            return accuracy
+        ood_probs = msp(ood_data)
+        auroc = metrics.ood_auroc(1.0 - probs.max(1), 1.0 - ood_probs.max(1))
+        return auroc if criterion == "ood" else 0.5 * (accuracy + auroc)
+
+    return score_fn

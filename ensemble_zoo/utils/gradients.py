@@ -1,0 +1,60 @@
+"""Gradients of a loss with respect to chosen variables, per backend.
+
+The one place where ensemble_zoo needs backend-specific code: Keras 3 has
+no backend-neutral `gradient()` function. Used by Taylor head importance
+(`ensemble_zoo.pruning`).
+"""
+
+import keras
+import numpy as np
+
+
+def loss_gradients(model, loss_fn, x, y, variables):
+    """`d loss_fn(y, model(x)) / d v` for each `v` in `variables` (NumPy).
+
+    Args:
+        model: a built Keras model (called in inference mode).
+        loss_fn: callable `(y, y_pred) -> scalar tensor`.
+        x, y: one batch of inputs and targets.
+        variables: list of the model's trainable variables.
+
+    Returns:
+        list of NumPy arrays, one per variable.
+    """
+    backend = keras.config.backend()
+    if backend == "jax":
+        import jax
+
+        trainable = model.trainable_variables
+        positions = [_index_of(trainable, v) for v in variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+
+        def compute(values):
+            y_pred, _ = model.stateless_call(values, non_trainable, x, training=False)
+            return loss_fn(y, y_pred)
+
+        grads = jax.grad(compute)([v.value for v in trainable])
+        return [np.asarray(grads[p]) for p in positions]
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=False))
+        return [np.asarray(g) for g in tape.gradient(loss, variables)]
+    if backend == "torch":
+        import torch
+
+        for v in variables:
+            v.value.grad = None
+        with torch.enable_grad():
+            loss = loss_fn(y, model(x, training=False))
+            grads = torch.autograd.grad(loss, [v.value for v in variables])
+        return [g.detach().cpu().numpy() for g in grads]
+    raise ValueError(f"Gradients are not implemented for backend {backend!r}.")
+
+
+def _index_of(variables, variable):
+    for i, v in enumerate(variables):
+        if v is variable:
+            return i
+    raise ValueError(f"Variable {variable.path} is not trainable in this model.")
