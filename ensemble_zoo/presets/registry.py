@@ -22,4 +22,21 @@ PRESETS = {
             "of vit_tiny_digits (member 0 is vit_tiny_digits itself)."
         ),
     },
+    "hydra_taylor_vit_tiny_digits": {
+        "path": "hydra_taylor_vit_tiny_digits",
+        "description": (
+            "Hydra Ensemble of 3 members pruned from vit_tiny_digits by "
+            "Taylor head importance (each keeps 16 of 24 heads), fine-tuned "
+            "separately and fused with a merged MLP."
+        ),
+    },
+    "hydra_circuit_vit_tiny_digits": {
+        "path": "hydra_circuit_vit_tiny_digits",
+        "description": (
+            "Hydra Ensemble of 3 circuit members (accuracy, OOD AUROC and "
+            "their average; each keeps 16 of 24 heads) pruned from "
+            "vit_tiny_digits, fine-tuned separately and fused with a merged "
+            "MLP."
+        ),
+    },
 }

@@ -170,23 +170,30 @@ class HydraImageClassifier(EnsembleClassifier):
             mlp,
         )
 
-    def split_members(self):
+    def split_members(self, trainable_embedding=True):
         """The members as separate one-member models, heads sliced out.
 
         Member `m` keeps only its own heads (structurally: fewer slots, not
         a mask). With `mlp="merge"` every member gets the shared MLP. Use
         this to fine-tune members separately (the paper's recipe) before
         `fuse`-ing them again.
+
+        Args:
+            trainable_embedding: bool. `False` freezes each member's patch
+                and position embedding, which `fuse` requires to be equal
+                across members (the paper keeps it frozen).
         """
         specs = member_weights.specs_from_hydra(self)
         kwargs = _hydra_backbone_kwargs(self.backbone)
-        return [
-            type(self)._from_specs(
+        members = []
+        for spec in specs:
+            member = type(self)._from_specs(
                 [spec], kwargs, self.num_classes, self.pooling, self.dropout,
                 self.backbone.mlp,
             )
-            for spec in specs
-        ]
+            member.backbone.embedding.trainable = bool(trainable_embedding)
+            members.append(member)
+        return members
 
     @classmethod
     def fuse(cls, members, mlp="merge"):
