@@ -9,16 +9,29 @@ from conftest import BACKEND
 from conftest import run_python
 
 
-@pytest.mark.cross_backend
-@pytest.mark.parametrize(
-    "other", [b for b in ALL_BACKENDS if b != BACKEND]
-)
-def test_preset_saved_here_loads_under_other_backend(tmp_path, other):
-    model = ez.models.DeepEnsembleClassifier.from_model(
+def deep_ensemble():
+    return ez.models.DeepEnsembleClassifier.from_model(
         ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0],
         num_members=2,
         seed=3,
     )
+
+
+def hydra():
+    vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
+    masks = np.ones((2, 4, 6), bool)
+    masks[0, :, :2] = False
+    masks[1, 1:, 3:] = False
+    return ez.models.HydraImageClassifier.from_keras_hub(vit, masks)
+
+
+@pytest.mark.cross_backend
+@pytest.mark.parametrize("make", [deep_ensemble, hydra], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "other", [b for b in ALL_BACKENDS if b != BACKEND]
+)
+def test_preset_saved_here_loads_under_other_backend(tmp_path, other, make):
+    model = make()
     preset = str(tmp_path / "preset")
     model.save_to_preset(preset)
     x, _ = ez.datasets.load_arrays("digits", "test")
