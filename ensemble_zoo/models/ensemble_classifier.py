@@ -204,14 +204,18 @@ class EnsembleClassifier(keras.Model):
 
         return load_preset(preset, cls=cls, load_weights=load_weights)
 
-    def save_to_preset(self, preset_dir, metadata=None):
+    def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
         """Writes `config.json`, `model.weights.h5` and `metadata.json`.
 
         Args:
             preset_dir: str, the directory to write (created if needed).
             metadata: optional dict merged into `metadata.json` (for example
                 a description and evaluation numbers).
+            include_weights: bool. `False` writes an architecture preset
+                (no weights file; `from_preset` initializes randomly).
         """
         from ensemble_zoo.presets import save_preset
 
-        save_preset(self, preset_dir, metadata=metadata)
+        save_preset(
+            self, preset_dir, metadata=metadata, include_weights=include_weights
+        )

@@ -232,8 +232,13 @@ def _strip_optimizer_state(path):
             del f["optimizer"]
 
 
-def save_preset(model, preset_dir, metadata=None):
-    """Writes a model as a preset directory (config, weights, metadata)."""
+def save_preset(model, preset_dir, metadata=None, include_weights=True):
+    """Writes a model as a preset directory (config, weights, metadata).
+
+    With `include_weights=False` the preset is an *architecture* preset
+    (`kind: "architecture"` in its metadata): `from_preset` builds it with
+    freshly initialized weights.
+    """
     from ensemble_zoo import __version__
 
     preset_dir = os.fspath(preset_dir)
@@ -243,12 +248,13 @@ def save_preset(model, preset_dir, metadata=None):
         config.pop(key, None)
     with open(os.path.join(preset_dir, CONFIG_FILE), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
-    weights_path = os.path.join(preset_dir, WEIGHTS_FILE)
-    model.save_weights(weights_path)
-    _strip_optimizer_state(weights_path)
+    if include_weights:
+        weights_path = os.path.join(preset_dir, WEIGHTS_FILE)
+        model.save_weights(weights_path)
+        _strip_optimizer_state(weights_path)
     content = {
         "name": os.path.basename(os.path.normpath(preset_dir)),
-        "kind": "trained",
+        "kind": "trained" if include_weights else "architecture",
         "class_name": type(model).__name__,
         "num_members": getattr(model, "num_members", None),
         "num_classes": getattr(model, "num_classes", None),

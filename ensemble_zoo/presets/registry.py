@@ -39,4 +39,12 @@ PRESETS = {
             "MLP."
         ),
     },
+    "hydra_vit_b16_8x3": {
+        "path": "hydra_vit_b16_8x3",
+        "description": (
+            "Architecture only (random weights): the Hydra paper's ViT-B/16 "
+            "ensemble of 3 members keeping 8 of 12 heads per layer, merged "
+            "MLPs; 116.5M parameters, 46.2G multiply-adds."
+        ),
+    },
 }

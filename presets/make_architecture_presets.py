@@ -1,0 +1,55 @@
+"""Writes the architecture presets (configurations of the papers, no
+weights): `from_preset` builds them with random initial weights.
+
+- `hydra_vit_b16_8x3`: the Hydra paper's ViT-B/16 configuration (224x224,
+  12 layers, 12 heads of 64, MLP 3072, 1000 classes) with 3 members that
+  keep 8 heads in every layer, merged MLPs, per-member layer norms and
+  classifier heads: 116.54M parameters (paper: 116.31M) and 46.17G
+  multiply-adds (paper: 46.19G). Which heads a member keeps is decided by
+  pruning a trained ViT-B/16 (`HydraImageClassifier.from_keras_hub`); the
+  preset fixes only the counts.
+
+Run from the repository root (a few seconds):
+
+    KERAS_BACKEND=jax python presets/make_architecture_presets.py
+"""
+
+import os
+
+import ensemble_zoo as ez
+from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+VIT_B16 = dict(
+    image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12,
+    hidden_dim=768, mlp_dim=3072,
+)
+
+
+def main():
+    heads = [[8, 8, 8]] * 12
+    backbone = ez.models.HydraBackbone(
+        **VIT_B16, num_members=3, member_num_heads=heads, mlp="merge"
+    )
+    model = ez.models.HydraImageClassifier(backbone, num_classes=1000)
+    macs = hydra_multiply_adds(
+        **VIT_B16, num_classes=1000, num_members=3, member_num_heads=heads
+    )
+    name = "hydra_vit_b16_8x3"
+    model.save_to_preset(
+        os.path.join(HERE, name),
+        metadata={
+            "method": "hydra (architecture)",
+            "description": ez.presets.PRESETS[name]["description"],
+            "multiply_adds": macs,
+            "paper": {"parameters": 116.31e6, "multiply_adds": 46.19e9},
+            "script": "presets/make_architecture_presets.py",
+        },
+        include_weights=False,
+    )
+    print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
+
+
+if __name__ == "__main__":
+    main()
