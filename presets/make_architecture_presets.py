@@ -9,6 +9,11 @@ weights): `from_preset` builds them with random initial weights.
   pruning a trained ViT-B/16 (`HydraImageClassifier.from_keras_hub`); the
   preset fixes only the counts.
 
+- `hydra_bert_base_6x3`: the paper's BERT setting (§5.2): bert-base
+  (30,522-token vocabulary, 12 layers, 12 heads, hidden 768, MLP 3072) with
+  3 members keeping 6 heads per layer and 2 classes (SST-2); multiply-adds
+  are counted for 128 tokens, the paper's max_length.
+
 Run from the repository root (a few seconds):
 
     KERAS_BACKEND=jax python presets/make_architecture_presets.py
@@ -18,6 +23,7 @@ import os
 
 import ensemble_zoo as ez
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
+from ensemble_zoo.models.hydra.hydra_cost import hydra_text_multiply_adds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,6 +50,33 @@ def main():
             "description": ez.presets.PRESETS[name]["description"],
             "multiply_adds": macs,
             "paper": {"parameters": 116.31e6, "multiply_adds": 46.19e9},
+            "script": "presets/make_architecture_presets.py",
+        },
+        include_weights=False,
+    )
+    print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
+
+    bert = dict(
+        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+        intermediate_dim=3072,
+    )
+    heads = [[6, 6, 6]] * 12
+    backbone = ez.models.HydraTextBackbone(
+        **bert, num_members=3, member_num_heads=heads, mlp="merge"
+    )
+    model = ez.models.HydraTextClassifier(backbone, num_classes=2)
+    encoder = {k: v for k, v in bert.items() if k != "vocabulary_size"}
+    macs = hydra_text_multiply_adds(
+        128, **encoder, num_classes=2, num_members=3, member_num_heads=heads
+    )
+    name = "hydra_bert_base_6x3"
+    model.save_to_preset(
+        os.path.join(HERE, name),
+        metadata={
+            "method": "hydra (architecture)",
+            "description": ez.presets.PRESETS[name]["description"],
+            "multiply_adds": macs,
+            "multiply_adds_sequence_length": 128,
             "script": "presets/make_architecture_presets.py",
         },
         include_weights=False,

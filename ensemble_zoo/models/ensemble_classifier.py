@@ -136,6 +136,14 @@ class EnsembleClassifier(keras.Model):
 
     # === Export ===
 
+    def _export_input_signature(self):
+        """The SavedModel's input signature; text models override it."""
+        return [
+            keras.InputSpec(
+                shape=(None,) + tuple(self.member_input_shape), dtype="float32"
+            )
+        ]
+
     def export(
         self,
         filepath,
@@ -166,12 +174,7 @@ class EnsembleClassifier(keras.Model):
         if not backend_utils.supports_saved_model_export():
             raise ValueError(backend_utils.TORCH_EXPORT_HELP)
         if input_signature is None:
-            input_signature = [
-                keras.InputSpec(
-                    shape=(None,) + tuple(self.member_input_shape),
-                    dtype="float32",
-                )
-            ]
+            input_signature = self._export_input_signature()
 
         def serve(inputs):
             return self._uncertainty_outputs(self(inputs, training=False))

@@ -47,4 +47,12 @@ PRESETS = {
             "MLPs; 116.5M parameters, 46.2G multiply-adds."
         ),
     },
+    "hydra_bert_base_6x3": {
+        "path": "hydra_bert_base_6x3",
+        "description": (
+            "Architecture only (random weights): the Hydra paper's "
+            "bert-base ensemble for SST-2, 3 members keeping 6 of 12 heads "
+            "per layer, merged MLPs, 2 classes."
+        ),
+    },
 }

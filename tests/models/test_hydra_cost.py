@@ -62,3 +62,33 @@ def test_vit_b16_models_count_their_own_parameters():
     count = parameter_count(hydra)
     assert count == hydra_parameter_count(**VIT_B16, **HYDRA_8X3)
     assert abs(count / 116.31e6 - 1) < 0.002
+
+
+@pytest.mark.parametrize("mlp", ["merge", "grouped"])
+def test_text_analytic_count_equals_the_model(mlp):
+    from ensemble_zoo.models import HydraTextBackbone
+    from ensemble_zoo.models import HydraTextClassifier
+    from ensemble_zoo.models.hydra.hydra_cost import hydra_text_parameter_count
+
+    config = dict(
+        vocabulary_size=40, num_layers=2, num_heads=4, hidden_dim=16,
+        intermediate_dim=24, max_sequence_length=12,
+    )
+    heads = [[4, 1, 3], [0, 2, 2]]
+    backbone = HydraTextBackbone(num_members=3, member_num_heads=heads, mlp=mlp, **config)
+    model = HydraTextClassifier(backbone, num_classes=2)
+    assert parameter_count(model) == hydra_text_parameter_count(
+        **config, num_classes=2, num_members=3, member_num_heads=heads, mlp=mlp
+    )
+
+
+def test_bert_base_costs():
+    """BERT-base: 109.48M parameters with a 2-class head (the usual
+    bert-base-uncased count), as the analytic formula gives."""
+    from ensemble_zoo.models.hydra.hydra_cost import hydra_text_parameter_count
+
+    bert = dict(
+        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+        intermediate_dim=3072, num_classes=2,
+    )
+    assert hydra_text_parameter_count(**bert) == 109_483_778

@@ -1,3 +1,5 @@
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_image_classifier import HydraImageClassifier
+from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
+from ensemble_zoo.models.hydra.hydra_text_classifier import HydraTextClassifier

@@ -97,3 +97,56 @@ def hydra_multiply_adds(
         total += num_members * 2 * tokens * d * mlp_dim
     total += num_members * d * num_classes
     return int(total)
+
+
+def hydra_text_parameter_count(
+    vocabulary_size,
+    num_layers,
+    num_heads,
+    hidden_dim,
+    intermediate_dim,
+    num_classes,
+    max_sequence_length=512,
+    num_segments=2,
+    num_members=1,
+    member_num_heads=None,
+    mlp="merge",
+):
+    """Parameters of a `HydraTextClassifier` (head masks excluded); with
+    one member keeping every head, of a keras-hub `BertTextClassifier`."""
+    d, key_dim = hidden_dim, hidden_dim // num_heads
+    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
+    total = (vocabulary_size + max_sequence_length + num_segments) * d + 2 * d
+    mlp_params = d * intermediate_dim + intermediate_dim + intermediate_dim * d + d
+    for layer in range(num_layers):
+        slots = max(1, int(counts[layer].max()))
+        total += num_members * (4 * d * slots * key_dim + 3 * slots * key_dim + d)
+        total += num_members * 4 * d
+        total += mlp_params * (num_members if mlp == "grouped" else 1)
+    total += num_members * (d * d + d)  # per-member pooler
+    total += num_members * (d * num_classes + num_classes)
+    return int(total)
+
+
+def hydra_text_multiply_adds(
+    sequence_length,
+    num_layers,
+    num_heads,
+    hidden_dim,
+    intermediate_dim,
+    num_classes,
+    num_members=1,
+    member_num_heads=None,
+):
+    """Multiply-adds of one forward pass of one sequence of
+    `sequence_length` tokens (embedding lookups cost none)."""
+    d, key_dim = hidden_dim, hidden_dim // num_heads
+    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
+    t = sequence_length
+    total = 0
+    for layer in range(num_layers):
+        kept_width = int(counts[layer].sum()) * key_dim
+        total += 4 * t * d * kept_width + 2 * t * t * kept_width
+        total += num_members * 2 * t * d * intermediate_dim
+    total += num_members * (d * d + d * num_classes)
+    return int(total)

@@ -8,6 +8,26 @@ from ensemble_zoo.layers.grouped_layer_normalization import (
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 
 MLP_MODES = ("merge", "grouped")
+ACTIVATIONS = ("gelu", "gelu_approximate")
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+def gelu_exact(x):
+    return keras.activations.gelu(x, approximate=False)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+def gelu_approximate(x):
+    """BERT's tanh approximation of GELU."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+def _activation(name):
+    if name == "gelu":
+        return gelu_exact
+    if name == "gelu_approximate":
+        return gelu_approximate
+    raise ValueError(f"`activation` must be one of {ACTIVATIONS}; got {name!r}.")
 
 
 def check_mlp_mode(mlp):
@@ -22,10 +42,13 @@ def check_mlp_mode(mlp):
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class HydraEncoderBlock(keras.layers.Layer):
-    """A pre-norm transformer block over `(batch, members, tokens, dim)`.
+    """A transformer block over `(batch, members, tokens, dim)`.
 
-    `x + attention(LN1(x))`, then `+ MLP(LN2(.))`, as keras-hub's
-    `ViTEncoderBlock`, with per-member layer norms, `HydraAttention` (each
+    Pre-norm (`normalize_first=True`, keras-hub's `ViTEncoderBlock`):
+    `x + attention(LN1(x))`, then `+ MLP(LN2(.))`. Post-norm
+    (`normalize_first=False`, BERT's `TransformerEncoder`):
+    `LN1(x + attention(x))`, then `LN2(. + MLP(.))`. Both with per-member
+    layer norms, `HydraAttention` (each
     member's own kept heads) and an MLP that is either shared by all
     members (`mlp="merge"`: Hydra's merged MLP, applied to every member's
     stream) or one per member (`mlp="grouped"`, `GroupedDense`).
@@ -43,6 +66,11 @@ class HydraEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to `1e-6` (keras-hub ViT).
         use_mha_bias: bool. Defaults to `True`.
         use_mlp_bias: bool. Defaults to `True`.
+        normalize_first: bool, pre-norm (ViT) or post-norm (BERT).
+            Defaults to `True`.
+        activation: `"gelu"` (exact, ViT) or `"gelu_approximate"` (BERT).
+        intermediate_dropout: bool, dropout also between the two MLP
+            layers (ViT) or only after them (BERT). Defaults to `True`.
         **kwargs: other `keras.layers.Layer` arguments.
     """
 
@@ -59,9 +87,16 @@ class HydraEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         use_mha_bias=True,
         use_mlp_bias=True,
+        normalize_first=True,
+        activation="gelu",
+        intermediate_dropout=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self._activation_fn = _activation(activation)
+        self.normalize_first = bool(normalize_first)
+        self.activation = activation
+        self.intermediate_dropout = bool(intermediate_dropout)
         self.num_members = num_members
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -99,7 +134,7 @@ class HydraEncoderBlock(keras.layers.Layer):
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         if self.mlp == "merge":
             self.dense_1 = keras.layers.Dense(
-                self.mlp_dim, activation="gelu", use_bias=self.use_mlp_bias,
+                self.mlp_dim, activation=self._activation_fn, use_bias=self.use_mlp_bias,
                 bias_initializer=bias_init, name="dense_1",
             )
             self.dense_2 = keras.layers.Dense(
@@ -108,7 +143,7 @@ class HydraEncoderBlock(keras.layers.Layer):
             )
         else:
             self.dense_1 = GroupedDense(
-                self.mlp_dim, self.num_members, activation="gelu",
+                self.mlp_dim, self.num_members, activation=self._activation_fn,
                 use_bias=self.use_mlp_bias, bias_initializer=bias_init,
                 name="dense_1",
             )
@@ -119,21 +154,30 @@ class HydraEncoderBlock(keras.layers.Layer):
         self.dense_1.build(input_shape)
         self.dense_2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
-    def call(self, inputs, attention_mask=None, training=None):
-        x = self.ln_1(inputs)
-        x = self.attention(x, attention_mask=attention_mask, training=training)
-        x = self.dropout(x, training=training) + inputs
-        y = self.ln_2(x)
+    def _mlp(self, y, training):
         if self.mlp == "merge":
             # One shared MLP for every member's tokens: a plain 2-D matmul
             # (XLA runs it ~15% faster than on the 4-D tensor).
             shape = ops.shape(y)
             y = ops.reshape(y, (-1, shape[-1]))
-        y = self.mlp_dropout(self.dense_1(y), training=training)
+        y = self.dense_1(y)
+        if self.intermediate_dropout:
+            y = self.mlp_dropout(y, training=training)
         y = self.mlp_dropout(self.dense_2(y), training=training)
         if self.mlp == "merge":
             y = ops.reshape(y, shape)
-        return x + y
+        return y
+
+    def call(self, inputs, attention_mask=None, training=None):
+        if self.normalize_first:
+            x = self.attention(
+                self.ln_1(inputs), attention_mask=attention_mask, training=training
+            )
+            x = self.dropout(x, training=training) + inputs
+            return x + self._mlp(self.ln_2(x), training)
+        x = self.attention(inputs, attention_mask=attention_mask, training=training)
+        x = self.ln_1(self.dropout(x, training=training) + inputs)
+        return self.ln_2(x + self._mlp(x, training))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -153,6 +197,9 @@ class HydraEncoderBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_mha_bias": self.use_mha_bias,
                 "use_mlp_bias": self.use_mlp_bias,
+                "normalize_first": self.normalize_first,
+                "activation": self.activation,
+                "intermediate_dropout": self.intermediate_dropout,
             }
         )
         return config

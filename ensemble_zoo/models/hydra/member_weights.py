@@ -86,75 +86,77 @@ def specs_from_keras_hub(classifier, head_masks):
     return specs
 
 
+def _block_spec(block, m):
+    """Member `m`'s weights in one `HydraEncoderBlock`."""
+    attention = block.attention
+    count = attention.member_num_heads[m]
+    active = np.flatnonzero(to_numpy(attention.head_mask)[m] > 0)
+    if len(active) != count or (count and active[-1] != count - 1):
+        raise ValueError(
+            f"Layer '{block.name}', member {m}: the head mask was changed "
+            "from the packed layout (first member_num_heads slots)."
+        )
+    layer = {}
+    for name in ("query", "key", "value"):
+        bias = to_numpy(getattr(attention, f"{name}_bias"))
+        layer[name] = (
+            to_numpy(getattr(attention, f"{name}_kernel"))[m, :, :count],
+            None if bias is None else bias[m, :count],
+        )
+    out_bias = to_numpy(attention.output_bias)
+    layer["output"] = (
+        to_numpy(attention.output_kernel)[m, :count],
+        None if out_bias is None else out_bias[m],
+    )
+    layer["ln_1"] = tuple(w[m] for w in _norm(block.ln_1))
+    layer["ln_2"] = tuple(w[m] for w in _norm(block.ln_2))
+    mlp = _dense(block.dense_1) + _dense(block.dense_2)
+    if block.mlp == "grouped":
+        mlp = tuple(None if w is None else w[m] for w in mlp)
+    layer["mlp"] = mlp
+    return layer
+
+
 def specs_from_hydra(model):
     """Member specs of a `HydraImageClassifier` (one per member)."""
     backbone = model.backbone
-    specs = []
-    for m in range(model.num_members):
-        layers = []
-        for block in backbone.encoder_blocks:
-            attention = block.attention
-            count = attention.member_num_heads[m]
-            active = np.flatnonzero(to_numpy(attention.head_mask)[m] > 0)
-            if len(active) != count or (count and active[-1] != count - 1):
-                raise ValueError(
-                    f"Layer '{block.name}', member {m}: the head mask was "
-                    "changed from the packed layout (first member_num_heads "
-                    "slots); call `prune_masked_heads()` first."
-                )
-            layer = {}
-            for name in ("query", "key", "value"):
-                bias = to_numpy(getattr(attention, f"{name}_bias"))
-                layer[name] = (
-                    to_numpy(getattr(attention, f"{name}_kernel"))[m, :, :count],
-                    None if bias is None else bias[m, :count],
-                )
-            out_bias = to_numpy(attention.output_bias)
-            layer["output"] = (
-                to_numpy(attention.output_kernel)[m, :count],
-                None if out_bias is None else out_bias[m],
-            )
-            layer["ln_1"] = tuple(w[m] for w in _norm(block.ln_1))
-            layer["ln_2"] = tuple(w[m] for w in _norm(block.ln_2))
-            mlp = _dense(block.dense_1) + _dense(block.dense_2)
-            if block.mlp == "grouped":
-                mlp = tuple(None if w is None else w[m] for w in mlp)
-            layer["mlp"] = mlp
-            layers.append(layer)
-        specs.append(
-            {
-                "embedding": [to_numpy(w) for w in backbone.embedding.weights],
-                "layers": layers,
-                "ln": tuple(w[m] for w in _norm(backbone.layer_norm)),
-                "head": tuple(w[m] for w in _dense(model.head)),
-            }
-        )
-    return specs
+    embedding = [to_numpy(w) for w in backbone.embedding.weights]
+    return [
+        {
+            "embedding": embedding,
+            "layers": [_block_spec(block, m) for block in backbone.encoder_blocks],
+            "ln": tuple(w[m] for w in _norm(backbone.layer_norm)),
+            "head": tuple(w[m] for w in _dense(model.head)),
+        }
+        for m in range(model.num_members)
+    ]
 
 
 def _stack_into(variable, values):
     variable.assign(np.stack(values).astype(variable.dtype))
 
 
-def load_specs(model, specs):
-    """Writes member specs into a built `HydraImageClassifier`.
+def _load_shared_embedding(variables, specs):
+    reference = specs[0]["embedding"]
+    for m, spec in enumerate(specs[1:], start=1):
+        if any(not np.array_equal(a, b) for a, b in zip(reference, spec["embedding"])):
+            raise ValueError(
+                f"Member {m}'s embedding differs from member 0's; Hydra "
+                "members share one embedding (freeze it while fine-tuning "
+                "members)."
+            )
+    for variable, value in zip(variables, reference):
+        variable.assign(value)
+
+
+def load_block_specs(blocks, specs):
+    """Writes the members' per-layer specs into `HydraEncoderBlock`s.
 
     Member `m`'s kept heads go to its first head slots (unused slots are
     zeroed). A merged (`mlp="merge"`) MLP gets the mean of the members'
     MLP weights; a grouped one gets each member's own.
     """
-    backbone = model.backbone
-    reference = specs[0]["embedding"]
-    for m, spec in enumerate(specs[1:], start=1):
-        if any(not np.array_equal(a, b) for a, b in zip(reference, spec["embedding"])):
-            raise ValueError(
-                f"Member {m}'s patch / position embedding differs from member "
-                "0's; Hydra members share one embedding (freeze it while "
-                "fine-tuning members)."
-            )
-    for variable, value in zip(backbone.embedding.weights, reference):
-        variable.assign(value)
-    for index, block in enumerate(backbone.encoder_blocks):
+    for index, block in enumerate(blocks):
         layers = [spec["layers"][index] for spec in specs]
         attention = block.attention
         for name in ("query", "key", "value", "output"):
@@ -206,7 +208,80 @@ def load_specs(model, specs):
                 variable.assign(np.mean(values, axis=0).astype(variable.dtype))
             else:
                 _stack_into(variable, values)
+
+
+def load_specs(model, specs):
+    """Writes member specs into a built `HydraImageClassifier`."""
+    backbone = model.backbone
+    _load_shared_embedding(backbone.embedding.weights, specs)
+    load_block_specs(backbone.encoder_blocks, specs)
     _stack_into(backbone.layer_norm.gamma, [s["ln"][0] for s in specs])
     _stack_into(backbone.layer_norm.beta, [s["ln"][1] for s in specs])
+    _stack_into(model.head.kernel, [s["head"][0] for s in specs])
+    _stack_into(model.head.bias, [s["head"][1] for s in specs])
+
+
+def _embedding_weights(layers):
+    return [to_numpy(w) for layer in layers for w in layer.weights]
+
+
+def text_specs_from_keras_hub(classifier, head_masks):
+    """Member specs of a keras-hub `BertTextClassifier` pruned by masks."""
+    backbone = classifier.backbone
+    masks = check_head_masks(head_masks, backbone.num_layers, backbone.num_heads)
+    embedding = _embedding_weights(
+        [
+            backbone.get_layer(name)
+            for name in (
+                "token_embedding", "position_embedding", "segment_embedding",
+                "embeddings_layer_norm",
+            )
+        ]
+    )
+    specs = []
+    for member_mask in masks:
+        layers = []
+        for block, keep in zip(backbone.transformer_layers, member_mask):
+            layer = _mha_heads(block._self_attention_layer, np.flatnonzero(keep))
+            layer["ln_1"] = _norm(block._self_attention_layer_norm)
+            layer["ln_2"] = _norm(block._feedforward_layer_norm)
+            layer["mlp"] = _dense(block._feedforward_intermediate_dense) + _dense(
+                block._feedforward_output_dense
+            )
+            layers.append(layer)
+        specs.append(
+            {
+                "embedding": embedding,
+                "layers": layers,
+                "pooler": _dense(backbone.get_layer("pooled_dense")),
+                "head": _dense(classifier.output_dense),
+            }
+        )
+    return specs
+
+
+def text_specs_from_hydra(model):
+    """Member specs of a `HydraTextClassifier` (one per member)."""
+    backbone = model.backbone
+    embedding = _embedding_weights(backbone.embedding_layers)
+    return [
+        {
+            "embedding": embedding,
+            "layers": [_block_spec(block, m) for block in backbone.encoder_blocks],
+            "pooler": tuple(w[m] for w in _dense(backbone.pooled_dense)),
+            "head": tuple(w[m] for w in _dense(model.head)),
+        }
+        for m in range(model.num_members)
+    ]
+
+
+def load_text_specs(model, specs):
+    """Writes member specs into a built `HydraTextClassifier`."""
+    backbone = model.backbone
+    variables = [w for layer in backbone.embedding_layers for w in layer.weights]
+    _load_shared_embedding(variables, specs)
+    load_block_specs(backbone.encoder_blocks, specs)
+    _stack_into(backbone.pooled_dense.kernel, [s["pooler"][0] for s in specs])
+    _stack_into(backbone.pooled_dense.bias, [s["pooler"][1] for s in specs])
     _stack_into(model.head.kernel, [s["head"][0] for s in specs])
     _stack_into(model.head.bias, [s["head"][1] for s in specs])

@@ -1,0 +1,238 @@
+import keras
+
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.hydra import member_weights
+from ensemble_zoo.models.hydra.hydra_text_backbone import TEXT_INPUTS
+from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class HydraTextClassifier(EnsembleClassifier):
+    """Hydra Ensemble text classifier: pruned BERT members, fused.
+
+    The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the
+    members are copies of one BERT classifier that each keep a different
+    subset of attention heads, fused into one forward pass over
+    `(batch, members, tokens, dim)` with shared embeddings, per-member
+    heads, layer norms, poolers and classifiers, and a merged (or grouped)
+    MLP. `call` takes keras-hub's BERT inputs, a dict of int
+    `(batch, tokens)` tensors `token_ids`, `segment_ids` and
+    `padding_mask` (as a `keras_hub.models.BertTextClassifierPreprocessor`
+    returns them), and returns member logits `(batch, members, classes)`.
+
+    Args:
+        backbone: a `HydraTextBackbone`.
+        num_classes: int.
+        dropout: float, dropout before the classifier heads. Defaults to
+            `0.1` (keras-hub's `BertTextClassifier`).
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    bert = keras_hub.models.BertTextClassifier(
+        backbone=keras_hub.models.BertBackbone(
+            vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=16,
+            intermediate_dim=32, max_sequence_length=12,
+        ),
+        num_classes=2,
+        preprocessor=None,
+    )
+    masks = np.ones((3, 2, 4), bool)  # (members, layers, heads)
+    masks[0, :, 0] = masks[1, :, 1] = masks[2, :, 2] = False
+    hydra = ez.models.HydraTextClassifier.from_keras_hub(bert, masks)
+    inputs = {
+        "token_ids": np.ones((2, 12), "int32"),
+        "segment_ids": np.zeros((2, 12), "int32"),
+        "padding_mask": np.ones((2, 12), "int32"),
+    }
+    hydra.predict(inputs, verbose=0).shape  # (2, 3, 2)
+    ```
+    """
+
+    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
+        if not isinstance(backbone, HydraTextBackbone):
+            raise ValueError(
+                f"`backbone` must be a HydraTextBackbone; got {type(backbone).__name__}."
+            )
+        super().__init__(**kwargs)
+        # === Layers ===
+        self.backbone = backbone
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.head = GroupedDense(
+            check_positive_int(num_classes, "num_classes"),
+            backbone.num_members,
+            name="predictions",
+        )
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.member_input_shape = None  # dict inputs, see _check_inputs
+        # Recording the dict structure lets TensorFlow trace its default
+        # serving signature when the model is exported.
+        self.build({name: (None, None) for name in TEXT_INPUTS})
+        self.compile()
+
+    def build(self, input_shape):
+        self.head.build((None, self.num_members, self.backbone.hidden_dim))
+        self.built = True
+
+    def _check_inputs(self, inputs):
+        if not isinstance(inputs, dict) or set(inputs) != set(TEXT_INPUTS):
+            got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+            raise ValueError(
+                f"{type(self).__name__} expects a dict with keys "
+                f"{list(TEXT_INPUTS)} of int (batch, tokens) tensors (the "
+                f"output of a BertTextClassifierPreprocessor); got {got}."
+            )
+        shapes = {k: static_shape(v) for k, v in inputs.items()}
+        first = shapes["token_ids"]
+        for name, shape in shapes.items():
+            if len(shape) != 2 or (
+                None not in (shape[1], first[1]) and shape[1] != first[1]
+            ):
+                raise ValueError(
+                    f"`{name}` must have shape (batch, tokens) like `token_ids` "
+                    f"{first}; got {shape}."
+                )
+        if first[1] is not None and first[1] > self.backbone.max_sequence_length:
+            raise ValueError(
+                f"Sequences of {first[1]} tokens exceed max_sequence_length="
+                f"{self.backbone.max_sequence_length}."
+            )
+
+    def _export_input_signature(self):
+        # JAX export cannot compare a symbolic sequence length with the
+        # position table's size, so under JAX the SavedModel takes inputs
+        # padded to `max_sequence_length`; under TensorFlow any length.
+        length = (
+            self.backbone.max_sequence_length
+            if keras.config.backend() == "jax"
+            else None
+        )
+        return [
+            {
+                name: keras.InputSpec(shape=(None, length), dtype="int32")
+                for name in TEXT_INPUTS
+            }
+        ]
+
+    def call_members(self, inputs, training=None):
+        pooled = self.backbone(inputs, training=training)["pooled_output"]
+        return self.head(self.output_dropout(pooled, training=training))
+
+    def compute_output_shape(self, input_shape):
+        return (None, self.num_members, self.num_classes)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    # === Conversions ===
+
+    @classmethod
+    def _from_specs(cls, specs, backbone_kwargs, num_classes, dropout, mlp):
+        counts = [
+            [spec["layers"][layer]["query"][0].shape[1] for spec in specs]
+            for layer in range(len(specs[0]["layers"]))
+        ]
+        backbone = HydraTextBackbone(
+            num_members=len(specs), member_num_heads=counts, mlp=mlp, **backbone_kwargs
+        )
+        model = cls(backbone, num_classes, dropout=dropout)
+        member_weights.load_text_specs(model, specs)
+        return model
+
+    @classmethod
+    def from_keras_hub(cls, classifier, head_masks=None, mlp="merge"):
+        """Hydra members pruned from a keras-hub `BertTextClassifier`.
+
+        Args:
+            classifier: a `keras_hub.models.BertTextClassifier` (softmax-free
+                logits output).
+            head_masks: 0/1 array `(members, num_layers, num_heads)`, the
+                heads each member keeps; `None` keeps every head (one
+                member equal to the keras-hub model).
+            mlp: `"merge"` or `"grouped"`.
+        """
+        import keras_hub
+
+        if not isinstance(classifier, keras_hub.models.BertTextClassifier):
+            raise ValueError(
+                "`classifier` must be a keras_hub.models.BertTextClassifier; "
+                f"got {type(classifier).__name__}."
+            )
+        backbone = classifier.backbone
+        if head_masks is None:
+            head_masks = [[[True] * backbone.num_heads] * backbone.num_layers]
+        specs = member_weights.text_specs_from_keras_hub(classifier, head_masks)
+        kwargs = {
+            "vocabulary_size": backbone.vocabulary_size,
+            "num_layers": backbone.num_layers,
+            "num_heads": backbone.num_heads,
+            "hidden_dim": backbone.hidden_dim,
+            "intermediate_dim": backbone.intermediate_dim,
+            "dropout": backbone.dropout,
+            "max_sequence_length": backbone.max_sequence_length,
+            "num_segments": backbone.num_segments,
+        }
+        return cls._from_specs(
+            specs, kwargs, classifier.num_classes, classifier.dropout, mlp
+        )
+
+    def _backbone_kwargs(self):
+        config = self.backbone.get_config()
+        for key in ("name", "trainable", "num_members", "member_num_heads", "mlp"):
+            config.pop(key)
+        return config
+
+    def split_members(self, trainable_embedding=True):
+        """The members as separate one-member models (see
+        `HydraImageClassifier.split_members`)."""
+        members = []
+        for spec in member_weights.text_specs_from_hydra(self):
+            member = type(self)._from_specs(
+                [spec], self._backbone_kwargs(), self.num_classes, self.dropout,
+                self.backbone.mlp,
+            )
+            for layer in member.backbone.embedding_layers:
+                layer.trainable = bool(trainable_embedding)
+            members.append(member)
+        return members
+
+    @classmethod
+    def fuse(cls, members, mlp="merge"):
+        """Fuses separately trained members (see `HydraImageClassifier.fuse`)."""
+        members = list(members)
+        if not members or not all(isinstance(m, cls) for m in members):
+            raise ValueError(f"`members` must be a non-empty list of {cls.__name__}s.")
+        kwargs = members[0]._backbone_kwargs()
+        for i, member in enumerate(members[1:], start=1):
+            if member._backbone_kwargs() != kwargs or member.num_classes != members[0].num_classes:
+                raise ValueError(
+                    f"members[{i}] has a different architecture from members[0] "
+                    "(beyond its kept heads)."
+                )
+        specs = [s for m in members for s in member_weights.text_specs_from_hydra(m)]
+        return cls._from_specs(
+            specs, kwargs, members[0].num_classes, members[0].dropout, mlp
+        )

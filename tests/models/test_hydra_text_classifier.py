@@ -1,0 +1,124 @@
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from keras import ops
+
+from conftest import jit_compile
+from conftest import requires_jit
+from conftest import requires_saved_model
+from ensemble_zoo.models import EnsembleClassifier
+from ensemble_zoo.models import HydraTextClassifier
+
+
+def to_np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def tiny_bert(seed=0):
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=10,
+    )
+    bert = keras_hub.models.BertTextClassifier(
+        backbone=backbone, num_classes=3, preprocessor=None
+    )
+    rng = np.random.default_rng(seed)
+    for w in bert.weights:
+        w.assign(to_np(w) + rng.normal(scale=0.05, size=w.shape).astype("float32"))
+    return bert
+
+
+def text_inputs(n=4, seed=1):
+    rng = np.random.default_rng(seed)
+    padding = np.ones((n, 10), "int32")
+    padding[1, 6:] = 0
+    padding[3, 3:] = 0
+    return {
+        "token_ids": (rng.integers(1, 50, size=(n, 10)) * padding).astype("int32"),
+        "segment_ids": (rng.integers(0, 2, size=(n, 10)) * padding).astype("int32"),
+        "padding_mask": padding,
+    }
+
+
+MASKS = np.array(
+    [[[1, 1, 1, 1], [0, 1, 1, 0]], [[1, 0, 0, 0], [1, 1, 1, 1]], [[0, 0, 0, 0], [1, 0, 1, 1]]],
+    bool,
+)
+
+
+def ablated(bert, mask):
+    clone = keras_hub.models.BertTextClassifier.from_config(bert.get_config())
+    clone.set_weights(bert.get_weights())
+    for block, keep in zip(clone.backbone.transformer_layers, mask):
+        dense = block._self_attention_layer._output_dense
+        kernel = to_np(dense.kernel)
+        kernel[~keep] = 0.0
+        dense.kernel.assign(kernel)
+    return clone
+
+
+def test_one_member_keeping_every_head_equals_keras_hub():
+    bert = tiny_bert()
+    hydra = HydraTextClassifier.from_keras_hub(bert)
+    x = text_inputs()
+    np.testing.assert_allclose(
+        hydra.predict(x, verbose=0)[:, 0], bert.predict(x, verbose=0), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("mlp", ["merge", "grouped"])
+def test_fused_equals_pruned_members_with_padding(mlp):
+    bert = tiny_bert()
+    hydra = HydraTextClassifier.from_keras_hub(bert, MASKS, mlp=mlp)
+    x = text_inputs()
+    fused = hydra.predict(x, verbose=0)
+    assert fused.shape == (4, 3, 3)
+    for m, member in enumerate(hydra.split_members()):
+        reference = ablated(bert, MASKS[m]).predict(x, verbose=0)
+        np.testing.assert_allclose(fused[:, m], reference, atol=1e-5)
+        np.testing.assert_allclose(member.predict(x, verbose=0)[:, 0], reference, atol=1e-5)
+    refused = HydraTextClassifier.fuse(hydra.split_members(), mlp=mlp)
+    np.testing.assert_allclose(refused.predict(x, verbose=0), fused, atol=1e-6)
+
+
+def test_preset_round_trip_and_errors(tmp_path):
+    hydra = HydraTextClassifier.from_keras_hub(tiny_bert(), MASKS)
+    x = text_inputs()
+    hydra.save_to_preset(str(tmp_path / "p"))
+    loaded = EnsembleClassifier.from_preset(str(tmp_path / "p"))
+    assert isinstance(loaded, HydraTextClassifier)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), hydra.predict(x, verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match="token_ids"):
+        hydra(x["token_ids"])
+    with pytest.raises(ValueError, match="max_sequence_length"):
+        hydra({k: np.concatenate([v, v], 1) for k, v in x.items()})
+    with pytest.raises(ValueError, match="BertTextClassifier"):
+        HydraTextClassifier.from_keras_hub(tiny_bert().backbone)
+
+
+@requires_jit
+def test_trains_with_jit_compile():
+    hydra = HydraTextClassifier.from_keras_hub(tiny_bert(), MASKS)
+    x = text_inputs(16, seed=2)
+    y = np.arange(16) % 3
+    hydra.compile(jit_compile=jit_compile())
+    history = hydra.fit(x, y, epochs=4, batch_size=8, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+@requires_saved_model
+def test_saved_model_serves_text_inputs(tmp_path):
+    import tensorflow as tf
+
+    hydra = HydraTextClassifier.from_keras_hub(tiny_bert(), MASKS)
+    x = text_inputs()
+    hydra.export(str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    served = loaded.serve(
+        {k: tf.constant(v) for k, v in x.items()}
+    )
+    np.testing.assert_allclose(
+        served["member_logits"].numpy(), hydra.predict(x, verbose=0), atol=1e-5
+    )
