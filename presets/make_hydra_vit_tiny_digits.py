@@ -38,14 +38,11 @@ import numpy as np
 import tensorflow as tf
 
 import ensemble_zoo as ez
+from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
+from make_vit_tiny_digits import test_metrics  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADS_TO_PRUNE = 8  # of 24 (4 layers x 6 heads)
-
-
-def augment(image, label):
-    padded = tf.pad(image, [[1, 1], [1, 1], [0, 0]])
-    return tf.image.random_crop(padded, (8, 8, 1)), label
 
 
 def ood_validation(x_val, seed=0):
@@ -107,16 +104,6 @@ def fine_tune(member, seed, epochs, batch_size, freeze_mlp, learning_rate):
     )
     member.fit(train, epochs=epochs, verbose=0)
     return member
-
-
-def test_metrics(model):
-    x, y = ez.datasets.load_arrays("digits", "test")
-    probs = model.predict_uncertainty(x, batch_size=256)["probabilities"]
-    return {
-        "test_accuracy": round(ez.metrics.accuracy(probs, y), 4),
-        "test_nll": round(ez.metrics.negative_log_likelihood(probs, y), 4),
-        "test_ece": round(ez.metrics.expected_calibration_error(probs, y), 4),
-    }
 
 
 def build(name, masks, args):
