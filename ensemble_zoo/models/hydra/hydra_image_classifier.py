@@ -6,13 +6,14 @@ from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
+from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.utils.validation import check_positive_int
 
 POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraImageClassifier(EnsembleClassifier):
+class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier):
     """Hydra Ensemble image classifier: pruned ViT members, fused.
 
     Members are copies of one ViT that each keep a different subset of
@@ -111,18 +112,15 @@ class HydraImageClassifier(EnsembleClassifier):
 
     # === Conversions ===
 
-    @classmethod
-    def _from_specs(cls, specs, backbone_kwargs, num_classes, pooling, dropout, mlp):
-        counts = [
-            [spec["layers"][layer]["query"][0].shape[1] for spec in specs]
-            for layer in range(len(specs[0]["layers"]))
-        ]
-        backbone = HydraBackbone(
-            num_members=len(specs), member_num_heads=counts, mlp=mlp, **backbone_kwargs
-        )
-        model = cls(backbone, num_classes, pooling=pooling, dropout=dropout)
-        member_weights.load_specs(model, specs)
-        return model
+    backbone_cls = HydraBackbone
+    specs_of = staticmethod(member_weights.specs_from_hydra)
+    load_specs = staticmethod(member_weights.load_specs)
+
+    def _classifier_kwargs(self):
+        return {"pooling": self.pooling, "dropout": self.dropout}
+
+    def _embedding_layers(self):
+        return [self.backbone.embedding]
 
     @classmethod
     def from_keras_hub(cls, classifier, head_masks=None, mlp="merge"):
@@ -165,69 +163,9 @@ class HydraImageClassifier(EnsembleClassifier):
             specs,
             _backbone_kwargs(backbone),
             classifier.output_dense.units,
-            classifier.pooling,
-            float(classifier.dropout),
             mlp,
-        )
-
-    def split_members(self, trainable_embedding=True):
-        """The members as separate one-member models, heads sliced out.
-
-        Member `m` keeps only its own heads (structurally: fewer slots, not
-        a mask). With `mlp="merge"` every member gets the shared MLP. Use
-        this to fine-tune members separately (the paper's recipe) before
-        `fuse`-ing them again.
-
-        Args:
-            trainable_embedding: bool. `False` freezes each member's patch
-                and position embedding, which `fuse` requires to be equal
-                across members (the paper keeps it frozen).
-        """
-        specs = member_weights.specs_from_hydra(self)
-        kwargs = _hydra_backbone_kwargs(self.backbone)
-        members = []
-        for spec in specs:
-            member = type(self)._from_specs(
-                [spec], kwargs, self.num_classes, self.pooling, self.dropout,
-                self.backbone.mlp,
-            )
-            member.backbone.embedding.trainable = bool(trainable_embedding)
-            members.append(member)
-        return members
-
-    @classmethod
-    def fuse(cls, members, mlp="merge"):
-        """Fuses separately trained members into one Hydra model.
-
-        Args:
-            members: list of `HydraImageClassifier`s (e.g. from
-                `split_members()`, then fine-tuned); each may hold several
-                members. Their embeddings must be equal (keep them frozen
-                while fine-tuning) and their architectures must match apart
-                from the kept heads.
-            mlp: `"merge"` (the paper's choice: the members' MLP weights
-                are averaged, so the fused model equals the members only
-                where their MLPs agree) or `"grouped"` (exact: every member
-                keeps its own MLP, at `members` x the MLP parameters).
-        """
-        members = list(members)
-        if not members or not all(isinstance(m, cls) for m in members):
-            raise ValueError(
-                f"`members` must be a non-empty list of {cls.__name__}s."
-            )
-        kwargs = _hydra_backbone_kwargs(members[0].backbone)
-        for i, member in enumerate(members[1:], start=1):
-            if _hydra_backbone_kwargs(member.backbone) != kwargs or (
-                member.num_classes != members[0].num_classes
-            ):
-                raise ValueError(
-                    f"members[{i}] has a different architecture from "
-                    "members[0] (beyond its kept heads)."
-                )
-        specs = [s for member in members for s in member_weights.specs_from_hydra(member)]
-        return cls._from_specs(
-            specs, kwargs, members[0].num_classes, members[0].pooling,
-            members[0].dropout, mlp,
+            pooling=classifier.pooling,
+            dropout=float(classifier.dropout),
         )
 
 
@@ -248,12 +186,3 @@ def _backbone_kwargs(vit_backbone):
         "use_class_token": vit_backbone.use_class_token,
         "use_patch_bias": vit_backbone.use_patch_bias,
     }
-
-
-def _hydra_backbone_kwargs(backbone):
-    config = backbone.get_config()
-    for key in ("name", "trainable", "num_members", "member_num_heads", "mlp"):
-        config.pop(key)
-    config["image_shape"] = tuple(config["image_shape"])
-    config["patch_size"] = tuple(config["patch_size"])
-    return config

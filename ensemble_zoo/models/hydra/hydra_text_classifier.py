@@ -3,6 +3,7 @@ import keras
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
+from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.hydra.hydra_text_backbone import TEXT_INPUTS
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.utils.validation import check_positive_int
@@ -10,7 +11,7 @@ from ensemble_zoo.utils.validation import static_shape
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextClassifier(EnsembleClassifier):
+class HydraTextClassifier(HydraConversionsMixin, EnsembleClassifier):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
     The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the
@@ -149,18 +150,15 @@ class HydraTextClassifier(EnsembleClassifier):
 
     # === Conversions ===
 
-    @classmethod
-    def _from_specs(cls, specs, backbone_kwargs, num_classes, dropout, mlp):
-        counts = [
-            [spec["layers"][layer]["query"][0].shape[1] for spec in specs]
-            for layer in range(len(specs[0]["layers"]))
-        ]
-        backbone = HydraTextBackbone(
-            num_members=len(specs), member_num_heads=counts, mlp=mlp, **backbone_kwargs
-        )
-        model = cls(backbone, num_classes, dropout=dropout)
-        member_weights.load_text_specs(model, specs)
-        return model
+    backbone_cls = HydraTextBackbone
+    specs_of = staticmethod(member_weights.text_specs_from_hydra)
+    load_specs = staticmethod(member_weights.load_text_specs)
+
+    def _classifier_kwargs(self):
+        return {"dropout": self.dropout}
+
+    def _embedding_layers(self):
+        return self.backbone.embedding_layers
 
     @classmethod
     def from_keras_hub(cls, classifier, head_masks=None, mlp="merge"):
@@ -196,43 +194,5 @@ class HydraTextClassifier(EnsembleClassifier):
             "num_segments": backbone.num_segments,
         }
         return cls._from_specs(
-            specs, kwargs, classifier.num_classes, classifier.dropout, mlp
-        )
-
-    def _backbone_kwargs(self):
-        config = self.backbone.get_config()
-        for key in ("name", "trainable", "num_members", "member_num_heads", "mlp"):
-            config.pop(key)
-        return config
-
-    def split_members(self, trainable_embedding=True):
-        """The members as separate one-member models (see
-        `HydraImageClassifier.split_members`)."""
-        members = []
-        for spec in member_weights.text_specs_from_hydra(self):
-            member = type(self)._from_specs(
-                [spec], self._backbone_kwargs(), self.num_classes, self.dropout,
-                self.backbone.mlp,
-            )
-            for layer in member.backbone.embedding_layers:
-                layer.trainable = bool(trainable_embedding)
-            members.append(member)
-        return members
-
-    @classmethod
-    def fuse(cls, members, mlp="merge"):
-        """Fuses separately trained members (see `HydraImageClassifier.fuse`)."""
-        members = list(members)
-        if not members or not all(isinstance(m, cls) for m in members):
-            raise ValueError(f"`members` must be a non-empty list of {cls.__name__}s.")
-        kwargs = members[0]._backbone_kwargs()
-        for i, member in enumerate(members[1:], start=1):
-            if member._backbone_kwargs() != kwargs or member.num_classes != members[0].num_classes:
-                raise ValueError(
-                    f"members[{i}] has a different architecture from members[0] "
-                    "(beyond its kept heads)."
-                )
-        specs = [s for m in members for s in member_weights.text_specs_from_hydra(m)]
-        return cls._from_specs(
-            specs, kwargs, members[0].num_classes, members[0].dropout, mlp
+            specs, kwargs, classifier.num_classes, mlp, dropout=classifier.dropout
         )
