@@ -7,3 +7,4 @@ from ensemble_zoo.layers.grouped_layer_normalization import (
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
+from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter

@@ -6,3 +6,6 @@ from ensemble_zoo.models.hydra import HydraBackbone
 from ensemble_zoo.models.hydra import HydraImageClassifier
 from ensemble_zoo.models.hydra import HydraTextBackbone
 from ensemble_zoo.models.hydra import HydraTextClassifier
+from ensemble_zoo.models.lora_ensemble import LoRAEnsembleImageClassifier
+from ensemble_zoo.models.lora_ensemble import LoRAEnsembleTextClassifier
+from ensemble_zoo.models.lora_ensemble import apply_lora_ensemble

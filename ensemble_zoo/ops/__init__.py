@@ -6,3 +6,5 @@ from ensemble_zoo.ops.uncertainty import mutual_information
 from ensemble_zoo.ops.uncertainty import predictive_log_probabilities
 from ensemble_zoo.ops.uncertainty import predictive_probabilities
 from ensemble_zoo.ops.uncertainty import uncertainty_decomposition
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members

@@ -7,9 +7,8 @@ from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_backbone import check_member_num_heads
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
+from ensemble_zoo.models.text_inputs import TEXT_INPUTS
 from ensemble_zoo.utils.validation import check_positive_int
-
-TEXT_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")

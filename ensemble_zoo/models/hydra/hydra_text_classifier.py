@@ -4,14 +4,13 @@ from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
-from ensemble_zoo.models.hydra.hydra_text_backbone import TEXT_INPUTS
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
+from ensemble_zoo.models.text_inputs import TextInputsMixin
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import static_shape
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextClassifier(HydraConversionsMixin, EnsembleClassifier):
+class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassifier):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
     The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the
@@ -77,54 +76,12 @@ class HydraTextClassifier(HydraConversionsMixin, EnsembleClassifier):
         self.num_classes = num_classes
         self.dropout = dropout
         self.member_input_shape = None  # dict inputs, see _check_inputs
-        # Recording the dict structure lets TensorFlow trace its default
-        # serving signature when the model is exported.
-        self.build({name: (None, None) for name in TEXT_INPUTS})
+        self._build_text_inputs()
         self.compile()
 
     def build(self, input_shape):
         self.head.build((None, self.num_members, self.backbone.hidden_dim))
         self.built = True
-
-    def _check_inputs(self, inputs):
-        if not isinstance(inputs, dict) or set(inputs) != set(TEXT_INPUTS):
-            got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
-            raise ValueError(
-                f"{type(self).__name__} expects a dict with keys "
-                f"{list(TEXT_INPUTS)} of int (batch, tokens) tensors (the "
-                f"output of a BertTextClassifierPreprocessor); got {got}."
-            )
-        shapes = {k: static_shape(v) for k, v in inputs.items()}
-        first = shapes["token_ids"]
-        for name, shape in shapes.items():
-            if len(shape) != 2 or (
-                None not in (shape[1], first[1]) and shape[1] != first[1]
-            ):
-                raise ValueError(
-                    f"`{name}` must have shape (batch, tokens) like `token_ids` "
-                    f"{first}; got {shape}."
-                )
-        if first[1] is not None and first[1] > self.backbone.max_sequence_length:
-            raise ValueError(
-                f"Sequences of {first[1]} tokens exceed max_sequence_length="
-                f"{self.backbone.max_sequence_length}."
-            )
-
-    def _export_input_signature(self):
-        # JAX export cannot compare a symbolic sequence length with the
-        # position table's size, so under JAX the SavedModel takes inputs
-        # padded to `max_sequence_length`; under TensorFlow any length.
-        length = (
-            self.backbone.max_sequence_length
-            if keras.config.backend() == "jax"
-            else None
-        )
-        return [
-            {
-                name: keras.InputSpec(shape=(None, length), dtype="int32")
-                for name in TEXT_INPUTS
-            }
-        ]
 
     def call_members(self, inputs, training=None):
         pooled = self.backbone(inputs, training=training)["pooled_output"]

@@ -1,0 +1,221 @@
+import math
+
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def projection_layout(layer):
+    """`(d_in, d_out, in_axes, out_axes)` of a `Dense` / `EinsumDense` kernel.
+
+    The LoRA-Ensemble paper treats each projection as one `d_in x d_out`
+    matrix, whatever its head split: an `EinsumDense` kernel such as
+    multi-head attention's query `(dim, heads, head_dim)` is read as
+    `(dim, heads * head_dim)`. This needs the contracted kernel axes to come
+    first and be the input's trailing axes, and the other kernel axes to be
+    the output's trailing axes (true of every projection in
+    `keras.layers.MultiHeadAttention`).
+    """
+    name = f"{type(layer).__name__} '{layer.name}'"
+    if not getattr(layer, "built", False) or getattr(layer, "kernel", None) is None:
+        raise ValueError(f"{name} must be built before it is adapted.")
+    kernel_shape = tuple(layer.kernel.shape)
+    if isinstance(layer, keras.layers.Dense):
+        return kernel_shape[0], kernel_shape[1], 1, 1
+    if not isinstance(layer, keras.layers.EinsumDense):
+        raise ValueError(
+            f"Only Dense and EinsumDense layers can be adapted; got {name}."
+        )
+    equation = layer.equation.replace(" ", "")
+    inputs_spec, rest = equation.split(",")
+    kernel_spec, outputs_spec = rest.split("->")
+    inputs_spec = inputs_spec.replace("...", "")
+    outputs_spec = outputs_spec.replace("...", "")
+    contracted = "".join(c for c in kernel_spec if c in inputs_spec)
+    produced = "".join(c for c in kernel_spec if c in outputs_spec)
+    if (
+        kernel_spec != contracted + produced
+        or not contracted
+        or not produced
+        or not inputs_spec.endswith(contracted)
+        or not outputs_spec.endswith(produced)
+        or inputs_spec[: -len(contracted)] != outputs_spec[: -len(produced)]
+    ):
+        raise ValueError(
+            f"{name} has equation {layer.equation!r}; a LoRA-Ensemble adapter "
+            "needs the kernel's contracted axes first, as the input's "
+            "trailing axes, followed by the output's trailing axes (e.g. "
+            "'abc,cde->abde' or 'abcd,cde->abe')."
+        )
+    n_in = len(contracted)
+    d_in = math.prod(kernel_shape[:n_in])
+    d_out = math.prod(kernel_shape[n_in:])
+    return d_in, d_out, n_in, len(produced)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class LoRAEnsembleAdapter(keras.layers.Layer):
+    """A frozen projection plus one low-rank update per ensemble member.
+
+    LoRA-Ensemble (paper 002): member `m` computes
+    `W0 x + scale * B_m A_m x` with the frozen base weights `W0` (and bias)
+    shared by all members and its own `A_m` `(d_in, rank)` and `B_m`
+    `(rank, d_out)`. The input is a member-major batch
+    `(members * batch, ...)` (see `ensemble_zoo.ops.tile_members`), so the
+    unmodified network around the layer runs every member at once; the
+    adapters are two einsums over the member axis, never merged into the
+    kernel (which would materialize M full kernels) and never a loop.
+
+    The base layer is a built `Dense` or `EinsumDense` with a linear
+    activation; an `EinsumDense` kernel is read as one
+    `(prod(contracted axes), prod(output axes))` matrix, as the paper does
+    ("projections treated as single units, disregarding their partitioning
+    into heads"), which differs from Keras' built-in per-head LoRA.
+
+    Initialization follows the authors' code: `B = 0`, so every member
+    starts equal to the base layer, and each `A_m` is drawn independently
+    from Xavier-uniform with gain `a_gain` (bound
+    `a_gain * sqrt(6 / (d_in + rank))`; the paper uses 10, the main
+    diversity knob, about 10x Keras' default LoRA initialization).
+
+    Args:
+        base_layer: a built `keras.layers.Dense` or `keras.layers.EinsumDense`.
+            It is frozen (`trainable=False`) by the adapter.
+        num_members: int, the number of members M.
+        rank: int, the rank r of every member's update.
+        lora_alpha: float or `None`. The update is scaled by
+            `lora_alpha / rank`; `None` means `rank`, a scale of 1 (the
+            paper's code has no scaling).
+        a_gain: float, the Xavier-uniform gain of `A`. Defaults to `10.0`.
+        seed: optional int; member `m`'s `A` uses seed `seed + m`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import keras
+    import numpy as np
+    from ensemble_zoo.layers import LoRAEnsembleAdapter
+    from ensemble_zoo.ops import tile_members, untile_members
+
+    dense = keras.layers.Dense(16)
+    dense.build((None, 8))
+    adapter = LoRAEnsembleAdapter(dense, num_members=4, rank=2, seed=0)
+    x = np.random.normal(size=(3, 8)).astype("float32")
+    y = untile_members(adapter(tile_members(x, 4)), 4)  # (3, 4, 16)
+    # B starts at zero, so every member equals the frozen layer.
+    np.allclose(y[:, 2], dense(x))  # True
+    ```
+    """
+
+    def __init__(
+        self,
+        base_layer,
+        num_members,
+        rank,
+        lora_alpha=None,
+        a_gain=10.0,
+        seed=None,
+        **kwargs,
+    ):
+        if isinstance(base_layer, dict):
+            base_layer = keras.saving.deserialize_keras_object(base_layer)
+        kwargs.setdefault("name", f"{base_layer.name}_lora_ensemble")
+        super().__init__(**kwargs)
+        if isinstance(base_layer, LoRAEnsembleAdapter):
+            raise ValueError(f"Layer '{base_layer.name}' is already adapted.")
+        activation = getattr(base_layer, "activation", None)
+        if activation not in (None, keras.activations.linear):
+            raise ValueError(
+                f"The base layer '{base_layer.name}' has activation "
+                f"{keras.activations.serialize(activation)!r}; only linear "
+                "projections can be adapted (the update goes before the "
+                "activation)."
+            )
+        self.num_members = check_positive_int(num_members, "num_members")
+        self.rank = check_positive_int(rank, "rank")
+        if lora_alpha is not None and not lora_alpha > 0:
+            raise ValueError(f"`lora_alpha` must be positive or None; got {lora_alpha!r}.")
+        if not a_gain > 0:
+            raise ValueError(f"`a_gain` must be positive; got {a_gain!r}.")
+        self.lora_alpha = lora_alpha
+        self.a_gain = float(a_gain)
+        self.seed = seed
+        self.base_layer = base_layer
+        self.base_layer.trainable = False
+        if base_layer.built:
+            self.build(None)
+
+    @property
+    def scale(self):
+        alpha = self.rank if self.lora_alpha is None else self.lora_alpha
+        return float(alpha) / self.rank
+
+    def build(self, input_shape):
+        if getattr(self, "lora_a", None) is not None:
+            return  # built in __init__ from an already built base layer
+        if not self.base_layer.built:
+            self.base_layer.build(input_shape)
+        self.d_in, self.d_out, self.n_in, self.n_out = projection_layout(
+            self.base_layer
+        )
+        a_init = keras.initializers.VarianceScaling(
+            scale=self.a_gain**2,
+            mode="fan_avg",
+            distribution="uniform",
+            seed=self.seed,
+        )
+        # Member by member: a (M, d_in, r) variance scaling would count M in
+        # its fans.
+        self.lora_a = self.add_weight(
+            name="lora_a",
+            shape=(self.num_members, self.d_in, self.rank),
+            initializer=MemberInitializer(a_init),
+        )
+        self.lora_b = self.add_weight(
+            name="lora_b",
+            shape=(self.num_members, self.rank, self.d_out),
+            initializer="zeros",
+        )
+        self.built = True
+
+    def call(self, inputs):
+        outputs = self.base_layer(inputs)
+        # (M * batch, ..., d_in) -> (M, rows, d_in): member-major rows.
+        x = ops.reshape(inputs, (self.num_members, -1, self.d_in))
+        x = ops.cast(x, self.compute_dtype)
+        z = ops.einsum("mni,mir->mnr", x, ops.cast(self.lora_a, self.compute_dtype))
+        delta = ops.einsum("mnr,mro->mno", z, ops.cast(self.lora_b, self.compute_dtype))
+        if self.scale != 1.0:
+            delta = delta * self.scale
+        delta = ops.reshape(delta, ops.shape(outputs))
+        return outputs + ops.cast(delta, outputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return self.base_layer.compute_output_shape(input_shape)
+
+    def merged_kernel(self, member):
+        """The kernel of member `member` merged: `W0 + scale * A_m B_m`.
+
+        Returned in the base kernel's shape, for reference comparisons and
+        for exporting one member as a plain model.
+        """
+        delta = ops.matmul(self.lora_a[member], self.lora_b[member]) * self.scale
+        kernel = self.base_layer.kernel
+        return kernel + ops.reshape(ops.cast(delta, kernel.dtype), kernel.shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "base_layer": keras.saving.serialize_keras_object(self.base_layer),
+                "num_members": self.num_members,
+                "rank": self.rank,
+                "lora_alpha": self.lora_alpha,
+                "a_gain": self.a_gain,
+                "seed": self.seed,
+            }
+        )
+        return config

@@ -1,0 +1,184 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import clone_backbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class LoRAEnsembleImageClassifier(LoRAEnsembleTask):
+    """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
+
+    LoRA-Ensemble (paper 002): one frozen, pretrained keras-hub ViT
+    backbone shared by every member; member `m` adds its own rank-r update
+    `B_m A_m` to the query, key, value and output projections of every
+    attention layer (`apply_lora_ensemble`) and has its own classifier head
+    (`GroupedDense`). The image batch is tiled once to
+    `(members * batch, ...)`, the backbone runs once on it, and `call`
+    returns member logits `(batch, members, classes)`. Only the adapters
+    and the heads are trainable; `fit` trains every member on the same
+    batches with the mean of the member cross-entropies (the paper's loss).
+
+    Decisions: per-member heads (the paper's main setting, App. L); the
+    classifier reads the class token (`"token"`) or the mean of all tokens
+    (`"gap"`) exactly as keras-hub's `ViTImageClassifier` does.
+
+    Args:
+        backbone: a built `keras_hub.models.ViTBackbone` (or any keras-hub
+            image backbone with `MultiHeadAttention` blocks that returns
+            `(batch, tokens, dim)`). Adapters are applied in place.
+        num_classes: int.
+        num_members: int, the number of members M. Defaults to `8`.
+        rank: int, the adapters' rank. Defaults to `4`.
+        targets: attention projections to adapt. Defaults to
+            `("query", "key", "value", "attention_output")`.
+        lora_alpha: optional float, update scale `lora_alpha / rank`;
+            `None` (default) is a scale of 1, as in the paper.
+        a_gain: float, Xavier-uniform gain of `A` (paper: 10).
+        pooling: `"token"` (default) or `"gap"`.
+        dropout: float, dropout before the heads.
+        seed: optional int, seeds the adapters' `A` initialization.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    vit = base.members[0]  # a keras_hub.models.ViTImageClassifier
+    model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
+        vit, num_members=4, rank=2, seed=0
+    )
+    train = ez.datasets.load("digits", "train", batch_size=64)
+    model.fit(train, epochs=1, verbose=0)
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    model.predict(x, verbose=0).shape  # (289, 4, 8)
+    ```
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=8,
+        rank=4,
+        targets=DEFAULT_TARGETS,
+        lora_alpha=None,
+        a_gain=10.0,
+        pooling="token",
+        dropout=0.0,
+        seed=None,
+        **kwargs,
+    ):
+        if not isinstance(backbone, keras.Model) or len(backbone.inputs or []) != 1:
+            raise ValueError(
+                "`backbone` must be a built keras-hub image backbone with one "
+                f"input (e.g. keras_hub.models.ViTBackbone); got {type(backbone).__name__}."
+            )
+        if len(backbone.outputs[0].shape) != 3:
+            raise ValueError(
+                "`backbone` must return (batch, tokens, dim) features; its "
+                f"output has shape {tuple(backbone.outputs[0].shape)}."
+            )
+        if pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
+        super().__init__(**kwargs)
+        self._setup(
+            backbone,
+            num_classes,
+            num_members,
+            rank,
+            targets,
+            lora_alpha,
+            a_gain,
+            dropout,
+            seed,
+        )
+        self.pooling = pooling
+        self.member_input_shape = tuple(backbone.inputs[0].shape[1:])
+        self.build((None,) + self.member_input_shape)
+        self.compile()
+
+    def _feature_dim(self):
+        return int(self.backbone.outputs[0].shape[-1])
+
+    def _features(self, images, training=None):
+        x = self.backbone(images, training=training)
+        if self.pooling == "token":
+            return x[:, 0]
+        return ops.mean(x, axis=1)
+
+    def get_config(self):
+        config = super().get_config()
+        config["pooling"] = self.pooling
+        return config
+
+    @classmethod
+    def from_keras_hub(
+        cls,
+        model,
+        num_members=8,
+        rank=4,
+        num_classes=None,
+        reuse_head=None,
+        **kwargs,
+    ):
+        """A LoRA-Ensemble on a copy of a keras-hub ViT.
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`.
+                It is copied, never changed.
+            num_members: int. Defaults to `8`.
+            rank: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool. `True` starts every member's head as a copy of
+                the classifier's, so that before training (B = 0) every
+                member equals `model`; `False` gives fresh heads (the
+                paper's fine-tuning setting). `None` (default) reuses the
+                head when `model` is a classifier with `num_classes` classes.
+            **kwargs: other constructor arguments (`targets`, `lora_alpha`,
+                `a_gain`, `seed`, and for a backbone `pooling`, `dropout`).
+
+        Returns:
+            A `LoRAEnsembleImageClassifier`.
+        """
+        import keras_hub
+
+        head = None
+        if isinstance(model, keras_hub.models.ViTImageClassifier):
+            if getattr(model, "intermediate_dim", None) is not None:
+                raise ValueError(
+                    "ViT classifiers with an `intermediate_dim` pre-logits "
+                    "layer are not supported."
+                )
+            check_logits_head(model)
+            kwargs.setdefault("pooling", model.pooling)
+            kwargs.setdefault("dropout", float(model.dropout))
+            head = model.output_dense
+            backbone = model.backbone
+            classes = model.num_classes
+        elif isinstance(model, keras_hub.models.ViTBackbone):
+            backbone, classes = model, None
+        else:
+            raise ValueError(
+                "`model` must be a keras_hub.models.ViTImageClassifier or "
+                f"ViTBackbone; got {type(model).__name__}."
+            )
+        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
+        ensemble = cls(
+            clone_backbone(backbone),
+            num_classes,
+            num_members=num_members,
+            rank=rank,
+            **kwargs,
+        )
+        if reuse_head:
+            ensemble._copy_head(head)
+        return ensemble

@@ -1,0 +1,151 @@
+import keras
+
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import clone_backbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.text_inputs import TextInputsMixin
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask):
+    """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
+
+    The text counterpart of `LoRAEnsembleImageClassifier` (paper 002, its
+    SST-2 experiments): adapters on every attention projection of a frozen
+    keras-hub `BertBackbone`, the backbone's (frozen) pooled output, and a
+    classifier head per member. `call` takes keras-hub's BERT inputs, a
+    dict of int `(batch, tokens)` tensors `token_ids`, `segment_ids` and
+    `padding_mask`, tiles each once to `(members * batch, tokens)`, and
+    returns member logits `(batch, members, classes)`.
+
+    Args:
+        backbone: a built `keras_hub.models.BertBackbone`; adapters are
+            applied in place.
+        num_classes: int.
+        num_members: int. Defaults to `8`.
+        rank: int. Defaults to `4`.
+        targets: attention projections to adapt (default: all four).
+        lora_alpha: optional float; `None` is a scale of 1.
+        a_gain: float, Xavier-uniform gain of `A` (paper: 10).
+        dropout: float, dropout before the heads. Defaults to `0.1`
+            (keras-hub's `BertTextClassifier`).
+        seed: optional int, seeds the adapters' `A` initialization.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    bert = keras_hub.models.BertBackbone(
+        vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=12,
+    )
+    model = ez.models.LoRAEnsembleTextClassifier.from_keras_hub(
+        bert, num_members=4, rank=2, num_classes=2
+    )
+    inputs = {
+        "token_ids": np.ones((2, 12), "int32"),
+        "segment_ids": np.zeros((2, 12), "int32"),
+        "padding_mask": np.ones((2, 12), "int32"),
+    }
+    model.predict(inputs, verbose=0).shape  # (2, 4, 2)
+    ```
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=8,
+        rank=4,
+        targets=DEFAULT_TARGETS,
+        lora_alpha=None,
+        a_gain=10.0,
+        dropout=0.1,
+        seed=None,
+        **kwargs,
+    ):
+        import keras_hub
+
+        if not isinstance(backbone, keras_hub.models.BertBackbone):
+            raise ValueError(
+                "`backbone` must be a keras_hub.models.BertBackbone; got "
+                f"{type(backbone).__name__}."
+            )
+        super().__init__(**kwargs)
+        self._setup(
+            backbone,
+            num_classes,
+            num_members,
+            rank,
+            targets,
+            lora_alpha,
+            a_gain,
+            dropout,
+            seed,
+        )
+        self.member_input_shape = None  # dict inputs, see _check_inputs
+        self._build_text_inputs()
+        self.compile()
+
+    def _feature_dim(self):
+        return self.backbone.hidden_dim
+
+    def _features(self, inputs, training=None):
+        return self.backbone(inputs, training=training)["pooled_output"]
+
+    @classmethod
+    def from_keras_hub(
+        cls,
+        model,
+        num_members=8,
+        rank=4,
+        num_classes=None,
+        reuse_head=None,
+        **kwargs,
+    ):
+        """A LoRA-Ensemble on a copy of a keras-hub BERT.
+
+        Args:
+            model: a `keras_hub.models.BertTextClassifier` or `BertBackbone`
+                (copied, never changed).
+            num_members: int. Defaults to `8`.
+            rank: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool or `None`, as in
+                `LoRAEnsembleImageClassifier.from_keras_hub`.
+            **kwargs: other constructor arguments.
+        """
+        import keras_hub
+
+        head = None
+        if isinstance(model, keras_hub.models.BertTextClassifier):
+            check_logits_head(model)
+            kwargs.setdefault("dropout", float(model.dropout))
+            head = model.output_dense
+            backbone = model.backbone
+            classes = model.num_classes
+        elif isinstance(model, keras_hub.models.BertBackbone):
+            backbone, classes = model, None
+        else:
+            raise ValueError(
+                "`model` must be a keras_hub.models.BertTextClassifier or "
+                f"BertBackbone; got {type(model).__name__}."
+            )
+        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
+        ensemble = cls(
+            clone_backbone(backbone),
+            num_classes,
+            num_members=num_members,
+            rank=rank,
+            **kwargs,
+        )
+        if reuse_head:
+            ensemble._copy_head(head)
+        return ensemble
