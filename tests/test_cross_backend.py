@@ -25,8 +25,19 @@ def hydra():
     return ez.models.HydraImageClassifier.from_keras_hub(vit, masks)
 
 
+def lora_ensemble():
+    vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
+    model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
+        vit, num_members=2, rank=2, seed=0
+    )
+    rng = np.random.default_rng(0)
+    for adapter in model.adapters:
+        adapter.lora_b.assign(rng.normal(scale=0.02, size=adapter.lora_b.shape))
+    return model
+
+
 @pytest.mark.cross_backend
-@pytest.mark.parametrize("make", [deep_ensemble, hydra], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("make", [deep_ensemble, hydra, lora_ensemble], ids=lambda f: f.__name__)
 @pytest.mark.parametrize(
     "other", [b for b in ALL_BACKENDS if b != BACKEND]
 )
