@@ -21,7 +21,6 @@ Goals (issue 4): fused / separate <= 0.6 at batch 1 and <= 1.0 at batch
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
@@ -31,44 +30,8 @@ import numpy as np  # noqa: E402
 
 import ensemble_zoo as ez  # noqa: E402
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds  # noqa: E402
-
-
-def compiled_call(model):
-    """A function running one forward pass, compiled where it helps."""
-    backend = keras.config.backend()
-    if backend == "jax":
-        import jax
-
-        trainable = [v.value for v in model.trainable_variables]
-        non_trainable = [v.value for v in model.non_trainable_variables]
-        fn = jax.jit(lambda x: model.stateless_call(trainable, non_trainable, x)[0])
-        return lambda x: np.asarray(fn(x))
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        fn = tf.function(lambda x: model(x, training=False), jit_compile=True)
-        return lambda x: fn(x).numpy()
-    import torch
-
-    def call(x):
-        with torch.no_grad():
-            return keras.ops.convert_to_numpy(model(x, training=False))
-
-    return call
-
-
-def median_ms(fns, x, repeats):
-    """Median over `repeats` of the summed time of running every fn once."""
-    for fn in fns:
-        fn(x)
-        fn(x)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for fn in fns:
-            fn(x)
-        times.append(time.perf_counter() - start)
-    return 1000.0 * float(np.median(times))
+from timing import compiled_call  # noqa: E402 (same folder)
+from timing import median_ms  # noqa: E402
 
 
 def tiny():

@@ -14,12 +14,22 @@ weights): `from_preset` builds them with random initial weights.
   3 members keeping 6 heads per layer and 2 classes (SST-2); multiply-adds
   are counted for 128 tokens, the paper's max_length.
 
+- `lora_ensemble_vit_b16_16x8`: LoRA-Ensemble (paper 002) on ViT-B/16,
+  16 members of rank 8 on query/key/value/output, 100 classes (the paper's
+  CIFAR-100 setting; its backbone there is ViT-B/32): 10.7M trainable
+  parameters on the frozen 85.8M backbone.
+
+- `lora_ensemble_bert_base_8x64`: the paper's SST-2 setting (App. A.7):
+  bert-base uncased, 8 members of rank 64, 2 classes.
+
 Run from the repository root (a few seconds):
 
     KERAS_BACKEND=jax python presets/make_architecture_presets.py
 """
 
 import os
+
+import numpy as np
 
 import ensemble_zoo as ez
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
@@ -82,6 +92,43 @@ def main():
         include_weights=False,
     )
     print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
+    lora_presets()
+
+
+def trainable_count(model):
+    return int(sum(np.prod(w.shape) for w in model.trainable_weights))
+
+
+def lora_presets():
+    import keras_hub
+
+    vit = keras_hub.models.ViTBackbone(**VIT_B16)
+    model = ez.models.LoRAEnsembleImageClassifier(
+        vit, num_classes=100, num_members=16, rank=8
+    )
+    save_lora(model, "lora_ensemble_vit_b16_16x8")
+    bert = keras_hub.models.BertBackbone(
+        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+        intermediate_dim=3072, max_sequence_length=512,
+    )
+    model = ez.models.LoRAEnsembleTextClassifier(
+        bert, num_classes=2, num_members=8, rank=64
+    )
+    save_lora(model, "lora_ensemble_bert_base_8x64")
+
+
+def save_lora(model, name):
+    model.save_to_preset(
+        os.path.join(HERE, name),
+        metadata={
+            "method": "lora_ensemble (architecture)",
+            "description": ez.presets.PRESETS[name]["description"],
+            "trainable_parameter_count": trainable_count(model),
+            "script": "presets/make_architecture_presets.py",
+        },
+        include_weights=False,
+    )
+    print(name, ez.presets.preset_metadata(name)["parameter_count"], trainable_count(model))
 
 
 if __name__ == "__main__":

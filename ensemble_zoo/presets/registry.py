@@ -39,6 +39,14 @@ PRESETS = {
             "MLP."
         ),
     },
+    "lora_ensemble_vit_tiny_digits": {
+        "path": "lora_ensemble_vit_tiny_digits",
+        "description": (
+            "LoRA-Ensemble of 8 rank-4 members on the frozen vit_tiny_digits "
+            "backbone (adapters on query, key, value and output "
+            "projections), each with its own classifier head."
+        ),
+    },
     "hydra_vit_b16_8x3": {
         "path": "hydra_vit_b16_8x3",
         "description": (
@@ -53,6 +61,22 @@ PRESETS = {
             "Architecture only (random weights): the Hydra paper's "
             "bert-base ensemble for SST-2, 3 members keeping 6 of 12 heads "
             "per layer, merged MLPs, 2 classes."
+        ),
+    },
+    "lora_ensemble_vit_b16_16x8": {
+        "path": "lora_ensemble_vit_b16_16x8",
+        "description": (
+            "Architecture only (random weights): the LoRA-Ensemble paper's "
+            "setting on a ViT-B/16 backbone, 16 members of rank 8 on "
+            "query/key/value/output, 100 classes (CIFAR-100)."
+        ),
+    },
+    "lora_ensemble_bert_base_8x64": {
+        "path": "lora_ensemble_bert_base_8x64",
+        "description": (
+            "Architecture only (random weights): the LoRA-Ensemble paper's "
+            "SST-2 setting, bert-base uncased with 8 members of rank 64, "
+            "2 classes."
         ),
     },
 }

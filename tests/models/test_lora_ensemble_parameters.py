@@ -51,3 +51,23 @@ def test_vit_b32_counts_match_the_paper():
     assert trainable_count(one) == 666_724
     ham = LoRAEnsembleImageClassifier(vit(), num_classes=7, num_members=8, rank=4)
     assert trainable_count(ham) == 2_402_360  # Table 13, per-member heads
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, trainable",
+    [
+        # 16 x (12 layers x 4 projections x 8 x (768 + 768) + 768 x 100 + 100)
+        ("lora_ensemble_vit_b16_16x8", 10_667_584),
+        # 8 x (12 x 4 x 64 x (768 + 768) + 768 x 2 + 2)
+        ("lora_ensemble_bert_base_8x64", 37_761_040),
+    ],
+)
+def test_architecture_presets_build_with_the_papers_sizes(name, trainable):
+    import ensemble_zoo as ez
+
+    model = ez.models.EnsembleClassifier.from_preset(name)
+    assert trainable_count(model) == trainable
+    metadata = ez.presets.preset_metadata(name)
+    assert metadata["trainable_parameter_count"] == trainable
+    assert metadata["parameter_count"] == model.count_params()

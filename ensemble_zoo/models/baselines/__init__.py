@@ -1,0 +1,1 @@
+from ensemble_zoo.models.baselines.mc_dropout_classifier import MCDropoutClassifier

@@ -1,0 +1,148 @@
+import keras
+
+from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def dropout_layers(model):
+    """The `keras.layers.Dropout` layers of `model`, in a fixed order."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if isinstance(layer, keras.layers.Dropout)
+    ]
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MCDropoutClassifier(EnsembleClassifier):
+    """Monte Carlo dropout as an ensemble: M dropout samples in one pass.
+
+    MC dropout (Gal & Ghahramani, 2016) keeps dropout on at test time and
+    treats each stochastic forward pass as an ensemble member. Here the
+    input is tiled once to `(members * batch, ...)` and the wrapped model
+    runs once on it with dropout active, so the M samples are one batched
+    call; `call` returns `(batch, members, classes)` like every zoo
+    ensemble, and `predict_uncertainty` decomposes the uncertainty.
+
+    Every `keras.layers.Dropout` in the model is used (for a keras-hub ViT:
+    the embedding, attention-probability, block and head dropouts); `rate`
+    overrides their rates, which is needed when the model was trained
+    without dropout. The model runs in training mode, so models with
+    `BatchNormalization` (whose training mode uses batch statistics) are
+    refused. Each dropout layer draws from its own seed generator, seeded
+    from `seed`: two classifiers built with the same seed give the same
+    samples for the same sequence of calls; successive calls give fresh
+    samples.
+
+    Args:
+        model: a built single-input Keras classifier returning logits
+            `(batch, classes)` (e.g. a keras-hub `ViTImageClassifier`). Its
+            dropout layers are changed in place; use `from_model` to keep
+            the original.
+        num_members: int, the number of dropout samples M.
+        rate: optional float in `[0, 1)`, the rate of every dropout layer;
+            `None` keeps the model's rates.
+        seed: optional int. Dropout layer `i` gets seed `seed + i`.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
+    mc = ez.models.MCDropoutClassifier.from_model(vit, num_members=8, rate=0.1, seed=0)
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    mc.predict(x, verbose=0).shape  # (289, 8, 8)
+    ```
+    """
+
+    def __init__(self, model, num_members, rate=None, seed=None, **kwargs):
+        input_shape, num_classes = _member_io_shapes(model, 0)
+        if rate is not None and not 0.0 <= rate < 1.0:
+            raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
+        layers = model._flatten_layers(include_self=False)
+        if any(isinstance(layer, keras.layers.BatchNormalization) for layer in layers):
+            raise ValueError(
+                "MCDropoutClassifier runs the model in training mode, which "
+                "changes BatchNormalization layers; `model` has some."
+            )
+        dropouts = dropout_layers(model)
+        if not dropouts:
+            raise ValueError(f"`model` '{model.name}' has no Dropout layer.")
+        super().__init__(**kwargs)
+        # === Layers ===
+        self.model = model
+        # === Config ===
+        self.num_members = check_positive_int(num_members, "num_members")
+        self.num_classes = num_classes
+        self.member_input_shape = input_shape
+        self.rate = rate
+        self.seed = seed
+        self._set_dropout(dropouts)
+        self.build((None,) + input_shape)
+        self.compile()
+
+    def _set_dropout(self, dropouts):
+        for index, layer in enumerate(dropouts):
+            if self.rate is not None:
+                layer.rate = float(self.rate)
+            current = getattr(layer, "seed_generator", None)
+            if layer.rate == 0 or (current is not None and self.seed is None):
+                continue
+            # A fresh generator: Keras creates none for a rate-0 layer, and
+            # under PyTorch an unseeded one draws from torch's global RNG.
+            layer._tracker.unlock()
+            if current is not None and current in layer._seed_generators:
+                layer._seed_generators.remove(current)
+            layer.seed_generator = keras.random.SeedGenerator(
+                None if self.seed is None else self.seed + index
+            )
+            layer._tracker.lock()
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call_members(self, inputs, training=None):
+        tiled = tile_members(inputs, self.num_members)
+        logits = self.model(tiled, training=True)
+        return untile_members(logits, self.num_members)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_members, self.num_classes)
+
+    def get_config(self):
+        model_config = keras.saving.serialize_keras_object(self.model)
+        model_config.pop("compile_config", None)
+        model_config.pop("build_config", None)
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "model": model_config,
+            "num_members": self.num_members,
+            "rate": self.rate,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["model"] = keras.saving.deserialize_keras_object(config["model"])
+        return cls(**config)
+
+    @classmethod
+    def from_model(cls, model, num_members, rate=None, seed=None, **kwargs):
+        """MC dropout on a copy of `model` (same config and weights).
+
+        keras-hub tasks lose their preprocessor, as in
+        `DeepEnsembleClassifier.from_model`.
+        """
+        config = model.get_config()
+        if "preprocessor" in config:
+            config["preprocessor"] = None
+        clone = model.__class__.from_config(config)
+        clone.set_weights(model.get_weights())
+        return cls(clone, num_members, rate=rate, seed=seed, **kwargs)

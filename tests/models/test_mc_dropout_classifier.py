@@ -1,0 +1,113 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from conftest import jit_compile
+from conftest import requires_jit
+from conftest import requires_saved_model
+from ensemble_zoo.models import EnsembleClassifier
+from ensemble_zoo.models import MCDropoutClassifier
+
+
+def to_np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def mlp(seed=0, rate=0.3, batch_norm=False):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((6,))
+    x = keras.layers.Dense(32, activation="relu")(inputs)
+    if batch_norm:
+        x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Dropout(rate)(x)
+    return keras.Model(inputs, keras.layers.Dense(3)(x))
+
+
+def data(n=5):
+    return np.random.default_rng(0).normal(size=(n, 6)).astype("float32")
+
+
+def test_rate_zero_gives_identical_members_equal_to_the_model():
+    model = mlp()
+    mc = MCDropoutClassifier.from_model(model, num_members=4, rate=0.0)
+    out = mc.predict(data(), verbose=0)
+    assert out.shape == (5, 4, 3)
+    for m in range(4):
+        np.testing.assert_allclose(out[:, m], to_np(model(data())), atol=1e-6)
+
+
+def test_members_are_dropout_samples_of_the_model():
+    """With an identity output layer after the dropout, each member's logits
+    are the hidden activations times a 0 / (1 / keep) mask."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,))
+    hidden_layer = keras.layers.Dense(4, activation="relu")
+    x = keras.layers.Dropout(0.5)(hidden_layer(inputs))
+    out_layer = keras.layers.Dense(4, kernel_initializer="identity")
+    model = keras.Model(inputs, out_layer(x))
+    mc = MCDropoutClassifier.from_model(model, num_members=200, seed=1)
+    x = data(3)
+    out = mc.predict(x, verbose=0)
+    hidden = np.maximum(x @ to_np(hidden_layer.kernel) + to_np(hidden_layer.bias), 0)
+    active = np.broadcast_to(hidden[:, None, :] > 1e-3, out.shape)
+    ratio = out / np.where(active, hidden[:, None, :], 1.0)
+    assert np.all(np.isclose(ratio, 0, atol=1e-4) | np.isclose(ratio, 2, atol=1e-4) | ~active)
+    kept = np.isclose(ratio, 2, atol=1e-4)[active]
+    assert 0.4 < kept.mean() < 0.6  # keep probability 0.5
+    assert np.abs(out[:, 0] - out[:, 1]).max() > 1e-3
+
+
+def test_seeded_samples_are_reproducible():
+    x = data()
+    first = MCDropoutClassifier.from_model(mlp(), num_members=4, seed=3)
+    second = MCDropoutClassifier.from_model(mlp(), num_members=4, seed=3)
+    a = first.predict(x, verbose=0)
+    np.testing.assert_array_equal(a, second.predict(x, verbose=0))
+    # Successive calls draw fresh samples.
+    assert np.abs(first.predict(x, verbose=0) - a).max() > 1e-3
+
+
+def test_preset_round_trip_and_errors(tmp_path):
+    mc = MCDropoutClassifier.from_model(mlp(rate=0.0), num_members=3, rate=0.2, seed=0)
+    mc.save_to_preset(str(tmp_path / "p"))
+    loaded = EnsembleClassifier.from_preset(str(tmp_path / "p"))
+    assert isinstance(loaded, MCDropoutClassifier) and loaded.rate == 0.2
+    np.testing.assert_allclose(
+        loaded.predict(data(), verbose=0), mc.predict(data(), verbose=0), atol=1e-6
+    )
+    with pytest.raises(ValueError, match="BatchNormalization"):
+        MCDropoutClassifier(mlp(batch_norm=True), num_members=2)
+    with pytest.raises(ValueError, match="rate"):
+        MCDropoutClassifier(mlp(), num_members=2, rate=1.0)
+    inputs = keras.Input((6,))
+    with pytest.raises(ValueError, match="no Dropout"):
+        MCDropoutClassifier(keras.Model(inputs, keras.layers.Dense(3)(inputs)), 2)
+
+
+@requires_jit
+def test_trains_with_jit_compile():
+    mc = MCDropoutClassifier.from_model(mlp(), num_members=4, seed=0)
+    mc.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit_compile())
+    x, y = data(64), np.arange(64) % 3
+    history = mc.fit(x, y, epochs=5, batch_size=16, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+@requires_saved_model
+def test_saved_model_export_with_rate_zero_matches_keras(tmp_path):
+    import tensorflow as tf
+
+    mc = MCDropoutClassifier.from_model(mlp(), num_members=3, rate=0.0)
+    mc.export(str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    served = loaded.serve(tf.constant(data()))
+    np.testing.assert_allclose(
+        served["member_logits"].numpy(), mc.predict(data(), verbose=0), atol=1e-5
+    )
+    # With dropout on, the served samples are valid probability vectors.
+    mc = MCDropoutClassifier.from_model(mlp(), num_members=3, seed=0)
+    mc.export(str(tmp_path / "sm2"))
+    loaded = tf.saved_model.load(str(tmp_path / "sm2"))
+    probs = loaded.serve(tf.constant(data()))["probabilities"].numpy()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
