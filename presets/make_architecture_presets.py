@@ -34,6 +34,7 @@ import numpy as np
 import ensemble_zoo as ez
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
 from ensemble_zoo.models.hydra.hydra_cost import hydra_text_multiply_adds
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import lora_ensemble_multiply_adds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -106,7 +107,9 @@ def lora_presets():
     model = ez.models.LoRAEnsembleImageClassifier(
         vit, num_classes=100, num_members=16, rank=8
     )
-    save_lora(model, "lora_ensemble_vit_b16_16x8")
+    single = hydra_multiply_adds(**VIT_B16, num_classes=100)
+    macs = lora_ensemble_multiply_adds(single, 16, 197, 12, 768, 8)
+    save_lora(model, "lora_ensemble_vit_b16_16x8", macs)
     bert = keras_hub.models.BertBackbone(
         vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
         intermediate_dim=3072, max_sequence_length=512,
@@ -114,21 +117,27 @@ def lora_presets():
     model = ez.models.LoRAEnsembleTextClassifier(
         bert, num_classes=2, num_members=8, rank=64
     )
-    save_lora(model, "lora_ensemble_bert_base_8x64")
+    encoder = dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072)
+    single = hydra_text_multiply_adds(128, **encoder, num_classes=2)
+    macs = lora_ensemble_multiply_adds(single, 8, 128, 12, 768, 64)
+    save_lora(model, "lora_ensemble_bert_base_8x64", macs, sequence_length=128)
 
 
-def save_lora(model, name):
+def save_lora(model, name, macs, sequence_length=None):
+    extra = {} if sequence_length is None else {"multiply_adds_sequence_length": sequence_length}
     model.save_to_preset(
         os.path.join(HERE, name),
         metadata={
             "method": "lora_ensemble (architecture)",
             "description": ez.presets.PRESETS[name]["description"],
             "trainable_parameter_count": trainable_count(model),
+            "multiply_adds": macs,
+            **extra,
             "script": "presets/make_architecture_presets.py",
         },
         include_weights=False,
     )
-    print(name, ez.presets.preset_metadata(name)["parameter_count"], trainable_count(model))
+    print(name, ez.presets.preset_metadata(name)["parameter_count"], trainable_count(model), macs)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,12 @@ def check_saved_model(path, model, x):
 @requires_saved_model
 @pytest.mark.parametrize(
     "name",
-    ["vit_tiny_digits", "deep_ensemble_vit_tiny_digits", "hydra_circuit_vit_tiny_digits"],
+    [
+        "vit_tiny_digits",
+        "deep_ensemble_vit_tiny_digits",
+        "hydra_circuit_vit_tiny_digits",
+        "lora_ensemble_vit_tiny_digits",
+    ],
 )
 def test_saved_model_serves_probabilities_logits_and_uncertainty(tmp_path, name):
     model = ez.models.EnsembleClassifier.from_preset(name)

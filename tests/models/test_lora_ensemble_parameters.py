@@ -71,3 +71,21 @@ def test_architecture_presets_build_with_the_papers_sizes(name, trainable):
     metadata = ez.presets.preset_metadata(name)
     assert metadata["trainable_parameter_count"] == trainable
     assert metadata["parameter_count"] == model.count_params()
+
+
+def test_multiply_adds_are_members_times_single_plus_adapters():
+    from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
+    from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import (
+        lora_ensemble_multiply_adds,
+    )
+
+    # ViT-B/16, 100 classes: 197 tokens; each member's 48 adapters cost
+    # 197 x 8 x (768 + 768) multiply-adds each.
+    single = hydra_multiply_adds(
+        (224, 224, 3), 16, 12, 12, 768, 3072, num_classes=100
+    )
+    total = lora_ensemble_multiply_adds(single, 16, 197, 12, 768, 8)
+    assert total == 16 * single + 16 * 48 * 197 * 8 * 1536
+    assert total / single == pytest.approx(16.106, abs=1e-3)
+    with pytest.raises(ValueError, match="rank"):
+        lora_ensemble_multiply_adds(single, 16, 197, 12, 768, 0)
