@@ -36,6 +36,11 @@ class EnsembleClassifier(keras.Model):
     A single model is an ensemble with `num_members == 1`.
     """
 
+    def _track_variables(self):
+        # PyTorch backend only (Keras calls it there): register every
+        # variable as a parameter even where members share variable paths.
+        self._torch_params = backend_utils.torch_parameter_dict(self.variables)
+
     def call_members(self, inputs, training=None):
         raise NotImplementedError(
             f"{type(self).__name__} must implement call_members()."

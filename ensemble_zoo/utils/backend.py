@@ -24,3 +24,25 @@ TORCH_EXPORT_HELP = (
     "`ensemble_zoo.models.EnsembleClassifier.from_preset(directory)` and "
     "call `export(...)` there. The weights files are backend-independent."
 )
+
+
+def torch_parameter_dict(variables):
+    """A `torch.nn.ParameterDict` holding every variable, keyed uniquely.
+
+    Keras' PyTorch backend registers a model's variables as parameters
+    keyed by `variable.path`. Members built from one config (a deep
+    ensemble of keras-hub models, MC dropout copies) share paths, so all
+    but one of them would be left out of `model.parameters()`, and
+    `zero_grad()` before each training step would not reach them: their
+    gradients would accumulate across steps. Repeated paths get a
+    `__<n>` suffix here.
+    """
+    import torch
+
+    params = {}
+    for variable in variables:
+        key, n = variable.path, 1
+        while key in params:
+            key, n = f"{variable.path}__{n}", n + 1
+        params[key] = variable.value
+    return torch.nn.ParameterDict(params)

@@ -103,6 +103,22 @@ def test_only_adapters_and_heads_train_and_backbone_stays_bit_identical():
     assert not np.allclose(to_np(model.head.kernel), heads)
 
 
+def test_sgd_steps_follow_the_gradients():
+    """Two `train_on_batch` SGD steps equal updates by independently
+    computed gradients (gradients left over from step 1 would show)."""
+    model = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=2, rank=2, seed=0)
+    randomize_adapters(model)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=jit_compile())
+    x, y = images(8), np.arange(8) % 5
+    loss = model.loss
+    for _ in range(2):
+        before = [to_np(v).copy() for v in model.trainable_variables]
+        grads = loss_gradients(model, loss, x, y, model.trainable_variables)
+        model.train_on_batch(x, y)
+        for b, g, v in zip(before, grads, model.trainable_variables):
+            np.testing.assert_allclose(to_np(v), b - 0.1 * g, atol=1e-5, err_msg=v.path)
+
+
 def test_member_losses_only_reach_their_own_parameters():
     model = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=3, rank=2, seed=0)
     randomize_adapters(model)

@@ -4,6 +4,7 @@ from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_i
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -98,9 +99,10 @@ class MCDropoutClassifier(EnsembleClassifier):
             layer._tracker.unlock()
             if current is not None and current in layer._seed_generators:
                 layer._seed_generators.remove(current)
-            layer.seed_generator = keras.random.SeedGenerator(
-                None if self.seed is None else self.seed + index
-            )
+            with path_scope(f"{self.name}/dropout_{index}"):  # unique paths
+                layer.seed_generator = keras.random.SeedGenerator(
+                    None if self.seed is None else self.seed + index
+                )
             layer._tracker.lock()
 
     def build(self, input_shape):

@@ -1,6 +1,7 @@
 import keras
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.validation import check_positive_int
 
 #: `keras.layers.MultiHeadAttention` projection names and the attributes
@@ -129,14 +130,18 @@ def apply_lora_ensemble(
         for target in targets:
             attribute = ATTENTION_PROJECTIONS[target]
             base = getattr(attention, attribute)
-            adapter = LoRAEnsembleAdapter(
-                base,
-                num_members=num_members,
-                rank=rank,
-                lora_alpha=lora_alpha,
-                a_gain=a_gain,
-                seed=None if seed is None else seed + len(adapters) * num_members,
-            )
+            # Under the attention layer's name scope, so that variable
+            # paths are unique (`.../mha/query_lora_ensemble/lora_a`): the
+            # PyTorch backend keys parameters by path.
+            with path_scope(attention.path):
+                adapter = LoRAEnsembleAdapter(
+                    base,
+                    num_members=num_members,
+                    rank=rank,
+                    lora_alpha=lora_alpha,
+                    a_gain=a_gain,
+                    seed=None if seed is None else seed + len(adapters) * num_members,
+                )
             attention._tracker.unlock()
             setattr(attention, attribute, adapter)
             if base in attention._layers:
