@@ -39,3 +39,7 @@ from ensemble_zoo.metrics.retrieval import r_auroc
 from ensemble_zoo.metrics.retrieval import recall_at_one
 from ensemble_zoo.metrics.selective import aurc
 from ensemble_zoo.metrics.selective import risk_coverage_curve
+from ensemble_zoo.metrics.ensembles_of_ensembles import (
+    ensemble_of_ensembles_mutual_information,
+)
+from ensemble_zoo.metrics.ensembles_of_ensembles import weighted_mutual_information

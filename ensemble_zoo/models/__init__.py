@@ -10,3 +10,4 @@ from ensemble_zoo.models.lora_ensemble import LoRAEnsembleImageClassifier
 from ensemble_zoo.models.lora_ensemble import LoRAEnsembleTextClassifier
 from ensemble_zoo.models.lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.baselines import MCDropoutClassifier
+from ensemble_zoo.models.implicit import TileEnsembleClassifier

@@ -1,0 +1,1 @@
+from ensemble_zoo.models.implicit.tile_ensemble_classifier import TileEnsembleClassifier
