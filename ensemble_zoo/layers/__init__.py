@@ -8,3 +8,4 @@ from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
