@@ -20,3 +20,18 @@ def test_metrics_benchmark_results_equal_sklearn():
     for name, rest in rows:
         columns = rest.split()
         assert float(columns[3]) <= 1e-6, (name, out)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+def test_implicit_ensembles_experiment_runs_and_collapse_shows(tmp_path):
+    out = run_python(
+        "import sys; sys.argv = ['implicit_ensembles.py', '--seeds', '0', '--epochs', '5',"
+        f" '--widths', '1', '4', '--mask-epochs', '2', '--output', {str(tmp_path)!r}];"
+        "sys.path.insert(0, 'benchmarks');"
+        "import runpy; runpy.run_path('benchmarks/implicit_ensembles.py', run_name='__main__')"
+    )
+    rows = dict(re.findall(r"^(1|12)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+$", out, re.M))
+    assert float(rows["12"]) < float(rows["1"]) / 5, out  # between-group MI collapses
+    for name in ("ensembles_of_ensembles.png", "width.png", "extraction.png"):
+        assert (tmp_path / name).stat().st_size > 1000

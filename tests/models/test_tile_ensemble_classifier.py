@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from conftest import requires_jit
 from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import TileEnsembleClassifier
@@ -118,3 +119,11 @@ def test_saved_model_matches_keras(tmp_path):
     np.testing.assert_allclose(
         served["member_logits"].numpy(), tiles.predict(images(), verbose=0), atol=1e-5
     )
+
+
+@requires_jit
+def test_predicts_with_jit_compile():
+    tiles = TileEnsembleClassifier.from_keras_hub(gap_vit(), grid_size=2)
+    expected = tiles.predict(images(), verbose=0)
+    tiles.compile(jit_compile=True)
+    np.testing.assert_allclose(tiles.predict(images(), verbose=0), expected, atol=1e-5)
