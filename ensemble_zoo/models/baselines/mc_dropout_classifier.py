@@ -4,6 +4,8 @@ from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_i
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -117,13 +119,10 @@ class MCDropoutClassifier(EnsembleClassifier):
         return (input_shape[0], self.num_members, self.num_classes)
 
     def get_config(self):
-        model_config = keras.saving.serialize_keras_object(self.model)
-        model_config.pop("compile_config", None)
-        model_config.pop("build_config", None)
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "model": model_config,
+            "model": serialize_wrapped_model(self.model),
             "num_members": self.num_members,
             "rate": self.rate,
             "seed": self.seed,
@@ -142,9 +141,4 @@ class MCDropoutClassifier(EnsembleClassifier):
         keras-hub tasks lose their preprocessor, as in
         `DeepEnsembleClassifier.from_model`.
         """
-        config = model.get_config()
-        if "preprocessor" in config:
-            config["preprocessor"] = None
-        clone = model.__class__.from_config(config)
-        clone.set_weights(model.get_weights())
-        return cls(clone, num_members, rate=rate, seed=seed, **kwargs)
+        return cls(copy_model(model), num_members, rate=rate, seed=seed, **kwargs)

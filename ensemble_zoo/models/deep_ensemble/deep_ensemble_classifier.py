@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -171,18 +172,12 @@ class DeepEnsembleClassifier(EnsembleClassifier):
         return ensemble
 
     def get_config(self):
-        members = []
-        for member in self.members:
-            member_config = keras.saving.serialize_keras_object(member)
-            # Members are trained through the ensemble: their own compile
-            # and build state is not part of the architecture.
-            member_config.pop("compile_config", None)
-            member_config.pop("build_config", None)
-            members.append(member_config)
+        # Members are trained through the ensemble: their own compile and
+        # build state is not part of the architecture.
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "members": members,
+            "members": [serialize_wrapped_model(m) for m in self.members],
         }
 
     @classmethod

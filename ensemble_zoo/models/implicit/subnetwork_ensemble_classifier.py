@@ -7,6 +7,8 @@ from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_i
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -180,13 +182,10 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier):
         return (input_shape[0], self.num_members, self.num_classes)
 
     def get_config(self):
-        model_config = keras.saving.serialize_keras_object(self.model)
-        model_config.pop("compile_config", None)
-        model_config.pop("build_config", None)
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "model": model_config,
+            "model": serialize_wrapped_model(self.model),
             "num_members": self.num_members,
             "diversity_weight": self.diversity_weight,
             "logit_mean": self.logit_mean,
@@ -205,12 +204,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier):
         """Masks on a copy of `model` (same config and weights); `model`
         itself is left trainable and unchanged. keras-hub tasks lose their
         preprocessor."""
-        config = model.get_config()
-        if "preprocessor" in config:
-            config["preprocessor"] = None
-        clone = model.__class__.from_config(config)
-        clone.set_weights(model.get_weights())
-        return cls(clone, num_members, **kwargs)
+        return cls(copy_model(model), num_members, **kwargs)
 
 
 def _output_operations(model):

@@ -4,8 +4,6 @@ from keras import ops
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import clone_backbone
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
 
 POOLINGS = ("token", "gap")
 
@@ -171,14 +169,6 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask):
                 "`model` must be a keras_hub.models.ViTImageClassifier or "
                 f"ViTBackbone; got {type(model).__name__}."
             )
-        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(
-            clone_backbone(backbone),
-            num_classes,
-            num_members=num_members,
-            rank=rank,
-            **kwargs,
+        return cls._from_keras_hub_parts(
+            backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
         )
-        if reuse_head:
-            ensemble._copy_head(head)
-        return ensemble

@@ -4,20 +4,13 @@ import numpy as np
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.lora_ensemble import adapter_weights
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_positive_int
-
-
-def clone_backbone(backbone):
-    """A copy of a keras-hub backbone (same config and weights)."""
-    clone = type(backbone).from_config(backbone.get_config())
-    clone.set_weights(backbone.get_weights())
-    return clone
 
 
 def check_logits_head(classifier):
@@ -150,6 +143,25 @@ class LoRAEnsembleTask(EnsembleClassifier):
         adapter_weights.load(self, filepath)
 
     # === keras-hub conversions ===
+
+    @classmethod
+    def _from_keras_hub_parts(
+        cls, backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
+    ):
+        """Builds the ensemble on a copy of `backbone`; `head` is the
+        classifier's `Dense` (or `None` for a bare backbone with
+        `classes=None`)."""
+        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
+        ensemble = cls(
+            copy_model(backbone),
+            num_classes,
+            num_members=num_members,
+            rank=rank,
+            **kwargs,
+        )
+        if reuse_head:
+            ensemble._copy_head(head)
+        return ensemble
 
     def _copy_head(self, dense):
         """Starts every member's head as a copy of a keras `Dense` head."""

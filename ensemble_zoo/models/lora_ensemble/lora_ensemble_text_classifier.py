@@ -3,8 +3,6 @@ import keras
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import clone_backbone
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
@@ -138,14 +136,6 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask):
                 "`model` must be a keras_hub.models.BertTextClassifier or "
                 f"BertBackbone; got {type(model).__name__}."
             )
-        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(
-            clone_backbone(backbone),
-            num_classes,
-            num_members=num_members,
-            rank=rank,
-            **kwargs,
+        return cls._from_keras_hub_parts(
+            backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
         )
-        if reuse_head:
-            ensemble._copy_head(head)
-        return ensemble

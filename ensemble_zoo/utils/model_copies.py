@@ -1,0 +1,26 @@
+"""Copying and serializing the Keras models that ensembles wrap."""
+
+import keras
+
+
+def copy_model(model):
+    """A copy of `model`: same class, config and weights.
+
+    keras-hub tasks lose their preprocessor (the zoo's datasets are
+    preprocessed already).
+    """
+    config = model.get_config()
+    if "preprocessor" in config:
+        config["preprocessor"] = None
+    clone = model.__class__.from_config(config)
+    clone.set_weights(model.get_weights())
+    return clone
+
+
+def serialize_wrapped_model(model):
+    """`model`'s serialized config without its compile and build state,
+    which belong to the ensemble that trains it."""
+    config = keras.saving.serialize_keras_object(model)
+    config.pop("compile_config", None)
+    config.pop("build_config", None)
+    return config
