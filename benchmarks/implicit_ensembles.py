@@ -152,6 +152,24 @@ def plot(path, x, series, xlabel, ylabel, title, log_x=False):
     figure.savefig(path)
 
 
+def bar_plot(path, groups, series, ylabel, title):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    axis = figure.add_subplot(1, 1, 1)
+    width = 0.8 / len(series)
+    positions = np.arange(len(groups))
+    for i, (label, values) in enumerate(series.items()):
+        axis.bar(positions + i * width, values, width, label=label)
+    axis.set_xticks(positions + width * (len(series) - 1) / 2, groups)
+    axis.set(ylabel=ylabel, title=title)
+    axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -182,9 +200,9 @@ def main():
         "mean MI (nats)", "MI of 10-member ensembles by MLP width", log_x=True,
     )
     print_table("(c) implicit ensemble extraction", "model", extraction, SETS + ("accuracy",))
-    plot(
-        os.path.join(args.output, "extraction.png"), list(range(len(SETS))),
-        {k: [row[s] for s in SETS] for k, row in extraction.items()}, "set (test, near, far)",
+    bar_plot(
+        os.path.join(args.output, "extraction.png"), SETS,
+        {k: [row[s] for s in SETS] for k, row in extraction.items()},
         "mean MI (nats)", "Mask extraction vs ensembles",
     )
     print(f"\nplots in {args.output}/; total {time.perf_counter() - start:.0f} s")
