@@ -1,0 +1,62 @@
+"""Every `Example:` code block in the library's docstrings runs."""
+
+import ast
+import os
+import re
+
+import pytest
+
+from conftest import REPO_ROOT
+from conftest import run_python
+
+BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+def docstring_examples():
+    examples = []
+    root = os.path.join(REPO_ROOT, "ensemble_zoo")
+    for directory, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            nodes = [tree] + [
+                n for n in ast.walk(tree)
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            ]
+            for node in nodes:
+                doc = ast.get_docstring(node) or ""
+                for i, code in enumerate(BLOCK.findall(doc)):
+                    label = os.path.relpath(path, REPO_ROOT)
+                    label += f"::{getattr(node, 'name', 'module')}[{i}]"
+                    examples.append(pytest.param(code, id=label))
+    return examples
+
+
+EXAMPLES = docstring_examples()
+
+
+def test_examples_were_found():
+    assert len(EXAMPLES) > 20
+
+
+@pytest.mark.slow
+def test_docstring_examples_run(tmp_path):
+    """All examples run in one fresh interpreter (one import of the
+    backends), each in its own namespace; every failure is reported."""
+    script = tmp_path / "examples.py"
+    script.write_text(
+        "import traceback\n"
+        f"examples = {[(p.id, p.values[0]) for p in EXAMPLES]!r}\n"
+        "failures = []\n"
+        "for label, code in examples:\n"
+        "    try:\n"
+        "        exec(compile(code, label, 'exec'), {'__name__': '__example__'})\n"
+        "    except Exception:\n"
+        "        failures.append(label + '\\n' + traceback.format_exc())\n"
+        "print('FAILURES', len(failures))\n"
+        "print('\\n'.join(failures))\n"
+    )
+    out = run_python(script=str(script), cwd=tmp_path, timeout=1200)
+    assert "FAILURES 0" in out, out[-5000:]
