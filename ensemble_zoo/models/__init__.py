@@ -12,3 +12,4 @@ from ensemble_zoo.models.lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.baselines import MCDropoutClassifier
 from ensemble_zoo.models.implicit import TileEnsembleClassifier
 from ensemble_zoo.models.implicit import SubnetworkEnsembleClassifier
+from ensemble_zoo.models.loss_prediction import LossPredictionImageClassifier

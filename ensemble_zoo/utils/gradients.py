@@ -40,7 +40,8 @@ def loss_gradients(model, loss_fn, x, y, variables):
 
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=False))
-        return [np.asarray(g) for g in tape.gradient(loss, variables)]
+        # Gathers (embeddings) give IndexedSlices; densify them.
+        return [np.asarray(tf.convert_to_tensor(g)) for g in tape.gradient(loss, variables)]
     if backend == "torch":
         import torch
 

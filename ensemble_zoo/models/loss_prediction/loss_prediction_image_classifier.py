@@ -1,0 +1,260 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
+from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
+from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.validation import check_positive_int
+
+UNCERTAINTY_LOSSES = ("ranking", "mse")
+POOLINGS = ("token", "gap")
+
+
+def loss_prediction_objective(
+    labels, logits, uncertainty, classification_weight, uncertainty_weight,
+    uncertainty_loss, margin,
+):
+    """`w_c * mean CE + w_u * L_u(stop_gradient(CE per sample), u)`."""
+    per_sample = keras.losses.sparse_categorical_crossentropy(
+        labels, logits, from_logits=True
+    )
+    target = ops.stop_gradient(per_sample)
+    if uncertainty_loss == "ranking":
+        unc = pairwise_ranking_loss(target, uncertainty, margin)
+    else:
+        unc = squared_error_loss(target, uncertainty)
+    total = uncertainty_weight * unc
+    if classification_weight:
+        total = total + classification_weight * ops.mean(per_sample)
+    return total
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class LossPredictionImageClassifier(keras.Model):
+    """A ViT classifier with a loss-prediction uncertainty head (paper 003).
+
+    "Pretrained Visual Uncertainties" (Kirchhof et al.): a
+    `LossPredictionHead` on the pooled embedding predicts, per sample, the
+    classifier's own cross-entropy. `call` returns a dict with `"logits"`
+    `(batch, classes)` and `"uncertainty"` `(batch,)`. `fit` minimizes
+    `classification_weight * CE + uncertainty_weight * L_u`, where `L_u`
+    is the pairwise ranking loss (default; pairs of a shuffled batch, so
+    batches must be even) or the squared error, against the detached
+    per-sample CE. The head sits behind a stop-gradient, so the gradient
+    reaching the backbone and classifier is exactly that of the CE alone.
+
+    With `freeze_backbone=True` and `freeze_classifier=True` (the paper's
+    setting) only the head trains, the backbone runs in inference mode,
+    and the head can be trained from cached embeddings instead
+    (`ensemble_zoo.models.loss_prediction.cache_embeddings` and
+    `train_head_from_cache`), which gives the same head.
+
+    Args:
+        backbone: a built keras-hub `ViTBackbone` (any backbone returning
+            `(batch, tokens, dim)` works).
+        num_classes: int.
+        pooling: `"token"` (class token, default) or `"gap"`, as keras-hub's
+            `ViTImageClassifier`.
+        head_hidden_units: hidden sizes of the head. Defaults to `(512, 512)`.
+        uncertainty_loss: `"ranking"` (default) or `"mse"`.
+        margin: float, the ranking hinge margin. Defaults to `0.1`.
+        classification_weight: float. Defaults to `1.0`; it is ignored
+            (0) when the classifier is frozen.
+        uncertainty_weight: float. Defaults to `1.0`.
+        freeze_backbone: bool. Defaults to `False`.
+        freeze_classifier: bool. Defaults to `False`.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo as ez
+
+    vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
+    model = ez.models.LossPredictionImageClassifier.from_keras_hub(
+        vit, head_hidden_units=(64, 64), freeze_backbone=True,
+        freeze_classifier=True,
+    )
+    x, y = ez.datasets.load_arrays("digits", "train")
+    model.fit(x, y, batch_size=64, epochs=1, verbose=0)  # trains the head only
+    outputs = model.predict(x[:10], verbose=0)
+    outputs["logits"].shape, outputs["uncertainty"].shape  # (10, 8), (10,)
+    ```
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        pooling="token",
+        head_hidden_units=(512, 512),
+        uncertainty_loss="ranking",
+        margin=0.1,
+        classification_weight=1.0,
+        uncertainty_weight=1.0,
+        freeze_backbone=False,
+        freeze_classifier=False,
+        **kwargs,
+    ):
+        if pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
+        if uncertainty_loss not in UNCERTAINTY_LOSSES:
+            raise ValueError(
+                f"`uncertainty_loss` must be one of {UNCERTAINTY_LOSSES}; got "
+                f"{uncertainty_loss!r}."
+            )
+        if len(backbone.outputs[0].shape) != 3:
+            raise ValueError(
+                "`backbone` must return (batch, tokens, dim) features; its "
+                f"output has shape {tuple(backbone.outputs[0].shape)}."
+            )
+        super().__init__(**kwargs)
+        # === Layers ===
+        self.backbone = backbone
+        self.classifier = keras.layers.Dense(
+            check_positive_int(num_classes, "num_classes"), name="predictions"
+        )
+        self.uncertainty_head = LossPredictionHead(
+            hidden_units=head_hidden_units, name="uncertainty_head"
+        )
+        # === Config ===
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.head_hidden_units = tuple(head_hidden_units)
+        self.uncertainty_loss = uncertainty_loss
+        self.margin = float(margin)
+        self.classification_weight = float(classification_weight)
+        self.uncertainty_weight = float(uncertainty_weight)
+        self.freeze_backbone = bool(freeze_backbone)
+        self.freeze_classifier = bool(freeze_classifier)
+        self.image_shape = tuple(backbone.inputs[0].shape[1:])
+        self.embedding_dim = int(backbone.outputs[0].shape[-1])
+        self.build((None,) + self.image_shape)
+        if self.freeze_backbone:
+            self.backbone.trainable = False
+        if self.freeze_classifier:
+            self.classifier.trainable = False
+        self.compile(optimizer=keras.optimizers.AdamW(1e-3))
+
+    def build(self, input_shape):
+        self.classifier.build((None, self.embedding_dim))
+        self.uncertainty_head.build((None, self.embedding_dim))
+        self.built = True
+
+    def embed(self, images, training=None):
+        """The pooled embedding `(batch, dim)` the classifier and head read."""
+        if self.freeze_backbone:
+            training = False  # a frozen backbone runs in inference mode
+        x = self.backbone(images, training=training)
+        return x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
+
+    def call_on_embeddings(self, embeddings):
+        """Logits and uncertainty from pooled embeddings (e.g. cached)."""
+        return {
+            "logits": self.classifier(embeddings),
+            "uncertainty": self.uncertainty_head(embeddings),
+        }
+
+    def call(self, images, training=None):
+        shape = tuple(images.shape)
+        if len(shape) != len(self.image_shape) + 1 or any(
+            a is not None and b is not None and a != b
+            for a, b in zip(shape[1:], self.image_shape)
+        ):
+            raise ValueError(
+                f"{type(self).__name__} expects images of shape (batch,) + "
+                f"{self.image_shape}; got {shape}."
+            )
+        return self.call_on_embeddings(self.embed(images, training=training))
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = loss_prediction_objective(
+            y, y_pred["logits"], y_pred["uncertainty"],
+            0.0 if self.freeze_classifier and self.freeze_backbone else self.classification_weight,
+            self.uncertainty_weight, self.uncertainty_loss, self.margin,
+        )
+        for extra in self.losses:
+            loss = loss + extra
+        return loss
+
+    def compute_output_shape(self, input_shape):
+        return {"logits": (input_shape[0], self.num_classes), "uncertainty": (input_shape[0],)}
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, **kwargs):
+        """A SavedModel whose `serve(images)` returns `logits`,
+        `probabilities` and `uncertainty` (TensorFlow and JAX backends)."""
+        if format != "tf_saved_model":
+            return super().export(filepath, format=format, verbose=verbose, **kwargs)
+        if not backend_utils.supports_saved_model_export():
+            raise ValueError(backend_utils.TORCH_EXPORT_HELP)
+
+        def serve(images):
+            outputs = self(images, training=False)
+            outputs["probabilities"] = ops.softmax(outputs["logits"], axis=-1)
+            return outputs
+
+        archive = keras.export.ExportArchive()
+        archive.track(self)
+        archive.add_endpoint(
+            name="serve",
+            fn=serve,
+            input_signature=[
+                keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")
+            ],
+        )
+        archive.write_out(filepath, verbose=bool(verbose))
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "num_classes": self.num_classes,
+            "pooling": self.pooling,
+            "head_hidden_units": list(self.head_hidden_units),
+            "uncertainty_loss": self.uncertainty_loss,
+            "margin": self.margin,
+            "classification_weight": self.classification_weight,
+            "uncertainty_weight": self.uncertainty_weight,
+            "freeze_backbone": self.freeze_backbone,
+            "freeze_classifier": self.freeze_classifier,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    @classmethod
+    def from_keras_hub(cls, model, num_classes=None, **kwargs):
+        """A loss-prediction model on a copy of a keras-hub ViT.
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` (its backbone,
+                pooling and `Dense` head are copied; no `intermediate_dim`)
+                or a `ViTBackbone` (then `num_classes` is required and the
+                classifier is new).
+            num_classes: int, for a backbone.
+            **kwargs: other constructor arguments.
+        """
+        import keras_hub
+
+        if isinstance(model, keras_hub.models.ViTImageClassifier):
+            if model.intermediate_dim is not None:
+                raise ValueError("ViT classifiers with `intermediate_dim` are not supported.")
+            kwargs.setdefault("pooling", model.pooling)
+            loss_model = cls(copy_model(model.backbone), model.num_classes, **kwargs)
+            loss_model.classifier.set_weights(model.output_dense.get_weights())
+            return loss_model
+        if isinstance(model, keras_hub.models.ViTBackbone):
+            if num_classes is None:
+                raise ValueError("Converting a backbone needs `num_classes`.")
+            return cls(copy_model(model), num_classes, **kwargs)
+        raise ValueError(
+            "`model` must be a keras_hub.models.ViTImageClassifier or "
+            f"ViTBackbone; got {type(model).__name__}."
+        )

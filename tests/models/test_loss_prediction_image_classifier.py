@@ -1,0 +1,134 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+from scipy.stats import spearmanr
+
+import ensemble_zoo as ez
+from conftest import jit_compile
+from conftest import requires_jit
+from conftest import requires_saved_model
+from ensemble_zoo.models import LossPredictionImageClassifier
+from ensemble_zoo.models.loss_prediction import cache_embeddings
+from ensemble_zoo.models.loss_prediction import train_head_from_cache
+from ensemble_zoo.utils.gradients import loss_gradients
+
+
+def to_np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def vit():
+    return ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
+
+
+def frozen_model(seed=1, units=(32, 32)):
+    keras.utils.set_random_seed(seed)
+    return LossPredictionImageClassifier.from_keras_hub(
+        vit(), head_hidden_units=units, freeze_backbone=True, freeze_classifier=True
+    )
+
+
+def test_outputs_and_the_classifier_equal_keras_hub():
+    base = vit()
+    model = frozen_model()
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    out = model.predict(x[:20], verbose=0)
+    np.testing.assert_allclose(out["logits"], to_np(base(x[:20])), atol=1e-5)
+    assert out["uncertainty"].shape == (20,) and (out["uncertainty"] > 0).all()
+    assert {w.path.split("/")[1] for w in model.trainable_weights} == {"uncertainty_head"}
+
+
+def test_backbone_gradient_is_exactly_the_classification_gradient():
+    keras.utils.set_random_seed(0)
+    model = LossPredictionImageClassifier.from_keras_hub(vit(), head_hidden_units=(16, 16))
+    x, y = ez.datasets.load_arrays("digits", "train")
+    x, y = x[:16], y[:16]
+
+    def ce_only(labels, outputs):
+        return ops.mean(keras.losses.sparse_categorical_crossentropy(labels, outputs["logits"], from_logits=True))
+
+    def ce_plus_uncertainty(labels, outputs):
+        return model.compute_loss(y=labels, y_pred=outputs)
+
+    variables = model.backbone.trainable_variables + model.classifier.trainable_variables
+    plain = loss_gradients(model, ce_only, x, y, variables)
+    joint = loss_gradients(model, ce_plus_uncertainty, x, y, variables)
+    for a, b, v in zip(plain, joint, variables):
+        np.testing.assert_allclose(b, a, atol=1e-8, err_msg=v.path)
+    head = loss_gradients(model, ce_plus_uncertainty, x, y, model.uncertainty_head.trainable_variables)
+    assert max(np.abs(g).max() for g in head) > 0
+
+
+def test_cached_training_reaches_the_on_the_fly_head(tmp_path):
+    x, y = ez.datasets.load_arrays("digits", "train")
+
+    # Two shuffled passes, fixed in NumPy (TF's op-level shuffle seeds depend
+    # on how many ops were created before).
+    rng = np.random.default_rng(0)
+    order = np.concatenate([rng.permutation(256), rng.permutation(256)])
+
+    def dataset():
+        return tf.data.Dataset.from_tensor_slices((x[order], y[order])).batch(32)
+
+    on_the_fly = frozen_model()
+    on_the_fly.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile())
+    on_the_fly.fit(dataset(), epochs=1, verbose=0)
+    cached = frozen_model()
+    path = str(tmp_path / "cache.h5")
+    assert cache_embeddings(cached, dataset(), path, epochs=1) == {"rows": 512, "batches": 16}
+    train_head_from_cache(cached, path, optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile())
+    for a, b in zip(on_the_fly.uncertainty_head.weights, cached.uncertainty_head.weights):
+        np.testing.assert_allclose(to_np(b), to_np(a), atol=1e-5)
+    with pytest.raises(ValueError, match="freeze_backbone"):
+        cache_embeddings(LossPredictionImageClassifier.from_keras_hub(vit()), dataset(), path)
+    (tmp_path / "bad.h5").write_text("no")
+    with pytest.raises(ValueError, match="bad.h5"):
+        train_head_from_cache(cached, str(tmp_path / "bad.h5"))
+
+
+def test_predicted_uncertainty_ranks_held_out_losses():
+    model = frozen_model(units=(64, 64))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile())
+    x, y = ez.datasets.load_arrays("digits", "train")
+    model.fit(x, y, batch_size=64, epochs=15, verbose=0)
+    xt, yt = ez.datasets.load_arrays("digits", "test")
+    out = model.predict(xt, verbose=0)
+    losses = to_np(keras.losses.sparse_categorical_crossentropy(yt, out["logits"], from_logits=True))
+    correlation = spearmanr(out["uncertainty"], losses).statistic
+    print("Spearman(uncertainty, loss) on held-out digits:", correlation)
+    assert correlation > 0.3
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="uncertainty_loss"):
+        LossPredictionImageClassifier.from_keras_hub(vit(), uncertainty_loss="l1")
+    with pytest.raises(ValueError, match="num_classes"):
+        LossPredictionImageClassifier.from_keras_hub(vit().backbone)
+    with pytest.raises(ValueError, match="images of shape"):
+        frozen_model()(np.zeros((2, 8, 8), "float32"))
+
+
+@requires_jit
+def test_trains_end_to_end_with_jit_compile():
+    keras.utils.set_random_seed(0)
+    model = LossPredictionImageClassifier.from_keras_hub(vit(), head_hidden_units=(16, 16))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile())
+    x, y = ez.datasets.load_arrays("digits", "train")
+    history = model.fit(x[:256], y[:256], batch_size=32, epochs=3, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+@requires_saved_model
+def test_saved_model_returns_logits_and_uncertainty(tmp_path):
+    model = frozen_model()
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    model.export(str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    served = loaded.serve(tf.constant(x[:16]))
+    expected = model.predict(x[:16], verbose=0)
+    for key in ("logits", "uncertainty"):
+        np.testing.assert_allclose(served[key].numpy(), expected[key], atol=1e-5)
+    np.testing.assert_allclose(served["probabilities"].numpy().sum(-1), 1.0, atol=1e-5)
