@@ -37,6 +37,7 @@ from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.retrieval import nearest_neighbour_correct
 from ensemble_zoo.metrics.retrieval import r_auroc
 from ensemble_zoo.metrics.retrieval import recall_at_one
+from ensemble_zoo.metrics.retrieval import recall_at_one_with_rejection
 from ensemble_zoo.metrics.selective import aurc
 from ensemble_zoo.metrics.selective import risk_coverage_curve
 from ensemble_zoo.metrics.ensembles_of_ensembles import (

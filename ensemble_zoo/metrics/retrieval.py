@@ -92,3 +92,42 @@ def r_auroc(embeddings, labels, uncertainties):
     return binary_auroc(
         -uncertainties, correct, positive_name="a correct retrieval"
     )
+
+
+def recall_at_one_with_rejection(embeddings, labels, uncertainties, rejection_rates=(0.0, 0.1, 0.2, 0.5)):
+    """Recall@1 of the queries left after rejecting the most uncertain ones.
+
+    Uncertainty-aware retrieval (paper 003, §5): every sample is a query
+    against all other samples (leave-one-out cosine 1-NN, the gallery is
+    never reduced); the `rate` most uncertain queries are withheld and
+    Recall@1 is computed on the rest. A useful uncertainty makes the curve
+    rise with the rejection rate. Ties in uncertainty are broken by sample
+    index (the later sample is rejected first), so results are
+    deterministic.
+
+    Args:
+        embeddings: `(samples, dim)` embeddings.
+        labels: `(samples,)` labels.
+        uncertainties: `(samples,)` per-query uncertainty.
+        rejection_rates: fractions in `[0, 1)` of queries to withhold.
+
+    Returns:
+        dict `{rate: recall@1 of the kept queries}`.
+    """
+    correct = nearest_neighbour_correct(embeddings, labels)
+    uncertainties = as_scores(uncertainties, "uncertainties")
+    if uncertainties.shape[0] != correct.shape[0]:
+        raise ValueError(
+            f"`uncertainties` must have shape ({correct.shape[0]},); got "
+            f"shape {uncertainties.shape}."
+        )
+    n = correct.shape[0]
+    # Most certain first; among equal uncertainties the earlier sample first.
+    order = np.lexsort((np.arange(n), uncertainties))
+    curve = {}
+    for rate in rejection_rates:
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"Rejection rates must be in [0, 1); got {rate!r}.")
+        kept = max(1, int(round(n * (1.0 - rate))))
+        curve[float(rate)] = float(np.mean(correct[order[:kept]]))
+    return curve

@@ -57,3 +57,23 @@ def test_retrieval_errors():
         metrics.recall_at_one(np.ones((1, 2)), np.array([0]))
     with pytest.raises(ValueError, match=r"`uncertainties` must have shape \(2,\)"):
         metrics.r_auroc(e, np.array([0, 1]), [0.1])
+
+
+def test_recall_with_rejection_drops_the_most_uncertain_queries():
+    import ensemble_zoo as ez
+
+    rng = np.random.default_rng(3)
+    embeddings = rng.normal(size=(40, 5))
+    labels = rng.integers(0, 3, 40)
+    correct = ez.metrics.nearest_neighbour_correct(embeddings, labels)
+    uncertainties = np.where(correct, rng.random(40), 1.0 + rng.random(40))
+    curve = ez.metrics.recall_at_one_with_rejection(
+        embeddings, labels, uncertainties, rejection_rates=(0.0, 0.25, 0.5)
+    )
+    assert curve[0.0] == pytest.approx(correct.mean())
+    for rate, recall in curve.items():
+        kept = np.argsort(uncertainties, kind="stable")[: int(round(40 * (1 - rate)))]
+        assert recall == pytest.approx(correct[kept].mean())
+    assert curve[0.5] >= curve[0.25] >= curve[0.0]
+    with pytest.raises(ValueError, match="Rejection rates"):
+        ez.metrics.recall_at_one_with_rejection(embeddings, labels, uncertainties, (1.0,))
