@@ -132,3 +132,17 @@ def test_saved_model_returns_logits_and_uncertainty(tmp_path):
     for key in ("logits", "uncertainty"):
         np.testing.assert_allclose(served[key].numpy(), expected[key], atol=1e-5)
     np.testing.assert_allclose(served["probabilities"].numpy().sum(-1), 1.0, atol=1e-5)
+
+
+def test_zero_initialized_head_cannot_learn():
+    """The paper's negative control (Table 3, R-AUROC 0.500): with zero
+    weights every pair gets equal scores, so all head gradients vanish."""
+    model = frozen_model(units=(16, 16))
+    for w in model.uncertainty_head.weights:
+        w.assign(np.zeros(w.shape, "float32"))
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit_compile())
+    x, y = ez.datasets.load_arrays("digits", "train")
+    model.fit(x[:128], y[:128], batch_size=32, epochs=2, verbose=0)
+    assert all(np.all(to_np(w) == 0) for w in model.uncertainty_head.weights)
+    scores = model.predict(x[:64], verbose=0)["uncertainty"]
+    assert np.all(scores == scores[0])
