@@ -176,20 +176,15 @@ class EnsembleClassifier(keras.Model):
                 input_signature=input_signature,
                 **kwargs,
             )
-        if not backend_utils.supports_saved_model_export():
-            raise ValueError(backend_utils.TORCH_EXPORT_HELP)
         if input_signature is None:
             input_signature = self._export_input_signature()
 
         def serve(inputs):
             return self._uncertainty_outputs(self(inputs, training=False))
 
-        archive = keras.export.ExportArchive()
-        archive.track(self)
-        archive.add_endpoint(
-            name="serve", fn=serve, input_signature=input_signature, **kwargs
+        backend_utils.write_saved_model(
+            self, filepath, serve, input_signature, verbose=verbose, **kwargs
         )
-        archive.write_out(filepath, verbose=bool(verbose))
 
     # === Presets ===
 

@@ -46,3 +46,19 @@ def torch_parameter_dict(variables):
             key, n = f"{variable.path}__{n}", n + 1
         params[key] = variable.value
     return torch.nn.ParameterDict(params)
+
+
+def write_saved_model(model, filepath, serve, input_signature, verbose=None, **kwargs):
+    """Writes a SavedModel of `model` with one endpoint, `serve`.
+
+    The one export path of the zoo's models (TensorFlow and JAX backends);
+    under PyTorch it raises with `TORCH_EXPORT_HELP`.
+    """
+    if not supports_saved_model_export():
+        raise ValueError(TORCH_EXPORT_HELP)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        name="serve", fn=serve, input_signature=input_signature, **kwargs
+    )
+    archive.write_out(filepath, verbose=bool(verbose))

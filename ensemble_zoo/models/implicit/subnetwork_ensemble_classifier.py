@@ -10,13 +10,9 @@ from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.naming import path_scope
+from ensemble_zoo.utils.sublayers import freeze_weights
+from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_positive_int
-
-
-def _freeze(model):
-    for layer in model._flatten_layers(include_self=False):
-        if layer._trainable_variables or layer._non_trainable_variables:
-            layer.trainable = False
 
 
 def _vit_mlp_layers(model):
@@ -101,7 +97,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier):
         mask_kwargs = dict(
             num_members=num_members, logit_mean=logit_mean, logit_std=logit_std
         )
-        _freeze(model)
+        freeze_weights(model)
         network, masked = self._wrap(model, mask_kwargs, seed)
         if not masked:
             raise ValueError(f"`model` '{model.name}' has no Dense layer to mask.")
@@ -137,12 +133,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier):
             for block in blocks:
                 for attribute in ("dense_1", "dense_2"):
                     wrapper = make(getattr(block, attribute), len(masked))
-                    block._tracker.unlock()
-                    base = getattr(block, attribute)
-                    setattr(block, attribute, wrapper)
-                    if base in block._layers:
-                        block._layers.remove(base)
-                    block._tracker.lock()
+                    replace_sublayer(block, attribute, wrapper)
                     masked.append(wrapper)
             return model, masked
         output_layers = {id(node.operation) for node in _output_operations(model)}

@@ -2,6 +2,8 @@ import keras
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.utils.naming import path_scope
+from ensemble_zoo.utils.sublayers import freeze_weights
+from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_positive_int
 
 #: `keras.layers.MultiHeadAttention` projection names and the attributes
@@ -122,9 +124,7 @@ def apply_lora_ensemble(
         )
     # Freeze every weight; containers stay trainable so that the adapters
     # added below are.
-    for layer in backbone._flatten_layers(include_self=False):
-        if layer._trainable_variables or layer._non_trainable_variables:
-            layer.trainable = False
+    freeze_weights(backbone)
     adapters = []
     for attention in attentions:
         for target in targets:
@@ -142,10 +142,6 @@ def apply_lora_ensemble(
                     a_gain=a_gain,
                     seed=None if seed is None else seed + len(adapters) * num_members,
                 )
-            attention._tracker.unlock()
-            setattr(attention, attribute, adapter)
-            if base in attention._layers:
-                attention._layers.remove(base)
-            attention._tracker.lock()
+            replace_sublayer(attention, attribute, adapter)
             adapters.append(adapter)
     return adapters

@@ -61,7 +61,8 @@ class LossPredictionImageClassifier(keras.Model):
         uncertainty_loss: `"ranking"` (default) or `"mse"`.
         margin: float, the ranking hinge margin. Defaults to `0.1`.
         classification_weight: float. Defaults to `1.0`; it is ignored
-            (0) when the classifier is frozen.
+            (0) when both the backbone and the classifier are frozen (the
+            CE could not change anything then).
         uncertainty_weight: float. Defaults to `1.0`.
         freeze_backbone: bool. Defaults to `False`.
         freeze_classifier: bool. Defaults to `False`.
@@ -188,24 +189,14 @@ class LossPredictionImageClassifier(keras.Model):
         `probabilities` and `uncertainty` (TensorFlow and JAX backends)."""
         if format != "tf_saved_model":
             return super().export(filepath, format=format, verbose=verbose, **kwargs)
-        if not backend_utils.supports_saved_model_export():
-            raise ValueError(backend_utils.TORCH_EXPORT_HELP)
 
         def serve(images):
             outputs = self(images, training=False)
             outputs["probabilities"] = ops.softmax(outputs["logits"], axis=-1)
             return outputs
 
-        archive = keras.export.ExportArchive()
-        archive.track(self)
-        archive.add_endpoint(
-            name="serve",
-            fn=serve,
-            input_signature=[
-                keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")
-            ],
-        )
-        archive.write_out(filepath, verbose=bool(verbose))
+        signature = [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")]
+        backend_utils.write_saved_model(self, filepath, serve, signature, verbose=verbose)
 
     def get_config(self):
         return {

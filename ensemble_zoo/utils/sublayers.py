@@ -1,0 +1,36 @@
+"""Changing built keras-hub models in place: freezing and swapping sublayers.
+
+LoRA-Ensemble adapters and subnetwork masks attach to layers that live
+inside custom keras-hub layers (attention projections, MLP blocks), which
+`keras.models.clone_model` cannot reach; these two helpers are the one
+place that does it.
+"""
+
+
+def freeze_weights(model):
+    """Makes every weight of `model` non-trainable, layer by layer.
+
+    Only layers that own variables are frozen; containers stay trainable,
+    so that layers added to them later (adapters, masks) train.
+    """
+    for layer in model._flatten_layers(include_self=False):
+        if layer._trainable_variables or layer._non_trainable_variables:
+            layer.trainable = False
+
+
+def replace_sublayer(parent, attribute, new_layer):
+    """Sets `parent.<attribute> = new_layer` on a built layer.
+
+    Keras locks a built layer's state tracking, so the swap unlocks it;
+    the old layer is dropped from `parent`'s tracked sublayers (it usually
+    lives on inside `new_layer`, which wraps it).
+    """
+    old_layer = getattr(parent, attribute)
+    parent._tracker.unlock()
+    try:
+        setattr(parent, attribute, new_layer)
+        if old_layer in parent._layers:
+            parent._layers.remove(old_layer)
+    finally:
+        parent._tracker.lock()
+    return old_layer
