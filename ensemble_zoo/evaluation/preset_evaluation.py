@@ -20,12 +20,28 @@ SHIFT_SPLITS = {"shifted": "test_shifted"}
 
 
 def trained_presets():
-    """Names of the presets with trained weights (kind `"trained"`)."""
-    return [
-        name
-        for name in preset_registry.list_presets()
-        if preset_registry.preset_metadata(name).get("kind") == "trained"
-    ]
+    """Names of the trained ensemble-classifier presets: those the
+    leaderboard ranks.
+
+    A preset counts when its metadata says `kind: "trained"` and its class
+    is an `EnsembleClassifier` (so `EnsembleClassifier.from_preset` loads
+    it). Other trained presets, such as the loss-prediction head
+    `loss_prediction_vit_tiny_digits` (whose classifier is
+    `vit_tiny_digits` unchanged), are in `ensemble_zoo.presets.list_presets()`.
+    """
+    import keras
+
+    from ensemble_zoo.models import EnsembleClassifier
+
+    names = []
+    for name in preset_registry.list_presets():
+        metadata = preset_registry.preset_metadata(name)
+        cls = keras.saving.get_registered_object(
+            f"ensemble_zoo>{metadata.get('class_name')}"
+        )
+        if metadata.get("kind") == "trained" and cls and issubclass(cls, EnsembleClassifier):
+            names.append(name)
+    return names
 
 
 def _check_preset(name):

@@ -25,6 +25,9 @@ class LossPredictionHead(keras.layers.Layer):
             `(512, 512)`.
         negative_slope: float, LeakyReLU slope. Defaults to `0.01`.
         epsilon: float added to the softplus output. Defaults to `1e-6`.
+        stop_gradient: bool. Defaults to `True`. `False` gives vanilla
+            loss prediction (the URL benchmark's "Losspred", paper Eq. 1),
+            whose gradients reach the backbone: only for ablations.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -38,7 +41,10 @@ class LossPredictionHead(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, hidden_units=(512, 512), negative_slope=0.01, epsilon=1e-6, **kwargs):
+    def __init__(
+        self, hidden_units=(512, 512), negative_slope=0.01, epsilon=1e-6,
+        stop_gradient=True, **kwargs,
+    ):
         super().__init__(**kwargs)
         self.hidden_units = tuple(
             check_positive_int(u, "hidden_units") for u in hidden_units
@@ -47,6 +53,7 @@ class LossPredictionHead(keras.layers.Layer):
             raise ValueError(f"`negative_slope` must be >= 0; got {negative_slope!r}.")
         self.negative_slope = float(negative_slope)
         self.epsilon = float(epsilon)
+        self.stop_gradient = bool(stop_gradient)
         self.hidden = [
             keras.layers.Dense(units, name=f"hidden_{i}")
             for i, units in enumerate(self.hidden_units)
@@ -67,7 +74,7 @@ class LossPredictionHead(keras.layers.Layer):
         self.built = True
 
     def call(self, embeddings):
-        x = ops.stop_gradient(embeddings)
+        x = ops.stop_gradient(embeddings) if self.stop_gradient else embeddings
         for layer in self.hidden:
             x = ops.leaky_relu(layer(x), negative_slope=self.negative_slope)
         return ops.softplus(self.score(x))[:, 0] + self.epsilon
@@ -82,6 +89,7 @@ class LossPredictionHead(keras.layers.Layer):
                 "hidden_units": list(self.hidden_units),
                 "negative_slope": self.negative_slope,
                 "epsilon": self.epsilon,
+                "stop_gradient": self.stop_gradient,
             }
         )
         return config

@@ -47,6 +47,15 @@ PRESETS = {
             "projections), each with its own classifier head."
         ),
     },
+    "loss_prediction_vit_tiny_digits": {
+        "path": "loss_prediction_vit_tiny_digits",
+        "description": (
+            "Pretrained visual uncertainties: a loss-prediction head (512-512) "
+            "on the frozen vit_tiny_digits, trained from cached embeddings "
+            "with the pairwise ranking loss; outputs logits and a per-sample "
+            "uncertainty."
+        ),
+    },
     "hydra_vit_b16_8x3": {
         "path": "hydra_vit_b16_8x3",
         "description": (

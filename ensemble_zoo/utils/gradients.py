@@ -40,8 +40,12 @@ def loss_gradients(model, loss_fn, x, y, variables):
 
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=False))
-        # Gathers (embeddings) give IndexedSlices; densify them.
-        return [np.asarray(tf.convert_to_tensor(g)) for g in tape.gradient(loss, variables)]
+        # Gathers (embeddings) give IndexedSlices; densify them. A variable
+        # the loss does not reach gets None: report zeros, as JAX does.
+        return [
+            np.zeros(v.shape, v.dtype) if g is None else np.asarray(tf.convert_to_tensor(g))
+            for g, v in zip(tape.gradient(loss, variables), variables)
+        ]
     if backend == "torch":
         import torch
 
@@ -49,8 +53,13 @@ def loss_gradients(model, loss_fn, x, y, variables):
             v.value.grad = None
         with torch.enable_grad():
             loss = loss_fn(y, model(x, training=False))
-            grads = torch.autograd.grad(loss, [v.value for v in variables])
-        return [g.detach().cpu().numpy() for g in grads]
+            grads = torch.autograd.grad(
+                loss, [v.value for v in variables], allow_unused=True
+            )
+        return [
+            np.zeros(v.shape, v.dtype) if g is None else g.detach().cpu().numpy()
+            for g, v in zip(grads, variables)
+        ]
     raise ValueError(f"Gradients are not implemented for backend {backend!r}.")
 
 

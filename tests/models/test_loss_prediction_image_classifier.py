@@ -60,6 +60,21 @@ def test_backbone_gradient_is_exactly_the_classification_gradient():
     head = loss_gradients(model, ce_plus_uncertainty, x, y, model.uncertainty_head.trainable_variables)
     assert max(np.abs(g).max() for g in head) > 0
 
+    # Vanilla loss prediction (no stop-gradient): the head's loss reaches
+    # the backbone, so the gradient differs (the paper's gradient conflict).
+    keras.utils.set_random_seed(0)
+    vanilla = LossPredictionImageClassifier.from_keras_hub(
+        vit(), head_hidden_units=(16, 16), stop_gradient=False
+    )
+
+    def vanilla_loss(labels, outputs):
+        return vanilla.compute_loss(y=labels, y_pred=outputs)
+
+    variables = vanilla.backbone.trainable_variables
+    plain = loss_gradients(vanilla, ce_only, x, y, variables)
+    joint = loss_gradients(vanilla, vanilla_loss, x, y, variables)
+    assert max(np.abs(a - b).max() for a, b in zip(plain, joint)) > 1e-4
+
 
 def test_cached_training_reaches_the_on_the_fly_head(tmp_path):
     x, y = ez.datasets.load_arrays("digits", "train")
@@ -108,6 +123,32 @@ def test_bad_arguments_are_clear_errors():
         LossPredictionImageClassifier.from_keras_hub(vit().backbone)
     with pytest.raises(ValueError, match="images of shape"):
         frozen_model()(np.zeros((2, 8, 8), "float32"))
+
+
+def test_pooled_embedding_backbone():
+    """Any functional model returning (batch, dim) works with pooling=None."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 1))
+    features = keras.layers.Dense(16, activation="relu")(keras.layers.Flatten()(inputs))
+    backbone = keras.Model(inputs, features)
+    model = LossPredictionImageClassifier(
+        backbone, num_classes=8, pooling=None, head_hidden_units=(8,)
+    )
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    out = model.predict(x[:10], verbose=0)
+    embedding = to_np(backbone(x[:10]))
+    np.testing.assert_allclose(
+        out["logits"], embedding @ to_np(model.classifier.kernel) + to_np(model.classifier.bias),
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(to_np(model.embed(x[:10])), embedding, atol=1e-6)
+    with pytest.raises(ValueError, match="pooling=None"):
+        LossPredictionImageClassifier(backbone, num_classes=8)
+    with pytest.raises(ValueError, match="pooled"):
+        LossPredictionImageClassifier(vit().backbone, num_classes=8, pooling=None)
+    restored = LossPredictionImageClassifier.from_config(model.get_config())
+    restored.set_weights(model.get_weights())
+    np.testing.assert_allclose(restored.predict(x[:10], verbose=0)["uncertainty"], out["uncertainty"], atol=1e-6)
 
 
 @requires_jit

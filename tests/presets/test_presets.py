@@ -45,10 +45,7 @@ def test_list_presets_matches_shipped_directories():
         assert sorted(os.listdir(path)) == expected
 
 
-TRAINED = [
-    n for n in ez.presets.list_presets()
-    if ez.presets.preset_metadata(n)["kind"] == "trained"
-]
+TRAINED = ez.evaluation.trained_presets()
 
 
 @pytest.mark.parametrize("name", TRAINED)
@@ -173,3 +170,29 @@ def test_loading_uses_safe_mode(tmp_path):
     DeepEnsembleClassifier([member]).save_to_preset(path)
     with pytest.raises(PresetError, match="config.json.*(unsafe|safe_mode)"):
         EnsembleClassifier.from_preset(path)
+
+
+def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
+    from scipy.stats import spearmanr
+
+    model = ez.models.LossPredictionImageClassifier.from_preset(
+        "loss_prediction_vit_tiny_digits"
+    )
+    recorded = ez.presets.preset_metadata("loss_prediction_vit_tiny_digits")["metrics"]
+    base = EnsembleClassifier.from_preset("vit_tiny_digits")
+    x, y = ez.datasets.load_arrays("digits", "test")
+    out = model.predict(x, batch_size=128, verbose=0)
+    # The classifier is vit_tiny_digits, frozen while the head trained.
+    np.testing.assert_allclose(out["logits"], to_np(base(x))[:, 0], atol=1e-5)
+    probs = to_np(keras.ops.softmax(out["logits"]))
+    losses = -np.log(probs[np.arange(len(y)), y])
+    correlation = spearmanr(out["uncertainty"], losses).statistic
+    assert correlation == pytest.approx(recorded["test_spearman_uncertainty_loss"], abs=1e-3)
+    assert correlation > 0.9
+    embeddings = to_np(model.embed(x))
+    assert ez.metrics.r_auroc(embeddings, y, out["uncertainty"]) == pytest.approx(
+        recorded["test_r_auroc"], abs=1e-3
+    )
+    assert "loss_prediction_vit_tiny_digits" not in ez.evaluation.trained_presets()
+    with pytest.raises(ValueError, match="LossPredictionImageClassifier"):
+        EnsembleClassifier.from_preset("loss_prediction_vit_tiny_digits")

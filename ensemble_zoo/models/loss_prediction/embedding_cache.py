@@ -142,4 +142,6 @@ def train_head_from_cache(model, path, optimizer=None, jit_compile="auto", verbo
     trainer.compile(
         optimizer=optimizer or keras.optimizers.AdamW(1e-3), jit_compile=jit_compile
     )
-    return trainer.fit(_batches(path), epochs=1, steps_per_epoch=steps, verbose=verbose)
+    return trainer.fit(
+        _batches(path), epochs=1, steps_per_epoch=steps, shuffle=False, verbose=verbose
+    )

@@ -9,7 +9,7 @@ from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_positive_int
 
 UNCERTAINTY_LOSSES = ("ranking", "mse")
-POOLINGS = ("token", "gap")
+POOLINGS = ("token", "gap", None)
 
 
 def loss_prediction_objective(
@@ -52,11 +52,13 @@ class LossPredictionImageClassifier(keras.Model):
     `train_head_from_cache`), which gives the same head.
 
     Args:
-        backbone: a built keras-hub `ViTBackbone` (any backbone returning
-            `(batch, tokens, dim)` works).
+        backbone: a built keras-hub `ViTBackbone`, or any functional Keras
+            model returning `(batch, tokens, dim)` features or already
+            pooled `(batch, dim)` embeddings (then `pooling=None`).
         num_classes: int.
         pooling: `"token"` (class token, default) or `"gap"`, as keras-hub's
-            `ViTImageClassifier`.
+            `ViTImageClassifier`; `None` for a backbone that returns pooled
+            `(batch, dim)` embeddings.
         head_hidden_units: hidden sizes of the head. Defaults to `(512, 512)`.
         uncertainty_loss: `"ranking"` (default) or `"mse"`.
         margin: float, the ranking hinge margin. Defaults to `0.1`.
@@ -64,6 +66,9 @@ class LossPredictionImageClassifier(keras.Model):
             (0) when both the backbone and the classifier are frozen (the
             CE could not change anything then).
         uncertainty_weight: float. Defaults to `1.0`.
+        stop_gradient: bool, the head's stop-gradient. Defaults to `True`;
+            `False` is the "vanilla loss prediction" ablation whose head
+            gradients reach the backbone (paper Eq. 1, Fig. 3a).
         freeze_backbone: bool. Defaults to `False`.
         freeze_classifier: bool. Defaults to `False`.
         **kwargs: other `keras.Model` arguments.
@@ -96,6 +101,7 @@ class LossPredictionImageClassifier(keras.Model):
         margin=0.1,
         classification_weight=1.0,
         uncertainty_weight=1.0,
+        stop_gradient=True,
         freeze_backbone=False,
         freeze_classifier=False,
         **kwargs,
@@ -107,10 +113,17 @@ class LossPredictionImageClassifier(keras.Model):
                 f"`uncertainty_loss` must be one of {UNCERTAINTY_LOSSES}; got "
                 f"{uncertainty_loss!r}."
             )
-        if len(backbone.outputs[0].shape) != 3:
+        output_shape = tuple(backbone.outputs[0].shape)
+        if pooling is None and len(output_shape) != 2:
             raise ValueError(
-                "`backbone` must return (batch, tokens, dim) features; its "
-                f"output has shape {tuple(backbone.outputs[0].shape)}."
+                "With `pooling=None` the backbone must return pooled (batch, "
+                f"dim) embeddings; its output has shape {output_shape}."
+            )
+        if pooling is not None and len(output_shape) != 3:
+            raise ValueError(
+                f"With `pooling={pooling!r}` the backbone must return (batch, "
+                f"tokens, dim) features; its output has shape {output_shape} "
+                "(pass `pooling=None` for pooled embeddings)."
             )
         super().__init__(**kwargs)
         # === Layers ===
@@ -119,7 +132,8 @@ class LossPredictionImageClassifier(keras.Model):
             check_positive_int(num_classes, "num_classes"), name="predictions"
         )
         self.uncertainty_head = LossPredictionHead(
-            hidden_units=head_hidden_units, name="uncertainty_head"
+            hidden_units=head_hidden_units, stop_gradient=stop_gradient,
+            name="uncertainty_head",
         )
         # === Config ===
         self.num_classes = num_classes
@@ -129,6 +143,7 @@ class LossPredictionImageClassifier(keras.Model):
         self.margin = float(margin)
         self.classification_weight = float(classification_weight)
         self.uncertainty_weight = float(uncertainty_weight)
+        self.stop_gradient = bool(stop_gradient)
         self.freeze_backbone = bool(freeze_backbone)
         self.freeze_classifier = bool(freeze_classifier)
         self.image_shape = tuple(backbone.inputs[0].shape[1:])
@@ -150,6 +165,8 @@ class LossPredictionImageClassifier(keras.Model):
         if self.freeze_backbone:
             training = False  # a frozen backbone runs in inference mode
         x = self.backbone(images, training=training)
+        if self.pooling is None:
+            return x
         return x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
 
     def call_on_embeddings(self, embeddings):
@@ -210,6 +227,7 @@ class LossPredictionImageClassifier(keras.Model):
             "margin": self.margin,
             "classification_weight": self.classification_weight,
             "uncertainty_weight": self.uncertainty_weight,
+            "stop_gradient": self.stop_gradient,
             "freeze_backbone": self.freeze_backbone,
             "freeze_classifier": self.freeze_classifier,
         }
@@ -219,6 +237,31 @@ class LossPredictionImageClassifier(keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+    # === Presets ===
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True):
+        """Loads a loss-prediction preset (by name) or preset directory.
+
+        Args:
+            preset: str, e.g. `"loss_prediction_vit_tiny_digits"`, or the
+                path of a directory written by `save_to_preset`.
+            load_weights: bool. `False` builds the architecture with fresh
+                weights. Defaults to `True`.
+        """
+        from ensemble_zoo.presets import load_preset
+
+        return load_preset(preset, cls=cls, load_weights=load_weights)
+
+    def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
+        """Writes `config.json`, `model.weights.h5` and `metadata.json`
+        (see `ensemble_zoo.models.EnsembleClassifier.save_to_preset`)."""
+        from ensemble_zoo.presets import save_preset
+
+        metadata = dict(metadata or {})
+        metadata.setdefault("num_members", 1)
+        save_preset(self, preset_dir, metadata=metadata, include_weights=include_weights)
 
     @classmethod
     def from_keras_hub(cls, model, num_classes=None, **kwargs):
