@@ -35,3 +35,17 @@ def test_implicit_ensembles_experiment_runs_and_collapse_shows(tmp_path):
     assert float(rows["12"]) < float(rows["1"]) / 5, out  # between-group MI collapses
     for name in ("ensembles_of_ensembles.png", "width.png", "extraction.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_loss_prediction_benchmark_heads_agree():
+    """Cached and on-the-fly head training reach the same weights (tiny ViT)."""
+    out = run_python(
+        "import sys; sys.argv = ['loss_prediction.py', '--image-size', '32', '--patch-size', '8',"
+        " '--layers', '2', '--width', '64', '--heads', '2', '--classes', '10', '--steps', '6',"
+        " '--batch-size', '16'];"
+        "import runpy; runpy.run_path('benchmarks/loss_prediction.py', run_name='__main__')"
+    )
+    diff = float(re.search(r"max \|head weight difference\|: (\S+)", out)[1])
+    assert diff < 1e-4, out
+    assert re.search(r"^from the cache\s+[0-9.]+\s+[0-9.]+$", out, re.M), out

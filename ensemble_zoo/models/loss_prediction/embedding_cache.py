@@ -30,7 +30,18 @@ def _check_frozen(model):
         )
 
 
-def cache_embeddings(model, dataset, path, epochs=1, chunk_rows=4096):
+class _Embedder(keras.Model):
+    """The frozen model's pooled embedding, as a compiled predict step."""
+
+    def __init__(self, model, name="embedder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.source = model
+
+    def call(self, images):
+        return self.source.embed(images, training=False)
+
+
+def cache_embeddings(model, dataset, path, epochs=1, chunk_rows=4096, jit_compile="auto"):
     """Writes the frozen model's embeddings of `epochs` passes over `dataset`.
 
     Args:
@@ -42,6 +53,7 @@ def cache_embeddings(model, dataset, path, epochs=1, chunk_rows=4096):
         path: str, the HDF5 file to write (`.h5`).
         epochs: int, the number of passes to record.
         chunk_rows: int, the HDF5 chunk size in rows.
+        jit_compile: passed to `compile` of the embedding step.
 
     Returns:
         dict with `"rows"` and `"batches"` written.
@@ -51,6 +63,8 @@ def cache_embeddings(model, dataset, path, epochs=1, chunk_rows=4096):
     if not path.endswith(".h5"):
         raise ValueError(f"The embedding cache is an HDF5 file ending in '.h5'; got {path!r}.")
     dim = model.embedding_dim
+    embedder = _Embedder(model)
+    embedder.compile(jit_compile=jit_compile)
     with h5py.File(path, "w") as f:
         embeddings = f.create_dataset(
             "embeddings", shape=(0, dim), maxshape=(None, dim), dtype="float32",
@@ -62,7 +76,7 @@ def cache_embeddings(model, dataset, path, epochs=1, chunk_rows=4096):
         batch_sizes = []
         for _ in range(epochs):
             for images, batch_labels in dataset:
-                e = np.asarray(keras.ops.convert_to_numpy(model.embed(images, training=False)))
+                e = np.asarray(embedder.predict_on_batch(np.asarray(images)))
                 n = e.shape[0]
                 start = embeddings.shape[0]
                 embeddings.resize(start + n, axis=0)
@@ -103,7 +117,9 @@ class _HeadTrainer(keras.Model):
         )
 
 
-def train_head_from_cache(model, path, optimizer=None, jit_compile="auto", verbose=0):
+def train_head_from_cache(
+    model, path, optimizer=None, jit_compile="auto", verbose=0, callbacks=None
+):
     """Trains `model`'s uncertainty head on an embedding cache, one pass.
 
     Every cached batch is one optimizer step, in the recorded order, so
@@ -116,6 +132,7 @@ def train_head_from_cache(model, path, optimizer=None, jit_compile="auto", verbo
         optimizer: a Keras optimizer; defaults to `AdamW(1e-3)`.
         jit_compile: passed to `compile`.
         verbose: passed to `fit`.
+        callbacks: optional list of Keras callbacks, passed to `fit`.
 
     Returns:
         the Keras `History` of the pass.
@@ -143,5 +160,6 @@ def train_head_from_cache(model, path, optimizer=None, jit_compile="auto", verbo
         optimizer=optimizer or keras.optimizers.AdamW(1e-3), jit_compile=jit_compile
     )
     return trainer.fit(
-        _batches(path), epochs=1, steps_per_epoch=steps, shuffle=False, verbose=verbose
+        _batches(path), epochs=1, steps_per_epoch=steps, shuffle=False, verbose=verbose,
+        callbacks=callbacks,
     )
