@@ -10,3 +10,4 @@ from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.layers.moe import SparseMoE, TopKRouter

@@ -1,0 +1,261 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.layers.moe.top_k_router import TopKRouter
+from ensemble_zoo.layers.moe.top_k_router import _check_non_negative
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class SparseMoE(keras.layers.Layer):
+    """Sparse mixture of expert MLPs (V-MoE), partitioned per member for E³.
+
+    Replaces a transformer block's MLP. A `TopKRouter` (sublayer `router`)
+    sends every token to `top_k` of the experts, each expert processes the
+    tokens in its buffer, and a token's output is the gate-weighted sum of
+    its experts' outputs, `Σ_e g_e(x) · MLP_e(x)`, with the un-renormalised
+    softmax gates of V-MoE (paper 004 eq. 1). A token dropped by every
+    chosen expert (buffers full) gets output 0, so in a residual block only
+    the skip connection carries it. See `TopKRouter` for routing groups,
+    capacity, Batch-Prioritized Routing, noise and the auxiliary losses
+    (added to `layer.losses` in training).
+
+    Every expert is the MLP of a keras-hub ViT block
+    (`keras_hub.src.models.vit.vit_layers.MLP`): `Dense(mlp_dim,
+    activation="gelu")` (exact erf GELU), dropout, `Dense(dim)`, dropout.
+    The expert weights are stacked on a leading expert axis in two
+    `GroupedDense` sublayers, `dense_1` (kernel `(num_experts, dim,
+    mlp_dim)`, bias `(num_experts, mlp_dim)`) and `dense_2` (kernel
+    `(num_experts, mlp_dim, dim)`, bias `(num_experts, dim)`), so expert `e`
+    is a ViT MLP with kernels `dense_1.kernel[e]`, `dense_2.kernel[e]`: a
+    dense ViT MLP copied into every expert "upcycles" it. Note that with
+    un-renormalised gates the upcycled layer computes
+    `(Σ_top-K gates) · MLP(x)`, which equals the dense `MLP(x)` only when a
+    token's chosen gates sum to 1, i.e. `top_k = num_experts / num_members`
+    with ample capacity (`capacity_factor >= 1`).
+
+    **Input layout.** `(num_members * batch, ..., dim)`, member-major as
+    produced by `ensemble_zoo.ops.tile_members` (rows `m * batch : (m + 1)
+    * batch` are member `m`), typically `(M * batch, tokens, dim)`; the
+    output has the input's shape. With `num_members=M > 1` (E³), member
+    `m`'s tokens only reach experts `[m * E / M, (m + 1) * E / M)`; with
+    `num_members=1` it is V-MoE. Dispatch and combine are einsums with
+    static-shape masks `(M, groups, group_size, E / M, C)`; the experts run
+    on `(E, groups * C, dim)`, so the layer compiles with XLA
+    (`jit_compile=True`) on JAX and TensorFlow.
+
+    Args:
+        num_experts: int, the total number of experts `E`.
+        mlp_dim: int, the hidden size of each expert MLP.
+        top_k: int, experts per token, at most `E / num_members`.
+            Defaults to 1.
+        num_members: int, the E³ ensemble size (number of expert
+            partitions); must divide `num_experts`. Defaults to 1.
+        group_size: int or `None`, tokens per routing group per member;
+            `None` (default) routes each example's tokens as one group.
+        capacity_factor: float > 0, training capacity factor. Defaults to
+            1.0.
+        eval_capacity_factor: float > 0 or `None`, the capacity factor when
+            not training. Defaults to `capacity_factor`.
+        capacity_multiple_of: int, round the capacity up to a multiple of
+            this. Defaults to 1.
+        batch_priority: bool, Batch-Prioritized Routing. Defaults to
+            `False`.
+        noise_std: float >= 0 or `None`, router noise in training. Defaults
+            to `1 / num_experts`.
+        importance_loss_weight: float. Defaults to 0.005.
+        load_loss_weight: float. Defaults to 0.005.
+        dropout_rate: float in [0, 1), dropout inside the experts (after the
+            GELU and after the second dense layer). Defaults to 0.0.
+        use_bias: bool, expert biases. Defaults to `True`.
+        kernel_initializer: initializer of each expert's kernels (each
+            expert initialized as a separate `Dense`). Defaults to
+            `"glorot_uniform"`.
+        bias_initializer: initializer of the expert biases. Defaults to
+            `"zeros"`.
+        router_kernel_initializer: initializer of the `(dim, num_experts)`
+            router kernel. Defaults to `"glorot_uniform"`.
+        seed: int or `None`, seed of the routing noise and expert dropout.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import SparseMoE
+    from ensemble_zoo.ops import tile_members
+
+    tokens = np.random.normal(size=(2, 17, 32)).astype("float32")
+    # V-MoE: 8 experts, 2 per token.
+    vmoe = SparseMoE(num_experts=8, mlp_dim=64, top_k=2)
+    vmoe(tokens).shape  # (2, 17, 32)
+    # E3: 2 members, each routing to its own 4 experts, on tiled tokens.
+    e3 = SparseMoE(num_experts=8, mlp_dim=64, top_k=1, num_members=2)
+    x = tile_members(tokens, 2)  # (4, 17, 32), member-major
+    e3(x, training=True).shape  # (4, 17, 32); aux loss in e3.losses
+    e3.dense_1.kernel.shape  # (8, 32, 64)
+    ```
+    """
+
+    def __init__(
+        self,
+        num_experts,
+        mlp_dim,
+        top_k=1,
+        num_members=1,
+        group_size=None,
+        capacity_factor=1.0,
+        eval_capacity_factor=None,
+        capacity_multiple_of=1,
+        batch_priority=False,
+        noise_std=None,
+        importance_loss_weight=0.005,
+        load_loss_weight=0.005,
+        dropout_rate=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        router_kernel_initializer="glorot_uniform",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.dropout_rate = _check_non_negative(dropout_rate, "dropout_rate")
+        if not self.dropout_rate < 1.0:
+            raise ValueError(
+                f"`dropout_rate` must be in [0, 1); got {dropout_rate!r}."
+            )
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.router = TopKRouter(
+            num_experts=num_experts,
+            top_k=top_k,
+            num_members=num_members,
+            group_size=group_size,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            batch_priority=batch_priority,
+            noise_std=noise_std,
+            importance_loss_weight=importance_loss_weight,
+            load_loss_weight=load_loss_weight,
+            kernel_initializer=router_kernel_initializer,
+            seed=seed,
+            # Routing stays in float32 under mixed precision (as vmoe).
+            dtype="float32",
+            name="router",
+        )
+        self.seed = seed
+        self.dense_1 = GroupedDense(
+            self.mlp_dim,
+            num_members=self.router.num_experts,
+            activation="gelu",
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="dense_1",
+        )
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate,
+            seed=None if seed is None else seed + 1,
+            dtype=self.dtype_policy,
+            name="dropout",
+        )
+
+    @property
+    def num_experts(self):
+        return self.router.num_experts
+
+    @property
+    def num_members(self):
+        return self.router.num_members
+
+    @property
+    def top_k(self):
+        return self.router.top_k
+
+    def build(self, input_shape):
+        shape = tuple(input_shape)
+        self.router.build(shape)
+        self.hidden_dim = int(shape[-1])
+        self.dense_2 = GroupedDense(
+            self.hidden_dim,
+            num_members=self.num_experts,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="dense_2",
+        )
+        # Experts see `(1, experts, groups * capacity, features)`.
+        self.dense_1.build((1, self.num_experts, None, self.hidden_dim))
+        self.dense_2.build((1, self.num_experts, None, self.mlp_dim))
+
+    def call(self, inputs, training=None):
+        shape = static_shape(inputs)
+        self.router._check_input_shape(shape)
+        m = self.num_members
+        e_m = self.router.experts_per_member
+        routing = self.router(inputs, training=training)
+        dispatch = ops.cast(routing["dispatch"], self.compute_dtype)
+        combine = ops.cast(routing["combine"], self.compute_dtype)
+        capacity = static_shape(dispatch)[-1]
+        tokens = self.router.group_tokens(inputs)  # (M, G, S, D)
+        expert_inputs = ops.einsum("mgsec,mgsd->megcd", dispatch, tokens)
+        expert_inputs = ops.reshape(
+            expert_inputs, (1, self.num_experts, -1, self.hidden_dim)
+        )
+        hidden = self.dropout(self.dense_1(expert_inputs), training=training)
+        outputs = self.dropout(self.dense_2(hidden), training=training)
+        outputs = ops.reshape(outputs, (m, e_m, -1, capacity, self.hidden_dim))
+        combined = ops.einsum("mgsec,megcd->mgsd", combine, outputs)
+        return self.router.ungroup_tokens(combined, shape)
+
+    def route(self, x, training=False):
+        """The routing of `x` (see `TopKRouter.route`); adds no losses."""
+        x = ops.convert_to_tensor(x)
+        if not self.built:
+            self.build(static_shape(x))
+        return self.router.route(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        shape, _, _ = self.router._check_input_shape(input_shape)
+        return shape
+
+    def get_config(self):
+        config = super().get_config()
+        router = self.router
+        config.update(
+            {
+                "num_experts": router.num_experts,
+                "mlp_dim": self.mlp_dim,
+                "top_k": router.top_k,
+                "num_members": router.num_members,
+                "group_size": router.group_size,
+                "capacity_factor": router.capacity_factor,
+                "eval_capacity_factor": router.eval_capacity_factor,
+                "capacity_multiple_of": router.capacity_multiple_of,
+                "batch_priority": router.batch_priority,
+                "noise_std": router.noise_std,
+                "importance_loss_weight": router.importance_loss_weight,
+                "load_loss_weight": router.load_loss_weight,
+                "dropout_rate": self.dropout_rate,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "router_kernel_initializer": keras.initializers.serialize(
+                    router.kernel_initializer
+                ),
+                "seed": self.seed,
+            }
+        )
+        return config

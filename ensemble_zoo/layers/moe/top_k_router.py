@@ -1,0 +1,533 @@
+import math
+
+import keras
+from keras import ops
+
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def compute_capacity(
+    group_size, num_experts, top_k, capacity_factor, multiple_of=1
+):
+    """Expert buffer size per routing group (a static Python int).
+
+    `C = ceil(capacity_factor * top_k * group_size / num_experts)`, then
+    rounded up to a multiple of `multiple_of` (vmoe rounds to 4), and
+    finally capped at `group_size`: an expert receives a token at most once,
+    so a larger buffer could never be filled and the cap changes no output.
+    A tolerance of 1e-9 keeps float noise from adding a slot (e.g.
+    `1.1 * 10` is `11.000000000000002` in floating point, and gives 11).
+
+    Args:
+        group_size: int, the tokens of one routing group (per member).
+        num_experts: int, the experts these tokens may choose from (per
+            member for E³).
+        top_k: int, the experts chosen per token.
+        capacity_factor: float > 0.
+        multiple_of: int, round `C` up to a multiple of this. Defaults to 1.
+
+    Returns:
+        int, the capacity `C >= 1`.
+    """
+    group_size = check_positive_int(group_size, "group_size")
+    num_experts = check_positive_int(num_experts, "num_experts")
+    top_k = check_positive_int(top_k, "top_k")
+    multiple_of = check_positive_int(multiple_of, "capacity_multiple_of")
+    capacity_factor = _check_capacity_factor(capacity_factor, "capacity_factor")
+    raw = capacity_factor * top_k * group_size / num_experts
+    capacity = max(1, math.ceil(raw - 1e-9 * max(1.0, raw)))
+    capacity += (-capacity) % multiple_of
+    return min(capacity, group_size)
+
+
+def _check_capacity_factor(value, name):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value > 0
+        or math.isinf(value)
+    ):
+        raise ValueError(
+            f"`{name}` must be a finite number > 0; got {value!r}."
+        )
+    return float(value)
+
+
+def _check_non_negative(value, name):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value >= 0
+        or math.isinf(value)
+    ):
+        raise ValueError(
+            f"`{name}` must be a finite number >= 0; got {value!r}."
+        )
+    return float(value)
+
+
+def _squared_cv(values):
+    """Squared coefficient of variation over the last axis (population std)."""
+    mean = ops.mean(values, axis=-1)
+    return ops.var(values, axis=-1) / ops.square(mean)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class TopKRouter(keras.layers.Layer):
+    """Noisy top-K token router of V-MoE, partitioned per member for E³.
+
+    A linear router without bias, kernel `(dim, num_experts)` (the layout of
+    `keras.layers.Dense(num_experts, use_bias=False)`), gives each token
+    router logits; softmax gates choose `top_k` experts per token, and each
+    expert takes at most `C` tokens per routing group (its buffer, or
+    capacity). The combine weights are the softmax probabilities of the
+    chosen experts, **not renormalised** (V-MoE, paper 004 eq. 1): with
+    `top_k=1` an expert's output is scaled by the token's largest gate.
+
+    **Tokens and routing groups.** The input is `(num_members * batch, ...,
+    dim)` in the member-major order of `ensemble_zoo.ops.tile_members`: rows
+    `m * batch : (m + 1) * batch` are member `m`'s copy of the batch. Member
+    `m`'s `batch * tokens` tokens (all axes between the first and the last
+    are tokens) are cut, in order, into routing groups of `group_size`
+    tokens, so a group never mixes members. Groups route independently, each
+    with its own buffers. `group_size=None` (the default) makes one group
+    per example (per row): routing and capacity then do not depend on the
+    batch size or on the other examples of the batch, and the batch axis may
+    be unknown while tracing. An int `group_size` must divide `batch *
+    tokens`; vmoe uses the tokens of 8 images per group.
+
+    **E³ partition.** With `num_members=M`, the `num_experts=E` experts are
+    split into `M` contiguous groups of `E / M`: member `m` routes only to
+    experts `[m * E / M, (m + 1) * E / M)`, with router logits taken from the
+    matching columns of the one `(dim, E)` kernel, so an E³ router has
+    exactly the parameters of a V-MoE router (paper 004 §2, App. B.1). The
+    softmax, the top-K and the capacity are per member, and
+    `num_members=1` is V-MoE.
+
+    **Capacity.** `C = ceil(capacity_factor * top_k * group_size /
+    experts_per_member)`, rounded up to a multiple of
+    `capacity_multiple_of` and capped at `group_size` (see
+    `compute_capacity`); it is computed in Python, so every shape is static.
+    `eval_capacity_factor` (defaults to `capacity_factor`) is used when
+    `training` is false; the E³ paper fine-tunes with 1.5 and evaluates
+    with 8.
+
+    **Buffer order.** Choices are placed K-major: the top-1 choices of all
+    tokens of a group fill the buffers first (in token order), then the
+    top-2 choices, and so on. A choice that finds its expert's buffer full
+    is dropped; a token dropped by all its experts gets MoE output 0. With
+    `batch_priority=True` (Batch-Prioritized Routing), the tokens of a group
+    are first sorted by their top-1 gate, highest first, so confident tokens
+    win the slots.
+
+    **Noise and auxiliary losses (training only).** Gaussian noise of
+    standard deviation `noise_std` (default `1 / num_experts`, the paper's
+    σ = 1/E; vmoe's E³ code effectively uses `M / num_experts`) is added to
+    the router logits before the softmax. The layer then adds
+    `importance_loss_weight * L_imp + load_loss_weight * L_load` with
+    `self.add_loss`, both averaged over routing groups and members:
+    `L_imp = CV²(Σ_tokens softmax(clean logits))`, and
+    `L_load = CV²(mean_tokens P(e in top-K))` with
+    `P = 1 - Φ((t - clean_logit_e) / σ)`, `t` the K-th largest *noisy*
+    logit of the token and `Φ` the normal CDF (paper 004 App. A / vmoe
+    `_load_loss`); `CV² = var / mean²` with the population variance. The
+    load loss needs noise: with `noise_std=0` only the importance loss is
+    added.
+
+    **Top-K** is K successive argmax-and-mask steps (ties go to the lower
+    expert index), not `keras.ops.top_k`, so the layer exports to a
+    SavedModel from JAX. Dispatch and combine masks are built by comparing
+    positions with `arange(C)`, with cumulative sums and einsums only.
+
+    Calling the layer returns `{"dispatch": ..., "combine": ...}`, both
+    float32 `(num_members, num_groups, group_size, experts_per_member, C)`:
+    `dispatch[m, g, s, e, c]` is 1 when token `s` of member `m`'s group `g`
+    takes slot `c` of the member's expert `e` (global expert
+    `m * experts_per_member + e`), and `combine` holds the gate there.
+    `route(x, training)` returns these with the capacity, the logits, the
+    auxiliary losses and a per-token global view, for inspection.
+
+    Args:
+        num_experts: int, the total number of experts `E`.
+        top_k: int, experts chosen per token, at most `E / num_members`.
+            Defaults to 1.
+        num_members: int, the E³ ensemble size `M` (the number of expert
+            partitions); must divide `num_experts`. Defaults to 1 (V-MoE).
+        group_size: int or `None`, tokens per routing group per member.
+            Defaults to `None`, one example's tokens.
+        capacity_factor: float > 0, the capacity factor in training.
+            Defaults to 1.0.
+        eval_capacity_factor: float > 0 or `None`, the capacity factor when
+            not training. Defaults to `capacity_factor`.
+        capacity_multiple_of: int, round the capacity up to a multiple of
+            this (vmoe: 4). Defaults to 1.
+        batch_priority: bool, Batch-Prioritized Routing. Defaults to `False`.
+        noise_std: float >= 0 or `None`, the standard deviation of the
+            training noise on the router logits. Defaults to
+            `1 / num_experts`.
+        importance_loss_weight: float. Defaults to 0.005.
+        load_loss_weight: float. Defaults to 0.005.
+        kernel_initializer: initializer of the `(dim, num_experts)` kernel.
+            Defaults to `"glorot_uniform"`.
+        seed: int or `None`, seed of the routing noise.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import TopKRouter
+    from ensemble_zoo.ops import tile_members
+
+    # E3 with 2 members: each member routes its tokens to 4 of 8 experts.
+    router = TopKRouter(num_experts=8, top_k=2, num_members=2, seed=0)
+    tokens = np.random.normal(size=(3, 5, 16)).astype("float32")
+    x = tile_members(tokens, 2)  # (2 * 3, 5, 16), member-major
+    routing = router.route(x)
+    routing["dispatch"].shape  # (2, 3, 5, 4, 3): members, groups, tokens,
+    # experts per member, capacity = ceil(1.0 * 2 * 5 / 4) = 3
+    routing["token_dispatch"].shape  # (6, 5, 8, 3), global expert ids
+    ```
+    """
+
+    def __init__(
+        self,
+        num_experts,
+        top_k=1,
+        num_members=1,
+        group_size=None,
+        capacity_factor=1.0,
+        eval_capacity_factor=None,
+        capacity_multiple_of=1,
+        batch_priority=False,
+        noise_std=None,
+        importance_loss_weight=0.005,
+        load_loss_weight=0.005,
+        kernel_initializer="glorot_uniform",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_experts = check_positive_int(num_experts, "num_experts")
+        self.num_members = check_positive_int(num_members, "num_members")
+        if self.num_experts % self.num_members:
+            raise ValueError(
+                f"`num_experts` ({num_experts}) must be divisible by "
+                f"`num_members` ({num_members}): each member routes to its "
+                "own contiguous group of num_experts / num_members experts."
+            )
+        self.experts_per_member = self.num_experts // self.num_members
+        self.top_k = check_positive_int(top_k, "top_k")
+        if self.top_k > self.experts_per_member:
+            raise ValueError(
+                f"`top_k` ({top_k}) must be at most the experts per member, "
+                f"num_experts / num_members = {self.experts_per_member}."
+            )
+        if group_size is not None:
+            group_size = check_positive_int(group_size, "group_size")
+        self.group_size = group_size
+        self.capacity_factor = _check_capacity_factor(
+            capacity_factor, "capacity_factor"
+        )
+        if eval_capacity_factor is not None:
+            eval_capacity_factor = _check_capacity_factor(
+                eval_capacity_factor, "eval_capacity_factor"
+            )
+        self.eval_capacity_factor = eval_capacity_factor
+        self.capacity_multiple_of = check_positive_int(
+            capacity_multiple_of, "capacity_multiple_of"
+        )
+        if not isinstance(batch_priority, bool):
+            raise ValueError(
+                f"`batch_priority` must be a bool; got {batch_priority!r}."
+            )
+        self.batch_priority = batch_priority
+        if noise_std is not None:
+            noise_std = _check_non_negative(noise_std, "noise_std")
+        self.noise_std = noise_std
+        self.importance_loss_weight = _check_non_negative(
+            importance_loss_weight, "importance_loss_weight"
+        )
+        self.load_loss_weight = _check_non_negative(
+            load_loss_weight, "load_loss_weight"
+        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int)
+        ):
+            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    # ----------------------------------------------------------- shapes
+
+    @property
+    def sigma(self):
+        """The standard deviation of the training noise (a float)."""
+        if self.noise_std is None:
+            return 1.0 / self.num_experts
+        return self.noise_std
+
+    def capacity(self, group_size, training=False):
+        """The buffer size per expert for routing groups of `group_size`."""
+        factor = self.capacity_factor
+        if not training and self.eval_capacity_factor is not None:
+            factor = self.eval_capacity_factor
+        return compute_capacity(
+            group_size,
+            self.experts_per_member,
+            self.top_k,
+            factor,
+            self.capacity_multiple_of,
+        )
+
+    def _check_input_shape(self, input_shape):
+        """Validates `(num_members * batch, ..., dim)`; returns the shape,
+        the tokens per example and the group size (static ints)."""
+        shape = tuple(input_shape)
+        owner = f"{type(self).__name__} '{self.name}'"
+        if len(shape) < 2:
+            raise ValueError(
+                f"{owner} expects inputs (num_members * batch, ..., dim) with "
+                f"at least 2 axes; got shape {shape}."
+            )
+        if any(d is None for d in shape[1:]):
+            raise ValueError(
+                f"{owner} needs static token and feature axes; got input "
+                f"shape {shape}."
+            )
+        built_dim = getattr(self, "input_dim", None)
+        if built_dim is not None and shape[-1] != built_dim:
+            raise ValueError(
+                f"{owner} was built for inputs with {built_dim} features; got "
+                f"input shape {shape}."
+            )
+        tokens = math.prod(shape[1:-1])
+        group_size = self.group_size if self.group_size is not None else tokens
+        rows = shape[0]
+        if rows is not None:
+            if rows % self.num_members:
+                raise ValueError(
+                    f"{owner}: the input's first axis ({rows}) must be "
+                    f"num_members * batch with `num_members`="
+                    f"{self.num_members} (member-major tiling, see "
+                    "`ensemble_zoo.ops.tile_members`); got input shape "
+                    f"{shape}."
+                )
+            per_member = rows // self.num_members * tokens
+            if per_member % group_size:
+                raise ValueError(
+                    f"{owner}: `group_size`={group_size} must divide the "
+                    f"tokens of each member, batch * tokens = {per_member} "
+                    f"(input shape {shape}, num_members={self.num_members})."
+                )
+        return shape, tokens, group_size
+
+    def group_tokens(self, x):
+        """Reshapes `(num_members * batch, ..., dim)` to routing groups
+        `(num_members, num_groups, group_size, dim)`."""
+        shape, _, group_size = self._check_input_shape(static_shape(x))
+        return ops.reshape(x, (self.num_members, -1, group_size, shape[-1]))
+
+    def ungroup_tokens(self, y, input_shape):
+        """Inverse of `group_tokens`: back to `input_shape` (its first axis
+        may be unknown)."""
+        return ops.reshape(y, (-1,) + tuple(input_shape[1:]))
+
+    def _output_shape(self, input_shape, training=False):
+        shape, tokens, group_size = self._check_input_shape(input_shape)
+        groups = None
+        if shape[0] is not None:
+            groups = shape[0] // self.num_members * tokens // group_size
+        return (
+            self.num_members,
+            groups,
+            group_size,
+            self.experts_per_member,
+            self.capacity(group_size, training),
+        )
+
+    def compute_output_shape(self, input_shape):
+        """Shapes of `dispatch` and `combine` at inference (with
+        `eval_capacity_factor`)."""
+        shape = self._output_shape(input_shape, training=False)
+        return {"dispatch": shape, "combine": shape}
+
+    def compute_output_spec(self, inputs, training=None, **kwargs):
+        shape = self._output_shape(inputs.shape, training=bool(training))
+        return {
+            "dispatch": keras.KerasTensor(shape, dtype="float32"),
+            "combine": keras.KerasTensor(shape, dtype="float32"),
+        }
+
+    # ---------------------------------------------------------- weights
+
+    def build(self, input_shape):
+        shape = tuple(input_shape)
+        if len(shape) < 2 or shape[-1] is None:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' expects inputs "
+                "(num_members * batch, ..., dim) with at least 2 axes and a "
+                f"known last axis; got shape {shape}."
+            )
+        self.input_dim = int(shape[-1])
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self.input_dim, self.num_experts),
+            initializer=self.kernel_initializer,
+        )
+
+    # ---------------------------------------------------------- routing
+
+    def _route(self, x, training, with_metrics):
+        shape, _, group_size = self._check_input_shape(static_shape(x))
+        m, e_m, k = self.num_members, self.experts_per_member, self.top_k
+        capacity = self.capacity(group_size, training)
+        x = ops.cast(self.group_tokens(x), "float32")  # (M, G, S, D)
+        kernel = ops.reshape(
+            ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m)
+        )
+        logits = ops.einsum("mgsd,dme->mgse", x, kernel)
+        sigma = self.sigma
+        noisy = training and sigma > 0
+        if noisy:
+            noisy_logits = logits + keras.random.normal(
+                ops.shape(logits), stddev=sigma, seed=self.seed_generator
+            )
+        else:
+            noisy_logits = logits
+        gates = ops.softmax(noisy_logits, axis=-1)  # (M, G, S, E/M)
+
+        # Top-K by K argmax-and-mask steps; one boolean one-hot per rank.
+        experts = ops.arange(e_m, dtype="int32")
+        choices = []
+        remaining = gates
+        for _ in range(k):
+            best = ops.cast(ops.argmax(remaining, axis=-1), "int32")
+            onehot = ops.equal(best[..., None], experts)
+            choices.append(onehot)
+            remaining = ops.where(onehot, -1.0, remaining)
+        chosen = ops.cast(ops.stack(choices, axis=2), "float32")  # (M,G,K,S,E)
+
+        if self.batch_priority:
+            top1 = ops.sum(gates * chosen[:, :, 0], axis=-1)  # (M, G, S)
+            order = ops.cast(ops.argsort(-top1, axis=-1), "int32")
+            # perm[..., t, s] = 1 when sorted position t holds token s.
+            perm = ops.cast(
+                ops.equal(
+                    order[..., None], ops.arange(group_size, dtype="int32")
+                ),
+                "float32",
+            )
+            chosen = ops.einsum("mgts,mgkse->mgkte", perm, chosen)
+
+        # K-major buffer positions: all top-1 choices, then all top-2 ...
+        flat = ops.reshape(chosen, (m, -1, k * group_size, e_m))
+        filled = ops.reshape(
+            ops.cumsum(flat, axis=2), (m, -1, k, group_size, e_m)
+        )
+        # Each (token, expert) is chosen at most once over the K ranks.
+        position = ops.sum(filled * chosen, axis=2) - 1.0  # -1: not chosen
+        if self.batch_priority:
+            position = ops.einsum("mgts,mgte->mgse", perm, position)
+        slots = ops.arange(capacity, dtype="float32")
+        dispatch = ops.cast(ops.equal(position[..., None], slots), "float32")
+        combine = gates[..., None] * dispatch
+
+        result = {
+            "dispatch": dispatch,
+            "combine": combine,
+            "capacity": capacity,
+            "group_size": group_size,
+        }
+        if with_metrics:
+            clean = ops.softmax(logits, axis=-1)
+            importance = ops.sum(clean, axis=2)  # (M, G, E/M)
+            result["importance_loss"] = ops.mean(_squared_cv(importance))
+            if noisy:
+                last = ops.cast(choices[-1], "float32")
+                # The K-th largest noisy logit of each token.
+                threshold = ops.sum(noisy_logits * last, axis=-1)
+                z = (threshold[..., None] - logits) / sigma
+                p_in_top_k = 0.5 - 0.5 * ops.erf(z * _SQRT_HALF)  # 1 - Phi(z)
+                load = ops.mean(p_in_top_k, axis=2)  # (M, G, E/M)
+                result["load_loss"] = ops.mean(_squared_cv(load))
+            else:
+                result["load_loss"] = None
+            result.update(logits=logits, noisy_logits=noisy_logits, gates=gates)
+        return result
+
+    def _aux_loss(self, result):
+        loss = self.importance_loss_weight * result["importance_loss"]
+        if result["load_loss"] is not None:
+            loss = loss + self.load_loss_weight * result["load_loss"]
+        return loss
+
+    def call(self, inputs, training=None):
+        training = bool(training)
+        wants_loss = training and (
+            self.importance_loss_weight > 0 or self.load_loss_weight > 0
+        )
+        result = self._route(inputs, training, with_metrics=wants_loss)
+        if wants_loss:
+            self.add_loss(self._aux_loss(result))
+        return {"dispatch": result["dispatch"], "combine": result["combine"]}
+
+    def route(self, x, training=False):
+        """Routes `x` without adding losses; returns a dict for inspection.
+
+        Keys: `dispatch`, `combine` (as `call`), `capacity` and `group_size`
+        (ints), `logits` and `noisy_logits` (`(M, G, S, E/M)`, equal when not
+        training), `gates` (the softmax of `noisy_logits`),
+        `importance_loss`, `load_loss` (`None` without noise), `aux_loss`
+        (the weighted sum that `call` adds in training) and
+        `token_dispatch`: `(num_members * batch, ..., num_experts, C)` in the
+        input's row order with global expert indices.
+        """
+        x = ops.convert_to_tensor(x)
+        if not self.built:
+            self.build(static_shape(x))
+        result = self._route(x, bool(training), with_metrics=True)
+        result["aux_loss"] = self._aux_loss(result)
+        shape = static_shape(x)
+        m, e_m = self.num_members, self.experts_per_member
+        # blocks[m, e, f] = 1 when member m's expert e is global expert f.
+        blocks = ops.reshape(
+            ops.eye(self.num_experts, dtype="float32"),
+            (m, e_m, self.num_experts),
+        )
+        dispatch = ops.reshape(
+            result["dispatch"], (m, -1, e_m, result["capacity"])
+        )
+        token_dispatch = ops.einsum("mtec,mef->mtfc", dispatch, blocks)
+        result["token_dispatch"] = ops.reshape(
+            token_dispatch,
+            (-1,) + shape[1:-1] + (self.num_experts, result["capacity"]),
+        )
+        return result
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_experts": self.num_experts,
+                "top_k": self.top_k,
+                "num_members": self.num_members,
+                "group_size": self.group_size,
+                "capacity_factor": self.capacity_factor,
+                "eval_capacity_factor": self.eval_capacity_factor,
+                "capacity_multiple_of": self.capacity_multiple_of,
+                "batch_priority": self.batch_priority,
+                "noise_std": self.noise_std,
+                "importance_loss_weight": self.importance_loss_weight,
+                "load_loss_weight": self.load_loss_weight,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "seed": self.seed,
+            }
+        )
+        return config
