@@ -11,3 +11,5 @@ from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
 from ensemble_zoo.layers.moe import SparseMoE, TopKRouter
+from ensemble_zoo.layers.member_tiling import TileMembers
+from ensemble_zoo.layers.member_tiling import UntileMembers

@@ -3,3 +3,6 @@
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_config
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
+from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
+from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
+from ensemble_zoo.models.vit_moe.vit_moe_image_classifier import ViTMoEImageClassifier

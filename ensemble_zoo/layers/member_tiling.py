@@ -1,0 +1,90 @@
+"""Layers moving between a shared batch and a member-major tiled batch.
+
+`TileMembers` and `UntileMembers` wrap `ensemble_zoo.ops.tile_members` and
+`untile_members` for functional models: a network that runs unmodified
+layers on every member's copy of the input folds the members into the
+batch (`(members * batch, ...)`, row `m * batch + b` is member `m`'s copy
+of sample `b`) and unfolds them into the zoo's member axis at the end.
+"""
+
+import keras
+
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def _times(dim, factor):
+    return None if dim is None else dim * factor
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class TileMembers(keras.layers.Layer):
+    """`(batch, ...)` -> member-major `(num_members * batch, ...)`.
+
+    Args:
+        num_members: int, the number of copies.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import TileMembers
+
+    TileMembers(3)(np.zeros((2, 17, 8), "float32")).shape  # (6, 17, 8)
+    ```
+    """
+
+    def __init__(self, num_members, **kwargs):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+
+    def call(self, inputs):
+        return tile_members(inputs, self.num_members)
+
+    def compute_output_shape(self, input_shape):
+        return (_times(input_shape[0], self.num_members),) + tuple(input_shape[1:])
+
+    def get_config(self):
+        return {**super().get_config(), "num_members": self.num_members}
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class UntileMembers(keras.layers.Layer):
+    """Member-major `(num_members * batch, ...)` -> `(batch, num_members, ...)`.
+
+    Args:
+        num_members: int.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import UntileMembers
+
+    UntileMembers(3)(np.zeros((6, 17, 8), "float32")).shape  # (2, 3, 17, 8)
+    ```
+    """
+
+    def __init__(self, num_members, **kwargs):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+
+    def call(self, inputs):
+        return untile_members(inputs, self.num_members)
+
+    def compute_output_shape(self, input_shape):
+        batch = input_shape[0]
+        if batch is not None:
+            if batch % self.num_members:
+                raise ValueError(
+                    f"UntileMembers({self.num_members}) needs a batch divisible "
+                    f"by {self.num_members}; got {batch}."
+                )
+            batch //= self.num_members
+        return (batch, self.num_members) + tuple(input_shape[1:])
+
+    def get_config(self):
+        return {**super().get_config(), "num_members": self.num_members}

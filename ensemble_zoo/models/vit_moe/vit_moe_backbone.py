@@ -1,0 +1,276 @@
+import keras
+from keras_hub.src.models.vit.vit_layers import ViTEncoderBlock
+from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
+
+from ensemble_zoo.layers.member_tiling import TileMembers
+from ensemble_zoo.layers.member_tiling import UntileMembers
+from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
+from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def check_moe_layers(moe_layers, num_layers):
+    """Sorted 0-based MoE block indices; `None` means the paper's last-2."""
+    if moe_layers is None:
+        return list(last_n_moe_layers(num_layers, min(2, num_layers // 2)))
+    layers = list(moe_layers)
+    valid = (
+        layers
+        and all(not isinstance(i, bool) and isinstance(i, int) for i in layers)
+        and len(set(layers)) == len(layers)
+        and all(0 <= i < num_layers for i in layers)
+    )
+    if not valid:
+        raise ValueError(
+            "`moe_layers` must be a non-empty list of distinct 0-based block "
+            f"indices in [0, {num_layers}); got {moe_layers!r}."
+        )
+    return sorted(layers)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class ViTMoEBackbone(keras.Model):
+    """A ViT with sparse mixture-of-experts blocks: V-MoE and E³ (paper 004).
+
+    keras-hub's ViT (patch embedding, pre-norm blocks, final layer norm)
+    where the blocks in `moe_layers` replace their MLP by a `SparseMoE` of
+    `num_experts` expert MLPs, `num_selected_experts` (K) per token.
+
+    - `ensemble_size == 1` is **V-MoE** (Riquelme et al.). The output is
+      `(batch, tokens, hidden_dim)`, like keras-hub's `ViTBackbone`.
+    - `ensemble_size = M > 1` is **E³**, the efficient ensemble of experts
+      (Allingham et al.): the experts are split into M contiguous groups
+      of `E / M`, the tokens are tiled M times right before the block that
+      holds the first MoE layer (everything earlier runs once), and copy m
+      of every token is routed only within expert group m. All other
+      weights are shared and the router kernel is V-MoE's `(dim, E)`, so
+      E³ has exactly V-MoE's parameters. The output is `(batch, members,
+      tokens, hidden_dim)`.
+
+    Decisions: the tiled batch is member-major (`ensemble_zoo.ops`
+    convention; vmoe uses member-minor `repeat`, which only reorders
+    rows); the router noise is `noise_std` (default `1 / E`, the paper's
+    value; vmoe's E³ code uses `M / E`); training and inference capacity
+    factors default to the paper's fine-tuning values, 1.5 and 8.
+
+    Args:
+        image_shape: `(height, width, channels)`.
+        patch_size: int or `(int, int)`.
+        num_layers: int.
+        num_heads: int.
+        hidden_dim: int.
+        mlp_dim: int, the MLP size of dense blocks and of every expert.
+        num_experts: int, E (per MoE layer).
+        num_selected_experts: int, K, at most `E / ensemble_size`.
+            Defaults to 1.
+        moe_layers: 0-based indices of the MoE blocks. Defaults to the
+            paper's "last-2": the last two odd blocks (e.g. 9 and 11 of 12).
+        ensemble_size: int, M. Defaults to 1 (V-MoE).
+        capacity_factor: float. Defaults to 1.5.
+        eval_capacity_factor: float or `None`. Defaults to 8.0.
+        group_size: int or `None`, tokens per routing group (per member);
+            `None` routes each image's tokens as one group.
+        batch_priority: bool, Batch-Prioritized Routing. Defaults to `False`.
+        noise_std: float or `None`, router noise std in training.
+        dropout_rate: float. Defaults to 0.
+        attention_dropout: float. Defaults to 0.
+        layer_norm_epsilon: float. Defaults to `1e-6`.
+        use_mha_bias: bool. Defaults to `True`.
+        use_mlp_bias: bool. Defaults to `True`.
+        use_class_token: bool. Defaults to `True`.
+        use_patch_bias: bool. Defaults to `True`.
+        seed: int or `None`, seeds the routing noise (block `i` uses
+            `seed + i`).
+        **kwargs: other `keras.Model` arguments (`name`, `dtype`).
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.models import ViTMoEBackbone
+
+    e3 = ViTMoEBackbone(
+        image_shape=(8, 8, 1), patch_size=2, num_layers=4, num_heads=2,
+        hidden_dim=16, mlp_dim=32, num_experts=4, num_selected_experts=1,
+        moe_layers=[1, 3], ensemble_size=2,
+    )
+    e3(np.zeros((3, 8, 8, 1), "float32")).shape  # (3, 2, 17, 16)
+    ```
+    """
+
+    def __init__(
+        self,
+        image_shape,
+        patch_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        mlp_dim,
+        num_experts,
+        num_selected_experts=1,
+        moe_layers=None,
+        ensemble_size=1,
+        capacity_factor=1.5,
+        eval_capacity_factor=8.0,
+        group_size=None,
+        batch_priority=False,
+        noise_std=None,
+        dropout_rate=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
+        use_mha_bias=True,
+        use_mlp_bias=True,
+        use_class_token=True,
+        use_patch_bias=True,
+        seed=None,
+        **kwargs,
+    ):
+        num_layers = check_positive_int(num_layers, "num_layers")
+        num_heads = check_positive_int(num_heads, "num_heads")
+        num_experts = check_positive_int(num_experts, "num_experts")
+        ensemble_size = check_positive_int(ensemble_size, "ensemble_size")
+        if num_experts % ensemble_size:
+            raise ValueError(
+                f"`num_experts` ({num_experts}) must be divisible by "
+                f"`ensemble_size` ({ensemble_size}): each member routes to its "
+                "own equal share of the experts."
+            )
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+                f"({num_heads})."
+            )
+        image_shape = tuple(int(d) for d in image_shape)
+        if len(image_shape) != 3:
+            raise ValueError(
+                f"`image_shape` must be (height, width, channels); got {image_shape}."
+            )
+        patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+        if image_shape[0] % patch[0] or image_shape[1] % patch[1]:
+            raise ValueError(
+                f"`image_shape` {image_shape[:2]} must be divisible by "
+                f"`patch_size` {patch}."
+            )
+        moe_layers = check_moe_layers(moe_layers, num_layers)
+
+        # === Layers === (locals first: the torch backend forbids setting
+        # layer attributes before keras.Model.__init__)
+        embedding = ViTPatchingAndEmbedding(
+            image_size=image_shape[:2],
+            patch_size=patch,
+            hidden_dim=hidden_dim,
+            num_channels=image_shape[2],
+            use_class_token=use_class_token,
+            use_patch_bias=use_patch_bias,
+            name="vit_patching_and_embedding",
+        )
+        embedding_dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        encoder_blocks = []
+        for i in range(num_layers):
+            common = dict(
+                num_heads=num_heads,
+                hidden_dim=hidden_dim,
+                mlp_dim=mlp_dim,
+                use_mha_bias=use_mha_bias,
+                use_mlp_bias=use_mlp_bias,
+                dropout_rate=dropout_rate,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                name=f"transformer_block_{i + 1}",
+            )
+            if i in moe_layers:
+                block = ViTMoEEncoderBlock(
+                    num_experts=num_experts,
+                    num_selected_experts=num_selected_experts,
+                    num_members=ensemble_size,
+                    capacity_factor=capacity_factor,
+                    eval_capacity_factor=eval_capacity_factor,
+                    group_size=group_size,
+                    batch_priority=batch_priority,
+                    noise_std=noise_std,
+                    seed=None if seed is None else seed + i,
+                    **common,
+                )
+            else:
+                block = ViTEncoderBlock(**common)
+            encoder_blocks.append(block)
+        tile = TileMembers(ensemble_size, name="tile_members")
+        layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="ln")
+        untile = UntileMembers(ensemble_size, name="untile_members")
+
+        # === Functional model ===
+        inputs = keras.Input(shape=image_shape, name="images")
+        x = embedding_dropout(embedding(inputs))
+        for i, block in enumerate(encoder_blocks):
+            if i == moe_layers[0] and ensemble_size > 1:
+                x = tile(x)  # E3: tile right before the first MoE block
+            x = block(x)
+        x = layer_norm(x)
+        outputs = untile(x) if ensemble_size > 1 else x
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.embedding = embedding
+        self.encoder_blocks = encoder_blocks
+        self.layer_norm = layer_norm
+
+        # === Config ===
+        self.image_shape = image_shape
+        self.patch_size = patch
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.mlp_dim = mlp_dim
+        self.num_experts = num_experts
+        self.num_selected_experts = num_selected_experts
+        self.moe_layers = moe_layers
+        self.ensemble_size = ensemble_size
+        self.capacity_factor = capacity_factor
+        self.eval_capacity_factor = eval_capacity_factor
+        self.group_size = group_size
+        self.batch_priority = batch_priority
+        self.noise_std = noise_std
+        self.dropout_rate = dropout_rate
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_mha_bias = use_mha_bias
+        self.use_mlp_bias = use_mlp_bias
+        self.use_class_token = use_class_token
+        self.use_patch_bias = use_patch_bias
+        self.seed = seed
+
+    @property
+    def moe_blocks(self):
+        """The `ViTMoEEncoderBlock`s, in order."""
+        return [self.encoder_blocks[i] for i in self.moe_layers]
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "image_shape": list(self.image_shape),
+            "patch_size": list(self.patch_size),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "mlp_dim": self.mlp_dim,
+            "num_experts": self.num_experts,
+            "num_selected_experts": self.num_selected_experts,
+            "moe_layers": list(self.moe_layers),
+            "ensemble_size": self.ensemble_size,
+            "capacity_factor": self.capacity_factor,
+            "eval_capacity_factor": self.eval_capacity_factor,
+            "group_size": self.group_size,
+            "batch_priority": self.batch_priority,
+            "noise_std": self.noise_std,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout": self.attention_dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "use_mha_bias": self.use_mha_bias,
+            "use_mlp_bias": self.use_mlp_bias,
+            "use_class_token": self.use_class_token,
+            "use_patch_bias": self.use_patch_bias,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

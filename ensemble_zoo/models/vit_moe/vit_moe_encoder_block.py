@@ -1,0 +1,157 @@
+import keras
+
+from ensemble_zoo.layers.moe.sparse_moe import SparseMoE
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class ViTMoEEncoderBlock(keras.layers.Layer):
+    """A pre-norm ViT block whose MLP is a `SparseMoE` (V-MoE / E³).
+
+    `x = x + Dropout(MHA(LN_1(x))); x = x + MoE(LN_2(x))`, the structure
+    and sublayer names (`ln_1`, `mha`, `ln_2`) of keras-hub's
+    `ViTEncoderBlock`, with `moe` in place of `mlp`, so a dense block's
+    weights copy over one to one (the MLP into every expert). For E³ the
+    input is member-major tiled `(members * batch, tokens, dim)`; attention
+    and layer norms are shared by the members, routing is per member.
+
+    Args:
+        num_heads: int.
+        hidden_dim: int.
+        mlp_dim: int, each expert's hidden size.
+        num_experts: int.
+        num_selected_experts: int, K experts per token.
+        num_members: int, the E³ ensemble size. Defaults to 1 (V-MoE).
+        capacity_factor: float, training capacity factor.
+        eval_capacity_factor: float or `None`, capacity factor at inference.
+        group_size: int or `None`, see `SparseMoE`.
+        batch_priority: bool, Batch-Prioritized Routing.
+        noise_std: float or `None`, router noise (default `1 / num_experts`).
+        use_mha_bias: bool. Defaults to `True`.
+        use_mlp_bias: bool. Defaults to `True`.
+        dropout_rate: float, residual and expert dropout. Defaults to 0.
+        attention_dropout: float. Defaults to 0.
+        layer_norm_epsilon: float. Defaults to `1e-6`.
+        seed: int or `None`, seed of the router noise and expert dropout.
+        **kwargs: other `keras.layers.Layer` arguments.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        hidden_dim,
+        mlp_dim,
+        num_experts,
+        num_selected_experts=1,
+        num_members=1,
+        capacity_factor=1.5,
+        eval_capacity_factor=8.0,
+        group_size=None,
+        batch_priority=False,
+        noise_std=None,
+        use_mha_bias=True,
+        use_mlp_bias=True,
+        dropout_rate=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+                f"({num_heads})."
+            )
+        # === Layers ===
+        self.layer_norm_1 = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
+        )
+        self.mha = keras.layers.MultiHeadAttention(
+            num_heads=num_heads,
+            key_dim=hidden_dim // num_heads,
+            use_bias=use_mha_bias,
+            dropout=attention_dropout,
+            dtype=self.dtype_policy,
+            name="mha",
+        )
+        self.dropout = keras.layers.Dropout(
+            dropout_rate, dtype=self.dtype_policy, name="dropout"
+        )
+        self.layer_norm_2 = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
+        )
+        self.moe = SparseMoE(
+            num_experts=num_experts,
+            mlp_dim=mlp_dim,
+            top_k=num_selected_experts,
+            num_members=num_members,
+            group_size=group_size,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            batch_priority=batch_priority,
+            noise_std=noise_std,
+            dropout_rate=dropout_rate,
+            use_bias=use_mlp_bias,
+            seed=seed,
+            dtype=self.dtype_policy,
+            name="moe",
+        )
+        # === Config ===
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.mlp_dim = mlp_dim
+        self.num_experts = num_experts
+        self.num_selected_experts = num_selected_experts
+        self.num_members = num_members
+        self.capacity_factor = capacity_factor
+        self.eval_capacity_factor = eval_capacity_factor
+        self.group_size = group_size
+        self.batch_priority = batch_priority
+        self.noise_std = noise_std
+        self.use_mha_bias = use_mha_bias
+        self.use_mlp_bias = use_mlp_bias
+        self.dropout_rate = dropout_rate
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.seed = seed
+
+    def build(self, input_shape):
+        self.layer_norm_1.build(input_shape)
+        self.mha.build(input_shape, input_shape)
+        self.layer_norm_2.build(input_shape)
+        self.moe.build(input_shape)
+        self.built = True
+
+    def call(self, inputs, training=None):
+        x = self.layer_norm_1(inputs)
+        x = self.mha(x, x, training=training)
+        x = self.dropout(x, training=training) + inputs
+        return x + self.moe(self.layer_norm_2(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "mlp_dim": self.mlp_dim,
+                "num_experts": self.num_experts,
+                "num_selected_experts": self.num_selected_experts,
+                "num_members": self.num_members,
+                "capacity_factor": self.capacity_factor,
+                "eval_capacity_factor": self.eval_capacity_factor,
+                "group_size": self.group_size,
+                "batch_priority": self.batch_priority,
+                "noise_std": self.noise_std,
+                "use_mha_bias": self.use_mha_bias,
+                "use_mlp_bias": self.use_mlp_bias,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "seed": self.seed,
+            }
+        )
+        return config
