@@ -22,12 +22,26 @@ weights): `from_preset` builds them with random initial weights.
 - `lora_ensemble_bert_base_8x64`: the paper's SST-2 setting (App. A.7):
   bert-base uncased, 8 members of rank 64, 2 classes.
 
-Run from the repository root (a few seconds):
+- `vmoe_b16_e32_k2`, `e3_b16_e32_k1_m2`, `vmoe_s32_e32_k2`,
+  `e3_s32_e32_k1_m2`: the V-MoE / E³ paper's (004) fine-tuning
+  configurations at 384 px with 1000 classes: ViT-B/16 (12 blocks) and
+  the V-MoE "S/32" (8 blocks, hidden 512, MLP 2048, 8 heads), E = 32
+  experts in the last two odd blocks (9 and 11, or 5 and 7); V-MoE with
+  K = 2, E³ with M = 2 members of K = 1. Their multiply-adds are forward
+  multiply-adds of the `ensemble_zoo` implementation at inference
+  (`vit_moe_flops` with one routing group per image, capacity factor 8,
+  einsum dispatch and combine counted: expert MLPs run on every buffer
+  slot, so the paper's evaluation capacity costs more than its training
+  capacity 1.5, also recorded).
 
-    KERAS_BACKEND=jax python presets/make_architecture_presets.py
+Run from the repository root (a few seconds; `moe` writes only the MoE
+presets):
+
+    KERAS_BACKEND=jax python presets/make_architecture_presets.py [moe]
 """
 
 import os
+import sys
 
 import numpy as np
 
@@ -35,6 +49,7 @@ import ensemble_zoo as ez
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
 from ensemble_zoo.models.hydra.hydra_cost import hydra_text_multiply_adds
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import lora_ensemble_multiply_adds
+from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -140,5 +155,58 @@ def save_lora(model, name, macs, sequence_length=None):
     print(name, ez.presets.preset_metadata(name)["parameter_count"], trainable_count(model), macs)
 
 
+MOE_FAMILIES = {
+    "b16": dict(patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072),
+    "s32": dict(patch_size=32, num_layers=8, num_heads=8, hidden_dim=512, mlp_dim=2048),
+}
+
+
+def moe_presets(image_size=384, num_classes=1000, num_experts=32):
+    for family, vit in MOE_FAMILIES.items():
+        moe_layers = [vit["num_layers"] - 3, vit["num_layers"] - 1]
+        tokens = (image_size // vit["patch_size"]) ** 2 + 1
+        for name, members, k in (
+            (f"vmoe_{family}_e32_k2", 1, 2),
+            (f"e3_{family}_e32_k1_m2", 2, 1),
+        ):
+            backbone = ez.models.ViTMoEBackbone(
+                image_shape=(image_size, image_size, 3), **vit,
+                num_experts=num_experts, num_selected_experts=k,
+                moe_layers=moe_layers, ensemble_size=members,
+            )
+            model = ez.models.ViTMoEImageClassifier(backbone, num_classes)
+            def cost(capacity_factor):
+                return int(vit_moe_flops(
+                    image_size=image_size, patch_size=vit["patch_size"],
+                    hidden_dim=vit["hidden_dim"], num_layers=vit["num_layers"],
+                    mlp_dim=vit["mlp_dim"], num_classes=num_classes,
+                    moe_layers=moe_layers, num_experts=num_experts,
+                    num_selected_experts=k, ensemble_size=members,
+                    capacity_factor=capacity_factor,
+                    group_size=tokens, capacity_multiple_of=1,
+                )["total"])
+
+            macs = cost(backbone.eval_capacity_factor)
+            model.save_to_preset(
+                os.path.join(HERE, name),
+                metadata={
+                    "method": ("v-moe" if members == 1 else "e3") + " (architecture)",
+                    "description": ez.presets.PRESETS[name]["description"],
+                    "multiply_adds": macs,
+                    "multiply_adds_capacity_factor": backbone.eval_capacity_factor,
+                    "multiply_adds_at_training_capacity": cost(backbone.capacity_factor),
+                    "training_capacity_factor": backbone.capacity_factor,
+                    "script": "presets/make_architecture_presets.py",
+                },
+                include_weights=False,
+            )
+            print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
+            del model, backbone
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["moe"]:
+        moe_presets()
+    else:
+        main()
+        moe_presets()

@@ -56,6 +56,21 @@ PRESETS = {
             "uncertainty."
         ),
     },
+    "vmoe_vit_tiny_digits": {
+        "path": "vmoe_vit_tiny_digits",
+        "description": (
+            "V-MoE upcycled from vit_tiny_digits: 4 experts (copies of the "
+            "MLP) in blocks 1 and 3, 2 experts per token, trained on digits."
+        ),
+    },
+    "e3_vit_tiny_digits": {
+        "path": "e3_vit_tiny_digits",
+        "description": (
+            "E3 (efficient ensemble of experts) from the same upstream V-MoE: "
+            "2 members, each routing every token to 1 of its own 2 experts, "
+            "same parameters as the V-MoE; fine-tuned on digits."
+        ),
+    },
     "hydra_vit_b16_8x3": {
         "path": "hydra_vit_b16_8x3",
         "description": (
@@ -86,6 +101,36 @@ PRESETS = {
             "Architecture only (random weights): the LoRA-Ensemble paper's "
             "SST-2 setting, bert-base uncased with 8 members of rank 64, "
             "2 classes."
+        ),
+    },
+    "vmoe_b16_e32_k2": {
+        "path": "vmoe_b16_e32_k2",
+        "description": (
+            "Architecture only (random weights): V-MoE ViT-B/16 at 384 px, 32 experts "
+            "in the last two odd blocks, 2 experts per token, 1000 classes."
+        ),
+    },
+    "e3_b16_e32_k1_m2": {
+        "path": "e3_b16_e32_k1_m2",
+        "description": (
+            "Architecture only (random weights): E3 ViT-B/16 at 384 px, 32 experts in "
+            "the last two odd blocks split between 2 members, 1 expert per "
+            "token, 1000 classes; the same parameters as the V-MoE."
+        ),
+    },
+    "vmoe_s32_e32_k2": {
+        "path": "vmoe_s32_e32_k2",
+        "description": (
+            "Architecture only (random weights): V-MoE the V-MoE paper's 8-block S/32 at 384 px, 32 experts "
+            "in the last two odd blocks, 2 experts per token, 1000 classes."
+        ),
+    },
+    "e3_s32_e32_k1_m2": {
+        "path": "e3_s32_e32_k1_m2",
+        "description": (
+            "Architecture only (random weights): E3 the V-MoE paper's 8-block S/32 at 384 px, 32 experts in "
+            "the last two odd blocks split between 2 members, 1 expert per "
+            "token, 1000 classes; the same parameters as the V-MoE."
         ),
     },
 }

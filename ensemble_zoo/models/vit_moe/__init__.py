@@ -6,3 +6,6 @@ from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
 from ensemble_zoo.models.vit_moe.vit_moe_image_classifier import ViTMoEImageClassifier
+from ensemble_zoo.models.vit_moe.expert_parallel import check_expert_parallel
+from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_distribution
+from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_layout_map

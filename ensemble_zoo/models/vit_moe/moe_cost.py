@@ -96,7 +96,9 @@ def _capacity(group_size, num_experts, k, capacity_factor, multiple_of):
     capacity = math.ceil(capacity_factor * k * group_size / num_experts)
     if multiple_of:
         capacity += -capacity % multiple_of
-    return capacity
+    # An expert takes a token at most once, so no buffer needs more slots
+    # than the group has tokens (`TopKRouter` caps it the same way).
+    return min(capacity, group_size)
 
 
 def _positive_int(name, value, allow_zero=False):

@@ -111,7 +111,7 @@ class ViTMoEImageClassifier(EnsembleClassifier):
     @classmethod
     def from_keras_hub(
         cls, classifier, num_experts, num_selected_experts=1, moe_layers=None,
-        ensemble_size=1, **backbone_kwargs,
+        ensemble_size=1, expert_noise=0.0, **backbone_kwargs,
     ):
         """Upcycles a dense keras-hub `ViTImageClassifier` into V-MoE / E³.
 
@@ -131,6 +131,13 @@ class ViTMoEImageClassifier(EnsembleClassifier):
             moe_layers: MoE block indices; defaults to the last two odd
                 blocks.
             ensemble_size: int, M. Defaults to 1 (V-MoE).
+            expert_noise: float >= 0. Each expert's kernels get Gaussian
+                noise of `expert_noise` times the dense kernel's standard
+                deviation (seeded by `seed`), so identical copies start to
+                differ; 0 (default) copies exactly. The paper (App. H.2)
+                finds no clear gain from noisy expert initialization at
+                scale; on a small upcycled model it lets E³ members diverge
+                sooner.
             **backbone_kwargs: other `ViTMoEBackbone` arguments (capacity
                 factors, `group_size`, `batch_priority`, `noise_std`,
                 `seed`, dropout rates).
@@ -165,7 +172,9 @@ class ViTMoEImageClassifier(EnsembleClassifier):
             use_patch_bias=vit.use_patch_bias,
             **backbone_kwargs,
         )
-        upcycle_backbone(vit, backbone)
+        if not expert_noise >= 0:
+            raise ValueError(f"`expert_noise` must be >= 0; got {expert_noise!r}.")
+        upcycle_backbone(vit, backbone, expert_noise, backbone_kwargs.get("seed"))
         model = cls(
             backbone, classifier.num_classes, pooling=classifier.pooling,
             dropout=classifier.dropout,
@@ -205,10 +214,12 @@ class ViTMoEImageClassifier(EnsembleClassifier):
         return new
 
 
-def upcycle_backbone(vit, backbone):
+def upcycle_backbone(vit, backbone, expert_noise=0.0, seed=None):
     """Copies a keras-hub `ViTBackbone` into a `ViTMoEBackbone`: dense
     blocks one to one, MoE blocks' attention and norms one to one and the
-    dense MLP into every expert."""
+    dense MLP into every expert (kernels plus `expert_noise` times their
+    standard deviation of Gaussian noise)."""
+    rng = np.random.default_rng(seed)
     backbone.embedding.set_weights(vit.get_layer("vit_patching_and_embedding").get_weights())
     encoder = vit.get_layer("vit_encoder")
     backbone.layer_norm.set_weights(encoder.layer_norm.get_weights())
@@ -224,6 +235,8 @@ def upcycle_backbone(vit, backbone):
                 if getattr(source, variable, None) is None:
                     continue
                 value = np.asarray(ops.convert_to_numpy(getattr(source, variable)))
-                getattr(target, variable).assign(
-                    np.broadcast_to(value, (experts,) + value.shape)
-                )
+                value = np.broadcast_to(value, (experts,) + value.shape)
+                if expert_noise and variable == "kernel":
+                    noise = rng.normal(size=value.shape) * expert_noise * value.std()
+                    value = value + noise.astype(value.dtype)
+                getattr(target, variable).assign(value)
