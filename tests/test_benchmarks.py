@@ -49,3 +49,23 @@ def test_loss_prediction_benchmark_heads_agree():
     diff = float(re.search(r"max \|head weight difference\|: (\S+)", out)[1])
     assert diff < 1e-4, out
     assert re.search(r"^from the cache\s+[0-9.]+\s+[0-9.]+$", out, re.M), out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+def test_moe_benchmark_runs_and_e3_members_are_vmoes():
+    """Tiny V-MoE / E³ benchmark: every row prints and each E³ member
+    equals the V-MoE of its expert partition."""
+    out = run_python(
+        "import sys; sys.argv = ['moe.py', '--image-size', '32', '--patch-size', '8',"
+        " '--layers', '4', '--width', '32', '--experts', '4', '--batch-size', '4',"
+        " '--repeats', '1'];"
+        "sys.path.insert(0, 'benchmarks');"
+        "import runpy; runpy.run_path('benchmarks/moe.py', run_name='__main__')"
+    )
+    for name in ("dense ViT", "V-MoE K=1", "V-MoE K=2", "2 x V-MoE K=1", "E³ K=1 M=2"):
+        row = rf"^{re.escape(name)}(\s+[0-9.]+){{2}}\s+\S+(\s+[0-9.]+){{2}}$"
+        assert re.search(row, out, re.M), (name, out)
+    diff = float(re.search(r"max \|E³ member logits - V-MoE on its experts\|: (\S+)", out)[1])
+    assert diff <= 1e-4, out
+    assert re.search(r"^SparseMoE / dense MLP throughput: [0-9.]+ ", out, re.M), out

@@ -36,16 +36,18 @@ class ViTMoEBackbone(keras.Model):
     where the blocks in `moe_layers` replace their MLP by a `SparseMoE` of
     `num_experts` expert MLPs, `num_selected_experts` (K) per token.
 
-    - `ensemble_size == 1` is **V-MoE** (Riquelme et al.). The output is
-      `(batch, tokens, hidden_dim)`, like keras-hub's `ViTBackbone`.
+    - `ensemble_size == 1` is **V-MoE** (Riquelme et al.), a one-member
+      ensemble.
     - `ensemble_size = M > 1` is **E³**, the efficient ensemble of experts
       (Allingham et al.): the experts are split into M contiguous groups
       of `E / M`, the tokens are tiled M times right before the block that
       holds the first MoE layer (everything earlier runs once), and copy m
       of every token is routed only within expert group m. All other
       weights are shared and the router kernel is V-MoE's `(dim, E)`, so
-      E³ has exactly V-MoE's parameters. The output is `(batch, members,
-      tokens, hidden_dim)`.
+      E³ has exactly V-MoE's parameters.
+
+    The output is `(batch, members, tokens, hidden_dim)` (the zoo's member
+    axis; one member for V-MoE).
 
     Decisions: the tiled batch is member-major (`ensemble_zoo.ops`
     convention; vmoe uses member-minor `repeat`, which only reorders
@@ -202,11 +204,10 @@ class ViTMoEBackbone(keras.Model):
         inputs = keras.Input(shape=image_shape, name="images")
         x = embedding_dropout(embedding(inputs))
         for i, block in enumerate(encoder_blocks):
-            if i == moe_layers[0] and ensemble_size > 1:
+            if i == moe_layers[0]:
                 x = tile(x)  # E3: tile right before the first MoE block
             x = block(x)
-        x = layer_norm(x)
-        outputs = untile(x) if ensemble_size > 1 else x
+        outputs = untile(layer_norm(x))
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.embedding = embedding
         self.encoder_blocks = encoder_blocks

@@ -80,9 +80,7 @@ class ViTMoEImageClassifier(EnsembleClassifier):
         self.built = True
 
     def call_members(self, inputs, training=None):
-        x = self.backbone(inputs, training=training)
-        if self.num_members == 1:
-            x = x[:, None]  # (batch, 1, tokens, dim)
+        x = self.backbone(inputs, training=training)  # (batch, M, tokens, dim)
         x = x[:, :, 0] if self.pooling == "token" else ops.mean(x, axis=2)
         x = self.output_dropout(x, training=training)
         return self.head(x)
