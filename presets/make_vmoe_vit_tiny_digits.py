@@ -28,35 +28,12 @@ import argparse
 import os
 
 import keras
-import numpy as np
-import tensorflow as tf
 
 import ensemble_zoo as ez
-from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
+from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def train(model, epochs, batch_size, learning_rate, seed):
-    x, y = ez.datasets.load_arrays("digits", "train")
-    data = (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
-        .map(augment)
-        .batch(batch_size)
-    )
-    steps = epochs * int(np.ceil(len(x) / batch_size))
-    warmup = max(1, steps // 20)
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0, decay_steps=steps - warmup, warmup_target=learning_rate,
-        warmup_steps=warmup,
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(schedule, global_clipnorm=1.0),
-        jit_compile=keras.config.backend() != "torch",
-    )
-    model.fit(data, epochs=epochs, verbose=2)
 
 
 def main():

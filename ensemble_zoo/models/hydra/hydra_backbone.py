@@ -7,6 +7,7 @@ from ensemble_zoo.layers.grouped_layer_normalization import (
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
+from ensemble_zoo.models.vit_geometry import check_vit_geometry
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -107,26 +108,11 @@ class HydraBackbone(keras.Model):
         use_patch_bias=True,
         **kwargs,
     ):
-        num_layers = check_positive_int(num_layers, "num_layers")
-        num_heads = check_positive_int(num_heads, "num_heads")
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
-            )
-        image_shape = tuple(int(d) for d in image_shape)
-        if len(image_shape) != 3:
-            raise ValueError(
-                f"`image_shape` must be (height, width, channels); got {image_shape}."
-            )
-        patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
-        if image_shape[0] % patch[0] or image_shape[1] % patch[1]:
-            raise ValueError(
-                f"`image_shape` {image_shape[:2]} must be divisible by "
-                f"`patch_size` {patch}."
-            )
+        image_shape, patch, num_layers, num_heads = check_vit_geometry(
+            image_shape, patch_size, num_layers, num_heads, hidden_dim
+        )
         counts = check_member_num_heads(
             member_num_heads, num_layers, num_members, num_heads
         )

@@ -6,6 +6,7 @@ from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
+from ensemble_zoo.models.vit_geometry import check_vit_geometry
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -127,8 +128,6 @@ class ViTMoEBackbone(keras.Model):
         seed=None,
         **kwargs,
     ):
-        num_layers = check_positive_int(num_layers, "num_layers")
-        num_heads = check_positive_int(num_heads, "num_heads")
         num_experts = check_positive_int(num_experts, "num_experts")
         ensemble_size = check_positive_int(ensemble_size, "ensemble_size")
         if num_experts % ensemble_size:
@@ -137,22 +136,9 @@ class ViTMoEBackbone(keras.Model):
                 f"`ensemble_size` ({ensemble_size}): each member routes to its "
                 "own equal share of the experts."
             )
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
-            )
-        image_shape = tuple(int(d) for d in image_shape)
-        if len(image_shape) != 3:
-            raise ValueError(
-                f"`image_shape` must be (height, width, channels); got {image_shape}."
-            )
-        patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
-        if image_shape[0] % patch[0] or image_shape[1] % patch[1]:
-            raise ValueError(
-                f"`image_shape` {image_shape[:2]} must be divisible by "
-                f"`patch_size` {patch}."
-            )
+        image_shape, patch, num_layers, num_heads = check_vit_geometry(
+            image_shape, patch_size, num_layers, num_heads, hidden_dim
+        )
         moe_layers = check_moe_layers(moe_layers, num_layers)
 
         # === Layers === (locals first: the torch backend forbids setting
