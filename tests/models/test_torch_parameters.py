@@ -26,7 +26,7 @@ def mc_dropout():
     "make",
     [lora, mc_dropout]
     + [
-        (lambda name=name: ez.models.EnsembleClassifier.from_preset(name))
+        (lambda name=name: ez.presets.load_preset(name))
         for name in ez.presets.list_presets()
         if ez.presets.preset_metadata(name)["kind"] == "trained"
     ],
