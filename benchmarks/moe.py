@@ -59,6 +59,7 @@ from ensemble_zoo.models.vit_moe import ViTMoEImageClassifier  # noqa: E402
 from ensemble_zoo.models.vit_moe import last_n_moe_layers  # noqa: E402
 from ensemble_zoo.models.vit_moe import vit_moe_flops  # noqa: E402
 from timing import compiled_call  # noqa: E402 (same folder)
+from timing import interleaved_ms  # noqa: E402
 
 NUM_CLASSES = 1000
 
@@ -118,24 +119,6 @@ def member_as_vmoe(e3, dense, member):
                 value = to_numpy(getattr(getattr(source.moe, name), variable))
                 getattr(getattr(target.moe, name), variable).assign(value[rows])
     return part
-
-
-def interleaved_ms(groups, x, repeats):
-    """Median ms of each group of fns (summed over the group), the groups
-    timed in turn within every repeat, so that a change in the load of a
-    shared machine hits them alike (two warm-up rounds first)."""
-    for fns in groups.values():
-        for fn in fns:
-            fn(x)
-            fn(x)
-    times = {name: [] for name in groups}
-    for _ in range(repeats):
-        for name, fns in groups.items():
-            start = time.perf_counter()
-            for fn in fns:
-                fn(x)
-            times[name].append(time.perf_counter() - start)
-    return {name: 1000.0 * float(np.median(t)) for name, t in times.items()}
 
 
 def moe_throughput(args, tokens, width, mlp_dim, batch):

@@ -35,16 +35,34 @@ def compiled_call(model):
     return call
 
 
+def interleaved_ms(groups, x, repeats, *args):
+    """Median ms of each group of fns (the group's fns summed), the groups
+    timed in turn within every repeat so that a change in the load of a
+    shared machine hits them alike; two warm-up rounds first.
+
+    Args:
+        groups: dict mapping a name to a list of functions of `(x, *args)`.
+        x: the input.
+        repeats: int, the number of timed rounds.
+
+    Returns:
+        dict mapping each name to its median milliseconds.
+    """
+    for fns in groups.values():
+        for fn in fns:
+            fn(x, *args)
+            fn(x, *args)
+    times = {name: [] for name in groups}
+    for _ in range(repeats):
+        for name, fns in groups.items():
+            start = time.perf_counter()
+            for fn in fns:
+                fn(x, *args)
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000.0 * float(np.median(t)) for name, t in times.items()}
+
+
 def median_ms(fns, x, repeats, *args):
     """Median over `repeats` of the summed time of running every fn once
     on `x` (and `args`), after two warm-up rounds."""
-    for fn in fns:
-        fn(x, *args)
-        fn(x, *args)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for fn in fns:
-            fn(x, *args)
-        times.append(time.perf_counter() - start)
-    return 1000.0 * float(np.median(times))
+    return interleaved_ms({"fns": fns}, x, repeats, *args)["fns"]
