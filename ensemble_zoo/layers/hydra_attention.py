@@ -4,6 +4,8 @@ import keras
 from keras import ops
 
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.utils.backend import check_attention_implementation
+from ensemble_zoo.utils.backend import resolve_attention_implementation
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -60,6 +62,8 @@ class HydraAttention(keras.layers.Layer):
         kernel_initializer: per-member kernel initializer. Defaults to
             `"glorot_uniform"`.
         bias_initializer: Defaults to `"zeros"`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"` (see
+            above). Defaults to `"auto"`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -87,9 +91,13 @@ class HydraAttention(keras.layers.Layer):
         use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        attention_implementation="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.attention_implementation = check_attention_implementation(
+            attention_implementation
+        )
         self.num_members = check_positive_int(num_members, "num_members")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.key_dim = check_positive_int(key_dim, "key_dim")
@@ -158,6 +166,11 @@ class HydraAttention(keras.layers.Layer):
             y = y + getattr(self, f"{name}_bias")[None, :, :, None, :]
         return y
 
+    def _implementation(self, training):
+        if self.dropout > 0.0 and training:
+            return "einsum"
+        return resolve_attention_implementation(self.attention_implementation)
+
     def call(self, inputs, attention_mask=None, training=None):
         shape = check_member_axis_input(self, static_shape(inputs))
         if len(shape) != 4:
@@ -165,31 +178,66 @@ class HydraAttention(keras.layers.Layer):
                 f"HydraAttention '{self.name}' expects inputs (batch, members, "
                 f"tokens, dim); got shape {shape}."
             )
-        query = self._project(inputs, "query") * (1.0 / math.sqrt(self.key_dim))
-        key = self._project(inputs, "key")
-        value = self._project(inputs, "value")
-        scores = ops.einsum("bmhtk,bmhsk->bmhts", query, key)
+        mask = None
         if attention_mask is not None:
             mask = ops.cast(attention_mask, "bool")
             if len(mask.shape) == 2:  # (batch, tokens): keys to attend to
-                mask = mask[:, None, None, None, :]
+                mask = mask[:, None, None, :]
             elif len(mask.shape) == 3:  # (batch, queries, keys)
-                mask = mask[:, None, None, :, :]
+                mask = mask[:, None, :, :]
             else:
                 raise ValueError(
                     "`attention_mask` must be (batch, tokens) or (batch, "
                     f"tokens, tokens); got shape {tuple(mask.shape)}."
                 )
-            scores = ops.where(mask, scores, ops.cast(-1e9, scores.dtype))
+        if self._implementation(training) == "fused":
+            z = self._fused_attention(inputs, mask)
+            out = ops.einsum("btmhk,mhkd->bmtd", z, self.output_kernel)
+        else:
+            z = self._einsum_attention(inputs, mask, training)
+            out = ops.einsum("bmhtk,mhkd->bmtd", z, self.output_kernel)
+        if self.use_bias:
+            out = out + self.output_bias[None, :, None, :]
+        return out
+
+    def _einsum_attention(self, inputs, mask, training):
+        """Head-major einsums; returns masked heads `(b, m, h, t, k)`."""
+        query = self._project(inputs, "query") * (1.0 / math.sqrt(self.key_dim))
+        key = self._project(inputs, "key")
+        value = self._project(inputs, "value")
+        scores = ops.einsum("bmhtk,bmhsk->bmhts", query, key)
+        if mask is not None:
+            scores = ops.where(
+                mask[:, None], scores, ops.cast(-1e9, scores.dtype)
+            )
         probs = ops.softmax(scores, axis=-1)
         if self.dropout > 0.0:
             probs = self._dropout_layer(probs, training=training)
         z = ops.einsum("bmhts,bmhsk->bmhtk", probs, value)
-        z = z * ops.cast(self.head_mask, z.dtype)[None, :, :, None, None]
-        out = ops.einsum("bmhtk,mhkd->bmtd", z, self.output_kernel)
-        if self.use_bias:
-            out = out + self.output_bias[None, :, None, :]
-        return out
+        return z * ops.cast(self.head_mask, z.dtype)[None, :, :, None, None]
+
+    def _fused_attention(self, inputs, mask):
+        """One `ops.dot_product_attention` over `members * heads` heads;
+        returns masked heads `(b, t, m, h, k)`."""
+        m, h, k = self.num_members, self.num_heads, self.key_dim
+
+        def project(name):
+            y = ops.einsum(
+                "bmtd,mdhk->btmhk", inputs, getattr(self, f"{name}_kernel")
+            )
+            if self.use_bias:
+                y = y + getattr(self, f"{name}_bias")[None, None]
+            return ops.reshape(y, (-1, ops.shape(y)[1], m * h, k))
+
+        z = ops.dot_product_attention(
+            project("query"),
+            project("key"),
+            project("value"),
+            mask=mask,
+            scale=1.0 / math.sqrt(k),
+        )  # (b, t, m * h, k)
+        z = ops.reshape(z, (-1, ops.shape(z)[1], m, h, k))
+        return z * ops.cast(self.head_mask, z.dtype)[None, None, :, :, None]
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -210,6 +258,7 @@ class HydraAttention(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(
                     self.bias_initializer
                 ),
+                "attention_implementation": self.attention_implementation,
             }
         )
         return config

@@ -8,6 +8,54 @@ def backend():
     return keras.config.backend()
 
 
+def accelerator():
+    """The kind of device the backend computes on: `"gpu"`, `"tpu"` or `"cpu"`."""
+    name = backend()
+    if name == "torch":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    if name == "jax":
+        import jax
+
+        kinds = {device.platform for device in jax.devices()}
+    else:
+        import tensorflow as tf
+
+        kinds = {d.device_type.lower() for d in tf.config.list_logical_devices()}
+    for kind in ("tpu", "gpu", "cuda", "rocm"):
+        if kind in kinds:
+            return "tpu" if kind == "tpu" else "gpu"
+    return "cpu"
+
+
+ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "fused")
+
+
+def check_attention_implementation(value):
+    """Validates an `attention_implementation` argument; returns it."""
+    if value not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            "`attention_implementation` must be one of "
+            f"{ATTENTION_IMPLEMENTATIONS}; got {value!r}."
+        )
+    return value
+
+
+def resolve_attention_implementation(value):
+    """`"einsum"` or `"fused"` for an `attention_implementation` argument.
+
+    `"auto"` picks the fused kernel (`keras.ops.dot_product_attention`:
+    cuDNN / flash attention on GPU, XLA's fused attention on TPU) on
+    accelerators, and the head-major einsums on CPU, where XLA runs them
+    faster than the fused op and its transposes.
+    """
+    value = check_attention_implementation(value)
+    if value != "auto":
+        return value
+    return "einsum" if accelerator() == "cpu" else "fused"
+
+
 def supports_saved_model_export():
     """Whether `model.export(format="tf_saved_model")` works here.
 

@@ -119,10 +119,50 @@ def test_dropout_only_in_training_and_config_round_trip(rng):
     assert [w.name for w in layer.non_trainable_weights] == ["head_mask"]
 
 
+@pytest.mark.parametrize("mask_rank", [None, 2, 3])
+def test_fused_kernel_equals_einsums(rng, mask_rank):
+    """`ops.dot_product_attention` over members * heads == head-major einsums,
+    with unequal kept heads and padding masks (BERT's) of either form."""
+    layer = HydraAttention(3, num_heads=4, key_dim=6, member_num_heads=[4, 2, 0])
+    layer.build((None, 3, None, 24))
+    for w in layer.trainable_weights:
+        w.assign(rng.normal(scale=0.3, size=w.shape).astype("float32"))
+    x = rng.normal(size=(2, 3, 9, 24)).astype("float32")
+    padding = np.ones((2, 9), bool)
+    padding[1, 6:] = False
+    mask = {None: None, 2: padding, 3: padding[:, None, :] & np.ones((2, 9, 1), bool)}
+    outputs = {}
+    for implementation in ("einsum", "fused"):
+        layer.attention_implementation = implementation
+        outputs[implementation] = to_np(layer(x, attention_mask=mask[mask_rank]))
+    np.testing.assert_allclose(outputs["fused"], outputs["einsum"], atol=2e-5)
+    assert np.abs(outputs["einsum"]).max() > 0.1
+
+
+def test_attention_implementation_choice_and_config():
+    from ensemble_zoo.utils.backend import accelerator
+    from ensemble_zoo.utils.backend import resolve_attention_implementation
+
+    expected = "einsum" if accelerator() == "cpu" else "fused"
+    assert resolve_attention_implementation("auto") == expected
+    assert resolve_attention_implementation("fused") == "fused"
+    layer = HydraAttention(2, num_heads=3, key_dim=4, dropout=0.1,
+                           attention_implementation="fused")
+    assert HydraAttention.from_config(layer.get_config()).attention_implementation == "fused"
+    # Dropout on the probabilities needs the einsums in training.
+    assert layer._implementation(training=True) == "einsum"
+    assert layer._implementation(training=False) == "fused"
+    with pytest.raises(ValueError, match="attention_implementation"):
+        HydraAttention(2, num_heads=3, key_dim=4, attention_implementation="flash")
+
+
 @requires_jit
-def test_compiles_with_xla(rng):
+@pytest.mark.parametrize("implementation", ["einsum", "fused"])
+def test_compiles_with_xla(rng, implementation):
     inputs = keras.Input((2, 5, 12))
-    outputs = HydraAttention(2, num_heads=3, key_dim=4)(inputs)
+    outputs = HydraAttention(
+        2, num_heads=3, key_dim=4, attention_implementation=implementation
+    )(inputs)
     model = keras.Model(inputs, outputs)
     model.compile(loss="mse", optimizer="sgd", jit_compile=jit_compile())
     x = rng.normal(size=(4, 2, 5, 12)).astype("float32")

@@ -8,6 +8,7 @@ from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
 from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -71,6 +72,9 @@ class HydraBackbone(keras.Model):
         use_mlp_bias: bool. Defaults to `True`.
         use_class_token: bool. Defaults to `True`.
         use_patch_bias: bool. Defaults to `True`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`: how
+            every `HydraAttention` computes (see there). Defaults to
+            `"auto"`, the fused kernel on accelerators, einsums on CPU.
         **kwargs: other `keras.Model` arguments (`name`, `dtype`).
 
     Example:
@@ -106,8 +110,10 @@ class HydraBackbone(keras.Model):
         use_mlp_bias=True,
         use_class_token=True,
         use_patch_bias=True,
+        attention_implementation="auto",
         **kwargs,
     ):
+        check_attention_implementation(attention_implementation)
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
         image_shape, patch, num_layers, num_heads = check_vit_geometry(
@@ -144,6 +150,7 @@ class HydraBackbone(keras.Model):
                 layer_norm_epsilon=layer_norm_epsilon,
                 use_mha_bias=use_mha_bias,
                 use_mlp_bias=use_mlp_bias,
+                attention_implementation=attention_implementation,
                 name=f"transformer_block_{layer + 1}",
             )
             for layer in range(num_layers)
@@ -183,6 +190,7 @@ class HydraBackbone(keras.Model):
         self.use_mlp_bias = use_mlp_bias
         self.use_class_token = use_class_token
         self.use_patch_bias = use_patch_bias
+        self.attention_implementation = attention_implementation
 
     def get_config(self):
         return {
@@ -204,6 +212,7 @@ class HydraBackbone(keras.Model):
             "use_mlp_bias": self.use_mlp_bias,
             "use_class_token": self.use_class_token,
             "use_patch_bias": self.use_patch_bias,
+            "attention_implementation": self.attention_implementation,
         }
 
     @classmethod

@@ -71,6 +71,8 @@ class HydraEncoderBlock(keras.layers.Layer):
         activation: `"gelu"` (exact, ViT) or `"gelu_approximate"` (BERT).
         intermediate_dropout: bool, dropout also between the two MLP
             layers (ViT) or only after them (BERT). Defaults to `True`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`, see
+            `HydraAttention`. Defaults to `"auto"`.
         **kwargs: other `keras.layers.Layer` arguments.
     """
 
@@ -90,6 +92,7 @@ class HydraEncoderBlock(keras.layers.Layer):
         normalize_first=True,
         activation="gelu",
         intermediate_dropout=True,
+        attention_implementation="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -117,8 +120,10 @@ class HydraEncoderBlock(keras.layers.Layer):
             member_num_heads=member_num_heads,
             dropout=attention_dropout,
             use_bias=use_mha_bias,
+            attention_implementation=attention_implementation,
             name="attention",
         )
+        self.attention_implementation = attention_implementation
         self.member_num_heads = self.attention.member_num_heads
         self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
         self.ln_2 = GroupedLayerNormalization(
@@ -200,6 +205,7 @@ class HydraEncoderBlock(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "activation": self.activation,
                 "intermediate_dropout": self.intermediate_dropout,
+                "attention_implementation": self.attention_implementation,
             }
         )
         return config

@@ -123,7 +123,9 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier):
         return [self.backbone.embedding]
 
     @classmethod
-    def from_keras_hub(cls, classifier, head_masks=None, mlp="merge"):
+    def from_keras_hub(
+        cls, classifier, head_masks=None, mlp="merge", attention_implementation="auto"
+    ):
         """Hydra members pruned from a keras-hub `ViTImageClassifier`.
 
         Args:
@@ -138,6 +140,9 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier):
             mlp: `"merge"` or `"grouped"`. The members start from the same
                 MLP, so both are exact here; they differ after members are
                 fine-tuned separately (see `fuse`).
+            attention_implementation: `"auto"`, `"einsum"` or `"fused"`,
+                see `HydraAttention`; kept in the backbone's config and so
+                in presets. Defaults to `"auto"`.
 
         Returns:
             A `HydraImageClassifier` whose member `m` equals the keras-hub
@@ -161,7 +166,10 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier):
         specs = member_weights.specs_from_keras_hub(classifier, head_masks)
         return cls._from_specs(
             specs,
-            _backbone_kwargs(backbone),
+            dict(
+                _backbone_kwargs(backbone),
+                attention_implementation=attention_implementation,
+            ),
             classifier.output_dense.units,
             mlp,
             pooling=classifier.pooling,

@@ -8,6 +8,7 @@ from ensemble_zoo.models.hydra.hydra_backbone import check_member_num_heads
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
 from ensemble_zoo.models.text_inputs import TEXT_INPUTS
+from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -37,6 +38,9 @@ class HydraTextBackbone(keras.Model):
         dropout: float. Defaults to `0.1`.
         max_sequence_length: int. Defaults to `512`.
         num_segments: int. Defaults to `2`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`: how
+            every `HydraAttention` computes (see there). Defaults to
+            `"auto"`, the fused kernel on accelerators, einsums on CPU.
         **kwargs: other `keras.Model` arguments.
 
     Inputs: a dict of int `(batch, tokens)` tensors `token_ids`,
@@ -58,8 +62,10 @@ class HydraTextBackbone(keras.Model):
         dropout=0.1,
         max_sequence_length=512,
         num_segments=2,
+        attention_implementation="auto",
         **kwargs,
     ):
+        check_attention_implementation(attention_implementation)
         num_layers = check_positive_int(num_layers, "num_layers")
         num_heads = check_positive_int(num_heads, "num_heads")
         num_members = check_positive_int(num_members, "num_members")
@@ -106,6 +112,7 @@ class HydraTextBackbone(keras.Model):
                 normalize_first=False,
                 activation="gelu_approximate",
                 intermediate_dropout=False,
+                attention_implementation=attention_implementation,
                 name=f"transformer_layer_{layer}",
             )
             for layer in range(num_layers)
@@ -152,6 +159,7 @@ class HydraTextBackbone(keras.Model):
         self.dropout = dropout
         self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
+        self.attention_implementation = attention_implementation
 
     def get_config(self):
         return {
@@ -168,6 +176,7 @@ class HydraTextBackbone(keras.Model):
             "dropout": self.dropout,
             "max_sequence_length": self.max_sequence_length,
             "num_segments": self.num_segments,
+            "attention_implementation": self.attention_implementation,
         }
 
     @classmethod

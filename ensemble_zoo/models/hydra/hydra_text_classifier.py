@@ -118,7 +118,9 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassi
         return self.backbone.embedding_layers
 
     @classmethod
-    def from_keras_hub(cls, classifier, head_masks=None, mlp="merge"):
+    def from_keras_hub(
+        cls, classifier, head_masks=None, mlp="merge", attention_implementation="auto"
+    ):
         """Hydra members pruned from a keras-hub `BertTextClassifier`.
 
         Args:
@@ -128,6 +130,9 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassi
                 heads each member keeps; `None` keeps every head (one
                 member equal to the keras-hub model).
             mlp: `"merge"` or `"grouped"`.
+            attention_implementation: `"auto"`, `"einsum"` or `"fused"`,
+                see `HydraAttention`; kept in the backbone's config and so
+                in presets. Defaults to `"auto"`.
         """
         import keras_hub
 
@@ -149,6 +154,7 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassi
             "dropout": backbone.dropout,
             "max_sequence_length": backbone.max_sequence_length,
             "num_segments": backbone.num_segments,
+            "attention_implementation": attention_implementation,
         }
         return cls._from_specs(
             specs, kwargs, classifier.num_classes, mlp, dropout=classifier.dropout
