@@ -4,6 +4,7 @@ from keras import ops
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.moe.top_k_router import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import _check_non_negative
+from ensemble_zoo.layers.moe.top_k_router import check_dispatcher
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
@@ -41,10 +42,19 @@ class SparseMoE(keras.layers.Layer):
     * batch` are member `m`), typically `(M * batch, tokens, dim)`; the
     output has the input's shape. With `num_members=M > 1` (E³), member
     `m`'s tokens only reach experts `[m * E / M, (m + 1) * E / M)`; with
-    `num_members=1` it is V-MoE. Dispatch and combine are einsums with
-    static-shape masks `(M, groups, group_size, E / M, C)`; the experts run
-    on `(E, groups * C, dim)`, so the layer compiles with XLA
+    `num_members=1` it is V-MoE. The experts run on `(E, groups * C,
+    dim)`, static shapes, so the layer compiles with XLA
     (`jit_compile=True`) on JAX and TensorFlow.
+
+    **Dispatchers.** `dispatcher="einsum"` (the default, vmoe's) dispatches
+    and combines with einsums over one-hot masks `(M, groups, group_size,
+    E / M, C)`: dense matmuls that accelerators like, but memory
+    `O(tokens * experts * capacity)`, which grows with the square of the
+    group size. `dispatcher="indices"` gathers each slot's token and each
+    token's slots (`TopKRouter`'s index form), memory `O(tokens * top_k)`
+    beyond the expert buffers. Both give the same outputs, gradients and
+    auxiliary losses; `benchmarks/moe.py --memory` reports the peak memory
+    of each.
 
     Args:
         num_experts: int, the total number of experts `E`.
@@ -78,6 +88,8 @@ class SparseMoE(keras.layers.Layer):
         router_kernel_initializer: initializer of the `(dim, num_experts)`
             router kernel. Defaults to `"glorot_uniform"`.
         seed: int or `None`, seed of the routing noise and expert dropout.
+        dispatcher: `"einsum"` or `"indices"` (see above). Defaults to
+            `"einsum"`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -119,9 +131,11 @@ class SparseMoE(keras.layers.Layer):
         bias_initializer="zeros",
         router_kernel_initializer="glorot_uniform",
         seed=None,
+        dispatcher="einsum",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.dispatcher = check_dispatcher(dispatcher)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = _check_non_negative(dropout_rate, "dropout_rate")
         if not self.dropout_rate < 1.0:
@@ -201,19 +215,49 @@ class SparseMoE(keras.layers.Layer):
         self.router._check_input_shape(shape)
         m = self.num_members
         e_m = self.router.experts_per_member
-        routing = self.router(inputs, training=training)
-        dispatch = ops.cast(routing["dispatch"], self.compute_dtype)
-        combine = ops.cast(routing["combine"], self.compute_dtype)
-        capacity = static_shape(dispatch)[-1]
+        routing = self.router(
+            inputs, training=training, dispatcher=self.dispatcher
+        )
         tokens = self.router.group_tokens(inputs)  # (M, G, S, D)
-        expert_inputs = ops.einsum("mgsec,mgsd->megcd", dispatch, tokens)
+        if self.dispatcher == "indices":
+            capacity = static_shape(routing["slot_token"])[-1] // e_m
+            expert_inputs = ops.take_along_axis(
+                tokens, routing["slot_token"][..., None], axis=2
+            ) * ops.cast(routing["slot_valid"], self.compute_dtype)[..., None]
+            expert_inputs = ops.reshape(
+                expert_inputs, (m, -1, e_m, capacity, self.hidden_dim)
+            )
+            expert_inputs = ops.transpose(expert_inputs, (0, 2, 1, 3, 4))
+        else:
+            dispatch = ops.cast(routing["dispatch"], self.compute_dtype)
+            capacity = static_shape(dispatch)[-1]
+            expert_inputs = ops.einsum("mgsec,mgsd->megcd", dispatch, tokens)
         expert_inputs = ops.reshape(
             expert_inputs, (1, self.num_experts, -1, self.hidden_dim)
         )
         hidden = self.dropout(self.dense_1(expert_inputs), training=training)
         outputs = self.dropout(self.dense_2(hidden), training=training)
         outputs = ops.reshape(outputs, (m, e_m, -1, capacity, self.hidden_dim))
-        combined = ops.einsum("mgsec,megcd->mgsd", combine, outputs)
+        if self.dispatcher == "indices":
+            outputs = ops.reshape(
+                ops.transpose(outputs, (0, 2, 1, 3, 4)),
+                (m, -1, e_m * capacity, self.hidden_dim),
+            )
+            token_slot = routing["token_slot"]  # (M, G, K, S)
+            k, group_size = static_shape(token_slot)[2:]
+            gathered = ops.take_along_axis(
+                outputs,
+                ops.reshape(token_slot, (m, -1, k * group_size, 1)),
+                axis=2,
+            )
+            gathered = ops.reshape(
+                gathered, (m, -1, k, group_size, self.hidden_dim)
+            )
+            weight = ops.cast(routing["token_weight"], self.compute_dtype)
+            combined = ops.sum(gathered * weight[..., None], axis=2)
+        else:
+            combine = ops.cast(routing["combine"], self.compute_dtype)
+            combined = ops.einsum("mgsec,megcd->mgsd", combine, outputs)
         return self.router.ungroup_tokens(combined, shape)
 
     def route(self, x, training=False):
@@ -256,6 +300,7 @@ class SparseMoE(keras.layers.Layer):
                     router.kernel_initializer
                 ),
                 "seed": self.seed,
+                "dispatcher": self.dispatcher,
             }
         )
         return config

@@ -43,6 +43,23 @@ def compute_capacity(
     return min(capacity, group_size)
 
 
+#: What `TopKRouter.call` returns for each dispatcher.
+DISPATCH_KEYS = {
+    "einsum": ("dispatch", "combine"),
+    "indices": ("slot_token", "slot_valid", "token_slot", "token_weight"),
+}
+
+
+def check_dispatcher(dispatcher):
+    """Validates a `dispatcher` argument (`"einsum"` or `"indices"`)."""
+    if dispatcher not in DISPATCH_KEYS:
+        raise ValueError(
+            f"`dispatcher` must be one of {tuple(DISPATCH_KEYS)}; got "
+            f"{dispatcher!r}."
+        )
+    return dispatcher
+
+
 def _check_capacity_factor(value, name):
     if (
         isinstance(value, bool)
@@ -149,6 +166,17 @@ class TopKRouter(keras.layers.Layer):
     `m * experts_per_member + e`), and `combine` holds the gate there.
     `route(x, training)` returns these with the capacity, the logits, the
     auxiliary losses and a per-token global view, for inspection.
+
+    **Index form.** `call(x, dispatcher="indices")` returns the same
+    routing without any `(tokens, experts, C)` tensor: `slot_token`
+    `(M, G, E/M * C)`, the token (within its group) in each slot of each
+    of the member's experts (slot `c` of expert `e` at `e * C + c`),
+    `slot_valid` (whether that slot is filled), `token_slot`
+    `(M, G, top_k, group_size)`, the slot of each token's k-th choice, and
+    `token_weight`, its gate, or 0 where the choice was dropped. The
+    dispatch is then a gather of tokens into slots and the combine a gather
+    of slots back to tokens, `O(tokens * top_k)` memory
+    (`SparseMoE(dispatcher="indices")`); both forms give the same outputs.
 
     Args:
         num_experts: int, the total number of experts `E`.
@@ -356,11 +384,22 @@ class TopKRouter(keras.layers.Layer):
         shape = self._output_shape(input_shape, training=False)
         return {"dispatch": shape, "combine": shape}
 
-    def compute_output_spec(self, inputs, training=None, **kwargs):
+    def compute_output_spec(
+        self, inputs, training=None, dispatcher="einsum", **kwargs
+    ):
         shape = self._output_shape(inputs.shape, training=bool(training))
+        if check_dispatcher(dispatcher) == "einsum":
+            return {
+                "dispatch": keras.KerasTensor(shape, dtype="float32"),
+                "combine": keras.KerasTensor(shape, dtype="float32"),
+            }
+        m, g, s, e_m, c = shape
+        slots, choices = (m, g, e_m * c), (m, g, self.top_k, s)
         return {
-            "dispatch": keras.KerasTensor(shape, dtype="float32"),
-            "combine": keras.KerasTensor(shape, dtype="float32"),
+            "slot_token": keras.KerasTensor(slots, dtype="int32"),
+            "slot_valid": keras.KerasTensor(slots, dtype="bool"),
+            "token_slot": keras.KerasTensor(choices, dtype="int32"),
+            "token_weight": keras.KerasTensor(choices, dtype="float32"),
         }
 
     # ---------------------------------------------------------- weights
@@ -382,7 +421,7 @@ class TopKRouter(keras.layers.Layer):
 
     # ---------------------------------------------------------- routing
 
-    def _route(self, x, training, with_metrics):
+    def _route(self, x, training, with_metrics, dispatcher="einsum"):
         shape, _, group_size = self._check_input_shape(static_shape(x))
         m, e_m, k = self.num_members, self.experts_per_member, self.top_k
         capacity = self.capacity(group_size, training)
@@ -403,12 +442,13 @@ class TopKRouter(keras.layers.Layer):
 
         # Top-K by K argmax-and-mask steps; one boolean one-hot per rank.
         experts = ops.arange(e_m, dtype="int32")
-        choices = []
+        choices, bests = [], []
         remaining = gates
         for _ in range(k):
             best = ops.cast(ops.argmax(remaining, axis=-1), "int32")
             onehot = ops.equal(best[..., None], experts)
             choices.append(onehot)
+            bests.append(best)
             remaining = ops.where(onehot, -1.0, remaining)
         chosen = ops.cast(ops.stack(choices, axis=2), "float32")  # (M,G,K,S,E)
 
@@ -433,16 +473,18 @@ class TopKRouter(keras.layers.Layer):
         position = ops.sum(filled * chosen, axis=2) - 1.0  # -1: not chosen
         if self.batch_priority:
             position = ops.einsum("mgts,mgte->mgse", perm, position)
-        slots = ops.arange(capacity, dtype="float32")
-        dispatch = ops.cast(ops.equal(position[..., None], slots), "float32")
-        combine = gates[..., None] * dispatch
-
-        result = {
-            "dispatch": dispatch,
-            "combine": combine,
-            "capacity": capacity,
-            "group_size": group_size,
-        }
+        result = {"capacity": capacity, "group_size": group_size}
+        if dispatcher == "indices":
+            result.update(
+                self._slot_indices(choices, bests, position, gates, capacity)
+            )
+        else:
+            slots = ops.arange(capacity, dtype="float32")
+            dispatch = ops.cast(
+                ops.equal(position[..., None], slots), "float32"
+            )
+            result["dispatch"] = dispatch
+            result["combine"] = gates[..., None] * dispatch
         if with_metrics:
             clean = ops.softmax(logits, axis=-1)
             importance = ops.sum(clean, axis=2)  # (M, G, E/M)
@@ -460,24 +502,72 @@ class TopKRouter(keras.layers.Layer):
             result.update(logits=logits, noisy_logits=noisy_logits, gates=gates)
         return result
 
+    def _slot_indices(self, choices, bests, position, gates, capacity):
+        """The routing as indices instead of one-hot masks.
+
+        Memory `O(tokens * top_k + experts * capacity)` per group instead of
+        `O(tokens * experts * capacity)`. Every `(token, rank)` choice is an
+        entry `j = rank * group_size + token` with the key `expert * C +
+        slot` (or `E/M * C` when its buffer was full); sorting the keys
+        lists the filled slots expert by expert, slot by slot, so slot `c`
+        of expert `e` holds the entry at sorted position `offset_e + c`,
+        where `offset_e` counts the filled slots of the experts before `e`.
+        """
+        m, e_m, k = self.num_members, self.experts_per_member, self.top_k
+        group_size = static_shape(gates)[2]
+        expert = ops.stack(bests, axis=2)  # (M, G, K, S) int
+        onehot = ops.cast(ops.stack(choices, axis=2), "float32")
+        slot = ops.sum(position[:, :, None] * onehot, axis=-1)  # (M,G,K,S)
+        gate = ops.sum(gates[:, :, None] * onehot, axis=-1)
+        kept = slot < capacity
+        token_slot = expert * capacity + ops.cast(
+            ops.minimum(slot, capacity - 1), "int32"
+        )
+        key = ops.where(kept, token_slot, e_m * capacity)
+        order = ops.argsort(ops.reshape(key, (m, -1, k * group_size)), axis=-1)
+        sorted_token = ops.cast(order, "int32") % group_size
+        filled = ops.minimum(ops.sum(onehot, axis=(2, 3)), capacity)  # (M,G,E/M)
+        offset = ops.cumsum(filled, axis=-1) - filled
+        slots = ops.arange(capacity, dtype="float32")
+        source = offset[..., None] + slots  # (M, G, E/M, C)
+        slot_valid = slots < filled[..., None]
+        source = ops.cast(
+            ops.minimum(source, k * group_size - 1), "int32"
+        )
+        slot_token = ops.take_along_axis(
+            sorted_token, ops.reshape(source, (m, -1, e_m * capacity)), axis=-1
+        )
+        return {
+            "slot_token": slot_token,
+            "slot_valid": ops.reshape(slot_valid, (m, -1, e_m * capacity)),
+            "token_slot": token_slot,
+            "token_weight": gate * ops.cast(kept, "float32"),
+        }
+
     def _aux_loss(self, result):
         loss = self.importance_loss_weight * result["importance_loss"]
         if result["load_loss"] is not None:
             loss = loss + self.load_loss_weight * result["load_loss"]
         return loss
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, dispatcher="einsum"):
         training = bool(training)
+        dispatcher = check_dispatcher(dispatcher)
         wants_loss = training and (
             self.importance_loss_weight > 0 or self.load_loss_weight > 0
         )
-        result = self._route(inputs, training, with_metrics=wants_loss)
+        result = self._route(
+            inputs, training, with_metrics=wants_loss, dispatcher=dispatcher
+        )
         if wants_loss:
             self.add_loss(self._aux_loss(result))
-        return {"dispatch": result["dispatch"], "combine": result["combine"]}
+        return {key: result[key] for key in DISPATCH_KEYS[dispatcher]}
 
-    def route(self, x, training=False):
+    def route(self, x, training=False, dispatcher="einsum"):
         """Routes `x` without adding losses; returns a dict for inspection.
+
+        With `dispatcher="indices"` the dict holds the index form of `call`
+        (see there) instead of `dispatch`, `combine` and `token_dispatch`.
 
         Keys: `dispatch`, `combine` (as `call`), `capacity` and `group_size`
         (ints), `logits` and `noisy_logits` (`(M, G, S, E/M)`, equal when not
@@ -490,8 +580,13 @@ class TopKRouter(keras.layers.Layer):
         x = ops.convert_to_tensor(x)
         if not self.built:
             self.build(static_shape(x))
-        result = self._route(x, bool(training), with_metrics=True)
+        dispatcher = check_dispatcher(dispatcher)
+        result = self._route(
+            x, bool(training), with_metrics=True, dispatcher=dispatcher
+        )
         result["aux_loss"] = self._aux_loss(result)
+        if dispatcher == "indices":
+            return result
         shape = static_shape(x)
         m, e_m = self.num_members, self.experts_per_member
         # blocks[m, e, f] = 1 when member m's expert e is global expert f.

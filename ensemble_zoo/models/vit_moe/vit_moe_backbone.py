@@ -84,6 +84,9 @@ class ViTMoEBackbone(keras.Model):
         use_patch_bias: bool. Defaults to `True`.
         seed: int or `None`, seeds the routing noise (block `i` uses
             `seed + i`).
+        dispatcher: `"einsum"` (one-hot dispatch, the default) or
+            `"indices"` (gather dispatch, `O(tokens * K)` memory); see
+            `SparseMoE`. Same outputs; kept in presets.
         **kwargs: other `keras.Model` arguments (`name`, `dtype`).
 
     Example:
@@ -126,6 +129,7 @@ class ViTMoEBackbone(keras.Model):
         use_class_token=True,
         use_patch_bias=True,
         seed=None,
+        dispatcher="einsum",
         **kwargs,
     ):
         num_experts = check_positive_int(num_experts, "num_experts")
@@ -177,6 +181,7 @@ class ViTMoEBackbone(keras.Model):
                     batch_priority=batch_priority,
                     noise_std=noise_std,
                     seed=None if seed is None else seed + i,
+                    dispatcher=dispatcher,
                     **common,
                 )
             else:
@@ -223,6 +228,7 @@ class ViTMoEBackbone(keras.Model):
         self.use_class_token = use_class_token
         self.use_patch_bias = use_patch_bias
         self.seed = seed
+        self.dispatcher = dispatcher
 
     @property
     def moe_blocks(self):
@@ -256,6 +262,7 @@ class ViTMoEBackbone(keras.Model):
             "use_class_token": self.use_class_token,
             "use_patch_bias": self.use_patch_bias,
             "seed": self.seed,
+            "dispatcher": self.dispatcher,
         }
 
     @classmethod

@@ -32,6 +32,8 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         attention_dropout: float. Defaults to 0.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         seed: int or `None`, seed of the router noise and expert dropout.
+        dispatcher: `"einsum"` or `"indices"`, see `SparseMoE`. Defaults
+            to `"einsum"`.
         **kwargs: other `keras.layers.Layer` arguments.
     """
 
@@ -54,6 +56,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         attention_dropout=0.0,
         layer_norm_epsilon=1e-6,
         seed=None,
+        dispatcher="einsum",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -93,6 +96,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
             dropout_rate=dropout_rate,
             use_bias=use_mlp_bias,
             seed=seed,
+            dispatcher=dispatcher,
             dtype=self.dtype_policy,
             name="moe",
         )
@@ -114,6 +118,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.seed = seed
+        self.dispatcher = dispatcher
 
     def build(self, input_shape):
         self.layer_norm_1.build(input_shape)
@@ -146,6 +151,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
                 "group_size": self.group_size,
                 "batch_priority": self.batch_priority,
                 "noise_std": self.noise_std,
+                "dispatcher": self.dispatcher,
                 "use_mha_bias": self.use_mha_bias,
                 "use_mlp_bias": self.use_mlp_bias,
                 "dropout_rate": self.dropout_rate,

@@ -92,15 +92,16 @@ def random_layer(rng, x_shape, **kwargs):
         (4, 1, 4, 1.0, False),
     ],
 )
+@pytest.mark.parametrize("dispatcher", ["einsum", "indices"])
 def test_matches_numpy_expert_loop(
-    rng, num_members, top_k, group_size, factor, bpr
+    rng, num_members, top_k, group_size, factor, bpr, dispatcher
 ):
     batch, tokens, d = 2, 4, 6
     shape = (num_members * batch, tokens, d)
     layer = random_layer(
         rng, shape, num_experts=8, mlp_dim=5, top_k=top_k,
         num_members=num_members, group_size=group_size,
-        capacity_factor=factor, batch_priority=bpr,
+        capacity_factor=factor, batch_priority=bpr, dispatcher=dispatcher,
     )
     x = rng.normal(size=shape).astype("float32")
     expected, dispatch = reference_moe(layer, x, group_size)
@@ -218,13 +219,14 @@ def test_noise_only_in_training_and_seeded(rng):
 
 
 class TinyE3Classifier(keras.Model):
-    def __init__(self, num_members=2, **kwargs):
+    def __init__(self, num_members=2, dispatcher="einsum", **kwargs):
         super().__init__(**kwargs)
         self.num_members = num_members
         self.embed = keras.layers.Dense(8)
         self.moe = SparseMoE(
             num_experts=4, mlp_dim=16, num_members=num_members, seed=0,
             capacity_factor=1.5, eval_capacity_factor=4.0,
+            dispatcher=dispatcher,
         )
         self.head = keras.layers.Dense(3)
 
@@ -235,10 +237,62 @@ class TinyE3Classifier(keras.Model):
         return self.head(ops.mean(h, axis=2))  # (batch, M, classes)
 
 
-def test_trains_under_jit_with_aux_losses(rng):
+def test_index_dispatch_equals_one_hot_dispatch_and_gradients(rng):
+    """The index form lists exactly the one-hot dispatch's (token, slot)
+    pairs and gates; outputs, gradients and aux losses are equal."""
+    shape = (2 * 3, 5, 6)
+    layers = {
+        d: random_layer(
+            np.random.default_rng(1), shape, num_experts=8, mlp_dim=5,
+            top_k=2, num_members=2, capacity_factor=0.6, batch_priority=True,
+            dispatcher=d, seed=0,
+        )
+        for d in ("einsum", "indices")
+    }
+    layers["indices"].set_weights(layers["einsum"].get_weights())
+    x = rng.normal(size=shape).astype("float32")
+    one_hot = layers["einsum"].route(x)
+    index = layers["indices"].router.route(ops.convert_to_tensor(x), dispatcher="indices")
+    m, g, s, e_m, c = one_hot["dispatch"].shape
+    rebuilt = np.zeros((m, g, s, e_m * c))
+    combine = np.zeros((m, g, s, e_m * c))
+    slot_token, valid = to_np(index["slot_token"]), to_np(index["slot_valid"])
+    for mm, gg, slot in zip(*np.nonzero(valid)):
+        rebuilt[mm, gg, slot_token[mm, gg, slot], slot] = 1.0
+    token_slot, weight = to_np(index["token_slot"]), to_np(index["token_weight"])
+    for mm, gg, k, t in zip(*np.nonzero(weight)):
+        combine[mm, gg, t, token_slot[mm, gg, k, t]] += weight[mm, gg, k, t]
+    np.testing.assert_array_equal(
+        rebuilt, to_np(one_hot["dispatch"]).reshape(m, g, s, -1)
+    )
+    np.testing.assert_allclose(
+        combine, to_np(one_hot["combine"]).reshape(m, g, s, -1), atol=1e-7
+    )
+    assert rebuilt.sum() < 2 * m * g * s  # some choices were dropped
+    from ensemble_zoo.utils.gradients import loss_gradients
+
+    target = rng.normal(size=shape).astype("float32")
+    grads, outputs, losses = {}, {}, {}
+    for d, layer in layers.items():
+        model = keras.Sequential([keras.Input(shape[1:]), layer])
+        grads[d] = loss_gradients(
+            model, lambda y, p: ops.mean(ops.square(ops.subtract(p, y))), x, target,
+            model.trainable_variables,
+        )
+        outputs[d] = to_np(layer(x))
+        layer(x, training=True)
+        losses[d] = float(to_np(layer.losses[0]))
+    np.testing.assert_allclose(outputs["indices"], outputs["einsum"], atol=1e-5)
+    for a, b in zip(grads["indices"], grads["einsum"]):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert losses["indices"] == pytest.approx(losses["einsum"], rel=1e-6)
+
+
+@pytest.mark.parametrize("dispatcher", ["einsum", "indices"])
+def test_trains_under_jit_with_aux_losses(rng, dispatcher):
     x = rng.normal(size=(24, 4, 5)).astype("float32")
     y = rng.integers(0, 3, size=(24,))
-    model = TinyE3Classifier()
+    model = TinyE3Classifier(dispatcher=dispatcher)
     model(x[:2])
     model.compile(
         keras.optimizers.Adam(0.02),
@@ -273,7 +327,7 @@ def test_config_and_saving_round_trip(tmp_path, rng):
         batch_priority=True, noise_std=0.1, importance_loss_weight=0.01,
         load_loss_weight=0.02, dropout_rate=0.1,
         bias_initializer="random_normal",
-        seed=3,
+        seed=3, dispatcher="indices",
     )
     model = keras.Model(inputs, layer(inputs))
     assert tuple(model.output.shape) == (None, 4, 6)
@@ -302,6 +356,8 @@ def test_bad_arguments_are_clear_errors():
         SparseMoE(num_experts=4, mlp_dim=0)
     with pytest.raises(ValueError, match="dropout_rate"):
         SparseMoE(num_experts=4, mlp_dim=4, dropout_rate=1.0)
+    with pytest.raises(ValueError, match="dispatcher"):
+        SparseMoE(num_experts=4, mlp_dim=4, dispatcher="scatter")
     layer = SparseMoE(num_experts=4, mlp_dim=4, num_members=2)
     with pytest.raises(ValueError, match="num_members"):
         layer(np.zeros((3, 2, 8), "float32"))
