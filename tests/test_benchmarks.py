@@ -1,11 +1,15 @@
 """The benchmark scripts run and their exactness columns hold (timings are
 printed, never asserted)."""
 
+import json
+import os
 import re
 
+import numpy as np
 import pytest
 
 from conftest import BACKEND
+from conftest import REPO_ROOT
 from conftest import run_python
 
 
@@ -69,3 +73,62 @@ def test_moe_benchmark_runs_and_e3_members_are_vmoes():
     diff = float(re.search(r"max \|E³ member logits - V-MoE on its experts\|: (\S+)", out)[1])
     assert diff <= 1e-4, out
     assert re.search(r"^SparseMoE / dense MLP throughput: [0-9.]+ ", out, re.M), out
+
+
+@pytest.mark.skipif(
+    BACKEND != "torch", reason="one backend suffices; eager PyTorch compiles nothing"
+)
+def test_run_all_quick_measures_every_method(tmp_path):
+    """`benchmarks/run_all.py --quick`: one table with every section, the
+    device named, and JSON rows whose exactness column holds."""
+    path = tmp_path / "rows.json"
+    out = run_python(
+        "import sys; sys.argv = ['run_all.py', '--quick', '--json', "
+        f"{str(path)!r}];"
+        "import runpy; runpy.run_path('benchmarks/run_all.py', run_name='__main__')"
+    )
+    assert re.search(r"^device: cpu \(\d+ cores\); backend torch; dtype float32", out, re.M), out
+    report = json.loads(path.read_text())
+    variants = {(r["section"], r["variant"]) for r in report["rows"]}
+    for expected in [
+        ("hydra", "fused"), ("hydra", "3 members separately"), ("lora", "LoRA-Ensemble 4"),
+        ("lora", "explicit ensemble of 4"), ("moe", "2 x V-MoE K=1"),
+        ("moe", "E³ K=1 M=2 (indices)"), ("sparse_moe", "SparseMoE (indices)"),
+        ("dispatch", "indices, C x8"), ("metrics", "OOD AUROC: ensemble_zoo"),
+    ]:
+        assert expected in variants, expected
+    for row in report["rows"]:
+        assert row["forward_ms"] > 0 and row["forward_ratio"] > 0, row
+        assert re.search(rf"^{row['section']}\s+{re.escape(row['variant'])}\s", out, re.M), row
+        if row["section"] == "metrics":
+            assert row["max_abs_difference"] <= 1e-6, row
+    trained = {r["variant"] for r in report["rows"] if r["train_ms"] is not None}
+    assert {"single", "fused", "LoRA-Ensemble 4", "E³ K=1 M=2 (one-hot)"} <= trained
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="XLA's memory analysis of a JAX executable")
+def test_index_dispatch_needs_less_memory_than_one_hot():
+    """The compiled peak memory that `run_all.py` reports: at capacity
+    factor 8 the index dispatcher needs well under half the one-hot's."""
+    import sys
+
+    import keras
+
+    import ensemble_zoo as ez
+
+    sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+    from timing import peak_memory_mb
+
+    x = np.random.default_rng(0).normal(size=(8, 17, 32)).astype("float32")
+    memory = {}
+    for dispatcher in ("einsum", "indices"):
+        model = keras.Sequential([
+            keras.Input((17, 32)),
+            ez.layers.SparseMoE(
+                num_experts=8, mlp_dim=8, top_k=2, group_size=8 * 17,
+                capacity_factor=8.0, dispatcher=dispatcher,
+            ),
+        ])
+        memory[dispatcher] = (peak_memory_mb(model, x), peak_memory_mb(model, x, train=True))
+    assert memory["indices"][0] < 0.5 * memory["einsum"][0], memory
+    assert memory["indices"][1] < 0.6 * memory["einsum"][1], memory
