@@ -82,7 +82,9 @@ class EnsembleClassifier(keras.Model):
                 f"{type(self).__name__}.call_members must return logits of "
                 f"shape (batch, {self.num_members}, classes); got {shape}."
             )
-        return logits
+        # Under mixed precision the members compute in float16 / bfloat16;
+        # their combination, the uncertainty and the losses see float32.
+        return ops.cast(logits, "float32")
 
     # === Training defaults ===
 
@@ -189,7 +191,7 @@ class EnsembleClassifier(keras.Model):
     # === Presets ===
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True):
+    def from_preset(cls, preset, load_weights=True, dtype=None):
         """Loads a shipped preset (by name) or a preset directory.
 
         Args:
@@ -197,6 +199,9 @@ class EnsembleClassifier(keras.Model):
                 or the path of a directory written by `save_to_preset`.
             load_weights: bool. If `False`, the architecture is built with
                 fresh random weights. Defaults to `True`.
+            dtype: optional dtype policy for every layer, e.g.
+                `"mixed_bfloat16"` or `"mixed_float16"`. Defaults to the
+                global policy (`keras.config.set_dtype_policy`).
 
         Loading uses Keras safe mode (no arbitrary code). A damaged preset
         raises `ensemble_zoo.presets.PresetError` (a `ValueError`) naming
@@ -205,7 +210,9 @@ class EnsembleClassifier(keras.Model):
         """
         from ensemble_zoo.presets import load_preset
 
-        return load_preset(preset, cls=cls, load_weights=load_weights)
+        return load_preset(
+            preset, cls=cls, load_weights=load_weights, dtype=dtype
+        )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
         """Writes `config.json`, `model.weights.h5` and `metadata.json`.

@@ -19,7 +19,9 @@ _LAYOUT = "(batch, members, classes)"
 
 def _member_log_probs(member_outputs, from_logits):
     check_rank(member_outputs, 3, "member_logits", _LAYOUT)
-    check_floating(member_outputs, "member_logits")
+    if check_floating(member_outputs, "member_logits") in ("float16", "bfloat16"):
+        # Mixed precision: the combination and the uncertainty are float32.
+        member_outputs = ops.cast(member_outputs, "float32")
     if from_logits:
         return ops.log_softmax(member_outputs, axis=-1)
     # Probabilities: log(0) = -inf is fine below because we always multiply

@@ -121,9 +121,11 @@ def _check_weights_file(model, path):
     with tempfile.TemporaryDirectory() as tmp:
         reference = os.path.join(tmp, WEIGHTS_FILE)
         model.save_weights(reference)
-        _strip_optimizer_state(reference)
-        expected = _h5_shapes(reference)
-    found = {k: v for k, v in found.items() if not k.startswith("optimizer/")}
+        expected = {
+            k: v for k, v in _h5_shapes(reference).items()
+            if not _is_optimizer_state(k)
+        }
+    found = {k: v for k, v in found.items() if not _is_optimizer_state(k)}
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
     wrong = sorted(
@@ -158,13 +160,53 @@ def _import_config_packages(config_text):
     import ensemble_zoo.models  # noqa: F401
 
 
-def load_preset(preset, cls=None, load_weights=True):
+_POLICY_CLASSES = ("DTypePolicy", "FloatDTypePolicy")
+
+
+def _with_dtype_policy(config, name):
+    """A copy of a serialized model whose every layer dtype policy is
+    `name` (keras-hub models pin the policy they were saved with)."""
+    if isinstance(config, list):
+        return [_with_dtype_policy(v, name) for v in config]
+    if not isinstance(config, dict):
+        return config
+    out = {}
+    for key, value in config.items():
+        if (
+            key == "dtype"
+            and isinstance(value, dict)
+            and value.get("class_name") in _POLICY_CLASSES
+        ):
+            value = dict(value, config=dict(value.get("config", {}), name=name))
+        out[key] = _with_dtype_policy(value, name)
+    return out
+
+
+def _policy_name(dtype):
+    if dtype is None:
+        return keras.config.dtype_policy().name
+    try:
+        return keras.dtype_policies.get(dtype).name
+    except (ValueError, TypeError) as e:
+        raise ValueError(
+            "`dtype` must be a Keras dtype policy or its name (e.g. "
+            "'float32', 'mixed_bfloat16', 'mixed_float16'); got "
+            f"{dtype!r}."
+        ) from e
+
+
+def load_preset(preset, cls=None, load_weights=True, dtype=None):
     """Builds the model of a preset and loads its weights.
 
     Args:
         preset: a preset name from `list_presets()` or a directory path.
         cls: optional class; the preset must hold this class or a subclass.
         load_weights: bool; `False` builds the architecture only.
+        dtype: optional dtype policy (name or `keras.DTypePolicy`) for
+            every layer, e.g. `"mixed_bfloat16"`. Defaults to the global
+            policy (`keras.config.dtype_policy()`), which thus reaches the
+            layers of a preset saved under another policy too. Layers that
+            must stay float32 (MoE routers) keep float32.
 
     Raises:
         PresetError: unknown name, missing or invalid file, wrong class,
@@ -195,13 +237,20 @@ def load_preset(preset, cls=None, load_weights=True):
             f"{preset_cls.__name__}.from_preset({preset!r}) or "
             f"ensemble_zoo.models.EnsembleClassifier.from_preset(...)."
         )
+    policy = _policy_name(dtype)
+    config = _with_dtype_policy(config, policy)
+    previous = keras.config.dtype_policy()
     try:
+        # Layers built without an explicit dtype take the global policy.
+        keras.config.set_dtype_policy(policy)
         model = keras.saving.deserialize_keras_object(config, safe_mode=True)
     except Exception as e:
         raise PresetError(
             f"Damaged preset: could not build the model from {config_path} "
             f"({type(e).__name__}: {e})."
         ) from e
+    finally:
+        keras.config.set_dtype_policy(previous)
     kind = metadata.get("kind", "trained")
     if load_weights and kind != "architecture":
         weights_path = os.path.join(directory, WEIGHTS_FILE)
@@ -223,13 +272,26 @@ def load_preset(preset, cls=None, load_weights=True):
     return model
 
 
+def _is_optimizer_state(path):
+    """Whether an HDF5 path is optimizer state: the model's own or that of
+    a compiled sub-model (keras-hub tasks compile themselves, and under
+    `mixed_float16` their optimizer is a LossScaleOptimizer with variables)."""
+    return "optimizer" in path.split("/")
+
+
 def _strip_optimizer_state(path):
-    """Presets hold model weights only: drop a compiled model's optimizer."""
+    """Presets hold model weights only: drop every optimizer's state."""
     import h5py
 
     with h5py.File(path, "a") as f:
-        if "optimizer" in f:
-            del f["optimizer"]
+        groups = []
+        f.visit(
+            lambda name: groups.append(name)
+            if name.split("/")[-1] == "optimizer" else None
+        )
+        for name in sorted(groups, key=len, reverse=True):
+            if name in f:
+                del f[name]
 
 
 def save_preset(model, preset_dir, metadata=None, include_weights=True):

@@ -110,3 +110,41 @@ def write_saved_model(model, filepath, serve, input_signature, verbose=None, **k
         name="serve", fn=serve, input_signature=input_signature, **kwargs
     )
     archive.write_out(filepath, verbose=bool(verbose))
+
+
+def _patch_jax_float16_attention_on_cpu():
+    """Lets `keras.ops.dot_product_attention` run float16 under JAX on CPU.
+
+    Keras' JAX backend calls `jax.nn.dot_product_attention`, which computes
+    float16 scores with `preferred_element_type=float32`: a dot that XLA:CPU
+    cannot compile ("The precision 'F16_F16_F32' is not supported by
+    dot_general on CPU"), so every keras-hub attention fails under
+    `mixed_float16` on a CPU. There, and for float16 inputs only, the
+    attention runs in float32 and its output is cast back to float16
+    (scores and softmax were float32 already); GPUs and TPUs keep Keras'
+    kernel unchanged.
+    """
+    from keras.src.backend.jax import nn as jax_nn
+
+    original = jax_nn.dot_product_attention
+    if getattr(original, "_ensemble_zoo_patch", False):
+        return
+
+    def dot_product_attention(query, key, value, *args, **kwargs):
+        import jax.numpy as jnp
+
+        query = jnp.asarray(query)
+        if query.dtype != jnp.float16 or accelerator() != "cpu":
+            return original(query, key, value, *args, **kwargs)
+        out = original(
+            query.astype(jnp.float32), jnp.asarray(key).astype(jnp.float32),
+            jnp.asarray(value).astype(jnp.float32), *args, **kwargs,
+        )
+        return out.astype(jnp.float16)
+
+    dot_product_attention._ensemble_zoo_patch = True
+    jax_nn.dot_product_attention = dot_product_attention
+
+
+if backend() == "jax":
+    _patch_jax_float16_attention_on_cpu()

@@ -46,10 +46,47 @@ def test_list_presets_matches_shipped_directories():
 
 
 TRAINED = ez.evaluation.trained_presets()
+LOW_PRECISION = ("mixed_bfloat16", "mixed_float16")
+#: Largest |p_policy - p_float32| of a predictive probability on the test
+#: set (bfloat16 keeps 8 mantissa bits, float16 11).
+PROBABILITY_TOLERANCE = {"mixed_bfloat16": 0.05, "mixed_float16": 0.01}
+
+
+def low_precision_policy(index):
+    """One policy per preset and backend, alternating, so that over the
+    three backends every preset runs under both."""
+    from conftest import ALL_BACKENDS
+    from conftest import BACKEND
+
+    return LOW_PRECISION[(index + ALL_BACKENDS.index(BACKEND)) % 2]
+
+
+def check_layers_compute_in(model, policy):
+    """Every layer with a kernel computes in the policy's dtype, except the
+    MoE routers, which stay float32; all variables stay float32."""
+    compute = keras.dtype_policies.get(policy).compute_dtype
+    layers = [
+        layer for layer in model._flatten_layers()
+        if any(w.name.endswith("kernel") for w in layer._trainable_variables
+               + layer._non_trainable_variables)
+    ]
+    assert layers
+    for layer in layers:
+        expected = "float32" if isinstance(layer, ez.layers.TopKRouter) else compute
+        assert layer.compute_dtype == expected, (layer.name, layer.compute_dtype)
+    assert {v.dtype for v in model.weights} == {"float32"}
+
+
+def check_agrees_with_float32(probs, probs32, policy):
+    assert np.mean(probs.argmax(-1) == probs32.argmax(-1)) >= 0.99
+    assert np.abs(probs - probs32).max() <= PROBABILITY_TOLERANCE[policy]
 
 
 @pytest.mark.parametrize("name", TRAINED)
 def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
+    """... and under a mixed-precision policy every layer computes in low
+    precision and predictions agree with float32 (argmax on >= 99% of the
+    test set, probabilities within `PROBABILITY_TOLERANCE`)."""
     model = EnsembleClassifier.from_preset(name)
     metadata = ez.presets.preset_metadata(name)
     assert model.num_members == metadata["num_members"] and model.num_classes == 8
@@ -64,6 +101,17 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
         recorded["test_nll"], abs=1e-3
     )
     assert recorded["test_accuracy"] > 0.9
+    policy = low_precision_policy(TRAINED.index(name))
+    low = EnsembleClassifier.from_preset(name, dtype=policy)
+    check_layers_compute_in(low, policy)
+    out = low.predict_uncertainty(x, batch_size=128)
+    assert out["probabilities"].dtype == out["epistemic"].dtype == np.float32
+    check_agrees_with_float32(out["probabilities"], probs, policy)
+
+
+def test_bad_dtype_is_a_clear_error():
+    with pytest.raises(ValueError, match="`dtype` must be a Keras dtype policy"):
+        EnsembleClassifier.from_preset("vit_tiny_digits", dtype="mixed_int3")
 
 
 def test_deep_ensemble_preset_contains_the_base_model():
@@ -196,3 +244,19 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     assert "loss_prediction_vit_tiny_digits" not in ez.evaluation.trained_presets()
     with pytest.raises(ValueError, match="LossPredictionImageClassifier"):
         EnsembleClassifier.from_preset("loss_prediction_vit_tiny_digits")
+    # The global policy reaches every layer too (no `dtype` argument).
+    policy = low_precision_policy(len(TRAINED))
+    keras.config.set_dtype_policy(policy)
+    try:
+        low = ez.models.LossPredictionImageClassifier.from_preset(
+            "loss_prediction_vit_tiny_digits"
+        )
+    finally:
+        keras.config.set_dtype_policy("float32")
+    check_layers_compute_in(low, policy)
+    low_out = low.predict(x, batch_size=128, verbose=0)
+    assert low_out["uncertainty"].dtype == np.float32
+    check_agrees_with_float32(
+        to_np(keras.ops.softmax(low_out["logits"])), probs, policy
+    )
+    assert spearmanr(low_out["uncertainty"], out["uncertainty"]).statistic > 0.99

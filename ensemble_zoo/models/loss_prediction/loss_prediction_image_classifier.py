@@ -170,10 +170,13 @@ class LossPredictionImageClassifier(keras.Model):
         return x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
 
     def call_on_embeddings(self, embeddings):
-        """Logits and uncertainty from pooled embeddings (e.g. cached)."""
+        """Logits and uncertainty from pooled embeddings (e.g. cached).
+
+        Both are float32 under any dtype policy: under mixed precision the
+        layers compute in float16 / bfloat16, the losses see float32."""
         return {
-            "logits": self.classifier(embeddings),
-            "uncertainty": self.uncertainty_head(embeddings),
+            "logits": ops.cast(self.classifier(embeddings), "float32"),
+            "uncertainty": ops.cast(self.uncertainty_head(embeddings), "float32"),
         }
 
     def call(self, images, training=None):
@@ -241,7 +244,7 @@ class LossPredictionImageClassifier(keras.Model):
     # === Presets ===
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True):
+    def from_preset(cls, preset, load_weights=True, dtype=None):
         """Loads a loss-prediction preset (by name) or preset directory.
 
         Args:
@@ -249,10 +252,14 @@ class LossPredictionImageClassifier(keras.Model):
                 path of a directory written by `save_to_preset`.
             load_weights: bool. `False` builds the architecture with fresh
                 weights. Defaults to `True`.
+            dtype: optional dtype policy for every layer (e.g.
+                `"mixed_bfloat16"`). Defaults to the global policy.
         """
         from ensemble_zoo.presets import load_preset
 
-        return load_preset(preset, cls=cls, load_weights=load_weights)
+        return load_preset(
+            preset, cls=cls, load_weights=load_weights, dtype=dtype
+        )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
         """Writes `config.json`, `model.weights.h5` and `metadata.json`
