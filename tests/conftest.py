@@ -59,3 +59,10 @@ def rng():
 
 def pytest_report_header(config):
     return f"keras backend: {BACKEND}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Runs the slow tests (subprocesses: guides, README, docstrings,
+    benchmarks) first, so that pytest-xdist's two workers share them instead
+    of one worker finishing a long tail alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -42,6 +42,7 @@ def test_implicit_ensembles_experiment_runs_and_collapse_shows(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="one backend suffices for the script")
 def test_loss_prediction_benchmark_heads_agree():
     """Cached and on-the-fly head training reach the same weights (tiny ViT)."""
     out = run_python(

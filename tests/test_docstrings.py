@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import run_python
 
@@ -42,6 +43,10 @@ def test_examples_were_found():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    BACKEND == "jax",
+    reason="run under TensorFlow and PyTorch; eager JAX takes twice as long",
+)
 def test_docstring_examples_run(tmp_path):
     """All examples run in one fresh interpreter (one import of the
     backends), each in its own namespace; every failure is reported."""

@@ -12,7 +12,7 @@ from conftest import REPO_ROOT
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(BACKEND != "jax", reason="packaging is backend-independent")
+@pytest.mark.skipif(BACKEND != "torch", reason="packaging is backend-independent")
 def test_wheel_loads_presets_without_the_source_tree(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",

@@ -1,5 +1,6 @@
 import json
 
+import keras
 import numpy as np
 import pytest
 
@@ -30,6 +31,12 @@ def test_evaluate_preset_errors():
         ez.evaluation.compare_presets(presets=[])
 
 
+@pytest.mark.skipif(
+    keras.config.backend() != "tensorflow",
+    reason="one backend suffices: evaluate_preset's numbers are checked on "
+    "every backend; this is the whole leaderboard (1.5 min under TensorFlow, "
+    "6 under eager PyTorch)",
+)
 def test_cli_compare_writes_the_numbers_of_evaluate(tmp_path, capsys):
     out = tmp_path / "results"
     assert cli.main(["compare", "--output", str(out), "--no-progress"]) == 0
