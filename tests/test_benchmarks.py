@@ -13,7 +13,7 @@ from conftest import REPO_ROOT
 from conftest import run_python
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="NumPy-only script; one backend suffices")
+@pytest.mark.skipif(BACKEND != "torch", reason="NumPy-only script; one backend suffices")
 def test_metrics_benchmark_results_equal_sklearn():
     out = run_python(
         "import sys; sys.argv = ['metrics.py', '--samples', '20000', '--repeats', '1'];"
@@ -27,7 +27,7 @@ def test_metrics_benchmark_results_equal_sklearn():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend suffices for the script")
 def test_implicit_ensembles_experiment_runs_and_collapse_shows(tmp_path):
     out = run_python(
         "import sys; sys.argv = ['implicit_ensembles.py', '--seeds', '0', '--epochs', '5',"
@@ -57,7 +57,7 @@ def test_loss_prediction_benchmark_heads_agree():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend suffices for the script")
 def test_moe_benchmark_runs_and_e3_members_are_vmoes():
     """Tiny V-MoE / E³ benchmark: every row prints and each E³ member
     equals the V-MoE of its expert partition."""
