@@ -73,6 +73,31 @@ class EnsembleClassifier(keras.Model):
                 f"got dtype {dtype}."
             )
 
+    def _check_data(self, x):
+        """Checks the array inputs of `fit` / `evaluate` / `predict` before
+        Keras builds or reuses a compiled step. Checking inside `call` is
+        not enough there: under JAX a step that raised leaves the model
+        unusable (every later `predict` fails), and a retraced TensorFlow
+        step sees an unknown batch shape and lets a wrong image size reach
+        the backend. Datasets and generators are checked in `call`."""
+        if isinstance(x, dict):
+            if x and all(hasattr(v, "shape") for v in x.values()):
+                self._check_inputs(x)
+        elif hasattr(x, "shape") and hasattr(x, "dtype"):
+            self._check_inputs(x)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_data(x)
+        return super().predict(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        return super().fit(x, *args, **kwargs)
+
     def call(self, inputs, training=None):
         self._check_inputs(inputs)
         logits = self.call_members(inputs, training=training)
