@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import ensemble_zoo as ez  # noqa: E402
 from timing import compiled_call  # noqa: E402 (same folder)
 from timing import median_ms  # noqa: E402
+from timing import train_step  # noqa: E402
 
 CONFIGS = {
     "vit_s16": dict(
@@ -69,12 +70,7 @@ def parameter_megabytes(model):
 
 
 def train_step_ms(model, x, y, repeats):
-    def step(x, y):
-        model.train_on_batch(x, y)
-        # Wait for the update (asynchronous dispatch under JAX).
-        keras.ops.convert_to_numpy(model.trainable_variables[0])
-
-    return median_ms([step], x, repeats, y)
+    return median_ms([train_step(model)], x, repeats, y)
 
 
 def main():

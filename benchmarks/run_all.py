@@ -65,6 +65,7 @@ from timing import compiled_call  # noqa: E402 (same folder)
 from timing import device_name  # noqa: E402
 from timing import interleaved_ms  # noqa: E402
 from timing import peak_memory_mb  # noqa: E402
+from timing import train_step  # noqa: E402
 
 SIZES = {
     "full": dict(
@@ -107,14 +108,6 @@ def compile_for_training(model):
         optimizer=keras.optimizers.AdamW(1e-5), loss=loss, jit_compile=jit_compile()
     )
     return model
-
-
-def train_step(model):
-    def step(x, y):
-        model.train_on_batch(x, y)
-        keras.ops.convert_to_numpy(model.trainable_variables[0])  # wait
-
-    return step
 
 
 class Section:

@@ -90,6 +90,17 @@ def median_ms(fns, x, repeats, *args):
     return interleaved_ms({"fns": fns}, x, repeats, *args)["fns"]
 
 
+def train_step(model):
+    """A function `(x, y)` running one `train_on_batch` of a compiled model
+    and waiting for the update (dispatch is asynchronous under JAX)."""
+
+    def step(x, y):
+        model.train_on_batch(x, y)
+        keras.ops.convert_to_numpy(model.trainable_variables[0])
+
+    return step
+
+
 def device_name():
     """The device the backend computes on, in words (e.g. `"NVIDIA H100
     80GB HBM3"`, `"cpu (2 cores)"`)."""
