@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -145,7 +146,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         self.a_gain = float(a_gain)
         self.seed = seed
         self.base_layer = base_layer
-        self.base_layer.trainable = False
+        set_trainable(self.base_layer, False)
         if base_layer.built:
             self.build(None)
 

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -69,7 +70,7 @@ class SubnetworkMaskedDense(keras.layers.Layer):
         kwargs.setdefault("name", f"{base_layer.name}_masked")
         super().__init__(**kwargs)
         self.base_layer = base_layer
-        self.base_layer.trainable = False
+        set_trainable(self.base_layer, False)
         self.num_members = check_positive_int(num_members, "num_members")
         if not (mask_columns or mask_rows):
             raise ValueError("At least one of `mask_columns` and `mask_rows` must be True.")

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from ensemble_zoo.utils.validation import check_rank
+from ensemble_zoo.utils.validation import static_rank
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -57,9 +58,16 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
         y_pred = ops.convert_to_tensor(y_pred)
         shape = check_rank(y_pred, 3, "y_pred", "(batch, members, classes)")
         y_true = ops.convert_to_tensor(y_true)
-        if len(y_true.shape) == 2 and y_true.shape[-1] == 1:
+        rank = static_rank(y_true)
+        if rank is None:
+            # TensorFlow retraced the step after labels of another rank and
+            # relaxed their shape: (batch,) and (batch, 1) both flatten to
+            # (batch,); anything else fails below against y_pred's batch.
+            y_true = ops.reshape(y_true, (-1,))
+            rank = 1
+        if rank == 2 and y_true.shape[-1] == 1:
             y_true = ops.squeeze(y_true, axis=-1)
-        if len(y_true.shape) != 1:
+        elif rank != 1:
             raise ValueError(
                 "`y_true` must hold integer class labels of shape (batch,) "
                 f"or (batch, 1); got shape {tuple(y_true.shape)}. For "

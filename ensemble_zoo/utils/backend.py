@@ -146,5 +146,40 @@ def _patch_jax_float16_attention_on_cpu():
     jax_nn.dot_product_attention = dot_product_attention
 
 
+def _patch_torch_flash_attention_check():
+    """Keeps `keras.ops.dot_product_attention` traceable by `torch.compile`.
+
+    With `flash_attention=None` (the default of every `MultiHeadAttention`,
+    so of every keras-hub attention), Keras' torch backend asks
+    `torch.backends.cuda.can_use_flash_attention(SDPAParams(...))` on each
+    call. Dynamo cannot trace the `SDPAParams` extension type: it breaks the
+    graph inside Keras' `name_scope` context manager, which makes it give up
+    on every enclosing frame, so a compiled model runs mostly eagerly (and
+    the deep ensemble's member loop crashed dynamo with `NameError:
+    ___tuple_iterator_getitem`). While dynamo traces, this returns `False`
+    ("do not force the flash kernel") without building `SDPAParams`;
+    `scaled_dot_product_attention` still picks the flash or memory-efficient
+    kernel by itself when the inputs allow it, so outputs and kernels are
+    unchanged. Eager calls and `flash_attention=True` keep Keras' check.
+    """
+    from keras.src.backend.torch import nn as torch_nn
+
+    original = torch_nn._can_use_flash_attention
+    if getattr(original, "_ensemble_zoo_patch", False):
+        return
+
+    def _can_use_flash_attention(*args, raise_error=False, **kwargs):
+        import torch
+
+        if not raise_error and torch.compiler.is_compiling():
+            return False
+        return original(*args, raise_error=raise_error, **kwargs)
+
+    _can_use_flash_attention._ensemble_zoo_patch = True
+    torch_nn._can_use_flash_attention = _can_use_flash_attention
+
+
 if backend() == "jax":
     _patch_jax_float16_attention_on_cpu()
+elif backend() == "torch":
+    _patch_torch_flash_attention_check()

@@ -18,6 +18,21 @@ def freeze_weights(model):
             layer.trainable = False
 
 
+def set_trainable(layer, value):
+    """Sets `layer.trainable = value` on `layer` and all its sublayers.
+
+    Under TensorFlow, assigning a layer the `trainable` value it already
+    has does not reach its sublayers, and a keras-hub backbone deserialized
+    with `"trainable": false` (as a saved frozen backbone is) starts with
+    `trainable == False` on the container only: its sublayers and variables
+    stay trainable, so `model.trainable_variables` listed the whole frozen
+    ViT. Flipping the flag first makes Keras propagate it on every backend.
+    """
+    value = bool(value)
+    layer.trainable = not value
+    layer.trainable = value
+
+
 def replace_sublayer(parent, attribute, new_layer):
     """Sets `parent.<attribute> = new_layer` on a built layer.
 

@@ -20,6 +20,16 @@ def static_shape(x):
     return tuple(d if isinstance(d, int) else None for d in shape)
 
 
+def static_rank(x):
+    """The number of axes of `x`, or `None` where it is unknown (a
+    TensorFlow step retraced with relaxed shapes can see labels of unknown
+    rank)."""
+    try:
+        return len(x.shape)
+    except (TypeError, ValueError):
+        return None
+
+
 def check_rank(x, rank, name, layout):
     """Raises unless `x` has exactly `rank` axes.
 

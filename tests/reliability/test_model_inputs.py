@@ -35,3 +35,27 @@ def test_bad_image_size_is_a_clear_error_and_the_model_stays_usable(model_and_da
     np.testing.assert_allclose(
         out["probabilities"], ez.ops.predictive_probabilities(good), atol=1e-6
     )
+
+
+def test_labels_of_shape_n_by_1_equal_labels_of_shape_n(model_and_data):
+    """Issue 15: TensorFlow failed on (N, 1) labels in `evaluate` and `fit`."""
+    model, x, y = model_and_data
+    flat = model.evaluate(x, y, verbose=0, return_dict=True)
+    column = model.evaluate(x, y[:, None], verbose=0, return_dict=True)
+    assert column == pytest.approx(flat, abs=1e-6)
+
+
+def test_frozen_loss_prediction_preset_trains_only_its_head():
+    """Issue 15: under TensorFlow the loaded preset listed the frozen ViT's
+    76 variables as trainable (a backbone deserialized with `trainable:
+    false` did not pass the flag to its sublayers)."""
+    model = ez.models.LossPredictionImageClassifier.from_preset(
+        "loss_prediction_vit_tiny_digits"
+    )
+    paths = [v.path for v in model.trainable_variables]
+    assert len(paths) == 6 and all("/uncertainty_head/" in p for p in paths)
+    assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 288_257
+    backbone = model.backbone.trainable_variables + [
+        v for layer in model.backbone._flatten_layers() for v in layer.trainable_variables
+    ]
+    assert backbone == []

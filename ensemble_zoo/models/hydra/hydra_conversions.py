@@ -1,5 +1,7 @@
 """Member conversions shared by the Hydra image and text classifiers."""
 
+from ensemble_zoo.utils.sublayers import set_trainable
+
 
 class HydraConversionsMixin:
     """`split_members` / `fuse` for Hydra classifiers.
@@ -53,7 +55,7 @@ class HydraConversionsMixin:
                 self.backbone.mlp, **self._classifier_kwargs(),
             )
             for layer in member._embedding_layers():
-                layer.trainable = bool(trainable_embedding)
+                set_trainable(layer, trainable_embedding)
             members.append(member)
         return members
 

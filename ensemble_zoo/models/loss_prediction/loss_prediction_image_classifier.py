@@ -6,6 +6,7 @@ from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 
 UNCERTAINTY_LOSSES = ("ranking", "mse")
@@ -150,9 +151,9 @@ class LossPredictionImageClassifier(keras.Model):
         self.embedding_dim = int(backbone.outputs[0].shape[-1])
         self.build((None,) + self.image_shape)
         if self.freeze_backbone:
-            self.backbone.trainable = False
+            set_trainable(self.backbone, False)
         if self.freeze_classifier:
-            self.classifier.trainable = False
+            set_trainable(self.classifier, False)
         self.compile(optimizer=keras.optimizers.AdamW(1e-3))
 
     def build(self, input_shape):
