@@ -3,6 +3,7 @@
     KERAS_BACKEND=jax python benchmarks/run_all.py [--quick]
         [--dtype float32|bfloat16] [--batch-size 4] [--repeats 5]
         [--only hydra lora moe sparse_moe metrics] [--json PATH]
+    KERAS_BACKEND=torch python benchmarks/run_all.py --torch-compile
 
 One table, every ratio measured within this run, on one device (named in
 the first line). The models are ViT-B/16 sized (224 px, 12 blocks, 12
@@ -40,7 +41,11 @@ Sections (each row's ratio is against the first row of its section):
   against scikit-learn-based references; the largest difference is printed.
 
 Columns: forward ms (median of `--repeats` compiled calls: XLA under JAX
-and TensorFlow, eager under PyTorch), its ratio, peak forward memory (MiB
+and TensorFlow, eager under PyTorch unless `--torch-compile`, which
+compiles every forward and train step with `torch.compile` and prints,
+after each section, how many graphs dynamo compiled and how many graph
+breaks it met: one graph per model and step function is the goal), its
+ratio, peak forward memory (MiB
 beyond weights and inputs; see `timing.peak_memory_mb`: JAX reports it on
 every device, PyTorch and TensorFlow only on GPUs), one optimizer step
 (`train_on_batch`, AdamW) in ms and its ratio, and the peak memory of a
@@ -61,7 +66,8 @@ import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 
 import ensemble_zoo as ez  # noqa: E402
-from timing import compiled_call  # noqa: E402 (same folder)
+import timing  # noqa: E402 (same folder)
+from timing import compiled_call  # noqa: E402
 from timing import device_name  # noqa: E402
 from timing import interleaved_ms  # noqa: E402
 from timing import peak_memory_mb  # noqa: E402
@@ -88,7 +94,7 @@ SIZES = {
 
 
 def jit_compile():
-    return keras.config.backend() != "torch"
+    return keras.config.backend() != "torch" or timing.TORCH_COMPILE["enabled"]
 
 
 def single_vit(size, seed=0):
@@ -348,9 +354,16 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--json", default=None, help="also write the rows here")
+    parser.add_argument(
+        "--torch-compile", action="store_true",
+        help="PyTorch: torch.compile every forward and train step",
+    )
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error("--batch-size must be >= 1")
+    if args.torch_compile and keras.config.backend() != "torch":
+        parser.error("--torch-compile needs KERAS_BACKEND=torch")
+    timing.TORCH_COMPILE["enabled"] = args.torch_compile
     size = SIZES["quick" if args.quick else "full"]
     repeats = args.repeats or (2 if args.quick else 5)
     if args.dtype == "bfloat16":
@@ -359,15 +372,19 @@ def main(argv=None):
     print(
         f"device: {device}; backend {keras.config.backend()}; dtype {args.dtype}; "
         f"{'quick (tiny ViT)' if args.quick else 'ViT-B/16'}; batch {args.batch_size}; "
-        f"median of {repeats}"
+        f"median of {repeats}{'; torch.compile' if args.torch_compile else ''}"
     )
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(args.batch_size,) + size["vit"]["image_shape"]).astype("float32")
     y = (np.arange(args.batch_size) % size["classes"]).astype("int32")
     builders = {"hydra": hydra_section, "lora": lora_section, "moe": moe_section}
     rows = []
+    compiles = {}
     for name in args.only:
         start = time.perf_counter()
+        before = len(rows)
+        if args.torch_compile:
+            graphs, breaks = timing.torch_compile_counts()
         if name in builders:
             rows += builders[name](size).run(x, y, repeats)
         elif name == "sparse_moe":
@@ -377,7 +394,15 @@ def main(argv=None):
                 rows += section.run(tokens_in, None, repeats)
         else:
             rows += metrics_rows(size, repeats)
-        print(f"[{name}: {time.perf_counter() - start:.0f} s]", flush=True)
+        note = ""
+        if args.torch_compile:
+            graphs_now, breaks_now = timing.torch_compile_counts()
+            compiles[name] = {"graphs": graphs_now - graphs, "graph_breaks": breaks_now - breaks}
+            note = (
+                f"; torch.compile: {compiles[name]['graphs']} graphs for "
+                f"{len(rows) - before} rows, {compiles[name]['graph_breaks']} graph breaks"
+            )
+        print(f"[{name}: {time.perf_counter() - start:.0f} s{note}]", flush=True)
     print_table(rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -385,7 +410,9 @@ def main(argv=None):
                 {
                     "device": device, "backend": keras.config.backend(),
                     "dtype": args.dtype, "quick": args.quick,
-                    "batch_size": args.batch_size, "repeats": repeats, "rows": rows,
+                    "batch_size": args.batch_size, "repeats": repeats,
+                    "torch_compile": compiles if args.torch_compile else None,
+                    "rows": rows,
                 },
                 f, indent=1,
             )

@@ -12,7 +12,8 @@ def compiled_call(model):
     `jax.jit` of `stateless_call` under JAX (compiled ahead of time once per
     input shape, with the weights as arguments, not constants),
     `tf.function(jit_compile=True)` under TensorFlow, eager
-    `torch.no_grad()` under PyTorch. Returns NumPy, so the time includes
+    `torch.no_grad()` under PyTorch (`torch.compile` with
+    `TORCH_COMPILE["enabled"]`). Returns NumPy, so the time includes
     waiting for the result. Under JAX the function has a `compiled(x)`
     attribute giving the executable for `x`'s shape (its
     `memory_analysis()` is what `peak_memory_mb` reports).
@@ -48,13 +49,31 @@ def compiled_call(model):
         return lambda x: keras.tree.map_structure(lambda t: t.numpy(), fn(x))
     import torch
 
+    forward = lambda x: model(x, training=False)  # noqa: E731
+    if TORCH_COMPILE["enabled"]:
+        forward = torch.compile(forward)
+
     def call(x):
         with torch.no_grad():
-            return keras.tree.map_structure(
-                keras.ops.convert_to_numpy, model(x, training=False)
-            )
+            return keras.tree.map_structure(keras.ops.convert_to_numpy, forward(x))
 
     return call
+
+
+#: Under PyTorch, whether `compiled_call` uses `torch.compile` (set by
+#: `run_all.py --torch-compile`; eager otherwise).
+TORCH_COMPILE = {"enabled": False}
+
+
+def torch_compile_counts():
+    """`(graphs, graph_breaks)` dynamo has compiled and met so far in this
+    process (PyTorch); every recompilation is one more graph."""
+    from torch._dynamo.utils import counters
+
+    return (
+        int(counters["stats"]["unique_graphs"]),
+        int(sum(counters["graph_break"].values())),
+    )
 
 
 def interleaved_ms(groups, x, repeats, *args):

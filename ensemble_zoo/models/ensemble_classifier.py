@@ -10,7 +10,7 @@ from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import static_shape
 
 
-class EnsembleClassifier(keras.Model):
+class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
     """Base class of every ensemble classifier in the zoo.
 
     A subclass implements `call_members(inputs, training=None)`, returning

@@ -146,40 +146,171 @@ def _patch_jax_float16_attention_on_cpu():
     jax_nn.dot_product_attention = dot_product_attention
 
 
-def _patch_torch_flash_attention_check():
-    """Keeps `keras.ops.dot_product_attention` traceable by `torch.compile`.
+def _patch_torch_for_compile():
+    """Keeps two Keras torch-backend helpers traceable by `torch.compile`.
 
-    With `flash_attention=None` (the default of every `MultiHeadAttention`,
-    so of every keras-hub attention), Keras' torch backend asks
-    `torch.backends.cuda.can_use_flash_attention(SDPAParams(...))` on each
-    call. Dynamo cannot trace the `SDPAParams` extension type: it breaks the
-    graph inside Keras' `name_scope` context manager, which makes it give up
-    on every enclosing frame, so a compiled model runs mostly eagerly (and
-    the deep ensemble's member loop crashed dynamo with `NameError:
-    ___tuple_iterator_getitem`). While dynamo traces, this returns `False`
-    ("do not force the flash kernel") without building `SDPAParams`;
-    `scaled_dot_product_attention` still picks the flash or memory-efficient
-    kernel by itself when the inputs allow it, so outputs and kernels are
-    unchanged. Eager calls and `flash_attention=True` keep Keras' check.
+    Both made dynamo break the graph inside Keras' `name_scope` context
+    manager, which makes it give up on every enclosing frame: a compiled
+    model then ran mostly eagerly, layer by layer, recompiling per layer
+    until dynamo's limit (and the deep ensemble's member loop crashed dynamo
+    with `NameError: ___tuple_iterator_getitem`).
+
+    - `dot_product_attention` with `flash_attention=None` (the default of
+      every `MultiHeadAttention`, so of every keras-hub attention) builds a
+      `torch.backends.cuda.SDPAParams` extension object on each call to ask
+      whether to force the flash kernel. While dynamo traces, the answer is
+      `False` ("do not force it"): `scaled_dot_product_attention` still
+      picks the flash or memory-efficient kernel by itself when the inputs
+      allow it, so outputs and kernels are unchanged.
+    - Seeded random ops (the V-MoE router's training noise, seeded dropout,
+      MC dropout) draw from a `torch.Generator`, which dynamo cannot trace
+      (Keras marks the helper `torch.compiler.disable`). While dynamo
+      traces, they draw from torch's global generator instead, which
+      compiled graphs support and `keras.utils.set_random_seed` seeds; a
+      compiled step's noise is then reproducible but not the same numbers
+      as the eager step's.
+
+    Eager calls keep Keras' code paths.
     """
+    import torch
     from keras.src.backend.torch import nn as torch_nn
+    from keras.src.backend.torch import random as torch_random
 
-    original = torch_nn._can_use_flash_attention
-    if getattr(original, "_ensemble_zoo_patch", False):
-        return
+    can_use_flash = torch_nn._can_use_flash_attention
+    if not getattr(can_use_flash, "_ensemble_zoo_patch", False):
 
-    def _can_use_flash_attention(*args, raise_error=False, **kwargs):
-        import torch
+        def _can_use_flash_attention(*args, raise_error=False, **kwargs):
+            if not raise_error and torch.compiler.is_compiling():
+                return False
+            return can_use_flash(*args, raise_error=raise_error, **kwargs)
 
-        if not raise_error and torch.compiler.is_compiling():
-            return False
-        return original(*args, raise_error=raise_error, **kwargs)
+        _can_use_flash_attention._ensemble_zoo_patch = True
+        torch_nn._can_use_flash_attention = _can_use_flash_attention
 
-    _can_use_flash_attention._ensemble_zoo_patch = True
-    torch_nn._can_use_flash_attention = _can_use_flash_attention
+    seed_generator = torch_random.torch_seed_generator
+    if not getattr(seed_generator, "_ensemble_zoo_patch", False):
+
+        def torch_seed_generator(seed):
+            if torch.compiler.is_compiling():
+                return None  # torch's global generator
+            return seed_generator(seed)
+
+        torch_seed_generator._ensemble_zoo_patch = True
+        torch_random.torch_seed_generator = torch_seed_generator
+
+
+def _prepare_torch_compiled_training(model):
+    """Keras' torch train step starts with `zero_grad()`, which reads
+    whether each parameter has a gradient, and AdamW's weight decay fills a
+    cache on its first update: dynamo guards on both, so the first step (no
+    gradients, empty cache) and every later one compiled separately.
+    Giving every trainable variable a zero gradient (which `zero_grad`
+    drops before the step computes anything) and filling the cache first
+    makes the first step look like the others."""
+    import torch
+
+    optimizer = getattr(model, "optimizer", None)
+    variables = model.trainable_variables
+    if optimizer is not None and hasattr(optimizer, "_use_weight_decay"):
+        for variable in variables:
+            optimizer._use_weight_decay(variable)
+    with torch.no_grad():
+        for variable in variables:
+            value = variable.value
+            if value.grad is None:
+                value.grad = torch.zeros_like(value)
+
+
+def _after_one_eager_call(model, step):
+    """`step`, whose first call runs `model` eagerly on the batch first.
+
+    A layer's first call sets Python state (its name-scope parent path,
+    `_called`) that dynamo guards on, so a step traced on the first batch
+    failed its guards on the second and compiled again. The eager call (in
+    inference mode, without gradients) sets that state before the trace.
+    """
+    import torch
+
+    done = []
+
+    def first_call_eagerly(data):
+        if not done:
+            done.append(True)
+            x, _, _ = keras.utils.unpack_x_y_sample_weight(data[0])
+            with torch.no_grad():
+                model(x, training=False)
+        return step(data)
+
+    return first_call_eagerly
+
+
+class TorchCompileMixin:
+    """Makes `compile(jit_compile=True)` compile once per step and shape
+    under PyTorch; a no-op under JAX and TensorFlow.
+
+    With the patches above (no graph break in attention or random ops),
+    what is left is Python-side state that Keras and its optimizers set on
+    the first call or the first update, or keep from one step to the next,
+    and that dynamo guards on: each step function was traced on the first
+    batch, again on the second, and (with auxiliary losses) on every
+    step until dynamo's limit of 8. This mixin (before `keras.Model` in the
+    bases) sets that state first and clears what a step leaves behind: see
+    `_prepare_torch_compiled_training`, `_after_one_eager_call` and
+    `compute_loss`. A step
+    still compiles again for a new batch shape (an odd last batch), as
+    `torch.compile` does for any function.
+    """
+
+    def _torch_compiles(self):
+        return backend() == "torch" and self._should_torch_compile()
+
+    def compute_loss(
+        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
+    ):
+        loss = super().compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
+        )
+        if self._torch_compiles():
+            # Layers' `add_loss` tensors (the MoE auxiliary losses) stay in
+            # their lists until the next call clears them, and dynamo
+            # guards on those lists: every step saw the previous step's
+            # tensor and compiled again. They are summed into `loss` now.
+            self._clear_losses()
+        return loss
+
+    def make_train_function(self, force=False):
+        if backend() != "torch":
+            return super().make_train_function(force=force)
+        if self.train_function is not None and not force:
+            return self.train_function
+        super().make_train_function(force=force)
+        if self._torch_compiles():
+            _prepare_torch_compiled_training(self)
+            self.train_function = _after_one_eager_call(self, self.train_function)
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        if backend() != "torch":
+            return super().make_test_function(force=force)
+        if self.test_function is not None and not force:
+            return self.test_function
+        super().make_test_function(force=force)
+        if self._torch_compiles():
+            self.test_function = _after_one_eager_call(self, self.test_function)
+        return self.test_function
+
+    def make_predict_function(self, force=False):
+        if backend() != "torch":
+            return super().make_predict_function(force=force)
+        if self.predict_function is not None and not force:
+            return self.predict_function
+        super().make_predict_function(force=force)
+        if self._torch_compiles():
+            self.predict_function = _after_one_eager_call(self, self.predict_function)
+        return self.predict_function
 
 
 if backend() == "jax":
     _patch_jax_float16_attention_on_cpu()
 elif backend() == "torch":
-    _patch_torch_flash_attention_check()
+    _patch_torch_for_compile()

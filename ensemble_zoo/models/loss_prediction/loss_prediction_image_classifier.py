@@ -33,7 +33,7 @@ def loss_prediction_objective(
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LossPredictionImageClassifier(keras.Model):
+class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model):
     """A ViT classifier with a loss-prediction uncertainty head (paper 003).
 
     "Pretrained Visual Uncertainties" (Kirchhof et al.): a

@@ -1,0 +1,192 @@
+"""`compile(jit_compile=True)` under PyTorch (Keras' torch.compile path).
+
+Issue 14: dynamo broke the graph inside every keras-hub attention (the
+flash-attention check) and at every seeded random op (V-MoE router noise),
+fell back to eager layer by layer, recompiled until its limit, crashed on
+the deep ensemble's member loop, and traced each train step twice. Each
+model here must predict and train with one graph per step function and
+input shape, no graph break but Keras' own `loss.backward()`, and the
+numbers of eager execution.
+
+Most checks run dynamo with its `eager` backend (the captured graph runs
+without code generation), which is where graph breaks, guards and
+recompiles happen, in seconds; one test compiles with inductor, the
+default backend, and compares with eager execution.
+"""
+
+import functools
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import ensemble_zoo as ez
+from conftest import BACKEND
+
+pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="torch.compile")
+
+if BACKEND == "torch":
+    import torch
+    from torch._dynamo.utils import counters
+
+
+def tiny_vit(seed=0):
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(8, 8, 1), patch_size=4, num_layers=1, num_heads=4,
+        hidden_dim=16, mlp_dim=32,
+    )
+    return keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=8, preprocessor=None
+    )
+
+
+def deep_ensemble():
+    return ez.models.DeepEnsembleClassifier.from_model(tiny_vit(), 2)
+
+
+def hydra():
+    masks = np.ones((2, 1, 4), "float32")
+    masks[0, :, 0] = masks[1, :, 3] = 0.0
+    return ez.models.HydraImageClassifier.from_keras_hub(tiny_vit(), masks)
+
+
+def lora_ensemble():
+    return ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
+        tiny_vit(), num_members=2, rank=2
+    )
+
+
+def e3_with_router_noise():
+    return ez.models.ViTMoEImageClassifier.from_keras_hub(
+        tiny_vit(), num_experts=4, num_selected_experts=1, moe_layers=[0],
+        ensemble_size=2, seed=0,
+    )
+
+
+def loss_prediction():
+    return ez.models.LossPredictionImageClassifier.from_keras_hub(
+        tiny_vit(), head_hidden_units=(8, 8), freeze_backbone=True,
+        freeze_classifier=True,
+    )
+
+
+def data():
+    x, y = ez.datasets.load_arrays("digits", "train")
+    return x[:24], y[:24]
+
+
+def first(outputs):
+    return outputs["logits"] if isinstance(outputs, dict) else outputs
+
+
+def weights(model):
+    return [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
+
+
+def predict(make, jit_compile):
+    model = make()
+    model.compile(jit_compile=jit_compile)
+    x, _ = data()
+    first_pass = first(model.predict(x, batch_size=12, verbose=0))
+    again = first(model.predict(x, batch_size=12, verbose=0))
+    np.testing.assert_array_equal(again, first_pass)
+    return first_pass
+
+
+def train(make, jit_compile, optimizer=None):
+    model = make()
+    keras.utils.set_random_seed(1)
+    model.compile(
+        optimizer=optimizer or keras.optimizers.AdamW(1e-3), jit_compile=jit_compile
+    )
+    x, y = data()
+    model.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
+    graphs = counters["stats"]["unique_graphs"]
+    model.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
+    return {
+        "graphs_first_epoch": graphs,
+        "graphs": counters["stats"]["unique_graphs"],
+        "weights": weights(model),
+        "breaks": dict(counters["graph_break"]),
+        "model": model,
+    }
+
+
+@pytest.fixture
+def dynamo_backend(monkeypatch):
+    """Sets the backend Keras' `torch.compile(step)` calls use."""
+    compile_fn = torch.compile
+
+    def use(name):
+        monkeypatch.setattr(torch, "compile", functools.partial(compile_fn, backend=name))
+        torch._dynamo.reset()
+        counters.clear()
+
+    yield use
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [deep_ensemble, hydra, lora_ensemble, e3_with_router_noise, loss_prediction],
+    ids=["deep_ensemble", "hydra", "lora_ensemble", "e3", "loss_prediction"],
+)
+def test_predict_compiles_one_graph_and_matches_eager(dynamo_backend, make):
+    eager = predict(make, jit_compile=False)
+    dynamo_backend("eager")
+    compiled = predict(make, jit_compile=True)
+    # Two predicts of two batches each: one graph, no graph break.
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    np.testing.assert_allclose(compiled, eager, atol=1e-5)
+
+
+def check_train_step_compiled_once(run):
+    # The second epoch compiles nothing new, and the only graph break is
+    # Keras' `loss.backward()` in its train step.
+    assert run["graphs"] == run["graphs_first_epoch"] > 0
+    assert run["breaks"], "expected the train step's backward() break"
+    assert all("backward" in reason for reason in run["breaks"]), run["breaks"]
+
+
+def test_training_with_router_noise_compiles_once(dynamo_backend):
+    """E3: routing noise (a seeded random op), auxiliary losses, AdamW."""
+    dynamo_backend("eager")
+    run = train(e3_with_router_noise, jit_compile=True)
+    check_train_step_compiled_once(run)
+    x, _ = data()
+    out = keras.ops.convert_to_numpy(run["model"](x, training=False))
+    before = keras.ops.convert_to_numpy(e3_with_router_noise()(x, training=False))
+    assert np.isfinite(out).all() and np.abs(out - before).max() > 1e-4  # it trained
+
+
+def test_loss_prediction_training_compiles_once_and_matches_eager(dynamo_backend):
+    """Its own `compute_loss` and a frozen backbone, AdamW."""
+    eager = train(loss_prediction, jit_compile=False)
+    dynamo_backend("eager")
+    compiled = train(loss_prediction, jit_compile=True)
+    check_train_step_compiled_once(compiled)
+    for a, b in zip(compiled["weights"], eager["weights"]):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_inductor_predictions_and_training_match_eager(dynamo_backend):
+    """The default backend (inductor's generated code) on the deep
+    ensemble, whose member loop crashed dynamo before. Predictions agree
+    to 1e-5; after two AdamW epochs the weights agree to 5e-5, because
+    Adam's normalized steps (size ~ learning rate) turn round-off in
+    near-zero gradients into larger differences. (Keras' torch SGD passes
+    its learning-rate tensor as a Python scalar, an extra graph break.)"""
+    eager_predictions = predict(deep_ensemble, jit_compile=False)
+    eager = train(deep_ensemble, jit_compile=False)
+    dynamo_backend("inductor")
+    np.testing.assert_allclose(
+        predict(deep_ensemble, jit_compile=True), eager_predictions, atol=1e-5
+    )
+    compiled = train(deep_ensemble, jit_compile=True)
+    check_train_step_compiled_once(compiled)
+    for a, b in zip(compiled["weights"], eager["weights"]):
+        np.testing.assert_allclose(a, b, atol=5e-5)
