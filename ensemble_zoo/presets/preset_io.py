@@ -7,17 +7,30 @@ A preset directory holds:
   which is built with random weights);
 - `metadata.json`: `name`, `description`, `kind` (`"trained"` or
   `"architecture"`), `class_name`, `num_members`, `num_classes`,
-  `parameter_count`, versions and optional `metrics`.
+  `parameter_count`, `weights_sha256` (the SHA-256 of the weights file),
+  versions and optional `metrics`.
+
+Loading checks every file before it builds anything it returns: valid
+JSON objects, a registered `keras.Model` class, `kind` consistent with the
+presence of weights, the weights file's checksum, variable paths, shapes
+and dtypes against the model, and finite values; each failure is a
+`PresetError` that names the file. Saving writes into a temporary
+directory and moves the finished files into place, so a failed save
+leaves the previous preset as it was.
 """
 
 import datetime
+import hashlib
+import importlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 import warnings
 
 import keras
+import numpy as np
 
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.parameters import parameter_count
@@ -95,24 +108,69 @@ def preset_metadata(preset):
     return _read_json(get_preset_path(preset), METADATA_FILE)
 
 
-def _h5_shapes(path):
+def _h5_datasets(path):
+    """`{variable path: (shape, dtype)}` of an HDF5 weights file."""
     import h5py
 
-    shapes = {}
+    found = {}
 
     def visit(name, obj):
         if isinstance(obj, h5py.Dataset):
-            shapes[name] = tuple(obj.shape)
+            found[name] = (tuple(obj.shape), np.dtype(obj.dtype).name)
 
     with h5py.File(path, "r") as f:
         f.visititems(visit)
-    return shapes
+    return found
 
 
-def _check_weights_file(model, path):
-    """Compares the file's variables with the model's, by path and shape."""
+def _non_finite_variables(path):
+    """Paths of floating-point variables holding NaN or infinity."""
+    import h5py
+
+    bad = []
+
+    def visit(name, obj):
+        if (
+            isinstance(obj, h5py.Dataset)
+            and np.issubdtype(obj.dtype, np.floating)
+            and not _is_optimizer_state(name)
+            and not np.isfinite(obj[()]).all()
+        ):
+            bad.append(name)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return bad
+
+
+def file_sha256(path):
+    """The SHA-256 hex digest of a file (`weights_sha256` in metadata)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_weights_file(model, path, sha256=None):
+    """Checks the file's checksum (when the metadata records one), then its
+    variables against the model's by path, shape and dtype, then that they
+    are finite."""
+    if sha256 is not None:
+        if not isinstance(sha256, str):
+            raise PresetError(
+                f"Damaged preset: `weights_sha256` in the metadata.json next "
+                f"to {path} must be a hex string; got {sha256!r}."
+            )
+        actual = file_sha256(path)
+        if actual != sha256:
+            raise PresetError(
+                f"Damaged preset: {path} has SHA-256 {actual[:16]}..., but "
+                f"metadata.json records {sha256[:16]}...: the file was "
+                "changed or corrupted after the preset was saved."
+            )
     try:
-        found = _h5_shapes(path)
+        found = _h5_datasets(path)
     except OSError as e:
         raise PresetError(
             f"Damaged preset: {path} is not a readable HDF5 weights file "
@@ -122,22 +180,25 @@ def _check_weights_file(model, path):
         reference = os.path.join(tmp, WEIGHTS_FILE)
         model.save_weights(reference)
         expected = {
-            k: v for k, v in _h5_shapes(reference).items()
+            k: v for k, v in _h5_datasets(reference).items()
             if not _is_optimizer_state(k)
         }
     found = {k: v for k, v in found.items() if not _is_optimizer_state(k)}
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
-    wrong = sorted(
-        k for k in set(expected) & set(found) if expected[k] != found[k]
-    )
-    problems = []
-    if wrong:
-        problems += [
-            f"variable {k!r} has shape {found[k]}, the model expects "
-            f"{expected[k]}"
-            for k in wrong[:5]
-        ]
+    common = sorted(set(expected) & set(found))
+    wrong = [k for k in common if expected[k][0] != found[k][0]]
+    retyped = [k for k in common if k not in wrong and expected[k][1] != found[k][1]]
+    problems = [
+        f"variable {k!r} has shape {found[k][0]}, the model expects "
+        f"{expected[k][0]}"
+        for k in wrong[:5]
+    ]
+    problems += [
+        f"variable {k!r} has dtype {found[k][1]}, the model expects "
+        f"{expected[k][1]}"
+        for k in retyped[:5]
+    ]
     if missing:
         problems.append(
             f"{len(missing)} variable(s) missing, e.g. {missing[:3]}"
@@ -150,6 +211,12 @@ def _check_weights_file(model, path):
         raise PresetError(
             f"Damaged preset: {path} does not match the model in its "
             f"config.json: " + "; ".join(problems) + "."
+        )
+    non_finite = _non_finite_variables(path)
+    if non_finite:
+        raise PresetError(
+            f"Damaged preset: {path} holds NaN or infinite values in "
+            f"{len(non_finite)} variable(s), e.g. {non_finite[:3]}."
         )
 
 
@@ -225,18 +292,45 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
     _import_config_packages(json.dumps(config))
     registered_name = config.get("registered_name") or config["class_name"]
     preset_cls = keras.saving.get_registered_object(registered_name)
+    module = config.get("module")
+    if preset_cls is None and isinstance(module, str) and module.split(".")[0] == "keras":
+        try:  # Keras' own classes (`keras.layers.Dense`) are not registered
+            preset_cls = getattr(importlib.import_module(module), config["class_name"], None)
+        except ImportError:
+            preset_cls = None
     if preset_cls is None:
         raise PresetError(
             f"Damaged preset: {config_path} names the class "
             f"{registered_name!r}, which is not registered with Keras."
         )
+    if not (isinstance(preset_cls, type) and issubclass(preset_cls, keras.Model)):
+        raise PresetError(
+            f"Damaged preset: {config_path} holds a "
+            f"{getattr(preset_cls, '__name__', registered_name)}, which is "
+            "not a keras.Model; a preset's config.json is the serialized "
+            "model."
+        )
     if cls is not None and not issubclass(preset_cls, cls):
         raise PresetError(
             f"Preset {preset!r} holds a {preset_cls.__name__}, not a "
-            f"{cls.__name__}. Load it with "
-            f"{preset_cls.__name__}.from_preset({preset!r}) or "
-            f"ensemble_zoo.models.EnsembleClassifier.from_preset(...)."
+            f"{cls.__name__}. Load it with {_loader_hint(preset, preset_cls)}."
         )
+    kind = metadata.get("kind", "trained")
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    metadata_path = os.path.join(directory, METADATA_FILE)
+    if kind not in KINDS:
+        raise PresetError(
+            f"Damaged preset: {metadata_path} has kind {kind!r}; expected "
+            f"one of {KINDS}."
+        )
+    if kind == "architecture" and os.path.exists(weights_path):
+        raise PresetError(
+            f"Damaged preset: {metadata_path} says kind 'architecture' (random "
+            f"weights), but {weights_path} exists. Set kind to 'trained' to "
+            "load those weights, or delete the file."
+        )
+    if load_weights and kind == "trained" and not os.path.isfile(weights_path):
+        raise PresetError(f"Damaged preset: {weights_path} is missing.")
     policy = _policy_name(dtype)
     config = _with_dtype_policy(config, policy)
     previous = keras.config.dtype_policy()
@@ -251,12 +345,8 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
         ) from e
     finally:
         keras.config.set_dtype_policy(previous)
-    kind = metadata.get("kind", "trained")
-    if load_weights and kind != "architecture":
-        weights_path = os.path.join(directory, WEIGHTS_FILE)
-        if not os.path.isfile(weights_path):
-            raise PresetError(f"Damaged preset: {weights_path} is missing.")
-        _check_weights_file(model, weights_path)
+    if load_weights and kind == "trained":
+        _check_weights_file(model, weights_path, metadata.get("weights_sha256"))
         try:
             with warnings.catch_warnings():
                 # Presets carry no optimizer state (see save_preset).
@@ -270,6 +360,17 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
                 f"({type(e).__name__}: {e})."
             ) from e
     return model
+
+
+KINDS = ("trained", "architecture")
+
+
+def _loader_hint(preset, preset_cls):
+    """Calls that load a preset of class `preset_cls`."""
+    calls = f"ensemble_zoo.presets.load_preset({preset!r})"
+    if preset_cls.__module__.startswith("ensemble_zoo") and hasattr(preset_cls, "from_preset"):
+        calls = f"ensemble_zoo.models.{preset_cls.__name__}.from_preset({preset!r}) or " + calls
+    return calls
 
 
 def _is_optimizer_state(path):
@@ -299,33 +400,63 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
 
     With `include_weights=False` the preset is an *architecture* preset
     (`kind: "architecture"` in its metadata): `from_preset` builds it with
-    freshly initialized weights.
+    freshly initialized weights. The metadata records the weights file's
+    SHA-256, which loading checks.
+
+    Every file is first written to a temporary directory next to
+    `preset_dir` and moved into place only when all of them are complete:
+    a save that fails (e.g. on metadata that is not JSON-serializable)
+    leaves an existing preset in `preset_dir` unchanged.
     """
     from ensemble_zoo import __version__
 
     preset_dir = os.fspath(preset_dir)
-    os.makedirs(preset_dir, exist_ok=True)
+    if os.path.exists(preset_dir) and not os.path.isdir(preset_dir):
+        raise PresetError(f"`preset_dir` {preset_dir!r} exists and is not a directory.")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"`metadata` must be a dict or None; got {type(metadata).__name__}.")
     config = keras.saving.serialize_keras_object(model)
     for key in ("compile_config", "build_config"):
         config.pop(key, None)
-    with open(os.path.join(preset_dir, CONFIG_FILE), "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
-    if include_weights:
-        weights_path = os.path.join(preset_dir, WEIGHTS_FILE)
-        model.save_weights(weights_path)
-        _strip_optimizer_state(weights_path)
-    content = {
-        "name": os.path.basename(os.path.normpath(preset_dir)),
-        "kind": "trained" if include_weights else "architecture",
-        "class_name": type(model).__name__,
-        "num_members": getattr(model, "num_members", None),
-        "num_classes": getattr(model, "num_classes", None),
-        "parameter_count": parameter_count(model),
-        "keras_version": keras.__version__,
-        "ensemble_zoo_version": __version__,
-        "backend": keras.config.backend(),
-        "date_saved": datetime.date.today().isoformat(),
-    }
-    content.update(metadata or {})
-    with open(os.path.join(preset_dir, METADATA_FILE), "w") as f:
-        json.dump(content, f, indent=2, sort_keys=True)
+    parent = os.path.dirname(os.path.abspath(preset_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".preset-", dir=parent)
+    try:
+        config_text = json.dumps(config, indent=2, sort_keys=True)
+        content = {
+            "name": os.path.basename(os.path.normpath(preset_dir)),
+            "kind": "trained" if include_weights else "architecture",
+            "class_name": type(model).__name__,
+            "num_members": getattr(model, "num_members", None),
+            "num_classes": getattr(model, "num_classes", None),
+            "parameter_count": parameter_count(model),
+            "keras_version": keras.__version__,
+            "ensemble_zoo_version": __version__,
+            "backend": keras.config.backend(),
+            "date_saved": datetime.date.today().isoformat(),
+        }
+        if include_weights:
+            weights_path = os.path.join(staging, WEIGHTS_FILE)
+            model.save_weights(weights_path)
+            _strip_optimizer_state(weights_path)
+            content["weights_sha256"] = file_sha256(weights_path)
+        content.update(metadata or {})
+        try:
+            metadata_text = json.dumps(content, indent=2, sort_keys=True)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"`metadata` must be JSON-serializable ({e}); the preset in "
+                f"{preset_dir} was not changed."
+            ) from e
+        with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as f:
+            f.write(config_text)
+        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
+            f.write(metadata_text)
+        os.makedirs(preset_dir, exist_ok=True)
+        if not include_weights and os.path.exists(os.path.join(preset_dir, WEIGHTS_FILE)):
+            os.remove(os.path.join(preset_dir, WEIGHTS_FILE))
+        for name in (WEIGHTS_FILE, CONFIG_FILE, METADATA_FILE):
+            if os.path.exists(os.path.join(staging, name)):
+                os.replace(os.path.join(staging, name), os.path.join(preset_dir, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -175,6 +175,7 @@ def test_weights_of_the_wrong_shape_are_named(saved, tmp_path):
         os.path.join(other_path, "model.weights.h5"),
         os.path.join(path, "model.weights.h5"),
     )
+    _edit_metadata(path, lambda m: m.pop("weights_sha256"))  # past the checksum
     with pytest.raises(PresetError, match=r"model.weights.h5.*shape \(64, 32\)"):
         EnsembleClassifier.from_preset(path)
 
@@ -183,6 +184,7 @@ def test_weights_file_that_is_not_hdf5_is_named(saved):
     _, path = saved
     with open(os.path.join(path, "model.weights.h5"), "w") as f:
         f.write("not hdf5")
+    _edit_metadata(path, lambda m: m.pop("weights_sha256"))  # past the checksum
     with pytest.raises(PresetError, match="model.weights.h5 is not a readable"):
         EnsembleClassifier.from_preset(path)
 
@@ -260,3 +262,119 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
         to_np(keras.ops.softmax(low_out["logits"])), probs, policy
     )
     assert spearmanr(low_out["uncertainty"], out["uncertainty"]).statistic > 0.99
+
+
+# === Integrity (issue 15): damaged weights and metadata are named ===
+
+
+def _edit_weights(path, edit, keep_checksum=False):
+    """Applies `edit(h5py_file)` to a saved preset's weights; by default
+    also drops the checksum so the later checks are reached."""
+    import h5py
+
+    with h5py.File(os.path.join(path, "model.weights.h5"), "a") as f:
+        edit(f)
+    if not keep_checksum:
+        _edit_metadata(path, lambda m: m.pop("weights_sha256"))
+
+
+def _edit_metadata(path, edit):
+    metadata_path = os.path.join(path, "metadata.json")
+    with open(metadata_path) as f:
+        metadata = json.load(f)
+    edit(metadata)
+    with open(metadata_path, "w") as f:
+        json.dump(metadata, f)
+
+
+def _first_kernel(f):
+    names = []
+    f.visit(lambda n: names.append(n) if n.endswith("vars/0") else None)
+    return names[0]
+
+
+def test_changed_weights_fail_the_checksum(saved):
+    _, path = saved
+    weights = os.path.join(path, "model.weights.h5")
+    assert ez.presets.preset_metadata(path)["weights_sha256"] == (
+        ez.presets.preset_io.file_sha256(weights)
+    )
+    data = bytearray(open(weights, "rb").read())
+    data[-100] ^= 0xFF  # one flipped byte
+    open(weights, "wb").write(bytes(data))
+    with pytest.raises(PresetError, match=r"model.weights.h5 has SHA-256 .*changed or corrupted"):
+        EnsembleClassifier.from_preset(path)
+
+
+def test_non_finite_weights_are_named(saved):
+    _, path = saved
+
+    def poison(f):
+        name = _first_kernel(f)
+        values = f[name][()]
+        values[0, 0] = np.nan
+        f[name][...] = values
+
+    _edit_weights(path, poison)
+    with pytest.raises(PresetError, match=r"model.weights.h5 holds NaN or infinite values in 1"):
+        EnsembleClassifier.from_preset(path)
+
+
+def test_retyped_weights_are_named(saved):
+    _, path = saved
+
+    def retype(f):
+        name = _first_kernel(f)
+        values = f[name][()]
+        del f[name]
+        f.create_dataset(name, data=values.astype("float16"))
+
+    _edit_weights(path, retype)
+    with pytest.raises(PresetError, match=r"model.weights.h5.*dtype float16, the model expects float32"):
+        EnsembleClassifier.from_preset(path)
+
+
+def test_kind_must_match_the_weights(saved):
+    _, path = saved
+    _edit_metadata(path, lambda m: m.update(kind="architecture"))
+    with pytest.raises(PresetError, match=r"metadata.json says kind 'architecture'.*model.weights.h5 exists"):
+        EnsembleClassifier.from_preset(path)
+    _edit_metadata(path, lambda m: m.update(kind="pretrained"))
+    with pytest.raises(PresetError, match=r"metadata.json has kind 'pretrained'"):
+        EnsembleClassifier.from_preset(path)
+
+
+def test_a_layer_config_is_not_a_preset(saved):
+    _, path = saved
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(keras.saving.serialize_keras_object(keras.layers.Dense(3)), f)
+    with pytest.raises(PresetError, match=r"config.json holds a Dense, which is not a keras.Model"):
+        ez.presets.load_preset(path)
+
+
+def test_class_mismatch_suggests_a_call_that_works(saved):
+    model, path = saved
+    with pytest.raises(PresetError) as info:
+        ez.models.LossPredictionImageClassifier.from_preset(path)
+    message = str(info.value)
+    assert f"ensemble_zoo.models.DeepEnsembleClassifier.from_preset({path!r})" in message
+    assert f"ensemble_zoo.presets.load_preset({path!r})" in message
+    restored = ez.models.DeepEnsembleClassifier.from_preset(path)
+    x = np.zeros((2, 8, 8, 1), "float32")
+    np.testing.assert_array_equal(to_np(restored(x)), to_np(model(x)))
+
+
+def test_failed_save_leaves_the_previous_preset_intact(saved):
+    model, path = saved
+    before = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)}
+    other = DeepEnsembleClassifier([mlp_member(5), mlp_member(6)])
+    with pytest.raises(TypeError, match="`metadata` must be JSON-serializable"):
+        other.save_to_preset(path, metadata={"created": object()})
+    after = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)}
+    assert after == before
+    assert not [n for n in os.listdir(os.path.dirname(path)) if n.startswith(".preset-")]
+    # Saving an architecture preset over a trained one removes the weights.
+    other.save_to_preset(path, include_weights=False)
+    assert sorted(os.listdir(path)) == ["config.json", "metadata.json"]
+    assert ez.presets.preset_metadata(path)["kind"] == "architecture"
+    EnsembleClassifier.from_preset(path)
