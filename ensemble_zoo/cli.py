@@ -94,6 +94,17 @@ def cmd_compare(args):
     return 0
 
 
+def _positive_int(text):
+    """argparse type: a positive int, checked before anything loads."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {value}")
+    return value
+
+
 def _parser():
     from ensemble_zoo import datasets
     from ensemble_zoo import presets
@@ -116,7 +127,7 @@ def _parser():
             help="dataset (default: the bundled digits); one of: "
             + ", ".join(datasets.list_datasets()),
         )
-        p.add_argument("--batch-size", type=int, default=256)
+        p.add_argument("--batch-size", type=_positive_int, default=256)
         p.add_argument("--data-dir", default=None, help="tfds data directory")
         p.add_argument(
             "--no-progress", action="store_true", help="hide progress bars"
