@@ -278,36 +278,28 @@ class TorchCompileMixin:
             self._clear_losses()
         return loss
 
-    def make_train_function(self, force=False):
+    def _make_step_function(self, kind, force, train=False):
+        make = getattr(super(), f"make_{kind}_function")
         if backend() != "torch":
-            return super().make_train_function(force=force)
-        if self.train_function is not None and not force:
-            return self.train_function
-        super().make_train_function(force=force)
+            return make(force=force)
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        make(force=force)
         if self._torch_compiles():
-            _prepare_torch_compiled_training(self)
-            self.train_function = _after_one_eager_call(self, self.train_function)
-        return self.train_function
+            if train:
+                _prepare_torch_compiled_training(self)
+            setattr(self, attribute, _after_one_eager_call(self, getattr(self, attribute)))
+        return getattr(self, attribute)
+
+    def make_train_function(self, force=False):
+        return self._make_step_function("train", force, train=True)
 
     def make_test_function(self, force=False):
-        if backend() != "torch":
-            return super().make_test_function(force=force)
-        if self.test_function is not None and not force:
-            return self.test_function
-        super().make_test_function(force=force)
-        if self._torch_compiles():
-            self.test_function = _after_one_eager_call(self, self.test_function)
-        return self.test_function
+        return self._make_step_function("test", force)
 
     def make_predict_function(self, force=False):
-        if backend() != "torch":
-            return super().make_predict_function(force=force)
-        if self.predict_function is not None and not force:
-            return self.predict_function
-        super().make_predict_function(force=force)
-        if self._torch_compiles():
-            self.predict_function = _after_one_eager_call(self, self.predict_function)
-        return self.predict_function
+        return self._make_step_function("predict", force)
 
 
 if backend() == "jax":
