@@ -187,3 +187,33 @@ def test_zero_initialized_head_cannot_learn():
     assert all(np.all(to_np(w) == 0) for w in model.uncertainty_head.weights)
     scores = model.predict(x[:64], verbose=0)["uncertainty"]
     assert np.all(scores == scores[0])
+
+
+def test_frozen_classifier_drops_the_cross_entropy_as_the_reference_does():
+    """`ce_loss_multiplier = 1 - freeze_classifier` in the authors' code: a
+    trainable backbone under a frozen classifier and no stop-gradient gets
+    the uncertainty loss's gradient only."""
+    keras.utils.set_random_seed(0)
+    model = LossPredictionImageClassifier.from_keras_hub(
+        vit(), head_hidden_units=(16, 16), freeze_classifier=True, stop_gradient=False
+    )
+    x, y = ez.datasets.load_arrays("digits", "train")
+    x, y = x[:16], y[:16]
+
+    def uncertainty_only(labels, outputs):
+        per_sample = keras.losses.sparse_categorical_crossentropy(
+            labels, outputs["logits"], from_logits=True
+        )
+        return ez.losses.pairwise_ranking_loss(
+            ops.stop_gradient(per_sample), outputs["uncertainty"], 0.1
+        )
+
+    def objective(labels, outputs):
+        return model.compute_loss(y=labels, y_pred=outputs)
+
+    variables = model.backbone.trainable_variables
+    expected = loss_gradients(model, uncertainty_only, x, y, variables)
+    actual = loss_gradients(model, objective, x, y, variables)
+    for a, b, v in zip(actual, expected, variables):
+        np.testing.assert_allclose(a, b, atol=1e-8, err_msg=v.path)
+    assert max(np.abs(g).max() for g in actual) > 0

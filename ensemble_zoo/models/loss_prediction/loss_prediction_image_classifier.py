@@ -64,8 +64,13 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
         uncertainty_loss: `"ranking"` (default) or `"mse"`.
         margin: float, the ranking hinge margin. Defaults to `0.1`.
         classification_weight: float. Defaults to `1.0`; it is ignored
-            (0) when both the backbone and the classifier are frozen (the
-            CE could not change anything then).
+            (0) whenever the classifier is frozen, as in the authors' code
+            (`ce_loss_multiplier = 1 - freeze_classifier`): a frozen
+            classifier means its predictions are the ones the uncertainty
+            is about, so a trainable backbone learns from the uncertainty
+            loss alone (with `stop_gradient=False`; with the stop-gradient
+            it does not change). Before, the CE was kept unless the
+            backbone was frozen too; the reference decides (issue 15).
         uncertainty_weight: float. Defaults to `1.0`.
         stop_gradient: bool, the head's stop-gradient. Defaults to `True`;
             `False` is the "vanilla loss prediction" ablation whose head
@@ -195,7 +200,7 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = loss_prediction_objective(
             y, y_pred["logits"], y_pred["uncertainty"],
-            0.0 if self.freeze_classifier and self.freeze_backbone else self.classification_weight,
+            0.0 if self.freeze_classifier else self.classification_weight,
             self.uncertainty_weight, self.uncertainty_loss, self.margin,
         )
         for extra in self.losses:
