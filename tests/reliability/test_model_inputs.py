@@ -59,3 +59,25 @@ def test_frozen_loss_prediction_preset_trains_only_its_head():
         v for layer in model.backbone._flatten_layers() for v in layer.trainable_variables
     ]
     assert backbone == []
+
+
+def test_loss_prediction_keeps_adamw_evaluates_odd_batches_and_predicts_uncertainty():
+    """Issue 15: `compile(jit_compile=...)` alone swapped AdamW for
+    RMSprop; `evaluate` failed on the odd last batch (289 = 4 x 64 + 33);
+    there was no `predict_uncertainty`."""
+    model = ez.models.LossPredictionImageClassifier.from_preset(
+        "loss_prediction_vit_tiny_digits"
+    )
+    model.compile(jit_compile=False)
+    assert type(model.optimizer).__name__ == "AdamW"
+    x, y = ez.datasets.load_arrays("digits", "test")
+    x, y = x[:65], y[:65]
+    loss = model.evaluate(x, y, batch_size=32, verbose=0)  # last batch of 1
+    assert np.isfinite(loss)
+    out = model.predict_uncertainty(x[:9])
+    reference = model.predict(x[:9], verbose=0)
+    np.testing.assert_allclose(out["uncertainty"], reference["uncertainty"], atol=1e-6)
+    z = reference["logits"].astype("float64")
+    expected = np.exp(z - z.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out["probabilities"], expected, atol=1e-6)

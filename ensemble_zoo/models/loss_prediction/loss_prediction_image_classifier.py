@@ -1,4 +1,5 @@
 import keras
+import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
@@ -8,6 +9,7 @@ from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
 
 UNCERTAINTY_LOSSES = ("ranking", "mse")
 POOLINGS = ("token", "gap", None)
@@ -17,13 +19,33 @@ def loss_prediction_objective(
     labels, logits, uncertainty, classification_weight, uncertainty_weight,
     uncertainty_loss, margin,
 ):
-    """`w_c * mean CE + w_u * L_u(stop_gradient(CE per sample), u)`."""
+    """`w_c * mean CE + w_u * L_u(stop_gradient(CE per sample), u)`.
+
+    The ranking loss pairs consecutive samples; in an odd batch the last
+    sample has no partner and only enters the CE term (the authors' code
+    raises instead, which made `evaluate` fail on the 289-image digits
+    test split at batch size 64)."""
     per_sample = keras.losses.sparse_categorical_crossentropy(
         labels, logits, from_logits=True
     )
     target = ops.stop_gradient(per_sample)
     if uncertainty_loss == "ranking":
-        unc = pairwise_ranking_loss(target, uncertainty, margin)
+        # An odd batch (the last one of an epoch or of `evaluate`) leaves
+        # its last sample out of the pairs; the CE counts it. The batch is
+        # static under JAX and PyTorch, possibly unknown in a TF graph.
+        batch = static_shape(target)[0]
+        if batch is None:
+            even = (ops.shape(target)[0] // 2) * 2
+            target = ops.slice(target, [0], [even])
+            uncertainty = ops.slice(uncertainty, [0], [even])
+            unc = ops.where(
+                even > 0, pairwise_ranking_loss(target, uncertainty, margin), 0.0
+            )
+        elif batch == 1:  # no pair at all: the ranking term is 0
+            unc = ops.zeros((), dtype=target.dtype)
+        else:
+            even = batch - batch % 2
+            unc = pairwise_ranking_loss(target[:even], uncertainty[:even], margin)
     else:
         unc = squared_error_loss(target, uncertainty)
     total = uncertainty_weight * unc
@@ -159,7 +181,7 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
             set_trainable(self.backbone, False)
         if self.freeze_classifier:
             set_trainable(self.classifier, False)
-        self.compile(optimizer=keras.optimizers.AdamW(1e-3))
+        self.compile()
 
     def build(self, input_shape):
         self.classifier.build((None, self.embedding_dim))
@@ -196,6 +218,42 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
                 f"{self.image_shape}; got {shape}."
             )
         return self.call_on_embeddings(self.embed(images, training=training))
+
+    def compile(self, optimizer="auto", **kwargs):
+        """Configures training; the loss is the model's own objective.
+
+        Args:
+            optimizer: `"auto"` (the default, also after construction)
+                means `keras.optimizers.AdamW(1e-3)`; calling
+                `compile(jit_compile=True)` alone keeps AdamW rather than
+                Keras' default RMSprop.
+            **kwargs: passed to `keras.Model.compile` (e.g. `jit_compile`).
+        """
+        if optimizer == "auto":
+            optimizer = keras.optimizers.AdamW(1e-3)
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def predict_uncertainty(self, x, batch_size=None, verbose=0):
+        """Class probabilities and the predicted loss (the uncertainty).
+
+        Args:
+            x: images `(batch,) + image_shape`, or a dataset of them.
+            batch_size: passed to `predict`.
+            verbose: passed to `predict`. Defaults to `0`.
+
+        Returns:
+            dict of NumPy arrays: `"probabilities"` `(batch, classes)`,
+            `"logits"` and `"uncertainty"` `(batch,)` (higher means a
+            larger expected loss; only its order is meaningful).
+        """
+        outputs = self.predict(x, batch_size=batch_size, verbose=verbose)
+        logits = outputs["logits"]
+        shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return {
+            "probabilities": shifted / shifted.sum(axis=-1, keepdims=True),
+            "logits": logits,
+            "uncertainty": outputs["uncertainty"],
+        }
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = loss_prediction_objective(
