@@ -17,6 +17,7 @@ images, labels = next(iter(train))  # (32, 8, 8, 1) float32, (32,) int32
 from ensemble_zoo.datasets import digits as _digits
 from ensemble_zoo.datasets.tfds_datasets import TFDS_SPLITS as _TFDS_SPLITS
 from ensemble_zoo.datasets.tfds_datasets import load_tfds as _load_tfds
+from ensemble_zoo.utils.validation import is_integer
 
 OOD_LABEL = -1
 
@@ -102,8 +103,7 @@ def load(
 
     _check_name(name)
     if batch_size is not None and (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
+        not is_integer(batch_size)
         or batch_size < 1
     ):
         raise ValueError(

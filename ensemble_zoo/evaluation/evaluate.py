@@ -12,10 +12,11 @@ from ensemble_zoo.evaluation.prediction import predict_member_logits
 from ensemble_zoo.evaluation.report import EvaluationReport
 from ensemble_zoo.metrics.diversity import as_member_probabilities
 from ensemble_zoo.utils.parameters import parameter_count
+from ensemble_zoo.utils.validation import is_integer
 
 
 def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
 
 

@@ -18,6 +18,7 @@ from keras import ops
 
 from ensemble_zoo.metrics.classification import NLL_EPSILON
 from ensemble_zoo.metrics.prediction_inputs import log_probabilities_and_labels
+from ensemble_zoo.utils.validation import is_integer
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
 
 _LOG_FLOOR = math.log(NLL_EPSILON)
@@ -157,12 +158,12 @@ class ExpectedCalibrationError(keras.metrics.Metric):
     """
 
     def __init__(self, num_bins=15, name="ece", from_logits=False, dtype=None):
-        if isinstance(num_bins, bool) or not isinstance(num_bins, int):
+        if not is_integer(num_bins):
             raise ValueError(f"`num_bins` must be an int; got {num_bins!r}.")
         if num_bins < 1:
             raise ValueError(f"`num_bins` must be >= 1; got {num_bins}.")
         super().__init__(name=name, dtype=dtype)
-        self.num_bins = num_bins
+        self.num_bins = int(num_bins)
         self.from_logits = bool(from_logits)
         self.bin_count = self.add_variable(
             shape=(num_bins,), initializer="zeros", name="bin_count"

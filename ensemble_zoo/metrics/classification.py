@@ -9,6 +9,7 @@ import numpy as np
 
 from ensemble_zoo.metrics.array_checks import as_labels
 from ensemble_zoo.metrics.array_checks import as_probabilities
+from ensemble_zoo.utils.validation import is_integer
 
 #: Probabilities are clipped to at least this value inside the logarithm of
 #: the NLL, so a confident mistake (probability exactly 0 for the true
@@ -49,7 +50,7 @@ def brier_score(probs, labels):
 
 
 def _check_num_bins(num_bins):
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int):
+    if not is_integer(num_bins):
         raise ValueError(f"`num_bins` must be an int; got {num_bins!r}.")
     if num_bins < 1:
         raise ValueError(f"`num_bins` must be >= 1; got {num_bins}.")

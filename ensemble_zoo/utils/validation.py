@@ -5,7 +5,10 @@ shape or value, and what was received, so that bad input fails at the
 boundary instead of deep inside an einsum.
 """
 
+import numbers
+
 import keras
+import numpy as np
 
 
 def static_shape(x):
@@ -58,13 +61,20 @@ def check_floating(x, name):
     return dtype
 
 
+def is_integer(value):
+    """Whether `value` is an integer number: a Python or NumPy int, not a
+    bool (NumPy scalars are accepted wherever Python numbers are)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def check_positive_int(value, name):
-    """Raises unless `value` is a Python int >= 1 (bools are rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """Returns `value` as a Python int; raises unless it is an integer >= 1
+    (Python or NumPy; bools are rejected)."""
+    if not is_integer(value) or value < 1:
         raise ValueError(
             f"`{name}` must be a positive integer; got {value!r}."
         )
-    return value
+    return int(value)
 
 
 def check_member_axis_input(layer, input_shape):
