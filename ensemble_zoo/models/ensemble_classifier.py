@@ -10,6 +10,10 @@ from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import static_shape
 
 
+def _is_tf_dataset(x):
+    return hasattr(x, "element_spec") and type(x).__module__.startswith("tensorflow")
+
+
 class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
     """Base class of every ensemble classifier in the zoo.
 
@@ -96,6 +100,11 @@ class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
 
     def fit(self, x=None, *args, **kwargs):
         self._check_data(x)
+        if len(args) < 8 and "shuffle" not in kwargs and _is_tf_dataset(x):
+            # Keras' default `shuffle=True` cannot apply to a tf.data
+            # dataset (the zoo's datasets shuffle themselves) and warned on
+            # every `fit`, the README quickstart's included.
+            kwargs["shuffle"] = False
         return super().fit(x, *args, **kwargs)
 
     def call(self, inputs, training=None):

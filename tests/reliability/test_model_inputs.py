@@ -81,3 +81,23 @@ def test_loss_prediction_keeps_adamw_evaluates_odd_batches_and_predicts_uncertai
     expected = np.exp(z - z.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
     np.testing.assert_allclose(out["probabilities"], expected, atol=1e-6)
+
+
+def test_fit_on_a_zoo_dataset_does_not_warn_about_shuffle():
+    """Keras' default `shuffle=True` warned on every `fit` over a tf.data
+    dataset, the README quickstart's `ez.datasets.load` included."""
+    import warnings
+
+    import keras
+
+    def member(seed):
+        keras.utils.set_random_seed(seed)
+        inputs = keras.Input((8, 8, 1))
+        return keras.Model(inputs, keras.layers.Dense(8)(keras.layers.Flatten()(inputs)))
+
+    model = ez.models.DeepEnsembleClassifier([member(0), member(1)])
+    data = ez.datasets.load("digits", "validation", batch_size=64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(data, epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
