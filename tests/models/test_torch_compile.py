@@ -173,20 +173,13 @@ def test_loss_prediction_training_compiles_once_and_matches_eager(dynamo_backend
 
 
 @pytest.mark.slow
-def test_inductor_predictions_and_training_match_eager(dynamo_backend):
+def test_inductor_predictions_match_eager(dynamo_backend):
     """The default backend (inductor's generated code) on the deep
-    ensemble, whose member loop crashed dynamo before. Predictions agree
-    to 1e-5; after two AdamW epochs the weights agree to 5e-5, because
-    Adam's normalized steps (size ~ learning rate) turn round-off in
-    near-zero gradients into larger differences. (Keras' torch SGD passes
-    its learning-rate tensor as a Python scalar, an extra graph break.)"""
-    eager_predictions = predict(deep_ensemble, jit_compile=False)
-    eager = train(deep_ensemble, jit_compile=False)
+    ensemble, whose member loop crashed dynamo before. (Training under
+    inductor matched eager too: weights within 5e-5 after two AdamW epochs,
+    Adam's normalized steps amplifying round-off in near-zero gradients;
+    the training tests above use dynamo's eager backend for the budget.)"""
+    eager = predict(deep_ensemble, jit_compile=False)
     dynamo_backend("inductor")
-    np.testing.assert_allclose(
-        predict(deep_ensemble, jit_compile=True), eager_predictions, atol=1e-5
-    )
-    compiled = train(deep_ensemble, jit_compile=True)
-    check_train_step_compiled_once(compiled)
-    for a, b in zip(compiled["weights"], eager["weights"]):
-        np.testing.assert_allclose(a, b, atol=5e-5)
+    np.testing.assert_allclose(predict(deep_ensemble, jit_compile=True), eager, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ensemble_zoo as ez
+from conftest import BACKEND
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,12 @@ def test_labels_of_shape_n_by_1_equal_labels_of_shape_n(model_and_data):
     assert column == pytest.approx(flat, abs=1e-6)
 
 
+# Test budget: the loss-prediction checks skip JAX, whose code path is
+# PyTorch's (static batch, Keras' trainable flags); eager JAX takes 35 s.
+skip_jax = pytest.mark.skipif(BACKEND == "jax", reason="JAX follows the PyTorch path; test budget")
+
+
+@skip_jax
 def test_frozen_loss_prediction_preset_trains_only_its_head():
     """Issue 15: under TensorFlow the loaded preset listed the frozen ViT's
     76 variables as trainable (a backbone deserialized with `trainable:
@@ -61,6 +68,7 @@ def test_frozen_loss_prediction_preset_trains_only_its_head():
     assert backbone == []
 
 
+@skip_jax
 def test_loss_prediction_keeps_adamw_evaluates_odd_batches_and_predicts_uncertainty():
     """Issue 15: `compile(jit_compile=...)` alone swapped AdamW for
     RMSprop; `evaluate` failed on the odd last batch (289 = 4 x 64 + 33);
