@@ -150,6 +150,15 @@ def predict_member_logits(model, data, batch_size, name, progress=True):
     if not logits:
         raise ValueError(f"{_describe(name)} is empty.")
     logits = np.concatenate(logits)
+    finite = np.isfinite(logits)
+    if not finite.all():
+        bad = np.flatnonzero(~finite.all(axis=(1, 2)))
+        raise ValueError(
+            f"The model's predictions on {_describe(name)} are not finite: "
+            f"{bad.size} of {logits.shape[0]} samples have NaN or infinite "
+            f"logits (first: sample {bad[0]}). Check the inputs and the "
+            "weights; no metric is computed from non-finite predictions."
+        )
     return logits, (np.concatenate(labels) if labels else None)
 
 

@@ -3,7 +3,27 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import as_tensor
+from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import static_shape
+
+
+def _loss_pair(target_losses, predicted):
+    """Both arguments as float tensors of one `(batch,)` shape, or raises."""
+    target_losses = as_tensor(target_losses, "target_losses")
+    predicted = as_tensor(predicted, "predicted")
+    shape, other = static_shape(target_losses), static_shape(predicted)
+    if len(shape) != 1 or len(other) != 1 or (
+        None not in (shape[0], other[0]) and shape[0] != other[0]
+    ):
+        raise ValueError(
+            "`target_losses` and `predicted` must both have shape (batch,); "
+            f"got {shape} and {other}."
+        )
+    check_floating(target_losses, "target_losses")
+    check_floating(predicted, "predicted")
+    return target_losses, ops.cast(predicted, target_losses.dtype), shape
 
 
 def pairwise_ranking_loss(target_losses, predicted, margin=0.1):
@@ -34,23 +54,15 @@ def pairwise_ranking_loss(target_losses, predicted, margin=0.1):
     Raises:
         ValueError: if the batch size is known and odd, or the shapes differ.
     """
-    target_losses = ops.convert_to_tensor(target_losses)
-    predicted = ops.convert_to_tensor(predicted)
-    shape, other = static_shape(target_losses), static_shape(predicted)
-    if len(shape) != 1 or len(other) != 1 or (
-        None not in (shape[0], other[0]) and shape[0] != other[0]
-    ):
-        raise ValueError(
-            "`target_losses` and `predicted` must both have shape (batch,); "
-            f"got {shape} and {other}."
-        )
+    margin = check_real(margin, "margin", low=0.0)
+    target_losses, predicted, shape = _loss_pair(target_losses, predicted)
     if shape[0] is not None and shape[0] % 2:
         raise ValueError(
             f"The pairwise ranking loss needs an even batch size; got {shape[0]}. "
             "Batch the data with an even size (and drop_remainder=True)."
         )
     target = ops.reshape(target_losses, (-1, 2))
-    pred = ops.reshape(ops.cast(predicted, target.dtype), (-1, 2))
+    pred = ops.reshape(predicted, (-1, 2))
     sign = ops.where(target[:, 0] > target[:, 1], 1.0, -1.0)
     sign = ops.cast(sign, pred.dtype)
     return ops.mean(ops.relu(-sign * (pred[:, 0] - pred[:, 1]) + margin))
@@ -67,7 +79,7 @@ class LossRankingLoss(keras.losses.Loss):
 
     def __init__(self, margin=0.1, name="loss_ranking", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.margin = float(margin)
+        self.margin = check_real(margin, "margin", low=0.0)
 
     def call(self, y_true, y_pred):
         return pairwise_ranking_loss(y_true, y_pred, self.margin)
@@ -81,6 +93,5 @@ class LossRankingLoss(keras.losses.Loss):
 def squared_error_loss(target_losses, predicted):
     """The vanilla loss-prediction objective (paper 003, Eq. 1):
     `mean((u - l)^2)`; not scale-free, but no pairs are needed."""
-    target_losses = ops.convert_to_tensor(target_losses)
-    predicted = ops.cast(ops.convert_to_tensor(predicted), target_losses.dtype)
+    target_losses, predicted, _ = _loss_pair(target_losses, predicted)
     return ops.mean(ops.square(predicted - target_losses))

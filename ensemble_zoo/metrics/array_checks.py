@@ -1,11 +1,26 @@
-"""Input checks for the array metrics: shapes, NaNs, probability ranges."""
+"""Input checks for the array metrics: shapes, NaNs, probability ranges.
+
+The array metrics raise where scikit-learn raises: NaN or infinite
+values, empty inputs, zero classes, probabilities outside [0, 1] or rows
+that do not sum to one, complex or string arrays, fractional, NaN or
+out-of-range labels. The building blocks live in
+`ensemble_zoo.utils.validation`, shared with the ops and layers.
+"""
 
 import numpy as np
+
+from ensemble_zoo.utils.validation import as_numeric_array
+from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import check_nonempty_axes
+from ensemble_zoo.utils.validation import check_probability_rows
+
+_MEMBER_LAYOUT = "(samples, members, classes)"
 
 
 def as_probabilities(probs, name="probs"):
     """Returns `probs` as a float64 `(samples, classes)` array, or raises."""
-    probs = np.asarray(probs, dtype=np.float64)
+    probs = as_numeric_array(probs, name).astype(np.float64)
     if probs.ndim != 2:
         raise ValueError(
             f"`{name}` must have shape (samples, classes); got shape "
@@ -15,31 +30,35 @@ def as_probabilities(probs, name="probs"):
         )
     if probs.shape[0] == 0:
         raise ValueError(f"`{name}` is empty (shape {probs.shape}).")
-    # min/max propagate NaN, so two passes check both NaN and the range.
-    low, high = probs.min(), probs.max()
-    if np.isnan(low) or np.isnan(high):
+    check_nonempty_axes(probs.shape, name, "(samples, classes)", {1: "class"})
+    return check_probability_rows(probs, name)
+
+
+def as_member_probabilities(member_outputs, from_logits=False, name="member_probs"):
+    """`(samples, members, classes)` outputs as float64 probabilities: the
+    softmax of logits (`from_logits=True`, finite values required) or
+    checked probability rows."""
+    from_logits = check_bool(from_logits, "from_logits")
+    member_outputs = as_numeric_array(member_outputs, name).astype(np.float64)
+    if member_outputs.ndim != 3:
         raise ValueError(
-            f"`{name}` contains {int(np.isnan(probs).sum())} NaN values."
+            f"`{name}` must have shape {_MEMBER_LAYOUT}; got shape "
+            f"{member_outputs.shape}."
         )
-    if low < 0 or high > 1:
-        raise ValueError(
-            f"`{name}` must hold probabilities in [0, 1]; got values in "
-            f"[{low:.4g}, {high:.4g}]. Pass softmax outputs, "
-            "not logits."
-        )
-    row_sums = probs @ np.ones(probs.shape[1])  # BLAS: faster than sum
-    worst = int(np.argmax(np.abs(row_sums - 1.0)))
-    if abs(row_sums[worst] - 1.0) > 1e-3:
-        raise ValueError(
-            f"Each row of `{name}` must sum to 1; row {worst} sums to "
-            f"{row_sums[worst]:.6g}."
-        )
-    return probs
+    check_nonempty_axes(
+        member_outputs.shape, name, _MEMBER_LAYOUT, {0: "sample", 1: "member", 2: "class"}
+    )
+    if from_logits:
+        check_finite(member_outputs, name)
+        shifted = member_outputs - member_outputs.max(axis=-1, keepdims=True)
+        exp = np.exp(shifted)
+        return exp / exp.sum(axis=-1, keepdims=True)
+    return check_probability_rows(member_outputs, name)
 
 
 def as_labels(labels, num_samples, num_classes, name="labels"):
     """Returns integer labels of shape `(samples,)`, or raises."""
-    labels = np.asarray(labels)
+    labels = as_numeric_array(labels, name)
     if labels.ndim == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     if labels.ndim != 1 or labels.shape[0] != num_samples:
@@ -48,15 +67,12 @@ def as_labels(labels, num_samples, num_classes, name="labels"):
             f"predictions; got shape {labels.shape}."
         )
     if labels.dtype.kind == "f":
-        if np.isnan(labels).any():
-            raise ValueError(f"`{name}` contains NaN values.")
+        check_finite(labels, name)
         if not np.all(labels == np.round(labels)):
-            raise ValueError(f"`{name}` must hold integer class indices.")
-    elif labels.dtype.kind not in "iu":
-        raise ValueError(
-            f"`{name}` must hold integer class indices; got dtype "
-            f"{labels.dtype}."
-        )
+            raise ValueError(
+                f"`{name}` must hold integer class indices; got fractional "
+                f"values such as {labels[labels != np.round(labels)][0]!r}."
+            )
     labels = labels.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(

@@ -9,44 +9,21 @@ predictions. `reduction="mean"` (default) returns a float,
 
 import numpy as np
 
+from ensemble_zoo.metrics.array_checks import as_member_probabilities
 from ensemble_zoo.metrics.array_checks import as_probabilities
+from ensemble_zoo.utils.validation import check_choice
 
 _LOG_EPSILON = 1e-300
 
 
 def _reduce(values, reduction):
-    if reduction == "mean":
+    if check_choice(reduction, "reduction", ("mean", "none")) == "mean":
         return float(np.mean(values))
-    if reduction == "none":
-        return values
-    raise ValueError(
-        f"`reduction` must be 'mean' or 'none'; got {reduction!r}."
-    )
+    return values
 
 
 def _entropy(probs):
     return -np.sum(probs * np.log(np.maximum(probs, _LOG_EPSILON)), axis=-1)
-
-
-def as_member_probabilities(member_outputs, from_logits=False):
-    """`(samples, members, classes)` outputs as float64 probabilities."""
-    member_outputs = np.asarray(member_outputs, dtype=np.float64)
-    if member_outputs.ndim != 3:
-        raise ValueError(
-            "Member outputs must have shape (samples, members, classes); "
-            f"got shape {member_outputs.shape}."
-        )
-    if from_logits:
-        if np.isnan(member_outputs).any():
-            raise ValueError("The member logits contain NaN values.")
-        shifted = member_outputs - member_outputs.max(axis=-1, keepdims=True)
-        exp = np.exp(shifted)
-        return exp / exp.sum(axis=-1, keepdims=True)
-    samples, members, classes = member_outputs.shape
-    as_probabilities(
-        member_outputs.reshape(samples * members, classes), "member_probs"
-    )
-    return member_outputs
 
 
 def entropy(probs, reduction="mean"):
@@ -88,14 +65,11 @@ def disagreement(member_outputs, reduction="mean"):
             probabilities (only the argmax is used).
         reduction: `"mean"` or `"none"`.
     """
-    member_outputs = np.asarray(member_outputs)
-    if member_outputs.ndim != 3:
-        raise ValueError(
-            "`member_outputs` must have shape (samples, members, classes); "
-            f"got shape {member_outputs.shape}."
-        )
-    if np.isnan(member_outputs).any():
-        raise ValueError("`member_outputs` contains NaN values.")
+    check_choice(reduction, "reduction", ("mean", "none"))
+    # Logits or probabilities: only finiteness matters for the argmax.
+    member_outputs = as_member_probabilities(
+        member_outputs, from_logits=True, name="member_outputs"
+    )
     samples, members, classes = member_outputs.shape
     if members < 2:
         return _reduce(np.zeros(samples), reduction)

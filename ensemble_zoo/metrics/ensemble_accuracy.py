@@ -2,7 +2,7 @@ import keras
 from keras import ops
 
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
-from ensemble_zoo.ops.uncertainty import predictive_log_probabilities
+from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -44,7 +44,7 @@ class EnsembleAccuracy(keras.metrics.Metric):
         y_pred = ops.convert_to_tensor(y_pred)
         rank = len(y_pred.shape)
         if rank == 3:
-            scores = predictive_log_probabilities(y_pred)
+            scores = _predictive_log_probabilities(y_pred)
         elif rank == 2:
             scores = y_pred
         else:

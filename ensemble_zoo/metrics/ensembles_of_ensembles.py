@@ -18,9 +18,11 @@ because the coarse index is a function of the fine one).
 
 import numpy as np
 
+from ensemble_zoo.utils.validation import is_integer
+
 from ensemble_zoo.metrics.diversity import _entropy
 from ensemble_zoo.metrics.diversity import _reduce
-from ensemble_zoo.metrics.diversity import as_member_probabilities
+from ensemble_zoo.metrics.array_checks import as_member_probabilities
 
 
 def _mutual_information(probs):
@@ -62,13 +64,9 @@ def ensemble_of_ensembles_mutual_information(
     ```
     """
     probs = as_member_probabilities(member_probs, from_logits)
+    _reduce(np.zeros(1), reduction)  # checks `reduction` before the work
     samples, members, classes = probs.shape
-    if (
-        isinstance(num_groups, bool)
-        or not isinstance(num_groups, (int, np.integer))
-        or num_groups < 1
-        or members % num_groups
-    ):
+    if not is_integer(num_groups) or num_groups < 1 or members % num_groups:
         raise ValueError(
             f"`num_groups` must be a positive integer dividing the number of "
             f"members ({members}); got {num_groups!r}."
@@ -103,8 +101,8 @@ def weighted_mutual_information(member_logits, reduction="mean"):
         member_logits: `(samples, members, classes)` logits.
         reduction: `"mean"` or `"none"`.
     """
+    probs = as_member_probabilities(member_logits, True, name="member_logits")
     logits = np.asarray(member_logits, dtype=np.float64)
-    probs = as_member_probabilities(logits, from_logits=True)
     energy = logits.max(axis=-1) + np.log(
         np.exp(logits - logits.max(axis=-1, keepdims=True)).sum(axis=-1)
     )

@@ -2,7 +2,7 @@
 
 from keras import ops
 
-from ensemble_zoo.ops.uncertainty import predictive_log_probabilities
+from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
 
 
 def log_probabilities_and_labels(
@@ -18,7 +18,7 @@ def log_probabilities_and_labels(
     y_pred = ops.convert_to_tensor(y_pred)
     rank = len(y_pred.shape)
     if rank == 3:
-        log_probs = predictive_log_probabilities(y_pred)
+        log_probs = _predictive_log_probabilities(y_pred)
     elif rank == 2 and from_logits:
         log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
     elif rank == 2:

@@ -11,11 +11,15 @@ the AUROC). Nothing is approximated with fixed thresholds, unlike
 
 import numpy as np
 
+from ensemble_zoo.utils.validation import as_numeric_array
+from ensemble_zoo.utils.validation import check_finite
+
 
 def as_scores(scores, name):
-    """Returns `scores` as a non-empty vector (int64 for integer scores, so
-    large integers stay distinct; float64 otherwise), or raises."""
-    scores = np.asarray(scores)
+    """Returns `scores` as a non-empty, finite vector (int64 for integer
+    and bool scores, so large integers stay distinct; float64 otherwise),
+    or raises. Shape `(samples, 1)` is accepted as `(samples,)`."""
+    scores = as_numeric_array(scores, name, allow_bool=True)
     if scores.dtype.kind in "iub":
         scores = scores.astype(np.int64)
     else:
@@ -32,11 +36,7 @@ def as_scores(scores, name):
             f"`{name}` is empty; the metric needs at least one sample of "
             "each kind."
         )
-    if scores.dtype.kind == "f" and np.isnan(scores).any():
-        raise ValueError(
-            f"`{name}` contains {int(np.isnan(scores).sum())} NaN values."
-        )
-    return scores
+    return check_finite(scores, name)
 
 
 def threshold_counts(scores, positive):

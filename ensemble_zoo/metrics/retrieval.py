@@ -6,14 +6,48 @@ the retrieval is correct when its nearest neighbour has the same label.
 Recall@1 is the fraction correct; R-AUROC is the AUROC of the negated
 uncertainty `-u` for predicting correct retrievals (0.5 = uninformative).
 Similarity ties go to the neighbour with the lowest index.
+
+**Exact duplicates (a decision, issue 15).** The query is excluded by its
+index, not by taking the second hit of a search over all samples as the
+authors' FAISS code does (`IndexFlatIP`, k=2, drop the first hit). The two
+agree whenever no two embeddings are identical. With an exact duplicate,
+the reference's first hit may be the duplicate instead of the query, so
+the "second hit" is then the query itself and the retrieval counts as
+correct whatever the labels; its result depends on FAISS's tie order. Here
+the duplicate is the query's nearest neighbour (similarity 1), and the
+retrieval is correct exactly when the duplicate has the same label, which
+is what leave-one-out retrieval means.
 """
 
 import numpy as np
+
+from ensemble_zoo.utils.validation import as_numeric_array
+from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import check_real
 
 from ensemble_zoo.metrics.ranking import as_scores
 from ensemble_zoo.metrics.ranking import binary_auroc
 
 _CHUNK = 1024
+
+
+def _retrieval_labels(labels, num_samples):
+    """Labels of any comparable kind (ints, strings), shape `(samples,)`
+    or `(samples, 1)`; NaN labels are refused (NaN != NaN would make every
+    retrieval of that sample wrong)."""
+    if labels is None:
+        raise TypeError("`labels` must be an array of labels; got None.")
+    labels = np.asarray(labels)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.shape != (num_samples,):
+        raise ValueError(
+            f"`labels` must have shape ({num_samples},) to match "
+            f"`embeddings`; got shape {labels.shape}."
+        )
+    if labels.dtype.kind in "fc":
+        check_finite(labels.real, "labels")
+    return labels
 
 
 def nearest_neighbour_correct(embeddings, labels):
@@ -26,7 +60,7 @@ def nearest_neighbour_correct(embeddings, labels):
     Returns:
         bool array `(samples,)`.
     """
-    embeddings = np.asarray(embeddings, dtype=np.float64)
+    embeddings = as_numeric_array(embeddings, "embeddings").astype(np.float64)
     if embeddings.ndim != 2:
         raise ValueError(
             "`embeddings` must have shape (samples, dim); got shape "
@@ -34,17 +68,11 @@ def nearest_neighbour_correct(embeddings, labels):
         )
     if embeddings.shape[0] < 2:
         raise ValueError(
-            "Leave-one-out retrieval needs at least 2 samples; got "
-            f"{embeddings.shape[0]}."
+            "`embeddings` needs at least 2 samples for leave-one-out "
+            f"retrieval; got {embeddings.shape[0]}."
         )
-    if not np.isfinite(embeddings).all():
-        raise ValueError("`embeddings` contains NaN or infinite values.")
-    labels = np.asarray(labels)
-    if labels.shape != (embeddings.shape[0],):
-        raise ValueError(
-            f"`labels` must have shape ({embeddings.shape[0]},); got shape "
-            f"{labels.shape}."
-        )
+    check_finite(embeddings, "embeddings")
+    labels = _retrieval_labels(labels, embeddings.shape[0])
     norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
     if (norms == 0).any():
         raise ValueError(
@@ -62,7 +90,16 @@ def nearest_neighbour_correct(embeddings, labels):
 
 
 def recall_at_one(embeddings, labels):
-    """Recall@1 of leave-one-out cosine 1-NN retrieval (a float in [0, 1])."""
+    """Recall@1 of leave-one-out cosine 1-NN retrieval (a float in [0, 1]).
+
+    Args:
+        embeddings: `(samples, dim)` float embeddings, none all-zero.
+        labels: `(samples,)` or `(samples, 1)` labels.
+
+    Example:
+    >>> recall_at_one([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]], [0, 0, 1, 2])
+    0.5
+    """
     return float(np.mean(nearest_neighbour_correct(embeddings, labels)))
 
 
@@ -79,8 +116,12 @@ def r_auroc(embeddings, labels, uncertainties):
         uncertainties: `(samples,)` per-sample uncertainty `u`.
 
     Raises:
-        ValueError: if all retrievals are correct or all are wrong (AUROC
-            is undefined then).
+        ValueError: if all retrievals are correct or all are wrong. The AUROC
+            is undefined then, and we raise as scikit-learn's
+            `roc_auc_score` does. The authors' code uses torchmetrics, which
+            returns 0.0 with a warning in that case; 0.0 would read as the
+            worst possible uncertainty, so we do not return it (a decision,
+            issue 15).
     """
     correct = nearest_neighbour_correct(embeddings, labels)
     uncertainties = as_scores(uncertainties, "uncertainties")
@@ -125,9 +166,16 @@ def recall_at_one_with_rejection(embeddings, labels, uncertainties, rejection_ra
     # Most certain first; among equal uncertainties the earlier sample first.
     order = np.lexsort((np.arange(n), uncertainties))
     curve = {}
-    for rate in rejection_rates:
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"Rejection rates must be in [0, 1); got {rate!r}.")
+    if isinstance(rejection_rates, (str, bytes)) or not hasattr(rejection_rates, "__iter__"):
+        raise TypeError(
+            "`rejection_rates` must be a sequence of fractions in [0, 1); "
+            f"got {rejection_rates!r}."
+        )
+    rates = [
+        check_real(rate, "rejection_rates", low=0.0, high=1.0, high_open=True)
+        for rate in rejection_rates
+    ]
+    for rate in rates:
         kept = max(1, int(round(n * (1.0 - rate))))
         curve[float(rate)] = float(np.mean(correct[order[:kept]]))
     return curve

@@ -4,8 +4,8 @@ from keras import ops
 
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.metrics import EnsembleAccuracy
-from ensemble_zoo.ops import predictive_probabilities
-from ensemble_zoo.ops import uncertainty_decomposition
+from ensemble_zoo.ops.uncertainty import _predictive_probabilities
+from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import static_shape
 
@@ -164,10 +164,10 @@ class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
     @staticmethod
     def _uncertainty_outputs(logits, as_numpy=False):
         outputs = {
-            "probabilities": predictive_probabilities(logits),
+            "probabilities": _predictive_probabilities(logits),
             "member_logits": ops.convert_to_tensor(logits),
         }
-        outputs.update(uncertainty_decomposition(logits))
+        outputs.update(_uncertainty_decomposition(logits))
         if as_numpy:
             outputs = {
                 k: np.asarray(ops.convert_to_numpy(v))

@@ -10,8 +10,18 @@ member-axis layout.
 
 from keras import ops
 
+from ensemble_zoo.utils.validation import as_tensor
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
+
+
+def _batched_tensor(x):
+    x = as_tensor(x, "x")
+    if len(static_shape(x)) == 0:
+        raise ValueError(
+            "`x` must have a batch axis (shape (batch, ...)); got a scalar."
+        )
+    return x
 
 
 def tile_members(x, num_members):
@@ -35,7 +45,7 @@ def tile_members(x, num_members):
     ```
     """
     num_members = check_positive_int(num_members, "num_members")
-    x = ops.convert_to_tensor(x)
+    x = _batched_tensor(x)
     return ops.tile(x, (num_members,) + (1,) * (len(static_shape(x)) - 1))
 
 
@@ -50,13 +60,19 @@ def untile_members(x, num_members):
         `(batch, num_members, ...)`, members on axis 1.
     """
     num_members = check_positive_int(num_members, "num_members")
-    x = ops.convert_to_tensor(x)
+    x = _batched_tensor(x)
     shape = static_shape(x)
     rest = shape[1:]
     if None in rest:
         raise ValueError(
-            "untile_members needs static trailing dimensions; got shape "
-            f"{shape}."
+            "`x` needs static trailing dimensions in untile_members; got "
+            f"shape {shape}."
+        )
+    if shape[0] is not None and shape[0] % num_members:
+        raise ValueError(
+            f"`x` has {shape[0]} rows, not a multiple of num_members="
+            f"{num_members}; untile_members expects the member-major "
+            "(num_members * batch, ...) layout of tile_members."
         )
     x = ops.reshape(x, (num_members, -1) + rest)
     return ops.moveaxis(x, 0, 1)

@@ -7,14 +7,51 @@ members are combined; models never re-implement them.
 All quantities are in nats and computed in log space for stability: the
 log of the mean member probability is `logsumexp_m(log_softmax(z_m)) -
 log(M)`, so no probability is ever clipped.
+
+Input checks: every function checks shapes and dtypes. Where the input's
+values exist when it is called (NumPy arrays, eager tensors) it also
+rejects NaN and infinite entries and, for probabilities, entries outside
+[0, 1] or rows that do not sum to one. Inside a compiled graph (`jit`,
+`tf.function`, `torch.compile`) values are not inspected, like Keras' own
+ops. The models call the unchecked `_` versions, so that a model whose
+outputs are NaN behaves the same on every backend (NaN in, NaN out).
 """
 
 from keras import ops
 
+from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.validation import as_tensor
+from ensemble_zoo.utils.validation import check_axis
+from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_nonempty_axes
+from ensemble_zoo.utils.validation import check_probability_rows
 from ensemble_zoo.utils.validation import check_rank
 
 _LAYOUT = "(batch, members, classes)"
+
+
+def _checked_member_outputs(member_logits, from_logits):
+    """Validates a public `member_logits` argument; returns it as a tensor."""
+    from_logits = check_bool(from_logits, "from_logits")
+    x = as_tensor(member_logits, "member_logits")
+    shape = check_rank(x, 3, "member_logits", _LAYOUT)
+    check_nonempty_axes(shape, "member_logits", _LAYOUT, {1: "member", 2: "class"})
+    check_floating(x, "member_logits")
+    values = backend_utils.concrete_value(x)
+    if values is not None:
+        if from_logits:
+            check_finite(values, "member_logits")
+        else:
+            check_probability_rows(values, "member_logits")
+    return x, from_logits
+
+
+def _rank_with_class_axis(x, name):
+    if len(x.shape) == 0:
+        raise ValueError(f"`{name}` must have a class axis; got a scalar.")
+    return len(x.shape)
 
 
 def _member_log_probs(member_outputs, from_logits):
@@ -30,8 +67,8 @@ def _member_log_probs(member_outputs, from_logits):
 
 
 def _xlogy(p, log_p):
-    """`p * log_p` with the convention `0 * log(0) = 0`."""
-    return ops.where(p > 0, p * log_p, ops.zeros_like(p))
+    """`p * log_p` with the convention `0 * log(0) = 0`; NaN stays NaN."""
+    return ops.where(p == 0, ops.zeros_like(p), p * log_p)
 
 
 def entropy(probabilities, axis=-1):
@@ -53,13 +90,25 @@ def entropy(probabilities, axis=-1):
     entropy(np.array([[0.5, 0.5], [1.0, 0.0]]))  # [log(2), 0]
     ```
     """
-    p = ops.convert_to_tensor(probabilities)
+    p = as_tensor(probabilities, "probabilities")
+    axis = check_axis(axis, _rank_with_class_axis(p, "probabilities"))
+    check_nonempty_axes(tuple(p.shape), "probabilities", "(..., classes, ...)", {axis: "class"})
+    check_floating(p, "probabilities")
+    values = backend_utils.concrete_value(p)
+    if values is not None:
+        check_probability_rows(values, "probabilities", axis=axis)
     return -ops.sum(_xlogy(p, ops.log(p)), axis=axis)
 
 
 def entropy_from_logits(logits, axis=-1):
     """Entropy (nats) of `softmax(logits)`, computed stably in log space."""
-    logits = ops.convert_to_tensor(logits)
+    logits = as_tensor(logits, "logits")
+    axis = check_axis(axis, _rank_with_class_axis(logits, "logits"))
+    check_nonempty_axes(tuple(logits.shape), "logits", "(..., classes, ...)", {axis: "class"})
+    check_floating(logits, "logits")
+    values = backend_utils.concrete_value(logits)
+    if values is not None:
+        check_finite(values, "logits")
     log_p = ops.log_softmax(logits, axis=axis)
     return -ops.sum(ops.exp(log_p) * log_p, axis=axis)
 
@@ -72,6 +121,12 @@ def predictive_log_probabilities(member_logits, from_logits=True):
         from_logits: bool. If `False`, `member_logits` holds per-member
             probabilities instead of logits. Defaults to `True`.
     """
+    return _predictive_log_probabilities(
+        *_checked_member_outputs(member_logits, from_logits)
+    )
+
+
+def _predictive_log_probabilities(member_logits, from_logits=True):
     log_p = _member_log_probs(member_logits, from_logits)
     num_members = ops.shape(log_p)[1]
     return ops.logsumexp(log_p, axis=1) - ops.log(
@@ -101,7 +156,15 @@ def predictive_probabilities(member_logits, from_logits=True):
     probs = predictive_probabilities(logits)  # (4, 10)
     ```
     """
-    return ops.exp(predictive_log_probabilities(member_logits, from_logits))
+    return ops.exp(
+        _predictive_log_probabilities(
+            *_checked_member_outputs(member_logits, from_logits)
+        )
+    )
+
+
+def _predictive_probabilities(member_logits, from_logits=True):
+    return ops.exp(_predictive_log_probabilities(member_logits, from_logits))
 
 
 def uncertainty_decomposition(member_logits, from_logits=True):
@@ -140,6 +203,12 @@ def uncertainty_decomposition(member_logits, from_logits=True):
     parts["epistemic"]  # (4,) mutual information
     ```
     """
+    return _uncertainty_decomposition(
+        *_checked_member_outputs(member_logits, from_logits)
+    )
+
+
+def _uncertainty_decomposition(member_logits, from_logits=True):
     log_p = _member_log_probs(member_logits, from_logits)
     log_mean = ops.logsumexp(log_p, axis=1) - ops.log(
         ops.cast(ops.shape(log_p)[1], log_p.dtype)
@@ -157,4 +226,6 @@ def mutual_information(member_logits, from_logits=True):
 
     Shorthand for `uncertainty_decomposition(...)["epistemic"]`.
     """
-    return uncertainty_decomposition(member_logits, from_logits)["epistemic"]
+    return _uncertainty_decomposition(
+        *_checked_member_outputs(member_logits, from_logits)
+    )["epistemic"]

@@ -306,3 +306,37 @@ if backend() == "jax":
     _patch_jax_float16_attention_on_cpu()
 elif backend() == "torch":
     _patch_torch_for_compile()
+
+
+def concrete_value(x):
+    """`x` as a NumPy array when its values exist now, else `None`.
+
+    NumPy arrays, Python lists and eager tensors have values; a
+    `KerasTensor`, a JAX tracer, a TensorFlow graph tensor and a tensor
+    seen by `torch.compile` do not (value checks are skipped there, like
+    Keras' own ops, which let NaN through a compiled graph).
+    """
+    import numpy as np
+
+    if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
+        return np.asarray(x)
+    if isinstance(x, keras.KerasTensor):
+        return None
+    module = type(x).__module__
+    if module.startswith("jax"):
+        import jax
+
+        return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
+    if module.startswith("tensorflow"):
+        import tensorflow as tf
+
+        if tf.is_symbolic_tensor(x) or not tf.executing_eagerly():
+            return None
+        return x.numpy()
+    if module.startswith("torch"):
+        import torch
+
+        if torch.compiler.is_compiling() or x.device.type == "meta":
+            return None
+        return x.detach().cpu().numpy()
+    return None

@@ -5,6 +5,7 @@ shape or value, and what was received, so that bad input fails at the
 boundary instead of deep inside an einsum.
 """
 
+import math
 import numbers
 
 import keras
@@ -100,3 +101,145 @@ def check_member_axis_input(layer, input_shape):
             f"{owner} needs a known last axis; got input shape {input_shape}."
         )
     return input_shape
+
+
+# === Arguments that are not arrays ===
+
+
+def check_bool(value, name):
+    """Returns `value` as a bool; raises unless it is a Python or NumPy bool
+    (so that `"yes"` or `2` is not silently read as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be a bool; got {value!r}.")
+    return bool(value)
+
+
+def check_choice(value, name, choices):
+    """Returns `value`; raises unless it is one of `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {tuple(choices)}; got {value!r}."
+        )
+    return value
+
+
+def check_real(value, name, low=None, high=None, low_open=False, high_open=False):
+    """Returns `value` as a Python float; raises unless it is a finite real
+    number (Python or NumPy; not a bool) within the given bounds."""
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be a number; got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` must be finite; got {value}.")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        interval = (
+            ("(" if low_open else "[")
+            + ("-inf" if low is None else f"{low:g}")
+            + ", "
+            + ("inf" if high is None else f"{high:g}")
+            + (")" if high_open else "]")
+        )
+        raise ValueError(f"`{name}` must lie in {interval}; got {value:g}.")
+    return value
+
+
+def check_axis(axis, rank, name="axis"):
+    """Returns `axis` as a non-negative int; raises unless it indexes one of
+    `rank` axes."""
+    if not is_integer(axis):
+        raise TypeError(f"`{name}` must be an int; got {axis!r}.")
+    if not -rank <= axis < rank:
+        raise ValueError(
+            f"`{name}`={axis} is out of range for an input of rank {rank}."
+        )
+    return int(axis) % rank
+
+
+# === Array contents (NumPy arrays and, where values exist, eager tensors) ===
+
+_KIND_NAMES = {"c": "complex", "O": "object", "U": "string", "S": "bytes", "V": "void", "M": "datetime", "m": "timedelta"}
+
+
+def as_numeric_array(x, name, allow_bool=False):
+    """`np.asarray(x)`, raising a `TypeError` that names `name` for None,
+    strings, complex numbers and ragged or object arrays."""
+    if x is None:
+        raise TypeError(f"`{name}` must be an array; got None.")
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"`{name}` must be an array of numbers; got a string.")
+    try:
+        array = np.asarray(x)
+    except ValueError as error:  # ragged nested lists
+        raise TypeError(f"`{name}` must be a rectangular array of numbers: {error}") from None
+    kind = array.dtype.kind
+    if kind in _KIND_NAMES or (kind == "b" and not allow_bool):
+        what = "bool" if kind == "b" else _KIND_NAMES[kind]
+        raise TypeError(
+            f"`{name}` must hold real numbers; got an array of dtype "
+            f"{array.dtype} ({what})."
+        )
+    return array
+
+
+def check_finite(values, name):
+    """Raises a `ValueError` counting the NaN and infinite entries of the
+    NumPy array `values` (for float arrays; integers are always finite)."""
+    if values.dtype.kind != "f" or np.isfinite(values).all():
+        return values
+    num_nan = int(np.isnan(values).sum())
+    num_inf = int(np.isinf(values).sum())
+    parts = [f"{num_nan} NaN"] * bool(num_nan) + [f"{num_inf} infinite"] * bool(num_inf)
+    raise ValueError(
+        f"`{name}` contains {' and '.join(parts)} values (of {values.size})."
+    )
+
+
+def check_probability_rows(values, name, axis=-1, atol=1e-3):
+    """Raises unless every entry of the NumPy array `values` is in [0, 1]
+    and every slice along `axis` sums to 1 (within `atol`)."""
+    check_finite(values, name)
+    if values.size == 0:
+        return values
+    low, high = values.min(), values.max()
+    if low < 0 or high > 1:
+        raise ValueError(
+            f"`{name}` must hold probabilities in [0, 1]; got values in "
+            f"[{low:.4g}, {high:.4g}]. Pass softmax outputs, not logits (or "
+            "set `from_logits=True` where the function offers it)."
+        )
+    sums = np.sum(values, axis=axis, dtype=np.float64)
+    worst = np.unravel_index(np.argmax(np.abs(sums - 1.0)), sums.shape)
+    if abs(sums[worst] - 1.0) > atol:
+        where = worst[0] if len(worst) == 1 else worst
+        raise ValueError(
+            f"`{name}` must sum to 1 along axis {axis}; the distribution at "
+            f"index {where} sums to {sums[worst]:.6g}."
+        )
+    return values
+
+
+def check_nonempty_axes(shape, name, layout, axes):
+    """Raises if one of `axes` (a dict of axis index -> axis name) has size 0."""
+    for axis, axis_name in axes.items():
+        if shape[axis] == 0:
+            raise ValueError(
+                f"`{name}` must have shape {layout} with at least one "
+                f"{axis_name}; got shape {shape}."
+            )
+
+
+def as_tensor(x, name):
+    """`x` as a backend tensor, raising a `TypeError` that names `name` for
+    None, strings, complex numbers and object arrays instead of a backend
+    traceback."""
+    if x is None or isinstance(x, (str, bytes, np.ndarray, np.generic, list, tuple, numbers.Number)):
+        x = as_numeric_array(x, name, allow_bool=True)
+    elif not isinstance(x, keras.KerasTensor):
+        dtype = keras.backend.standardize_dtype(getattr(x, "dtype", "float32"))
+        if "complex" in dtype or dtype == "string":
+            raise TypeError(
+                f"`{name}` must hold real numbers; got a tensor of dtype {dtype}."
+            )
+    return keras.ops.convert_to_tensor(x)

@@ -75,5 +75,22 @@ def test_recall_with_rejection_drops_the_most_uncertain_queries():
         kept = np.argsort(uncertainties, kind="stable")[: int(round(40 * (1 - rate)))]
         assert recall == pytest.approx(correct[kept].mean())
     assert curve[0.5] >= curve[0.25] >= curve[0.0]
-    with pytest.raises(ValueError, match="Rejection rates"):
+    with pytest.raises(ValueError, match="`rejection_rates` must lie in"):
         ez.metrics.recall_at_one_with_rejection(embeddings, labels, uncertainties, (1.0,))
+
+
+def test_exact_duplicates_are_each_others_neighbours_and_column_labels_work():
+    """Issue 15 decision: the query is left out by index, so an exact
+    duplicate is its neighbour. The reference's "second FAISS hit" can be
+    the query itself here (its tie order decides) and would count both as
+    correct; a brute-force reference that drops index i agrees with us."""
+    e = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.1, 1.0]])
+    labels = np.array([0, 1, 2, 2])
+    unit = e / np.linalg.norm(e, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    np.fill_diagonal(sim, -np.inf)
+    expected = labels[sim.argmax(1)] == labels  # [False, False, True, True]
+    np.testing.assert_array_equal(metrics.nearest_neighbour_correct(e, labels), expected)
+    assert metrics.recall_at_one(e, labels) == 0.5
+    assert metrics.recall_at_one(e, labels[:, None]) == 0.5  # (N, 1) labels
+    assert metrics.r_auroc(e, labels[:, None], [0.9, 0.8, 0.1, 0.2]) == 1.0
