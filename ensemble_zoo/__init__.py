@@ -6,6 +6,12 @@ TensorFlow and PyTorch, presets that load offline with `from_preset`.
 
 __version__ = "0.1.0"
 
+# keras-hub imports TensorFlow whenever it is installed, under every Keras
+# backend; import both here without TensorFlow's C++ start-up lines.
+from ensemble_zoo.utils.quiet_import import import_quietly as _import_quietly
+
+_import_quietly("keras", "keras_hub")
+
 from ensemble_zoo import calibration
 from ensemble_zoo import datasets
 from ensemble_zoo import evaluation

@@ -4,11 +4,15 @@ import warnings
 
 import numpy as np
 
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_nonempty_axes
+from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.metrics.array_checks import as_labels
 
 
 def _as_member_logits(member_logits):
-    member_logits = np.asarray(member_logits, dtype=np.float64)
+    member_logits = as_numeric_array(member_logits, "member_logits").astype(np.float64)
     if member_logits.ndim == 2:
         member_logits = member_logits[:, None, :]
     if member_logits.ndim != 3:
@@ -18,9 +22,8 @@ def _as_member_logits(member_logits):
         )
     if member_logits.shape[0] == 0:
         raise ValueError("`member_logits` is empty.")
-    if not np.isfinite(member_logits).all():
-        raise ValueError("`member_logits` contains NaN or infinite values.")
-    return member_logits
+    check_nonempty_axes(member_logits.shape, "member_logits", "(samples, members, classes)", {1: "member", 2: "class"})
+    return check_finite(member_logits, "member_logits")
 
 
 def _log_predictive(member_logits):
@@ -69,14 +72,14 @@ class TemperatureScaling:
     """
 
     def __init__(self, temperature=1.0, bounds=(0.05, 20.0)):
-        bounds = tuple(float(b) for b in bounds)
-        if len(bounds) != 2 or not 0.0 < bounds[0] < bounds[1]:
+        if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__len__") or len(bounds) != 2:
+            raise ValueError(f"`bounds` must be a pair (low, high); got {bounds!r}.")
+        bounds = tuple(check_real(b, "bounds", low=0.0, low_open=True) for b in bounds)
+        if not bounds[0] < bounds[1]:
             raise ValueError(
                 f"`bounds` must be (low, high) with 0 < low < high; got {bounds}."
             )
-        if not float(temperature) > 0.0:
-            raise ValueError(f"`temperature` must be > 0; got {temperature}.")
-        self.temperature = float(temperature)
+        self.temperature = check_real(temperature, "temperature", low=0.0, low_open=True)
         self.bounds = bounds
 
     def negative_log_likelihood(self, member_logits, labels, temperature=None):

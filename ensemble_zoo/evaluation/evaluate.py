@@ -9,6 +9,7 @@ from ensemble_zoo.evaluation.prediction import iterate_batches
 from ensemble_zoo.evaluation.prediction import example_rank_of
 from ensemble_zoo.evaluation.prediction import measure_speed
 from ensemble_zoo.evaluation.prediction import predict_member_logits
+from ensemble_zoo.evaluation.prediction import predict_outputs
 from ensemble_zoo.evaluation.report import EvaluationReport
 from ensemble_zoo.metrics.diversity import as_member_probabilities
 from ensemble_zoo.utils.parameters import parameter_count
@@ -53,13 +54,21 @@ def _classification(probs, labels, num_bins):
     }
 
 
-def _ood_scores(member_logits):
+#: OOD scores, higher = more likely OOD: 1 - max softmax probability, the
+#: ensemble's mutual information (more than one member) and the model's own
+#: uncertainty output where it has one (loss prediction's predicted loss).
+OOD_SCORES = ("msp", "mutual_information", "predicted_loss")
+
+
+def _ood_scores(member_logits, model_scores=None):
     probs = as_member_probabilities(member_logits, from_logits=True)
     scores = {"msp": 1.0 - probs.mean(axis=1).max(axis=1)}
     if member_logits.shape[1] > 1:
         scores["mutual_information"] = metrics.mutual_information(
             member_logits, from_logits=True, reduction="none"
         )
+    if model_scores and "uncertainty" in model_scores:
+        scores["predicted_loss"] = model_scores["uncertainty"]
     return scores
 
 
@@ -88,7 +97,10 @@ def evaluate(
     - OOD (`ood_data`): AUROC, AUPR (OOD positive) and FPR95 of two scores,
       `1 - max softmax probability` ("msp") and the mutual information
       ("mutual_information"; left out, `None`, for a single member, for
-      which it is identically 0).
+      which it is identically 0), and for a model that predicts its own
+      uncertainty (`LossPredictionImageClassifier`, whose outputs are a
+      dict with `"logits"` and `"uncertainty"`) also that uncertainty
+      ("predicted_loss").
     - Shift (`shift_data`): accuracy, NLL, Brier and ECE per set.
     - Diversity: mean mutual information and member disagreement on every
       set.
@@ -148,7 +160,7 @@ def evaluate(
     ood_data = _check_named(ood_data, "ood_data")
     shift_data = _check_named(shift_data, "shift_data")
 
-    id_logits, id_labels = predict_member_logits(
+    id_logits, id_labels, id_model_scores = predict_outputs(
         model, id_data, batch_size, "id_data", progress
     )
     if id_labels is None:
@@ -174,19 +186,21 @@ def evaluate(
         temperature_scaled = {"temperature": scaler.temperature}
         temperature_scaled.update(_classification(scaled, id_labels, num_bins))
 
-    id_scores = _ood_scores(id_logits)
+    id_scores = _ood_scores(id_logits, id_model_scores)
     ood = {}
     ood_scores = {}
     for set_name, data in ood_data.items():
-        logits, _ = predict_member_logits(
+        logits, _, model_scores = predict_outputs(
             model, data, batch_size, f"ood_data['{set_name}']", progress
         )
         member_logits[set_name] = logits
-        scores = _ood_scores(logits)
+        scores = _ood_scores(logits, model_scores)
         ood_scores[set_name] = scores
         entry = {"num_samples": int(logits.shape[0])}
-        for score in ("msp", "mutual_information"):
+        for score in OOD_SCORES:
             if score not in scores:
+                if score == "predicted_loss":
+                    continue  # only models with an uncertainty output
                 entry[score] = None
                 continue
             entry[score] = {

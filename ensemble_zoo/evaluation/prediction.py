@@ -104,7 +104,23 @@ def _num_batches(data, batch_size):
 
 
 def _call(model, x):
-    return np.asarray(model.predict_on_batch(x), dtype=np.float32)
+    """The model's logits on one batch, and its own per-sample uncertainty
+    scores (a dict, empty unless the model returns a dict such as the
+    loss-prediction model's `{"logits", "uncertainty"}`)."""
+    out = model.predict_on_batch(x)
+    if isinstance(out, dict):
+        if "logits" not in out:
+            raise ValueError(
+                "A model that returns a dict must have a 'logits' entry; got "
+                f"keys {sorted(out)}."
+            )
+        scores = {
+            k: np.asarray(v, np.float64).reshape(-1)
+            for k, v in out.items()
+            if k != "logits" and np.ndim(v) == 1
+        }
+        return np.asarray(out["logits"], dtype=np.float32), scores
+    return np.asarray(out, dtype=np.float32), {}
 
 
 def example_rank_of(model):
@@ -121,13 +137,21 @@ def example_rank_of(model):
 
 
 def predict_member_logits(model, data, batch_size, name, progress=True):
-    """Member logits `(samples, members, classes)` and labels (or None).
+    """Member logits `(samples, members, classes)` and labels (or None)."""
+    logits, labels, _ = predict_outputs(model, data, batch_size, name, progress)
+    return logits, labels
+
+
+def predict_outputs(model, data, batch_size, name, progress=True):
+    """Member logits `(samples, members, classes)`, labels (or None) and the
+    model's own per-sample scores (a dict of `(samples,)` arrays, e.g. the
+    loss-prediction model's `"uncertainty"`; empty for ensembles).
 
     Every batch is padded to `batch_size` so compiled prediction functions
     see one static shape; the padding is cut off again.
     """
     example_rank = example_rank_of(model)
-    logits, labels = [], []
+    logits, labels, scores = [], [], {}
     batches = iterate_batches(data, batch_size, name, example_rank)
     total = _num_batches(data, batch_size)
     for x, y in progress_bar(
@@ -136,7 +160,10 @@ def predict_member_logits(model, data, batch_size, name, progress=True):
         n = x.shape[0]
         if n < batch_size:
             x = np.concatenate([x, np.repeat(x[-1:], batch_size - n, axis=0)])
-        out = _call(model, x)[:n]
+        out, batch_scores = _call(model, x)
+        out = out[:n]
+        for key, values in batch_scores.items():
+            scores.setdefault(key, []).append(values[:n])
         if out.ndim == 2:
             out = out[:, None, :]
         if out.ndim != 3:
@@ -159,7 +186,14 @@ def predict_member_logits(model, data, batch_size, name, progress=True):
             f"logits (first: sample {bad[0]}). Check the inputs and the "
             "weights; no metric is computed from non-finite predictions."
         )
-    return logits, (np.concatenate(labels) if labels else None)
+    scores = {k: np.concatenate(v) for k, v in scores.items()}
+    for key, values in scores.items():
+        if not np.isfinite(values).all():
+            raise ValueError(
+                f"The model's {key!r} scores on {_describe(name)} are not "
+                f"finite ({int((~np.isfinite(values)).sum())} samples)."
+            )
+    return logits, (np.concatenate(labels) if labels else None), scores
 
 
 def _warm_up(fn, min_calls=10, min_seconds=0.5, max_seconds=5.0):

@@ -102,10 +102,14 @@ def evaluate_preset(
 
 
 def _load_model(preset):
-    from ensemble_zoo.models import EnsembleClassifier
-
     _check_preset(preset)
-    return EnsembleClassifier.from_preset(preset)
+    if preset_registry.preset_metadata(preset).get("kind") != "trained":
+        raise ValueError(
+            f"Preset {preset!r} is an architecture preset (random weights); "
+            "only trained presets are evaluated. Trained presets: "
+            f"{', '.join(p for p in preset_registry.list_presets() if preset_registry.preset_metadata(p).get('kind') == 'trained')}."
+        )
+    return preset_registry.load_preset(preset)
 
 
 def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir):

@@ -20,7 +20,11 @@ _CLASSIFICATION = [
     ("mce", "MCE"),
     ("aurc", "AURC"),
 ]
-_SCORES = [("msp", "1 - MSP"), ("mutual_information", "MI")]
+_SCORES = [
+    ("msp", "1 - MSP"),
+    ("mutual_information", "MI"),
+    ("predicted_loss", "predicted loss"),
+]
 
 
 class EvaluationReport:
@@ -92,6 +96,8 @@ class EvaluationReport:
             rows = []
             for set_name, entry in m["ood"].items():
                 for score, label in _SCORES:
+                    if score not in entry:
+                        continue  # predicted_loss: models with that output
                     values = entry.get(score) or {}
                     rows.append(
                         [set_name, entry["num_samples"], label]

@@ -2,6 +2,8 @@ import keras
 from keras import ops
 
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -64,7 +66,7 @@ class GroupedDense(keras.layers.Layer):
         self.units = check_positive_int(units, "units")
         self.num_members = check_positive_int(num_members, "num_members")
         self.activation = keras.activations.get(activation)
-        self.use_bias = use_bias
+        self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -103,10 +105,11 @@ class GroupedDense(keras.layers.Layer):
 
     def call(self, inputs):
         shape = self._check_shape(static_shape(inputs))
+        check_floating(inputs, "inputs")
         if shape[-1] != self.input_dim:
             raise ValueError(
                 f"GroupedDense '{self.name}' was built for {self.input_dim} "
-                f"input features, got input shape {shape}."
+                f"input features; got `inputs` of shape {shape}."
             )
         outputs = ops.einsum(self._equation, inputs, self.kernel)
         if self.use_bias:

@@ -1,6 +1,9 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -52,9 +55,9 @@ class GroupedLayerNormalization(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.num_members = check_positive_int(num_members, "num_members")
-        self.epsilon = float(epsilon)
-        self.center = center
-        self.scale = scale
+        self.epsilon = check_real(epsilon, "epsilon", low=0.0, low_open=True)
+        self.center = check_bool(center, "center")
+        self.scale = check_bool(scale, "scale")
         self.beta_initializer = keras.initializers.get(beta_initializer)
         self.gamma_initializer = keras.initializers.get(gamma_initializer)
         self.supports_masking = True
@@ -82,6 +85,7 @@ class GroupedLayerNormalization(keras.layers.Layer):
 
     def call(self, inputs):
         shape = self._check_shape(static_shape(inputs))
+        check_floating(inputs, "inputs")
         # Keras' fused normalization (3x faster than mean/var on XLA CPU),
         # then each member's own scale and offset.
         outputs = ops.layer_normalization(inputs, axis=-1, epsilon=self.epsilon)

@@ -6,6 +6,10 @@ from keras import ops
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.backend import resolve_attention_implementation
+from ensemble_zoo.utils.validation import is_integer
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -14,16 +18,15 @@ from ensemble_zoo.utils.validation import static_shape
 def _check_member_num_heads(member_num_heads, num_members, num_heads):
     if member_num_heads is None:
         return [num_heads] * num_members
-    counts = list(member_num_heads)
-    if len(counts) != num_members or any(
-        isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= num_heads
-        for c in counts
+    counts = list(member_num_heads) if hasattr(member_num_heads, "__iter__") else None
+    if counts is None or len(counts) != num_members or any(
+        not is_integer(c) or not 0 <= c <= num_heads for c in counts
     ):
         raise ValueError(
             f"`member_num_heads` must be {num_members} ints in [0, "
             f"{num_heads}] (heads kept by each member); got {member_num_heads!r}."
         )
-    return counts
+    return [int(c) for c in counts]
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -104,10 +107,8 @@ class HydraAttention(keras.layers.Layer):
         self.member_num_heads = _check_member_num_heads(
             member_num_heads, self.num_members, self.num_heads
         )
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1); got {dropout}.")
-        self.dropout = float(dropout)
-        self.use_bias = use_bias
+        self.dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True)
+        self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self._dropout_layer = keras.layers.Dropout(self.dropout)
@@ -175,12 +176,25 @@ class HydraAttention(keras.layers.Layer):
         shape = check_member_axis_input(self, static_shape(inputs))
         if len(shape) != 4:
             raise ValueError(
-                f"HydraAttention '{self.name}' expects inputs (batch, members, "
+                f"HydraAttention '{self.name}' expects `inputs` (batch, members, "
                 f"tokens, dim); got shape {shape}."
             )
+        check_floating(inputs, "inputs")
         mask = None
         if attention_mask is not None:
             mask = ops.cast(attention_mask, "bool")
+            tokens = shape[2]
+            expected = {2: (shape[0], tokens), 3: (shape[0], tokens, tokens)}
+            mask_shape = static_shape(mask)
+            if len(mask_shape) in expected and any(
+                a is not None and b is not None and a != b
+                for a, b in zip(mask_shape, expected[len(mask_shape)])
+            ):
+                raise ValueError(
+                    f"`attention_mask` of shape {mask_shape} does not match "
+                    f"`inputs` of shape {shape}: expected (batch, tokens) = "
+                    f"{expected[2]} or (batch, tokens, tokens) = {expected[3]}."
+                )
             if len(mask.shape) == 2:  # (batch, tokens): keys to attend to
                 mask = mask[:, None, None, :]
             elif len(mask.shape) == 3:  # (batch, queries, keys)

@@ -5,6 +5,7 @@ from keras import ops
 
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.sublayers import set_trainable
+from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -124,10 +125,15 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
     ):
         if isinstance(base_layer, dict):
             base_layer = keras.saving.deserialize_keras_object(base_layer)
-        kwargs.setdefault("name", f"{base_layer.name}_lora_ensemble")
-        super().__init__(**kwargs)
         if isinstance(base_layer, LoRAEnsembleAdapter):
             raise ValueError(f"Layer '{base_layer.name}' is already adapted.")
+        if not isinstance(base_layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+            raise TypeError(
+                "`base_layer` must be a keras.layers.Dense or "
+                f"keras.layers.EinsumDense; got {base_layer!r}."
+            )
+        kwargs.setdefault("name", f"{base_layer.name}_lora_ensemble")
+        super().__init__(**kwargs)
         activation = getattr(base_layer, "activation", None)
         if activation not in (None, keras.activations.linear):
             raise ValueError(
@@ -138,12 +144,10 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             )
         self.num_members = check_positive_int(num_members, "num_members")
         self.rank = check_positive_int(rank, "rank")
-        if lora_alpha is not None and not lora_alpha > 0:
-            raise ValueError(f"`lora_alpha` must be positive or None; got {lora_alpha!r}.")
-        if not a_gain > 0:
-            raise ValueError(f"`a_gain` must be positive; got {a_gain!r}.")
+        if lora_alpha is not None:
+            lora_alpha = check_real(lora_alpha, "lora_alpha", low=0.0, low_open=True)
         self.lora_alpha = lora_alpha
-        self.a_gain = float(a_gain)
+        self.a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         self.seed = seed
         self.base_layer = base_layer
         set_trainable(self.base_layer, False)

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -46,14 +48,17 @@ class LossPredictionHead(keras.layers.Layer):
         stop_gradient=True, **kwargs,
     ):
         super().__init__(**kwargs)
+        if isinstance(hidden_units, (str, bytes)) or not hasattr(hidden_units, "__iter__"):
+            raise TypeError(
+                "`hidden_units` must be a sequence of layer widths, e.g. "
+                f"(512, 512); got {hidden_units!r}."
+            )
         self.hidden_units = tuple(
             check_positive_int(u, "hidden_units") for u in hidden_units
         )
-        if not negative_slope >= 0:
-            raise ValueError(f"`negative_slope` must be >= 0; got {negative_slope!r}.")
-        self.negative_slope = float(negative_slope)
-        self.epsilon = float(epsilon)
-        self.stop_gradient = bool(stop_gradient)
+        self.negative_slope = check_real(negative_slope, "negative_slope", low=0.0)
+        self.epsilon = check_real(epsilon, "epsilon", low=0.0, low_open=True)
+        self.stop_gradient = check_bool(stop_gradient, "stop_gradient")
         self.hidden = [
             keras.layers.Dense(units, name=f"hidden_{i}")
             for i, units in enumerate(self.hidden_units)
@@ -63,7 +68,7 @@ class LossPredictionHead(keras.layers.Layer):
     def build(self, input_shape):
         if len(input_shape) != 2 or input_shape[-1] is None:
             raise ValueError(
-                "LossPredictionHead expects embeddings of shape (batch, dim); "
+                "LossPredictionHead expects `inputs` (embeddings) of shape (batch, dim); "
                 f"got {tuple(input_shape)}."
             )
         shape = tuple(input_shape)

@@ -2,6 +2,8 @@ import keras
 from keras import ops
 
 from ensemble_zoo.utils.sublayers import set_trainable
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -64,20 +66,20 @@ class SubnetworkMaskedDense(keras.layers.Layer):
         if isinstance(base_layer, dict):
             base_layer = keras.saving.deserialize_keras_object(base_layer)
         if not isinstance(base_layer, keras.layers.Dense):
-            raise ValueError(
-                f"`base_layer` must be a keras.layers.Dense; got {type(base_layer).__name__}."
+            raise TypeError(
+                f"`base_layer` must be a keras.layers.Dense; got {base_layer!r}."
             )
         kwargs.setdefault("name", f"{base_layer.name}_masked")
         super().__init__(**kwargs)
         self.base_layer = base_layer
         set_trainable(self.base_layer, False)
         self.num_members = check_positive_int(num_members, "num_members")
-        if not (mask_columns or mask_rows):
+        self.mask_columns = check_bool(mask_columns, "mask_columns")
+        self.mask_rows = check_bool(mask_rows, "mask_rows")
+        if not (self.mask_columns or self.mask_rows):
             raise ValueError("At least one of `mask_columns` and `mask_rows` must be True.")
-        self.mask_columns = bool(mask_columns)
-        self.mask_rows = bool(mask_rows)
-        self.logit_mean = float(logit_mean)
-        self.logit_std = float(logit_std)
+        self.logit_mean = check_real(logit_mean, "logit_mean")
+        self.logit_std = check_real(logit_std, "logit_std", low=0.0, low_open=True)
         self.seed = seed
         if base_layer.built:
             self.build(None)

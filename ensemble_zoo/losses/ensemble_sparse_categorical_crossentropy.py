@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_same_batch
 from ensemble_zoo.utils.validation import check_rank
 from ensemble_zoo.utils.validation import static_rank
 
@@ -51,13 +53,14 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.from_logits = from_logits
+        self.from_logits = check_bool(from_logits, "from_logits")
         self.ignore_class = ignore_class
 
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)
         shape = check_rank(y_pred, 3, "y_pred", "(batch, members, classes)")
         y_true = ops.convert_to_tensor(y_true)
+        check_same_batch(y_true, y_pred)
         rank = static_rank(y_true)
         if rank is None:
             # TensorFlow retraced the step after labels of another rank and

@@ -18,6 +18,7 @@ from keras import ops
 
 from ensemble_zoo.metrics.classification import NLL_EPSILON
 from ensemble_zoo.metrics.prediction_inputs import log_probabilities_and_labels
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import is_integer
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
 
@@ -29,7 +30,7 @@ class _SumMetric(keras.metrics.Metric):
 
     def __init__(self, name, from_logits=False, dtype=None):
         super().__init__(name=name, dtype=dtype)
-        self.from_logits = bool(from_logits)
+        self.from_logits = check_bool(from_logits, "from_logits")
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
@@ -164,7 +165,7 @@ class ExpectedCalibrationError(keras.metrics.Metric):
             raise ValueError(f"`num_bins` must be >= 1; got {num_bins}.")
         super().__init__(name=name, dtype=dtype)
         self.num_bins = int(num_bins)
-        self.from_logits = bool(from_logits)
+        self.from_logits = check_bool(from_logits, "from_logits")
         self.bin_count = self.add_variable(
             shape=(num_bins,), initializer="zeros", name="bin_count"
         )

@@ -3,6 +3,7 @@ from keras import ops
 
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
 from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
+from ensemble_zoo.utils.validation import check_same_batch
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -49,10 +50,12 @@ class EnsembleAccuracy(keras.metrics.Metric):
             scores = y_pred
         else:
             raise ValueError(
-                "EnsembleAccuracy expects y_pred of shape (batch, members, "
+                "EnsembleAccuracy expects `y_pred` of shape (batch, members, "
                 f"classes) or (batch, classes); got shape {tuple(y_pred.shape)}."
             )
-        y_true = ops.reshape(ops.convert_to_tensor(y_true), (-1,))
+        y_true = ops.convert_to_tensor(y_true)
+        check_same_batch(y_true, y_pred)
+        y_true = ops.reshape(y_true, (-1,))
         predicted = ops.argmax(scores, axis=-1)
         matches = ops.cast(
             ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")),

@@ -3,6 +3,7 @@
 from keras import ops
 
 from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
+from ensemble_zoo.utils.validation import check_same_batch
 
 
 def log_probabilities_and_labels(
@@ -25,12 +26,14 @@ def log_probabilities_and_labels(
         log_probs = ops.log(ops.maximum(ops.cast(y_pred, "float32"), 0.0))
     else:
         raise ValueError(
-            f"{metric_name} expects y_pred of shape (batch, members, "
+            f"{metric_name} expects `y_pred` of shape (batch, members, "
             "classes) (member logits) or (batch, classes) (probabilities); "
             f"got shape {tuple(y_pred.shape)}."
         )
     log_probs = ops.maximum(ops.cast(log_probs, "float32"), log_floor)
-    labels = ops.cast(ops.reshape(ops.convert_to_tensor(y_true), (-1,)), "int32")
+    y_true = ops.convert_to_tensor(y_true)
+    check_same_batch(y_true, y_pred)
+    labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
     return log_probs, labels
 
 

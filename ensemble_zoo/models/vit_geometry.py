@@ -1,6 +1,7 @@
 """Argument checks shared by the zoo's ViT backbones."""
 
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import is_integer
 
 
 def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_dim):
@@ -18,17 +19,24 @@ def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_di
     """
     num_layers = check_positive_int(num_layers, "num_layers")
     num_heads = check_positive_int(num_heads, "num_heads")
+    hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
     if hidden_dim % num_heads:
         raise ValueError(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
             f"({num_heads})."
         )
-    image_shape = tuple(int(d) for d in image_shape)
-    if len(image_shape) != 3:
+    if isinstance(image_shape, (str, bytes)) or not hasattr(image_shape, "__len__") or len(image_shape) != 3:
         raise ValueError(
-            f"`image_shape` must be (height, width, channels); got {image_shape}."
+            f"`image_shape` must be (height, width, channels); got {image_shape!r}."
         )
-    patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+    image_shape = tuple(check_positive_int(d, "image_shape") for d in image_shape)
+    if is_integer(patch_size):
+        patch_size = (patch_size, patch_size)
+    if isinstance(patch_size, (str, bytes)) or not hasattr(patch_size, "__len__") or len(patch_size) != 2:
+        raise ValueError(
+            f"`patch_size` must be a positive int or a (height, width) pair; got {patch_size!r}."
+        )
+    patch = tuple(check_positive_int(p, "patch_size") for p in patch_size)
     if image_shape[0] % patch[0] or image_shape[1] % patch[1]:
         raise ValueError(
             f"`image_shape` {image_shape[:2]} must be divisible by "

@@ -32,6 +32,7 @@ import warnings
 import keras
 import numpy as np
 
+from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.parameters import parameter_count
 
@@ -43,15 +44,6 @@ METADATA_FILE = "metadata.json"
 class PresetError(ValueError):
     """A preset could not be found or is damaged; the message says which
     file is wrong and how."""
-
-
-def preset_root():
-    """The directory that holds the shipped preset directories."""
-    package_dir = pathlib.Path(__file__).resolve().parent.parent
-    installed = package_dir / "_preset_files"
-    if installed.is_dir():
-        return installed
-    return package_dir.parent / "presets"
 
 
 def list_presets():

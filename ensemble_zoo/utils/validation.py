@@ -81,26 +81,41 @@ def check_positive_int(value, name):
 def check_member_axis_input(layer, input_shape):
     """Checks a `(batch, members, ..., features)` input of a grouped layer.
 
-    `layer` must have `num_members` and `name`; the message names both.
+    `layer` must have `num_members` and `name`; the message names both and
+    the `inputs` argument.
     """
     input_shape = tuple(input_shape)
     owner = f"{type(layer).__name__} '{layer.name}'"
     if len(input_shape) < 3:
         raise ValueError(
-            f"{owner} expects inputs of shape (batch, members, ..., "
+            f"{owner} expects `inputs` of shape (batch, members, ..., "
             f"features) with at least 3 axes; got shape {input_shape}."
         )
     if input_shape[1] is not None and input_shape[1] != layer.num_members:
         raise ValueError(
-            f"{owner} was built for num_members={layer.num_members}, but the "
-            f"input's member axis (axis 1) has size {input_shape[1]} (input "
-            f"shape {input_shape})."
+            f"{owner} was built for num_members={layer.num_members}, but its "
+            f"`inputs` have {input_shape[1]} members on axis 1 (shape "
+            f"{input_shape})."
         )
     if input_shape[-1] is None:
         raise ValueError(
-            f"{owner} needs a known last axis; got input shape {input_shape}."
+            f"{owner} needs a known last axis of `inputs`; got shape {input_shape}."
         )
     return input_shape
+
+
+def check_same_batch(y_true, y_pred):
+    """Raises unless `y_true` and `y_pred` have the same static batch size
+    (where both are known): labels longer or shorter than the predictions."""
+    if not static_rank(y_true) or not static_rank(y_pred):
+        return  # a scalar, or a rank TensorFlow relaxed away: nothing known
+    true_batch = static_shape(y_true)[:1]
+    pred_batch = static_shape(y_pred)[:1]
+    if None not in true_batch + pred_batch and true_batch and pred_batch and true_batch != pred_batch:
+        raise ValueError(
+            f"`y_true` has {true_batch[0]} labels but `y_pred` has "
+            f"{pred_batch[0]} predictions; they must match."
+        )
 
 
 # === Arguments that are not arrays ===
@@ -143,6 +158,12 @@ def check_real(value, name, low=None, high=None, low_open=False, high_open=False
         )
         raise ValueError(f"`{name}` must lie in {interval}; got {value:g}.")
     return value
+
+
+def check_rate(value, name):
+    """Returns a dropout-style rate as a float; raises unless it lies in
+    [0, 1)."""
+    return check_real(value, name, low=0.0, high=1.0, high_open=True)
 
 
 def check_axis(axis, rank, name="axis"):

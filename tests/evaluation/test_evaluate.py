@@ -227,3 +227,23 @@ def test_datasets_are_rebatched_and_bad_inputs_are_clear(ensemble, digits, repor
     weighted = tf.data.Dataset.from_tensor_slices((x, y, np.ones(289))).batch(8)
     with pytest.raises(ValueError, match="sample weights are not supported"):
         ez.evaluation.evaluate(ensemble, weighted, progress=False)
+
+
+def test_a_model_with_its_own_uncertainty_output_gets_that_ood_score(digits):
+    """A model returning {"logits", "uncertainty"} (the loss-prediction
+    model's outputs) is evaluated on its logits, and its uncertainty is a
+    third OOD score, equal to scikit-learn's AUROC on that output."""
+    inputs = keras.Input((8, 8, 1))
+    flat = keras.layers.Flatten()(inputs)
+    logits = keras.layers.Dense(8)(flat)
+    uncertainty = keras.ops.sum(flat * flat, axis=-1)
+    model = keras.Model(inputs, {"logits": logits, "uncertainty": uncertainty})
+    (x, y), far = digits["test"], digits["far_ood"][0]
+    report = ez.evaluation.evaluate(model, (x, y), ood_data={"far": far}, batch_size=128, progress=False)
+    u = lambda a: np.sum(a.reshape(len(a), -1).astype(np.float64) ** 2, axis=1)
+    expected = roc_auc_score(np.r_[np.zeros(len(x)), np.ones(len(far))], np.r_[u(x), u(far)])
+    far_entry = report.metrics["ood"]["far"]
+    assert far_entry["predicted_loss"]["auroc"] == pytest.approx(expected, abs=1e-6)
+    probs = keras.ops.convert_to_numpy(keras.ops.softmax(model(x)["logits"]))
+    assert report.metrics["in_distribution"]["accuracy"] == pytest.approx(np.mean(probs.argmax(1) == y))
+    assert "predicted loss" in str(report)

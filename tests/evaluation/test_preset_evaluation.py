@@ -77,13 +77,32 @@ def test_cli_compare_writes_the_numbers_of_evaluate(tmp_path, capsys):
             assert row["latency x base"] == shown["latency x base"] == "1.00x"
 
 
-def test_cli_evaluate_writes_a_report(tmp_path, capsys):
+def test_cli_evaluates_the_loss_prediction_preset(tmp_path, capsys):
+    """Issue 15: the CLI listed this preset but refused it. Its classifier
+    is vit_tiny_digits unchanged, so its accuracy is the recorded one; its
+    report adds the predicted loss as an OOD score (that score's numbers
+    are checked in tests/evaluation/test_evaluate.py)."""
+    name = "loss_prediction_vit_tiny_digits"
     assert cli.main(
-        ["evaluate", "--preset", "vit_tiny_digits", "--output", str(tmp_path), "--no-progress"]
+        ["evaluate", "--preset", name, "--output", str(tmp_path), "--no-progress"]
     ) == 0
     saved = json.loads((tmp_path / "report.json").read_text())
-    assert saved["name"] == "vit_tiny_digits"
-    assert f"{saved['in_distribution']['accuracy']:.4f}" in capsys.readouterr().out
+    assert saved["name"] == name
+    printed = capsys.readouterr().out
+    accuracy = saved["in_distribution"]["accuracy"]
+    assert f"{accuracy:.4f}" in printed and "predicted loss" in printed
+    assert round(accuracy, 4) == ez.presets.preset_metadata("vit_tiny_digits")["metrics"]["test_accuracy"]
+    for ood_set in ("near", "far"):
+        assert 0.5 < saved["ood"][ood_set]["predicted_loss"]["auroc"] <= 1.0
+
+
+def test_architecture_presets_are_refused_before_loading(capsys):
+    with pytest.raises(ValueError, match="'hydra_vit_b16_8x3' is an architecture preset"):
+        ez.evaluation.evaluate_preset("hydra_vit_b16_8x3")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["evaluate", "--preset", "hydra_vit_b16_8x3"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'hydra_vit_b16_8x3'" in capsys.readouterr().err
 
 
 def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):

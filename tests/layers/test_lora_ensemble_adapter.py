@@ -136,7 +136,7 @@ def test_bad_arguments_are_clear_errors():
     transposed.build((None, 4))
     with pytest.raises(ValueError, match="equation"):
         LoRAEnsembleAdapter(transposed, num_members=2, rank=1)
-    with pytest.raises(ValueError, match="Dense and EinsumDense"):
+    with pytest.raises(TypeError, match="`base_layer` must be a keras.layers.Dense or keras.layers.EinsumDense"):
         norm = keras.layers.LayerNormalization()
         norm.build((None, 4))
         norm.kernel = norm.gamma

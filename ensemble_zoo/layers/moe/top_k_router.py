@@ -319,7 +319,7 @@ class TopKRouter(keras.layers.Layer):
         owner = f"{type(self).__name__} '{self.name}'"
         if len(shape) < 2:
             raise ValueError(
-                f"{owner} expects inputs (num_members * batch, ..., dim) with "
+                f"{owner} expects `inputs` (num_members * batch, ..., dim) with "
                 f"at least 2 axes; got shape {shape}."
             )
         if any(d is None for d in shape[1:]):
@@ -408,7 +408,7 @@ class TopKRouter(keras.layers.Layer):
         shape = tuple(input_shape)
         if len(shape) < 2 or shape[-1] is None:
             raise ValueError(
-                f"{type(self).__name__} '{self.name}' expects inputs "
+                f"{type(self).__name__} '{self.name}' expects `inputs` "
                 "(num_members * batch, ..., dim) with at least 2 axes and a "
                 f"known last axis; got shape {shape}."
             )

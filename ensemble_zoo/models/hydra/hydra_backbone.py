@@ -9,6 +9,8 @@ from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
 from ensemble_zoo.models.vit_geometry import check_vit_geometry
 from ensemble_zoo.utils.backend import check_attention_implementation
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -118,6 +120,12 @@ class HydraBackbone(keras.Model):
         check_mlp_mode(mlp)
         image_shape, patch, num_layers, num_heads = check_vit_geometry(
             image_shape, patch_size, num_layers, num_heads, hidden_dim
+        )
+        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        layer_norm_epsilon = check_real(
+            layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
         )
         counts = check_member_num_heads(
             member_num_heads, num_layers, num_members, num_heads

@@ -197,6 +197,11 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
             return x
         return x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
 
+    @property
+    def member_input_shape(self):
+        """The shape of one input image, as `EnsembleClassifier` names it."""
+        return self.image_shape
+
     def call_on_embeddings(self, embeddings):
         """Logits and uncertainty from pooled embeddings (e.g. cached).
 

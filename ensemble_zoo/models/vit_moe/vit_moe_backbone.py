@@ -7,6 +7,8 @@ from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
 from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -142,6 +144,12 @@ class ViTMoEBackbone(keras.Model):
             )
         image_shape, patch, num_layers, num_heads = check_vit_geometry(
             image_shape, patch_size, num_layers, num_heads, hidden_dim
+        )
+        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        layer_norm_epsilon = check_real(
+            layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
         )
         moe_layers = check_moe_layers(moe_layers, num_layers)
 
