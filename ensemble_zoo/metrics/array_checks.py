@@ -71,7 +71,7 @@ def as_labels(labels, num_samples, num_classes, name="labels"):
         if not np.all(labels == np.round(labels)):
             raise ValueError(
                 f"`{name}` must hold integer class indices; got fractional "
-                f"values such as {labels[labels != np.round(labels)][0]!r}."
+                f"values such as {labels[labels != np.round(labels)][0].item()!r}."
             )
     labels = labels.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):

@@ -7,6 +7,7 @@ from ensemble_zoo.metrics import EnsembleAccuracy
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -90,16 +91,57 @@ class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
         elif hasattr(x, "shape") and hasattr(x, "dtype"):
             self._check_inputs(x)
 
+    def _check_labels(self, y):
+        """Checks array labels of `fit` / `evaluate`: integer class indices
+        `(batch,)` or `(batch, 1)` in `[0, num_classes)` (the loss's
+        `ignore_class` allowed). Out-of-range labels gave a silent number
+        under JAX and a runtime error under TensorFlow; fractional labels
+        were truncated."""
+        if y is None or isinstance(y, dict) or not hasattr(y, "shape"):
+            return
+        values = backend_utils.concrete_value(y)
+        if values is None:
+            return
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.ndim != 1:
+            raise ValueError(
+                "`y` must hold class indices of shape (batch,) or (batch, 1); "
+                f"got shape {values.shape}."
+            )
+        if values.dtype.kind not in "iuf":
+            raise TypeError(
+                f"`y` must hold integer class indices; got dtype {values.dtype}."
+            )
+        if values.dtype.kind == "f":
+            check_finite(values, "y")
+            if not np.all(values == np.round(values)):
+                raise ValueError(
+                    "`y` must hold integer class indices; got fractional "
+                    f"values such as {values[values != np.round(values)][0].item()!r}."
+                )
+        ignore = getattr(getattr(self, "loss", None), "ignore_class", None)
+        valid = (values >= 0) & (values < self.num_classes)
+        if ignore is not None:
+            valid |= values == ignore
+        if values.size and not valid.all():
+            raise ValueError(
+                f"`y` must hold class indices in [0, {self.num_classes - 1}]; "
+                f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
+            )
+
     def predict(self, x, *args, **kwargs):
         self._check_data(x)
         return super().predict(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
         self._check_data(x)
+        self._check_labels(args[0] if args else kwargs.get("y"))
         return super().evaluate(x, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
         self._check_data(x)
+        self._check_labels(args[0] if args else kwargs.get("y"))
         if len(args) < 8 and "shuffle" not in kwargs and _is_tf_dataset(x):
             # Keras' default `shuffle=True` cannot apply to a tf.data
             # dataset (the zoo's datasets shuffle themselves) and warned on

@@ -38,6 +38,23 @@ def test_bad_image_size_is_a_clear_error_and_the_model_stays_usable(model_and_da
     )
 
 
+def test_bad_labels_are_clear_errors_and_the_model_stays_usable(model_and_data):
+    """Out-of-range labels gave a number under JAX (and a runtime error
+    under TensorFlow); fractional labels were truncated."""
+    model, x, y = model_and_data
+    before = model.evaluate(x, y, verbose=0, return_dict=True)
+    bad = y.copy()
+    bad[3] = 8  # the digits model has 8 classes
+    with pytest.raises(ValueError, match=r"`y` must hold class indices in \[0, 7\]; got 8 \(at index 3\)"):
+        model.evaluate(x, bad, verbose=0)
+    with pytest.raises(ValueError, match="`y` must hold integer class indices; got fractional values such as 1.5"):
+        model.fit(x, np.where(np.arange(10) == 2, 1.5, y), epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"`y` must hold class indices of shape \(batch,\)"):
+        model.evaluate(x, np.stack([y, y], 1), verbose=0)
+    after = model.evaluate(x, y, verbose=0, return_dict=True)
+    assert after == pytest.approx(before, abs=1e-6)
+
+
 def test_labels_of_shape_n_by_1_equal_labels_of_shape_n(model_and_data):
     """Issue 15: TensorFlow failed on (N, 1) labels in `evaluate` and `fit`."""
     model, x, y = model_and_data
