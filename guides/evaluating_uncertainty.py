@@ -31,9 +31,8 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import numpy as np
-
 import ensemble_zoo as ez
+import numpy as np
 
 """
 ## Metrics are functions on arrays
