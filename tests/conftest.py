@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 
+import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up lines)
 import keras
 import numpy as np
 import pytest
@@ -28,10 +29,11 @@ requires_saved_model = pytest.mark.skipif(
 )
 
 
-def run_python(code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=None):
+def run_python(code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=None, return_stderr=False):
     """Runs `code` (or the file `script`) in a fresh interpreter under
-    `backend` with the source tree importable; returns stdout and raises
-    with the captured output if it fails."""
+    `backend` with the source tree importable; returns stdout (and stderr
+    with `return_stderr=True`) and raises with the captured output if it
+    fails."""
     env = dict(os.environ, KERAS_BACKEND=backend)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -49,6 +51,8 @@ def run_python(code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=No
             f"Subprocess under {backend} failed:\n{result.stdout[-3000:]}\n"
             f"{result.stderr[-5000:]}"
         )
+    if return_stderr:
+        return result.stdout, result.stderr
     return result.stdout
 
 
