@@ -1,5 +1,6 @@
 """Member-axis layers shared by every ensemble model."""
 
+from ensemble_zoo.layers.batch_ensemble_dense import BatchEnsembleDense
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.grouped_layer_normalization import (
     GroupedLayerNormalization,

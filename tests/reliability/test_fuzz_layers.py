@@ -39,6 +39,12 @@ def _constructor_cases():
     add("GroupedDense", L.GroupedDense, dict(units=4, num_members=2), "units", COUNTS)
     add("GroupedDense", L.GroupedDense, dict(units=4, num_members=2), "num_members", COUNTS)
     add("GroupedDense", L.GroupedDense, dict(units=4, num_members=2), "use_bias", FLAGS)
+    be = dict(units=4, num_members=2)
+    for argument in ("units", "num_members", "num_input_axes"):
+        add("BatchEnsembleDense", L.BatchEnsembleDense, be, argument, COUNTS)
+    add("BatchEnsembleDense", L.BatchEnsembleDense, be, "fast_weight_initializer", {"unknown": "uniform", "none": None})
+    add("BatchEnsembleDense", L.BatchEnsembleDense, be, "fast_weight_stddev", {"negative": -1.0, "string": "1", "nan": float("nan")})
+    add("BatchEnsembleDense", L.BatchEnsembleDense, be, "seed", {"float": 1.5, "string": "1"})
     add("GroupedLayerNormalization", L.GroupedLayerNormalization, dict(num_members=2), "num_members", COUNTS)
     add("GroupedLayerNormalization", L.GroupedLayerNormalization, dict(num_members=2), "epsilon", POSITIVE_REALS)
     for flag in ("center", "scale"):
@@ -140,6 +146,8 @@ CALL_CASES = [
     ("HydraAttention-mask_tokens", lambda: L.HydraAttention(2, 4, 4)(_f32(1, 2, 5, 16), attention_mask=np.ones((1, 4), bool)), "attention_mask"),
     ("HydraAttention-mask_batch", lambda: L.HydraAttention(2, 4, 4)(_f32(1, 2, 5, 16), attention_mask=np.ones((3, 5, 5), bool)), "attention_mask"),
     ("HydraAttention-mask_rank_4", lambda: L.HydraAttention(2, 4, 4)(_f32(1, 2, 5, 16), attention_mask=np.ones((1, 1, 5, 5), bool)), "attention_mask"),
+    ("BatchEnsembleDense-rows", lambda: L.BatchEnsembleDense(4, 2)(_f32(5, 3)), "inputs"),
+    ("BatchEnsembleDense-integers", lambda: L.BatchEnsembleDense(4, 2)(np.ones((4, 3), "int32")), "inputs"),
     ("UntileMembers-not_divisible", lambda: L.UntileMembers(2)(_f32(5, 4)), "x"),
     ("TileMembers-scalar", lambda: L.TileMembers(2)(np.float32(1.0)), "x"),
     ("LossPredictionHead-rank_1", lambda: L.LossPredictionHead((4,))(_f32(5)), "inputs"),
