@@ -113,8 +113,56 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
         cwd=copy, env=env, capture_output=True, text=True, timeout=1800,
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    board = json.loads((copy / "ensemble_zoo_results" / "leaderboard.json").read_text())
+    check_compare_output(copy / "ensemble_zoo_results", result.stdout)
+
+
+def check_compare_output(out, printed):
+    """`ensemble-zoo compare` wrote the numbers `evaluate_preset` computes,
+    every file, and the README's leaderboard shows the same numbers. (This
+    used to be a second, in-process compare run under TensorFlow: one run
+    of the whole leaderboard is enough, and this one is the README's.)"""
+    board = json.loads((out / "leaderboard.json").read_text())
     names = ez.evaluation.trained_presets()
     assert [row[0] for row in board["rows"]] == names
     for name in names:
-        assert re.search(rf"^{name}\s", result.stdout, re.M), result.stdout
+        assert re.search(rf"^{name}\s", printed, re.M), printed
+    assert board["base_presets"]["deep_ensemble_vit_tiny_digits"] == "vit_tiny_digits"
+    # A preset's JSON report holds the numbers an independent, in-process
+    # `evaluate_preset` call computes (latency aside, which is timed).
+    fresh = ez.evaluation.evaluate_preset("deep_ensemble_vit_tiny_digits", progress=False)
+    saved = json.loads((out / "deep_ensemble_vit_tiny_digits" / "report.json").read_text())
+    for section in ("in_distribution", "temperature_scaled", "ood", "shift", "diversity"):
+        for key, value in _leaves(saved[section]):
+            assert value == pytest.approx(_get(fresh.metrics[section], key), abs=1e-6), (section, key)
+    row = dict(zip(board["columns"], board["rows"][0]))
+    assert f"{row['AUROC far']:.4f}" in printed
+    for name in names:
+        for f in ("report.json", "report.md", "reliability.png", "accuracy_rejection.png"):
+            assert (out / name / f).is_file()
+    assert (out / "leaderboard.md").read_text().startswith("| preset | members |")
+    assert (out / "accuracy_rejection.png").is_file()
+    readme = readme_leaderboard()
+    for values in board["rows"]:
+        row = dict(zip(board["columns"], values))
+        shown = readme[row["preset"]]
+        for column, value in row.items():
+            if isinstance(value, float):
+                assert abs(float(shown[column]) - value) <= 1.5e-4, (column, shown)
+            elif column == "params":
+                assert shown[column] == f"{value:,}"
+        if row["preset"] == "vit_tiny_digits":
+            assert row["latency x base"] == shown["latency x base"] == "1.00x"
+
+
+def _leaves(tree, prefix=()):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _leaves(value, prefix + (key,))
+    elif isinstance(tree, (int, float)) and not isinstance(tree, bool):
+        yield prefix, tree
+
+
+def _get(tree, key):
+    for part in key:
+        tree = tree[part]
+    return tree

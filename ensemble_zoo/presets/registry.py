@@ -39,6 +39,14 @@ PRESETS = {
             "MLP."
         ),
     },
+    "batch_ensemble_vit_tiny_digits": {
+        "path": "batch_ensemble_vit_tiny_digits",
+        "description": (
+            "BatchEnsemble of 4 members fine-tuned from vit_tiny_digits: "
+            "shared kernels with per-member rank-1 fast weights and biases "
+            "on every attention and MLP projection and on the head."
+        ),
+    },
     "lora_ensemble_vit_tiny_digits": {
         "path": "lora_ensemble_vit_tiny_digits",
         "description": (

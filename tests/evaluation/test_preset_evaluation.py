@@ -31,52 +31,6 @@ def test_evaluate_preset_errors():
         ez.evaluation.compare_presets(presets=[])
 
 
-@pytest.mark.skipif(
-    keras.config.backend() != "tensorflow",
-    reason="one backend suffices: evaluate_preset's numbers are checked on "
-    "every backend; this is the whole leaderboard (1.5 min under TensorFlow, "
-    "6 under eager PyTorch)",
-)
-def test_cli_compare_writes_the_numbers_of_evaluate(tmp_path, capsys):
-    out = tmp_path / "results"
-    assert cli.main(["compare", "--output", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
-    board = json.loads((out / "leaderboard.json").read_text())
-    names = ez.evaluation.trained_presets()
-    assert [row[0] for row in board["rows"]] == names
-    assert board["base_presets"]["deep_ensemble_vit_tiny_digits"] == "vit_tiny_digits"
-    # Every preset's JSON report holds the numbers an independent
-    # `evaluate_preset` call computes (latency aside, which is timed).
-    fresh = ez.evaluation.evaluate_preset("deep_ensemble_vit_tiny_digits", progress=False)
-    saved = json.loads((out / "deep_ensemble_vit_tiny_digits" / "report.json").read_text())
-    for section in ("in_distribution", "temperature_scaled", "ood", "shift", "diversity"):
-        np.testing.assert_equal(saved[section], fresh.metrics[section])
-    row = dict(zip(board["columns"], board["rows"][0]))
-    assert row["accuracy"] == fresh.metrics["in_distribution"]["accuracy"]
-    assert row["AUROC far"] == fresh.metrics["ood"]["far"]["msp"]["auroc"]
-    assert f"{row['AUROC far']:.4f}" in printed
-    for name in names:
-        for f in ("report.json", "report.md", "reliability.png", "accuracy_rejection.png"):
-            assert (out / name / f).is_file()
-    assert (out / "leaderboard.md").read_text().startswith("| preset | members |")
-    assert (out / "accuracy_rejection.png").is_file()
-    # The README's leaderboard shows these numbers (latency is timed, so
-    # only its base row, 1.00x, is fixed).
-    from test_readme import readme_leaderboard
-
-    readme = readme_leaderboard()
-    for values in board["rows"]:
-        row = dict(zip(board["columns"], values))
-        shown = readme[row["preset"]]
-        for column, value in row.items():
-            if isinstance(value, float):
-                assert abs(float(shown[column]) - value) <= 1.5e-4, (column, shown)
-            elif column == "params":
-                assert shown[column] == f"{value:,}"
-        if row["preset"] == "vit_tiny_digits":
-            assert row["latency x base"] == shown["latency x base"] == "1.00x"
-
-
 def test_cli_evaluates_the_loss_prediction_preset(tmp_path, capsys):
     """Issue 15: the CLI listed this preset but refused it. Its classifier
     is vit_tiny_digits unchanged, so its accuracy is the recorded one; its
