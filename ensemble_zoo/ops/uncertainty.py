@@ -48,10 +48,22 @@ def _checked_member_outputs(member_logits, from_logits):
     return x, from_logits
 
 
-def _rank_with_class_axis(x, name):
+def _checked_class_input(x, name, axis, probabilities):
+    """Validates a public `(..., classes, ...)` argument: a float tensor with
+    a non-empty class axis `axis`, and, where its values exist, finite
+    logits or probability rows. Returns the tensor and the axis."""
+    x = as_tensor(x, name)
     if len(x.shape) == 0:
         raise ValueError(f"`{name}` must have a class axis; got a scalar.")
-    return len(x.shape)
+    axis = check_axis(axis, len(x.shape))
+    check_nonempty_axes(tuple(x.shape), name, "(..., classes, ...)", {axis: "class"})
+    check_floating(x, name)
+    values = backend_utils.concrete_value(x)
+    if values is not None and probabilities:
+        check_probability_rows(values, name, axis=axis)
+    elif values is not None:
+        check_finite(values, name)
+    return x, axis
 
 
 def _member_log_probs(member_outputs, from_logits):
@@ -90,25 +102,13 @@ def entropy(probabilities, axis=-1):
     entropy(np.array([[0.5, 0.5], [1.0, 0.0]]))  # [log(2), 0]
     ```
     """
-    p = as_tensor(probabilities, "probabilities")
-    axis = check_axis(axis, _rank_with_class_axis(p, "probabilities"))
-    check_nonempty_axes(tuple(p.shape), "probabilities", "(..., classes, ...)", {axis: "class"})
-    check_floating(p, "probabilities")
-    values = backend_utils.concrete_value(p)
-    if values is not None:
-        check_probability_rows(values, "probabilities", axis=axis)
+    p, axis = _checked_class_input(probabilities, "probabilities", axis, probabilities=True)
     return -ops.sum(_xlogy(p, ops.log(p)), axis=axis)
 
 
 def entropy_from_logits(logits, axis=-1):
     """Entropy (nats) of `softmax(logits)`, computed stably in log space."""
-    logits = as_tensor(logits, "logits")
-    axis = check_axis(axis, _rank_with_class_axis(logits, "logits"))
-    check_nonempty_axes(tuple(logits.shape), "logits", "(..., classes, ...)", {axis: "class"})
-    check_floating(logits, "logits")
-    values = backend_utils.concrete_value(logits)
-    if values is not None:
-        check_finite(values, "logits")
+    logits, axis = _checked_class_input(logits, "logits", axis, probabilities=False)
     log_p = ops.log_softmax(logits, axis=axis)
     return -ops.sum(ops.exp(log_p) * log_p, axis=axis)
 

@@ -177,7 +177,7 @@ def test_bad_arguments_are_clear_errors():
         LoRAEnsembleImageClassifier.from_keras_hub(vit, targets=("query", "mlp"))
     with pytest.raises(ValueError, match="pooling"):
         LoRAEnsembleImageClassifier.from_keras_hub(vit, pooling="max")
-    with pytest.raises(ValueError, match="ViTImageClassifier"):
+    with pytest.raises(TypeError, match="`model` must be a keras_hub.models.ViTImageClassifier"):
         LoRAEnsembleImageClassifier.from_keras_hub("vit")
     backbone = tiny_vit().backbone
     apply_lora_ensemble(backbone, num_members=2, rank=1)

@@ -7,7 +7,8 @@ from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
@@ -73,16 +74,7 @@ class BatchEnsembleImageClassifier(EnsembleClassifier):
         seed=None,
         **kwargs,
     ):
-        if not isinstance(backbone, keras.Model) or len(backbone.inputs or []) != 1:
-            raise TypeError(
-                "`backbone` must be a built keras-hub image backbone with one "
-                f"input (e.g. keras_hub.models.ViTBackbone); got {type(backbone).__name__}."
-            )
-        if len(backbone.outputs[0].shape) != 3:
-            raise ValueError(
-                "`backbone` must return (batch, tokens, dim) features; its "
-                f"output has shape {tuple(backbone.outputs[0].shape)}."
-            )
+        check_image_backbone(backbone)
         pooling = check_choice(pooling, "pooling", POOLINGS)
         num_members = check_positive_int(num_members, "num_members")
         num_classes = check_positive_int(num_classes, "num_classes")
@@ -218,22 +210,8 @@ class BatchEnsembleImageClassifier(EnsembleClassifier):
                 reuses it when the class counts match.
             **kwargs: other constructor arguments.
         """
-        import keras_hub
-
         kwargs.setdefault("fast_weight_stddev", 0.1)
-        head = None
-        if isinstance(model, keras_hub.models.ViTImageClassifier):
-            check_logits_head(model)
-            kwargs.setdefault("pooling", model.pooling)
-            kwargs.setdefault("dropout", float(model.dropout))
-            head, backbone, classes = model.output_dense, model.backbone, model.num_classes
-        elif isinstance(model, keras_hub.models.ViTBackbone):
-            backbone, classes = model, None
-        else:
-            raise TypeError(
-                "`model` must be a keras_hub.models.ViTImageClassifier or "
-                f"ViTBackbone; got {type(model).__name__}."
-            )
+        backbone, head, classes = vit_parts(model, kwargs)
         num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
         ensemble = cls(copy_model(backbone), num_classes, num_members=num_members, **kwargs)
         if reuse_head:

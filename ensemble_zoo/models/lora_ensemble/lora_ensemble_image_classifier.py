@@ -3,7 +3,8 @@ from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import vit_parts
 
 POOLINGS = ("token", "gap")
 
@@ -74,16 +75,7 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask):
         seed=None,
         **kwargs,
     ):
-        if not isinstance(backbone, keras.Model) or len(backbone.inputs or []) != 1:
-            raise ValueError(
-                "`backbone` must be a built keras-hub image backbone with one "
-                f"input (e.g. keras_hub.models.ViTBackbone); got {type(backbone).__name__}."
-            )
-        if len(backbone.outputs[0].shape) != 3:
-            raise ValueError(
-                "`backbone` must return (batch, tokens, dim) features; its "
-                f"output has shape {tuple(backbone.outputs[0].shape)}."
-            )
+        check_image_backbone(backbone)
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
         super().__init__(**kwargs)
@@ -147,28 +139,7 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask):
         Returns:
             A `LoRAEnsembleImageClassifier`.
         """
-        import keras_hub
-
-        head = None
-        if isinstance(model, keras_hub.models.ViTImageClassifier):
-            if getattr(model, "intermediate_dim", None) is not None:
-                raise ValueError(
-                    "ViT classifiers with an `intermediate_dim` pre-logits "
-                    "layer are not supported."
-                )
-            check_logits_head(model)
-            kwargs.setdefault("pooling", model.pooling)
-            kwargs.setdefault("dropout", float(model.dropout))
-            head = model.output_dense
-            backbone = model.backbone
-            classes = model.num_classes
-        elif isinstance(model, keras_hub.models.ViTBackbone):
-            backbone, classes = model, None
-        else:
-            raise ValueError(
-                "`model` must be a keras_hub.models.ViTImageClassifier or "
-                f"ViTBackbone; got {type(model).__name__}."
-            )
+        backbone, head, classes = vit_parts(model, kwargs)
         return cls._from_keras_hub_parts(
             backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
         )

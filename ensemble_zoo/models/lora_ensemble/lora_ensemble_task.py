@@ -3,6 +3,7 @@ import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import check_logits_head  # noqa: F401
 from ensemble_zoo.models.lora_ensemble import adapter_weights
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
@@ -11,15 +12,6 @@ from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_positive_int
-
-
-def check_logits_head(classifier):
-    activation = getattr(classifier, "activation", None)
-    if activation not in (None, "linear", keras.activations.linear):
-        raise ValueError(
-            f"The classifier's head has activation {activation!r}; member "
-            "logits need a linear head (activation=None)."
-        )
 
 
 class LoRAEnsembleTask(EnsembleClassifier):
