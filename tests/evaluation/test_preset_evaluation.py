@@ -1,6 +1,5 @@
 import json
 
-import keras
 import numpy as np
 import pytest
 
