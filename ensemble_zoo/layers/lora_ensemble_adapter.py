@@ -46,8 +46,8 @@ def projection_layout(layer):
         or inputs_spec[: -len(contracted)] != outputs_spec[: -len(produced)]
     ):
         raise ValueError(
-            f"{name} has equation {layer.equation!r}; a LoRA-Ensemble adapter "
-            "needs the kernel's contracted axes first, as the input's "
+            f"{name} has equation {layer.equation!r}; adapting it (LoRA-"
+            "Ensemble, BatchEnsemble) needs the kernel's contracted axes first, as the input's "
             "trailing axes, followed by the output's trailing axes (e.g. "
             "'abc,cde->abde' or 'abcd,cde->abe')."
         )

@@ -24,7 +24,6 @@ import hashlib
 import importlib
 import json
 import os
-import pathlib
 import shutil
 import tempfile
 import warnings

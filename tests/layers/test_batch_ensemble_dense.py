@@ -1,11 +1,9 @@
 import json
 
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
-import ensemble_zoo as ez
 from ensemble_zoo.layers import BatchEnsembleDense
 
 

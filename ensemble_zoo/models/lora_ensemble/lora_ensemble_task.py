@@ -3,7 +3,6 @@ import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.keras_hub_vit import check_logits_head  # noqa: F401
 from ensemble_zoo.models.lora_ensemble import adapter_weights
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets

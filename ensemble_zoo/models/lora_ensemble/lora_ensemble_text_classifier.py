@@ -2,7 +2,7 @@ import keras
 
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import check_logits_head
+from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
