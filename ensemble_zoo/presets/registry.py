@@ -47,6 +47,22 @@ PRESETS = {
             "on every attention and MLP projection and on the head."
         ),
     },
+    "packed_ensemble_vit_tiny_digits": {
+        "path": "packed_ensemble_vit_tiny_digits",
+        "description": (
+            "Packed-Ensembles (M=3, alpha=2, gamma=1, paper 001's setting) of "
+            "vit_tiny_digits' geometry, trained from scratch: three 4-head "
+            "ViTs of width 32 in one grouped network."
+        ),
+    },
+    "masksembles_vit_tiny_digits": {
+        "path": "masksembles_vit_tiny_digits",
+        "description": (
+            "Masksembles of 4 members (scale 2) fine-tuned from "
+            "vit_tiny_digits: fixed, overlapping channel masks on every MLP "
+            "block's hidden units and on the pooled features; all weights shared."
+        ),
+    },
     "lora_ensemble_vit_tiny_digits": {
         "path": "lora_ensemble_vit_tiny_digits",
         "description": (

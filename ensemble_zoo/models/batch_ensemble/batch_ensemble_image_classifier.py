@@ -171,7 +171,7 @@ class BatchEnsembleImageClassifier(EnsembleClassifier):
         for target, source in zip(targets, sources, strict=True):
             if tuple(target.shape) != tuple(source.shape):
                 raise RuntimeError(f"Weight order mismatch: {target.path} vs {source.path}.")
-            target.assign(source)
+            target.assign(ops.convert_to_numpy(source))
         for (parent, attribute), layer in zip(sites, batch_ensemble_layers(self.backbone), strict=True):
             _set_member_weights(getattr(parent, attribute), layer, member)
         model = keras_hub.models.ViTImageClassifier(

@@ -6,6 +6,7 @@ from ensemble_zoo.layers.grouped_layer_normalization import (
     GroupedLayerNormalization,
 )
 from ensemble_zoo.layers.hydra_attention import HydraAttention
+from ensemble_zoo.utils.validation import check_positive_int
 
 MLP_MODES = ("merge", "grouped")
 ACTIVATIONS = ("gelu", "gelu_approximate")
@@ -73,6 +74,11 @@ class HydraEncoderBlock(keras.layers.Layer):
             layers (ViT) or only after them (BERT). Defaults to `True`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`, see
             `HydraAttention`. Defaults to `"auto"`.
+        groups: int, Packed-Ensembles' `gamma`: each member's attention and
+            (grouped) MLP split into `groups` independent groups of
+            `dim / groups` channels and `num_heads / groups` heads, i.e.
+            block-diagonal projections; the layer norms stay per member.
+            Defaults to `1` (Hydra).
         **kwargs: other `keras.layers.Layer` arguments.
     """
 
@@ -93,9 +99,25 @@ class HydraEncoderBlock(keras.layers.Layer):
         activation="gelu",
         intermediate_dropout=True,
         attention_implementation="auto",
+        groups=1,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.groups = check_positive_int(groups, "groups")
+        if self.groups > 1 and (
+            num_heads % self.groups or mlp_dim % self.groups or mlp != "grouped"
+        ):
+            raise ValueError(
+                f"`groups` ({groups}) must divide `num_heads` ({num_heads}) and "
+                f"`mlp_dim` ({mlp_dim}), and needs `mlp=\"grouped\"`; got mlp={mlp!r}."
+            )
+        if self.groups > 1 and member_num_heads is not None:
+            if list(member_num_heads) != [num_heads] * num_members:
+                raise ValueError(
+                    "`member_num_heads` (pruned members) needs `groups=1`; got "
+                    f"{member_num_heads!r} with groups={groups}."
+                )
+            member_num_heads = None
         self._activation_fn = _activation(activation)
         self.normalize_first = bool(normalize_first)
         self.activation = activation
@@ -114,8 +136,8 @@ class HydraEncoderBlock(keras.layers.Layer):
             num_members, epsilon=layer_norm_epsilon, name="ln_1"
         )
         self.attention = HydraAttention(
-            num_members,
-            num_heads,
+            num_members * self.groups,
+            num_heads // self.groups,
             key_dim,
             member_num_heads=member_num_heads,
             dropout=attention_dropout,
@@ -124,18 +146,50 @@ class HydraEncoderBlock(keras.layers.Layer):
             name="attention",
         )
         self.attention_implementation = attention_implementation
-        self.member_num_heads = self.attention.member_num_heads
+        self.member_num_heads = (
+            self.attention.member_num_heads if self.groups == 1 else [num_heads] * num_members
+        )
         self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
         self.ln_2 = GroupedLayerNormalization(
             num_members, epsilon=layer_norm_epsilon, name="ln_2"
         )
         self.mlp_dropout = keras.layers.Dropout(dropout_rate, name="mlp_dropout")
 
+    def _grouped_shape(self, shape):
+        """`(batch, members, tokens, dim)` -> `(batch, members * groups,
+        tokens, dim / groups)`, the layout of the grouped sublayers."""
+        shape = tuple(shape)
+        return (shape[0], self.num_members * self.groups) + shape[2:-1] + (
+            int(shape[-1]) // self.groups,
+        )
+
+    def _to_groups(self, x):
+        if self.groups == 1:
+            return x
+        shape = ops.shape(x)
+        x = ops.reshape(x, (-1, self.num_members, shape[2], self.groups, shape[3] // self.groups))
+        x = ops.transpose(x, (0, 1, 3, 2, 4))
+        return ops.reshape(x, (-1, self.num_members * self.groups, shape[2], shape[3] // self.groups))
+
+    def _from_groups(self, x):
+        if self.groups == 1:
+            return x
+        shape = ops.shape(x)
+        x = ops.reshape(x, (-1, self.num_members, self.groups, shape[2], shape[3]))
+        x = ops.transpose(x, (0, 1, 3, 2, 4))
+        return ops.reshape(x, (-1, self.num_members, shape[2], self.groups * shape[3]))
+
     def build(self, input_shape):
         dim = int(input_shape[-1])
+        if dim % self.groups:
+            raise ValueError(
+                f"The input width ({dim}) must be divisible by `groups` ({self.groups})."
+            )
         self.ln_1.build(input_shape)
-        self.attention.build(input_shape)
         self.ln_2.build(input_shape)
+        input_shape = self._grouped_shape(input_shape)
+        dim = int(input_shape[-1])
+        self.attention.build(input_shape)
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         if self.mlp == "merge":
             self.dense_1 = keras.layers.Dense(
@@ -148,18 +202,19 @@ class HydraEncoderBlock(keras.layers.Layer):
             )
         else:
             self.dense_1 = GroupedDense(
-                self.mlp_dim, self.num_members, activation=self._activation_fn,
+                self.mlp_dim // self.groups, self.num_members * self.groups, activation=self._activation_fn,
                 use_bias=self.use_mlp_bias, bias_initializer=bias_init,
                 name="dense_1",
             )
             self.dense_2 = GroupedDense(
-                dim, self.num_members, use_bias=self.use_mlp_bias,
+                dim, self.num_members * self.groups, use_bias=self.use_mlp_bias,
                 bias_initializer=bias_init, name="dense_2",
             )
         self.dense_1.build(input_shape)
-        self.dense_2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        self.dense_2.build(tuple(input_shape[:-1]) + (self.mlp_dim // self.groups,))
 
     def _mlp(self, y, training):
+        y = self._to_groups(y)
         if self.mlp == "merge":
             # One shared MLP for every member's tokens: a plain 2-D matmul
             # (XLA runs it ~15% faster than on the 4-D tensor).
@@ -171,16 +226,18 @@ class HydraEncoderBlock(keras.layers.Layer):
         y = self.mlp_dropout(self.dense_2(y), training=training)
         if self.mlp == "merge":
             y = ops.reshape(y, shape)
-        return y
+        return self._from_groups(y)
+
+    def _attend(self, x, attention_mask, training):
+        x = self.attention(self._to_groups(x), attention_mask=attention_mask, training=training)
+        return self._from_groups(x)
 
     def call(self, inputs, attention_mask=None, training=None):
         if self.normalize_first:
-            x = self.attention(
-                self.ln_1(inputs), attention_mask=attention_mask, training=training
-            )
+            x = self._attend(self.ln_1(inputs), attention_mask, training)
             x = self.dropout(x, training=training) + inputs
             return x + self._mlp(self.ln_2(x), training)
-        x = self.attention(inputs, attention_mask=attention_mask, training=training)
+        x = self._attend(inputs, attention_mask, training)
         x = self.ln_1(self.dropout(x, training=training) + inputs)
         return self.ln_2(x + self._mlp(x, training))
 
@@ -206,6 +263,7 @@ class HydraEncoderBlock(keras.layers.Layer):
                 "activation": self.activation,
                 "intermediate_dropout": self.intermediate_dropout,
                 "attention_implementation": self.attention_implementation,
+                "groups": self.groups,
             }
         )
         return config

@@ -1,0 +1,235 @@
+import keras
+import numpy as np
+from keras import ops
+
+from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.naming import path_scope
+from ensemble_zoo.utils.sublayers import replace_sublayer
+from ensemble_zoo.utils.validation import check_choice
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MaskedOutput(keras.layers.Layer):
+    """`mask(layer(x))`: a built layer whose output passes a
+    `MasksemblesMask`. Internal to `MasksemblesImageClassifier`, which
+    re-applies it when loading (the backbone's config stays keras-hub's)."""
+
+    def __init__(self, layer, mask, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+        self.mask = mask
+
+    def call(self, inputs):
+        return self.mask(self.layer(inputs))
+
+    def compute_output_shape(self, input_shape):
+        return self.layer.compute_output_shape(input_shape)
+
+
+def mlp_sites(backbone):
+    """The MLP of every keras-hub `ViTEncoderBlock`, in order."""
+    encoder = backbone.get_layer("vit_encoder")
+    return [block.mlp for block in encoder.encoder_layers]
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MasksemblesImageClassifier(EnsembleClassifier):
+    """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
+
+    Masksembles (Durasov et al., CVPR 2021; a baseline of the
+    LoRA-Ensemble paper, 002) replaces MC dropout's random masks by `M`
+    fixed binary masks with controlled overlap (`scale`, see
+    `ez.layers.masksembles_masks`). Where the masks go in a transformer is
+    not in the papers; the decision here: on the hidden units of every
+    MLP block (after the first dense layer and its GELU, where keras-hub's
+    ViT applies dropout) and on the pooled features before the shared
+    classifier, each site with its own masks. The image batch is tiled
+    member-major, member `m`'s copy passes mask `m` at every site, and
+    `call` returns `(batch, members, classes)`. All weights are shared and
+    trainable.
+
+    Args:
+        backbone: a built `keras_hub.models.ViTBackbone`; converted in place.
+        num_classes: int.
+        num_members: int. Defaults to `4` (the paper's `n`).
+        scale: float >= 1, the masks' overlap. Defaults to `2.0` (the
+            paper's CIFAR setting).
+        pooling: `"token"` (default) or `"gap"`.
+        dropout: float, dropout before the head.
+        seed: optional int for the masks.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    model = ez.models.MasksemblesImageClassifier.from_keras_hub(
+        base.members[0], num_members=4, scale=2.0, seed=0
+    )
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    model.predict(x, verbose=0).shape  # (289, 4, 8)
+    ```
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=4,
+        scale=2.0,
+        pooling="token",
+        dropout=0.0,
+        seed=None,
+        **kwargs,
+    ):
+        check_image_backbone(backbone)
+        pooling = check_choice(pooling, "pooling", POOLINGS)
+        num_members = check_positive_int(num_members, "num_members")
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        mlps = mlp_sites(backbone)
+        super().__init__(**kwargs)
+        for i, mlp in enumerate(mlps):
+            if isinstance(mlp.dense_1, MaskedOutput):
+                raise ValueError(f"`backbone` '{backbone.name}' already has Masksembles masks.")
+            with path_scope(mlp.path):
+                mask = MasksemblesMask(
+                    num_members, scale, seed=None if seed is None else seed + i, name="masksembles"
+                )
+                mask.build(tuple(mlp.dense_1.kernel.shape[-1:]))
+                wrapped = MaskedOutput(mlp.dense_1, mask, name="dense_1_masked")
+            replace_sublayer(mlp, "dense_1", wrapped)
+        # === Layers ===
+        self.backbone = backbone
+        self.feature_mask = MasksemblesMask(
+            num_members, scale, seed=None if seed is None else seed + len(mlps), name="feature_masks"
+        )
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.head = keras.layers.Dense(num_classes, name="predictions")
+        # === Config ===
+        self.num_members = num_members
+        self.num_classes = num_classes
+        self.scale = float(scale)
+        self.pooling = pooling
+        self.dropout = dropout
+        self.seed = seed
+        self.member_input_shape = tuple(backbone.inputs[0].shape[1:])
+        self.build((None,) + self.member_input_shape)
+        self.compile()
+
+    def build(self, input_shape):
+        dim = int(self.backbone.outputs[0].shape[-1])
+        self.feature_mask.build((None, dim))
+        self.head.build((None, dim))
+        self.built = True
+
+    @property
+    def mask_layers(self):
+        """Every `MasksemblesMask`: one per MLP block, then the features'."""
+        return [mlp.dense_1.mask for mlp in mlp_sites(self.backbone)] + [self.feature_mask]
+
+    def call_members(self, images, training=None):
+        x = self.backbone(tile_members(images, self.num_members), training=training)
+        features = x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
+        features = self.output_dropout(self.feature_mask(features), training=training)
+        return untile_members(self.head(features), self.num_members)
+
+    def compute_output_shape(self, input_shape):
+        return (None, self.num_members, self.num_classes)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            # The plain keras-hub backbone: `__init__` applies the masks.
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "num_classes": self.num_classes,
+            "num_members": self.num_members,
+            "scale": self.scale,
+            "pooling": self.pooling,
+            "dropout": self.dropout,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    # === Members as plain keras-hub models ===
+
+    def member_model(self, member):
+        """Member `member` as a plain `keras_hub.models.ViTImageClassifier`:
+        its masks (rescaled) folded into the kernel rows of every MLP's
+        second layer and of the classifier, which read the masked units. Running the members one by one
+        gives this model's logits (tested)."""
+        import keras_hub
+
+        if not 0 <= member < self.num_members:
+            raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
+        plain = keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(self.backbone)
+        )
+        mask_ids = {id(v) for layer in self.mask_layers for v in layer.weights}
+        sources = {w.path: w for w in self.backbone.weights if id(w) not in mask_ids}
+        if len(sources) != len(plain.weights):
+            raise RuntimeError("The converted backbone's weights do not match the plain ViT's.")
+        for target in plain.weights:
+            target.assign(_np(sources[target.path]))
+        for mlp, mask_layer in zip(mlp_sites(plain), self.mask_layers, strict=False):
+            factor = _factors(mask_layer, member)
+            mlp.dense_2.kernel.assign(_np(mlp.dense_2.kernel) * factor[:, None])
+        model = keras_hub.models.ViTImageClassifier(
+            backbone=plain, num_classes=self.num_classes, pooling=self.pooling,
+            activation=None, dropout=self.dropout,
+        )
+        factor = _factors(self.feature_mask, member)
+        model.output_dense.kernel.assign(_np(self.head.kernel) * factor[:, None])
+        model.output_dense.bias.assign(_np(self.head.bias))
+        return model
+
+    # === keras-hub conversion ===
+
+    @classmethod
+    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+        """Masksembles on a copy of a keras-hub ViT (`model` is unchanged).
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`.
+            num_members: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool; `True` starts the shared head from the
+                classifier's. `None` (default) reuses it when the class
+                counts match.
+            **kwargs: other constructor arguments (`scale`, `seed`, ...).
+        """
+        backbone, head, classes = vit_parts(model, kwargs)
+        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
+        ensemble = cls(copy_model(backbone), num_classes, num_members=num_members, **kwargs)
+        if reuse_head:
+            ensemble.head.kernel.assign(_np(head.kernel))
+            ensemble.head.bias.assign(_np(head.bias))
+        return ensemble
+
+
+def _np(variable):
+    return np.asarray(ops.convert_to_numpy(variable))
+
+
+def _factors(mask_layer, member):
+    return np.asarray(ops.convert_to_numpy(mask_layer.member_factors()))[member]

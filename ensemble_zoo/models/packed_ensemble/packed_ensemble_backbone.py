@@ -1,0 +1,234 @@
+import keras
+from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
+
+from ensemble_zoo.layers.grouped_layer_normalization import (
+    GroupedLayerNormalization,
+)
+from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
+from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.utils.backend import check_attention_implementation
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.utils.validation import check_real
+
+
+def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma):
+    """Each member's `(width, heads, mlp_dim)` in a packed ViT, or raises.
+
+    A member is `alpha / num_members` times as wide as the base ViT
+    (`hidden_dim`, `mlp_dim`); heads keep the base's size
+    `hidden_dim / num_heads`, so a member has `alpha * num_heads /
+    num_members` of them. `gamma` must divide the member's heads and MLP
+    width.
+    """
+    alpha = check_real(alpha, "alpha", low=0.0, low_open=True)
+    gamma = check_positive_int(gamma, "gamma")
+    key_dim = hidden_dim // num_heads
+    sizes = {
+        "width": alpha * hidden_dim / num_members,
+        "heads": alpha * num_heads / num_members,
+        "mlp_dim": alpha * mlp_dim / num_members,
+    }
+    bad = {k: v for k, v in sizes.items() if v != int(v) or v < 1 or int(v) % gamma}
+    if bad:
+        raise ValueError(
+            f"`alpha` ({alpha}) and `num_members` ({num_members}) must give "
+            f"every member a whole number of heads (of size {key_dim}) and MLP "
+            f"units, each divisible by `gamma` ({gamma}): alpha * num_heads / "
+            f"M = {sizes['heads']}, alpha * mlp_dim / M = {sizes['mlp_dim']}."
+        )
+    return int(sizes["width"]), int(sizes["heads"]), int(sizes["mlp_dim"])
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class PackedEnsembleBackbone(keras.Model):
+    """A Packed-Ensembles ViT: M narrow ViTs in one grouped network.
+
+    Packed-Ensembles (Laurent et al., ICLR 2023; the baseline of paper
+    001, Table 1, with `M = 3`, `alpha = 2`) widens a base network by
+    `alpha` and splits every layer into `M` independent members, each
+    split again into `gamma` groups. For a ViT with width `D`, `H` heads
+    and MLP width `F`, member `m` is a ViT of width `alpha * D / M`,
+    `alpha * H / M` heads (of the base's head size) and MLP width
+    `alpha * F / M`; with `gamma > 1` its attention and MLP projections are
+    block-diagonal with `gamma` blocks (`gamma` groups of heads and
+    channels), its layer norms are whole. Every layer is per member, as
+    torch-uncertainty's packed layers are (the first layer sees the whole
+    image, the last gives each member's classes), so the members share no
+    weight: `alpha=1, gamma=1` is exactly `M` ViTs of width `D / M`.
+
+    Runs all members in one pass: one patch embedding of `M` x the member
+    width (member `m` owns channels `[m * w, (m + 1) * w)`), then
+    `HydraEncoderBlock`s with per-member (`GroupedDense`) MLPs and
+    `HydraAttention` over `M * gamma` groups, and a per-member final layer
+    norm. Output: `(batch, members, tokens, member_width)`.
+
+    Args:
+        image_shape: `(height, width, channels)`.
+        patch_size: int or `(int, int)`.
+        num_layers: int.
+        num_heads: int, heads of the base ViT.
+        hidden_dim: int, width of the base ViT.
+        mlp_dim: int, MLP width of the base ViT.
+        num_members: int, `M`.
+        alpha: float, the width factor. Defaults to `2` (paper 001's
+            setting).
+        gamma: int, groups per member. Defaults to `1`.
+        dropout_rate: float. Defaults to `0.0`.
+        attention_dropout: float. Defaults to `0.0`.
+        layer_norm_epsilon: float. Defaults to `1e-6`.
+        use_mha_bias: bool. Defaults to `True`.
+        use_mlp_bias: bool. Defaults to `True`.
+        use_class_token: bool. Defaults to `True`.
+        use_patch_bias: bool. Defaults to `True`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`, see
+            `HydraAttention`. Defaults to `"auto"`.
+        **kwargs: other `keras.Model` arguments (`name`, `dtype`).
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.models import PackedEnsembleBackbone
+
+    backbone = PackedEnsembleBackbone(
+        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=6,
+        hidden_dim=48, mlp_dim=96, num_members=4, alpha=2,
+    )
+    backbone(np.zeros((2, 8, 8, 1), "float32")).shape  # (2, 4, 17, 24)
+    ```
+    """
+
+    def __init__(
+        self,
+        image_shape,
+        patch_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        mlp_dim,
+        num_members,
+        alpha=2,
+        gamma=1,
+        dropout_rate=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
+        use_mha_bias=True,
+        use_mlp_bias=True,
+        use_class_token=True,
+        use_patch_bias=True,
+        attention_implementation="auto",
+        **kwargs,
+    ):
+        check_attention_implementation(attention_implementation)
+        num_members = check_positive_int(num_members, "num_members")
+        image_shape, patch, num_layers, num_heads = check_vit_geometry(
+            image_shape, patch_size, num_layers, num_heads, hidden_dim
+        )
+        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        width, heads, member_mlp = packed_member_geometry(
+            hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma
+        )
+        dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        layer_norm_epsilon = check_real(
+            layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
+        )
+        tokens = (image_shape[0] // patch[0]) * (image_shape[1] // patch[1])
+        tokens += int(bool(use_class_token))
+
+        # === Layers ===
+        embedding = ViTPatchingAndEmbedding(
+            image_size=image_shape[:2],
+            patch_size=patch,
+            hidden_dim=num_members * width,
+            num_channels=image_shape[2],
+            use_class_token=use_class_token,
+            use_patch_bias=use_patch_bias,
+            name="vit_patching_and_embedding",
+        )
+        embedding_dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        split = keras.layers.Reshape((tokens, num_members, width), name="member_split")
+        members_first = keras.layers.Permute((2, 1, 3), name="members_first")
+        encoder_blocks = [
+            HydraEncoderBlock(
+                num_members,
+                num_heads=heads,
+                key_dim=hidden_dim // num_heads,
+                mlp_dim=member_mlp,
+                mlp="grouped",
+                dropout_rate=dropout_rate,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                use_mha_bias=use_mha_bias,
+                use_mlp_bias=use_mlp_bias,
+                attention_implementation=attention_implementation,
+                groups=int(gamma),
+                name=f"transformer_block_{layer + 1}",
+            )
+            for layer in range(num_layers)
+        ]
+        layer_norm = GroupedLayerNormalization(
+            num_members, epsilon=layer_norm_epsilon, name="ln"
+        )
+
+        # === Functional model ===
+        inputs = keras.Input(shape=image_shape, name="images")
+        x = embedding_dropout(embedding(inputs))
+        x = members_first(split(x))
+        for block in encoder_blocks:
+            x = block(x)
+        outputs = layer_norm(x)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.embedding = embedding
+        self.encoder_blocks = encoder_blocks
+        self.layer_norm = layer_norm
+
+        # === Config ===
+        self.image_shape = image_shape
+        self.patch_size = patch
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.mlp_dim = mlp_dim
+        self.num_members = num_members
+        self.alpha = alpha
+        self.gamma = int(gamma)
+        self.member_hidden_dim = width
+        self.member_num_heads = heads
+        self.member_mlp_dim = member_mlp
+        self.dropout_rate = dropout_rate
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_mha_bias = use_mha_bias
+        self.use_mlp_bias = use_mlp_bias
+        self.use_class_token = use_class_token
+        self.use_patch_bias = use_patch_bias
+        self.attention_implementation = attention_implementation
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "image_shape": list(self.image_shape),
+            "patch_size": list(self.patch_size),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "mlp_dim": self.mlp_dim,
+            "num_members": self.num_members,
+            "alpha": self.alpha,
+            "gamma": self.gamma,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout": self.attention_dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "use_mha_bias": self.use_mha_bias,
+            "use_mlp_bias": self.use_mlp_bias,
+            "use_class_token": self.use_class_token,
+            "use_patch_bias": self.use_patch_bias,
+            "attention_implementation": self.attention_implementation,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

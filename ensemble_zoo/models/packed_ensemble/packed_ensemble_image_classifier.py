@@ -1,0 +1,173 @@
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
+    PackedEnsembleBackbone,
+)
+from ensemble_zoo.models.packed_ensemble.packed_member_weights import (
+    load_member_into_keras_hub,
+)
+from ensemble_zoo.utils.validation import check_choice
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class PackedEnsembleImageClassifier(EnsembleClassifier):
+    """Packed-Ensembles image classifier: M narrow ViTs, one grouped pass.
+
+    A `PackedEnsembleBackbone` (see there: widths `alpha * D / M`,
+    `gamma` groups per member) and one classifier per member (a
+    `GroupedDense`, torch-uncertainty's `last=True` packed layer). `call`
+    returns member logits `(batch, members, classes)`; `fit` trains every
+    member on the same batches with the mean of the member
+    cross-entropies, from scratch as the Packed-Ensembles paper does.
+
+    Args:
+        backbone: a `PackedEnsembleBackbone`.
+        num_classes: int.
+        pooling: `"token"` (default) or `"gap"`.
+        dropout: float, dropout before the heads.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo as ez
+
+    backbone = ez.models.PackedEnsembleBackbone(
+        image_shape=(8, 8, 1), patch_size=2, num_layers=4, num_heads=6,
+        hidden_dim=48, mlp_dim=96, num_members=4, alpha=2,
+    )
+    model = ez.models.PackedEnsembleImageClassifier(backbone, num_classes=8)
+    model.predict(np.zeros((5, 8, 8, 1), "float32"), verbose=0).shape
+    # (5, 4, 8)
+    ```
+    """
+
+    def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
+        if not isinstance(backbone, PackedEnsembleBackbone):
+            raise TypeError(
+                f"`backbone` must be a PackedEnsembleBackbone; got {type(backbone).__name__}."
+            )
+        pooling = check_choice(pooling, "pooling", POOLINGS)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        super().__init__(**kwargs)
+        # === Layers ===
+        self.backbone = backbone
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.head = GroupedDense(num_classes, backbone.num_members, name="predictions")
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.dropout = dropout
+        self.member_input_shape = tuple(backbone.image_shape)
+        self.build((None,) + self.member_input_shape)
+        self.compile()
+
+    def build(self, input_shape):
+        self.head.build((None, self.num_members, self.backbone.member_hidden_dim))
+        self.built = True
+
+    def call_members(self, inputs, training=None):
+        x = self.backbone(inputs, training=training)
+        x = x[:, :, 0] if self.pooling == "token" else ops.mean(x, axis=2)
+        x = self.output_dropout(x, training=training)
+        return self.head(x)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_members, self.num_classes)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "num_classes": self.num_classes,
+            "pooling": self.pooling,
+            "dropout": self.dropout,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    # === keras-hub interop ===
+
+    @classmethod
+    def like_keras_hub(cls, model, num_members=4, alpha=2, gamma=1, num_classes=None, **kwargs):
+        """A new (untrained) Packed-Ensemble of a keras-hub ViT's geometry.
+
+        Packed-Ensembles train from scratch (their members are narrower
+        than the base model, so pretrained weights do not fit): this takes
+        the patching, depth, heads and widths of `model` and packs them
+        with `num_members`, `alpha` and `gamma`.
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`.
+            num_members, alpha, gamma: see `PackedEnsembleBackbone`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            **kwargs: other `PackedEnsembleBackbone` arguments (e.g.
+                `dropout_rate`, defaulting to the model's).
+        """
+        head_kwargs = {}
+        backbone, _, classes = vit_parts(model, head_kwargs)
+        num_classes = classes if num_classes is None else num_classes
+        if num_classes is None:
+            raise ValueError("`num_classes` is required when `model` is a backbone.")
+        config = {
+            key: getattr(backbone, key)
+            for key in (
+                "image_shape", "patch_size", "num_layers", "num_heads", "hidden_dim",
+                "mlp_dim", "dropout_rate", "attention_dropout", "layer_norm_epsilon",
+                "use_mha_bias", "use_mlp_bias", "use_class_token", "use_patch_bias",
+            )
+        }
+        config.update(kwargs)
+        packed = PackedEnsembleBackbone(
+            num_members=num_members, alpha=alpha, gamma=gamma, **config
+        )
+        return cls(packed, num_classes, **head_kwargs)
+
+    def member_model(self, member):
+        """Member `member` as a plain `keras_hub.models.ViTImageClassifier`
+        of the member's width and heads (block-diagonal projections when
+        `gamma > 1`). Running the members one by one gives this model's
+        logits (tested)."""
+        import keras_hub
+
+        if not 0 <= member < self.num_members:
+            raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
+        b = self.backbone
+        vit = keras_hub.models.ViTBackbone(
+            image_shape=b.image_shape,
+            patch_size=b.patch_size,
+            num_layers=b.num_layers,
+            num_heads=b.member_num_heads,
+            hidden_dim=b.member_hidden_dim,
+            mlp_dim=b.member_mlp_dim,
+            dropout_rate=b.dropout_rate,
+            attention_dropout=b.attention_dropout,
+            layer_norm_epsilon=b.layer_norm_epsilon,
+            use_mha_bias=b.use_mha_bias,
+            use_mlp_bias=b.use_mlp_bias,
+            use_class_token=b.use_class_token,
+            use_patch_bias=b.use_patch_bias,
+        )
+        classifier = keras_hub.models.ViTImageClassifier(
+            backbone=vit, num_classes=self.num_classes, pooling=self.pooling,
+            activation=None, dropout=self.dropout,
+        )
+        load_member_into_keras_hub(self, classifier, member)
+        return classifier
