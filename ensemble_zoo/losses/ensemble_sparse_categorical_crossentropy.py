@@ -13,7 +13,9 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
 
     For member outputs `z` of shape `(batch, members, classes)` and integer
     labels `y` of shape `(batch,)` (or `(batch, 1)`), the per-sample loss is
-    `mean_m CE(y, z[:, m])`. Training every member on its own likelihood is
+    `mean_m CE(y, z[:, m])`. Per-member labels `(batch, members)` (MIMO
+    training, where member `m` sees its own input) give
+    `mean_m CE(y[:, m], z[:, m])`. Training every member on its own likelihood is
     what deep ensembles, Hydra, LoRA-Ensemble and the other zoo methods do;
     it is *not* the cross-entropy of the averaged prediction (which would
     couple the members and reduce their diversity).
@@ -68,25 +70,32 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
             # (batch,); anything else fails below against y_pred's batch.
             y_true = ops.reshape(y_true, (-1,))
             rank = 1
-        if rank == 2 and y_true.shape[-1] == 1:
+        num_members = shape[1]
+        if rank == 2 and y_true.shape[-1] == num_members and num_members > 1:
+            labels = y_true  # one label per member (MIMO)
+        elif rank == 2 and y_true.shape[-1] == 1:
             y_true = ops.squeeze(y_true, axis=-1)
         elif rank != 1:
             raise ValueError(
-                "`y_true` must hold integer class labels of shape (batch,) "
-                f"or (batch, 1); got shape {tuple(y_true.shape)}. For "
+                "`y_true` must hold integer class labels of shape (batch,), "
+                f"(batch, 1) or (batch, members) = (batch, {num_members}); got "
+                f"shape {tuple(y_true.shape)}. For "
                 "one-hot labels, take their argmax first."
             )
-        num_members = shape[1]
-        # Broadcast the labels to every member: (batch,) -> (batch, members).
-        labels = ops.repeat(ops.expand_dims(y_true, 1), num_members, axis=1)
+        if static_rank(y_true) == 1:
+            # Broadcast the labels to every member: (batch,) -> (batch, members).
+            labels = ops.repeat(ops.expand_dims(y_true, 1), num_members, axis=1)
+        # Flattened to (batch * members,) labels and 2-D logits: TensorFlow's
+        # rank-2 kernel needs no runtime shape assertion (which XLA drops
+        # with an "Ignoring Assert" warning for per-member label batches).
         per_member = keras.losses.sparse_categorical_crossentropy(
-            labels,
-            y_pred,
+            ops.reshape(labels, (-1,)),
+            ops.reshape(y_pred, (-1, shape[2])),
             from_logits=self.from_logits,
             ignore_class=self.ignore_class,
             axis=-1,
         )
-        return ops.mean(per_member, axis=1)
+        return ops.mean(ops.reshape(per_member, (-1, num_members)), axis=1)
 
     def get_config(self):
         config = super().get_config()

@@ -13,7 +13,9 @@ class EnsembleAccuracy(keras.metrics.Metric):
     Accepts per-member logits `(batch, members, classes)` (the output of
     every zoo classifier), whose member softmaxes are averaged, or
     predictive probabilities `(batch, classes)`. Labels are integer class
-    indices `(batch,)` or `(batch, 1)`.
+    indices `(batch,)` or `(batch, 1)`. With per-member labels `(batch,
+    members)` (MIMO training, each member on its own input) it is the mean
+    over members of each member's accuracy on its own labels.
 
     Args:
         name: str. Defaults to `"accuracy"`.
@@ -55,12 +57,18 @@ class EnsembleAccuracy(keras.metrics.Metric):
             )
         y_true = ops.convert_to_tensor(y_true)
         check_same_batch(y_true, y_pred)
-        y_true = ops.reshape(y_true, (-1,))
-        predicted = ops.argmax(scores, axis=-1)
-        matches = ops.cast(
-            ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")),
-            self.dtype,
-        )
+        members = y_pred.shape[1] if rank == 3 else None
+        if len(y_true.shape) == 2 and members and members > 1 and y_true.shape[-1] == members:
+            predicted = ops.argmax(y_pred, axis=-1)  # (batch, members)
+            matches = ops.mean(ops.cast(ops.equal(
+                ops.cast(y_true, "int32"), ops.cast(predicted, "int32")), self.dtype), axis=1)
+        else:
+            y_true = ops.reshape(y_true, (-1,))
+            predicted = ops.argmax(scores, axis=-1)
+            matches = ops.cast(
+                ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")),
+                self.dtype,
+            )
         weight = sample_weights(sample_weight, matches, self.dtype)
         matches = matches * weight
         total = ops.sum(weight)

@@ -16,6 +16,7 @@ from ensemble_zoo.models.implicit import TileEnsembleClassifier
 from ensemble_zoo.models.implicit import SubnetworkEnsembleClassifier
 from ensemble_zoo.models.loss_prediction import LossPredictionImageClassifier
 from ensemble_zoo.models.masksembles import MasksemblesImageClassifier
+from ensemble_zoo.models.mimo import MIMOImageClassifier
 from ensemble_zoo.models.packed_ensemble import PackedEnsembleBackbone
 from ensemble_zoo.models.packed_ensemble import PackedEnsembleImageClassifier
 from ensemble_zoo.models.vit_moe import ViTMoEBackbone

@@ -63,6 +63,15 @@ PRESETS = {
             "block's hidden units and on the pooled features; all weights shared."
         ),
     },
+    "mimo_vit_tiny_digits": {
+        "path": "mimo_vit_tiny_digits",
+        "description": (
+            "MIMO of 3 members fine-tuned from vit_tiny_digits (paper 004, "
+            "App. B.3: patch kernel and head replicated and scaled by 1/3): "
+            "three stacked inputs, three heads, input repetition 0.5, "
+            "batch repetition 4."
+        ),
+    },
     "lora_ensemble_vit_tiny_digits": {
         "path": "lora_ensemble_vit_tiny_digits",
         "description": (

@@ -1,0 +1,3 @@
+from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
+from ensemble_zoo.models.mimo.mimo_batches import mimo_batch
+from ensemble_zoo.models.mimo.mimo_image_classifier import MIMOImageClassifier

@@ -1,0 +1,245 @@
+import keras
+import numpy as np
+from keras import ops
+
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
+from ensemble_zoo.utils.validation import check_choice
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MIMOImageClassifier(EnsembleClassifier):
+    """MIMO on a keras-hub ViT: M inputs stacked on channels, M heads.
+
+    MIMO (Havasi et al., ICLR 2021; the baseline of papers 001, 002 and
+    004) trains one network on `M` independent examples at once: their
+    images are stacked on the channel axis of the patch embedding (member
+    `m` in channels `[m * C, (m + 1) * C)`), and `M` classifier heads
+    (one `Dense` of `M * classes` units) predict each member's label. At
+    test time the same image is fed to every input, so one pass gives `M`
+    predictions: `call` on `(batch, H, W, C)` images returns `(batch,
+    members, classes)`. `call` also takes stacked `(batch, H, W, M * C)`
+    inputs, as `fit` builds them.
+
+    `fit(x, y)` (arrays, or a batched dataset of `(images, labels)`)
+    builds the MIMO batches itself (`MIMOBatches`): batch repetition
+    (`batch_repetition` copies of each batch) and input repetition (a
+    share `input_repetition` of each batch shows all members the same
+    example), with per-member labels `(batch, members)` that the zoo's
+    loss and accuracy accept. Paper 001 trains MIMO with `M = 3`,
+    `input_repetition = 0.5`, `batch_repetition = 4`, the defaults here.
+
+    Args:
+        backbone: a built `keras_hub.models.ViTBackbone` whose images have
+            `num_members * C` channels.
+        num_classes: int.
+        num_members: int. Defaults to `3`.
+        input_repetition: float in [0, 1], Havasi et al.'s `rho`.
+            Defaults to `0.5`.
+        batch_repetition: int. Defaults to `4`.
+        pooling: `"token"` (default) or `"gap"`.
+        dropout: float, dropout before the heads.
+        seed: optional int for the batch shuffles of `fit`.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    model = ez.models.MIMOImageClassifier.from_keras_hub(
+        base.members[0], num_members=3
+    )
+    x, y = ez.datasets.load_arrays("digits", "test")
+    model.predict(x, verbose=0).shape  # (289, 3, 8)
+    ```
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=3,
+        input_repetition=0.5,
+        batch_repetition=4,
+        pooling="token",
+        dropout=0.0,
+        seed=None,
+        **kwargs,
+    ):
+        check_image_backbone(backbone)
+        num_members = check_positive_int(num_members, "num_members")
+        num_classes = check_positive_int(num_classes, "num_classes")
+        pooling = check_choice(pooling, "pooling", POOLINGS)
+        dropout = check_rate(dropout, "dropout")
+        input_repetition = check_rate(input_repetition, "input_repetition")
+        batch_repetition = check_positive_int(batch_repetition, "batch_repetition")
+        stacked_shape = tuple(backbone.inputs[0].shape[1:])
+        if stacked_shape[-1] is None or stacked_shape[-1] % num_members:
+            raise ValueError(
+                f"`backbone` takes {stacked_shape[-1]} input channels, which "
+                f"must be `num_members` ({num_members}) x the image channels."
+            )
+        super().__init__(**kwargs)
+        # === Layers ===
+        self.backbone = backbone
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.head = keras.layers.Dense(num_members * num_classes, name="predictions")
+        # === Config ===
+        self.num_members = num_members
+        self.num_classes = num_classes
+        self.input_repetition = input_repetition
+        self.batch_repetition = batch_repetition
+        self.pooling = pooling
+        self.dropout = dropout
+        self.seed = seed
+        self.member_input_shape = stacked_shape[:-1] + (stacked_shape[-1] // num_members,)
+        self.stacked_input_shape = stacked_shape
+        self.build((None,) + self.member_input_shape)
+        self.compile()
+
+    def build(self, input_shape):
+        self.head.build((None, int(self.backbone.outputs[0].shape[-1])))
+        self.built = True
+
+    def _check_inputs(self, inputs):
+        shape = getattr(inputs, "shape", None)
+        if shape is not None and len(shape) == 4 and shape[-1] == self.stacked_input_shape[-1] and self.num_members > 1:
+            original, self.member_input_shape = self.member_input_shape, self.stacked_input_shape
+            try:
+                return super()._check_inputs(inputs)
+            finally:
+                self.member_input_shape = original
+        return super()._check_inputs(inputs)
+
+    def call_members(self, images, training=None):
+        if images.shape[-1] != self.stacked_input_shape[-1]:
+            # Test time: the same image for every member.
+            images = ops.concatenate([images] * self.num_members, axis=-1)
+        x = self.backbone(images, training=training)
+        features = x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
+        logits = self.head(self.output_dropout(features, training=training))
+        return ops.reshape(logits, (-1, self.num_members, self.num_classes))
+
+    def compute_output_shape(self, input_shape):
+        return (None, self.num_members, self.num_classes)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, **kwargs):
+        """Trains on MIMO batches built from `(x, y)` arrays or from a
+        batched dataset `x` of `(images, labels)` (see the class
+        docstring). `batch_size` (arrays only) counts examples before
+        batch repetition; other arguments are `keras.Model.fit`'s."""
+        if isinstance(x, MIMOBatches):
+            data = x
+        else:
+            self._check_data(x)
+            self._check_labels(y)
+            data = MIMOBatches(
+                x, y, self.num_members, self.input_repetition, self.batch_repetition,
+                batch_size=batch_size or 32, seed=self.seed,
+            )
+        kwargs.pop("shuffle", None)
+        return keras.Model.fit(self, data, epochs=epochs, **kwargs)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "num_classes": self.num_classes,
+            "num_members": self.num_members,
+            "input_repetition": self.input_repetition,
+            "batch_repetition": self.batch_repetition,
+            "pooling": self.pooling,
+            "dropout": self.dropout,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    # === Members as plain keras-hub models ===
+
+    def member_model(self, member):
+        """Member `member` as a plain `keras_hub.models.ViTImageClassifier`
+        on `C`-channel images: the channel-sum of the patch kernel (all
+        inputs see the same image at test time) and head `member`. Running
+        the members one by one gives this model's test-time logits
+        (tested)."""
+        import keras_hub
+
+        if not 0 <= member < self.num_members:
+            raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
+        config = self.backbone.get_config()
+        config["image_shape"] = list(self.member_input_shape)
+        plain = type(self.backbone).from_config(config)
+        channels = self.member_input_shape[-1]
+        for target, source in zip(plain.weights, self.backbone.weights, strict=True):
+            value = _np(source)
+            if tuple(target.shape) != value.shape:  # the patch kernel
+                value = value.reshape(value.shape[:2] + (self.num_members, channels, -1)).sum(axis=2)
+            target.assign(value)
+        model = keras_hub.models.ViTImageClassifier(
+            backbone=plain, num_classes=self.num_classes, pooling=self.pooling,
+            activation=None, dropout=self.dropout,
+        )
+        kernel = _np(self.head.kernel).reshape(-1, self.num_members, self.num_classes)
+        model.output_dense.kernel.assign(kernel[:, member])
+        model.output_dense.bias.assign(_np(self.head.bias).reshape(self.num_members, -1)[member])
+        return model
+
+    # === keras-hub conversion ===
+
+    @classmethod
+    def from_keras_hub(cls, model, num_members=3, num_classes=None, reuse_head=None, **kwargs):
+        """MIMO from a pretrained keras-hub ViT, as the E³ paper builds it
+        from V-MoE checkpoints (App. B.3): the patch-embedding kernel is
+        replicated over the `M` stacked inputs and the head over the `M`
+        outputs, both scaled by `1 / M` (the head bias is replicated
+        unscaled). With the same image on every input the converted
+        backbone computes exactly the pretrained features, and each member
+        starts with `1 / M` of the pretrained logits plus the bias.
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`
+                (copied, unchanged).
+            num_members: int. Defaults to `3`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool; `None` (default) replicates the classifier's
+                head when the class counts match.
+            **kwargs: other constructor arguments.
+        """
+        backbone, head, classes = vit_parts(model, kwargs)
+        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
+        num_members = check_positive_int(num_members, "num_members")
+        config = backbone.get_config()
+        shape = tuple(config["image_shape"])
+        config["image_shape"] = list(shape[:-1]) + [shape[-1] * num_members]
+        wide = type(backbone).from_config(config)
+        for target, source in zip(wide.weights, backbone.weights, strict=True):
+            value = _np(source)
+            if tuple(target.shape) != value.shape:  # the patch kernel (p, p, C, D)
+                value = np.concatenate([value / num_members] * num_members, axis=2)
+            target.assign(value)
+        ensemble = cls(wide, num_classes, num_members=num_members, **kwargs)
+        if reuse_head:
+            kernel = _np(head.kernel) / num_members
+            ensemble.head.kernel.assign(np.concatenate([kernel] * num_members, axis=1))
+            ensemble.head.bias.assign(np.concatenate([_np(head.bias)] * num_members))
+        return ensemble
+
+
+def _np(variable):
+    return np.asarray(ops.convert_to_numpy(variable))
