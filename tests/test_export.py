@@ -32,6 +32,9 @@ def check_saved_model(path, model, x):
         "hydra_circuit_vit_tiny_digits",
         "lora_ensemble_vit_tiny_digits",
         "batch_ensemble_vit_tiny_digits",
+        "packed_ensemble_vit_tiny_digits",
+        "masksembles_vit_tiny_digits",
+        "mimo_vit_tiny_digits",
     ],
 )
 def test_saved_model_serves_probabilities_logits_and_uncertainty(tmp_path, name):

@@ -15,6 +15,7 @@ from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.utils.validation import check_real
 
 POOLINGS = ("token", "gap")
 
@@ -100,6 +101,7 @@ class MasksemblesImageClassifier(EnsembleClassifier):
         num_members = check_positive_int(num_members, "num_members")
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
+        scale = check_real(scale, "scale", low=1.0)
         mlps = mlp_sites(backbone)
         super().__init__(**kwargs)
         for i, mlp in enumerate(mlps):
