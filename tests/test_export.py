@@ -9,6 +9,9 @@ from conftest import requires_saved_model
 from conftest import run_python
 
 KEYS = ("probabilities", "member_logits", "total", "aleatoric", "epistemic")
+# Baselines whose layers (grouped attention, tiling, reshapes) the other
+# presets already export under JAX.
+TENSORFLOW_ONLY = ("masksembles_vit_tiny_digits", "mimo_vit_tiny_digits")
 
 
 def check_saved_model(path, model, x):
@@ -38,6 +41,8 @@ def check_saved_model(path, model, x):
     ],
 )
 def test_saved_model_serves_probabilities_logits_and_uncertainty(tmp_path, name):
+    if name in TENSORFLOW_ONLY and BACKEND != "tensorflow":
+        pytest.skip("exported under TensorFlow only (test-time budget); the JAX path is the same for every preset")
     model = ez.models.EnsembleClassifier.from_preset(name)
     x, _ = ez.datasets.load_arrays("digits", "near_ood")
     path = str(tmp_path / "saved_model")

@@ -4,6 +4,7 @@ from keras import ops
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
 from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
 from ensemble_zoo.utils.validation import check_same_batch
+from ensemble_zoo.utils.validation import static_rank
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -58,7 +59,7 @@ class EnsembleAccuracy(keras.metrics.Metric):
         y_true = ops.convert_to_tensor(y_true)
         check_same_batch(y_true, y_pred)
         members = y_pred.shape[1] if rank == 3 else None
-        if len(y_true.shape) == 2 and members and members > 1 and y_true.shape[-1] == members:
+        if static_rank(y_true) == 2 and members and members > 1 and y_true.shape[-1] == members:
             predicted = ops.argmax(y_pred, axis=-1)  # (batch, members)
             matches = ops.mean(ops.cast(ops.equal(
                 ops.cast(y_true, "int32"), ops.cast(predicted, "int32")), self.dtype), axis=1)
