@@ -2,7 +2,7 @@
 
     KERAS_BACKEND=jax python benchmarks/run_all.py [--quick]
         [--dtype float32|bfloat16] [--batch-size 4] [--repeats 5]
-        [--only hydra lora moe sparse_moe metrics] [--json PATH]
+        [--only hydra lora moe sparse_moe baselines metrics] [--json PATH]
     KERAS_BACKEND=torch python benchmarks/run_all.py --torch-compile
 
 One table, every ratio measured within this run, on one device (named in
@@ -37,6 +37,13 @@ Sections (each row's ratio is against the first row of its section):
   at capacity factor 8 (the E³ paper's inference), which leaves the memory
   of routing, dispatch, expert buffers and combine. Goal: index dispatch
   peak memory <= 0.25x one-hot.
+- `baselines`: the papers' efficient-ensemble baselines with M = 3 (paper
+  001's setting) against the single ViT and an explicit ensemble of 3
+  (three forward passes or train steps of the single model): BatchEnsemble
+  (every projection), Packed-Ensembles (alpha = 2, gamma = 1; `--quick`:
+  alpha = 3, whole heads on its 4-head ViT; trained from scratch, so built
+  rather than converted), MIMO and Masksembles (scale 2),
+  each one pass over all members.
 - `metrics`: ECE and OOD AUROC on 10^6 samples (10^4 with `--quick`)
   against scikit-learn-based references; the largest difference is printed.
 
@@ -80,7 +87,7 @@ SIZES = {
             num_heads=12, hidden_dim=768, mlp_dim=3072,
         ),
         classes=1000, kept_heads=8, experts=32, lora_members=16, rank=8,
-        metric_samples=1_000_000,
+        packed_alpha=2, metric_samples=1_000_000,
     ),
     "quick": dict(
         vit=dict(
@@ -88,7 +95,7 @@ SIZES = {
             hidden_dim=32, mlp_dim=64,
         ),
         classes=10, kept_heads=3, experts=4, lora_members=4, rank=2,
-        metric_samples=10_000,
+        packed_alpha=3, metric_samples=10_000,
     ),
 }
 
@@ -201,6 +208,30 @@ def lora_section(size):
         {"single": [single], explicit: [single], f"LoRA-Ensemble {members}": [lora]},
         scale={explicit: members},
         train=("single", explicit, f"LoRA-Ensemble {members}"),
+    )
+
+
+def baselines_section(size):
+    single = single_vit(size)
+    kwargs = dict(num_members=3, reuse_head=False, num_classes=size["classes"])
+    variants = {
+        "single": [single],
+        "explicit ensemble of 3": [single],
+        "BatchEnsemble 3": [
+            ez.models.BatchEnsembleImageClassifier.from_keras_hub(single, seed=0, **kwargs)
+        ],
+        f"Packed-Ensembles 3 (alpha {size['packed_alpha']})": [
+            ez.models.PackedEnsembleImageClassifier.like_keras_hub(
+                single, num_members=3, alpha=size["packed_alpha"], gamma=1
+            )
+        ],
+        "MIMO 3": [ez.models.MIMOImageClassifier.from_keras_hub(single, **kwargs)],
+        "Masksembles 3": [
+            ez.models.MasksemblesImageClassifier.from_keras_hub(single, scale=2.0, seed=0, **kwargs)
+        ],
+    }
+    return Section(
+        "baselines", variants, scale={"explicit ensemble of 3": 3}, train=tuple(variants)
     )
 
 
@@ -343,7 +374,7 @@ def print_table(rows):
         )
 
 
-SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "metrics")
+SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "baselines", "metrics")
 
 
 def main(argv=None):
@@ -377,7 +408,10 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(args.batch_size,) + size["vit"]["image_shape"]).astype("float32")
     y = (np.arange(args.batch_size) % size["classes"]).astype("int32")
-    builders = {"hydra": hydra_section, "lora": lora_section, "moe": moe_section}
+    builders = {
+        "hydra": hydra_section, "lora": lora_section, "moe": moe_section,
+        "baselines": baselines_section,
+    }
     rows = []
     compiles = {}
     for name in args.only:

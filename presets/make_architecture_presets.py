@@ -34,10 +34,23 @@ weights): `from_preset` builds them with random initial weights.
   slot, so the paper's evaluation capacity costs more than its training
   capacity 1.5, also recorded).
 
-Run from the repository root (a few seconds; `moe` writes only the MoE
-presets):
+- `packed_ensemble_vit_b16_3x2`, `batch_ensemble_vit_b16_3`,
+  `mimo_vit_b16_3`, `masksembles_vit_b16_4`: the efficient-ensemble
+  baselines of paper 001 (Table 1, App. C.1.4: ViT-B/16 on ImageNet-1k,
+  E = 3; Packed-Ensembles with alpha = 2, gamma = 1; MIMO with input
+  repetition 0.5 and batch repetition 4) and Masksembles with the
+  Masksembles paper's 4 masks at scale 2 (paper 002 compares it; its
+  ViT setting is not given). Multiply-adds: Packed-Ensembles by
+  `packed_ensemble_multiply_adds`; BatchEnsemble and Masksembles run the
+  whole ViT once per member (M x the single model; their element-wise
+  fast-weight and mask products are not multiply-adds, as layer norms
+  are not); MIMO runs the ViT once, plus the wider patch embedding and
+  M heads.
 
-    KERAS_BACKEND=jax python presets/make_architecture_presets.py [moe]
+Run from the repository root (a few seconds; `moe` or `baselines` writes
+only those presets):
+
+    KERAS_BACKEND=jax python presets/make_architecture_presets.py [moe|baselines]
 """
 
 import os
@@ -49,6 +62,7 @@ import ensemble_zoo as ez
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
 from ensemble_zoo.models.hydra.hydra_cost import hydra_text_multiply_adds
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import lora_ensemble_multiply_adds
+from ensemble_zoo.models.packed_ensemble.packed_ensemble_cost import packed_ensemble_multiply_adds
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -204,9 +218,62 @@ def moe_presets(image_size=384, num_classes=1000, num_experts=32):
             del model, backbone
 
 
+def baseline_presets(num_classes=1000):
+    import keras_hub
+
+    single = hydra_multiply_adds(**VIT_B16, num_classes=num_classes)
+    patches = (224 // 16) ** 2
+    models = {}
+    models["packed_ensemble_vit_b16_3x2"] = (
+        ez.models.PackedEnsembleImageClassifier(
+            ez.models.PackedEnsembleBackbone(**VIT_B16, num_members=3, alpha=2, gamma=1),
+            num_classes,
+        ),
+        packed_ensemble_multiply_adds(**VIT_B16, num_classes=num_classes, num_members=3, alpha=2, gamma=1),
+        "packed_ensemble",
+    )
+    models["batch_ensemble_vit_b16_3"] = (
+        ez.models.BatchEnsembleImageClassifier(
+            keras_hub.models.ViTBackbone(**VIT_B16), num_classes, num_members=3
+        ),
+        3 * single,
+        "batch_ensemble",
+    )
+    models["mimo_vit_b16_3"] = (
+        ez.models.MIMOImageClassifier(
+            keras_hub.models.ViTBackbone(**dict(VIT_B16, image_shape=(224, 224, 9))),
+            num_classes, num_members=3,
+        ),
+        single + 2 * (patches * 16 * 16 * 3 * 768 + 768 * num_classes),
+        "mimo",
+    )
+    models["masksembles_vit_b16_4"] = (
+        ez.models.MasksemblesImageClassifier(
+            keras_hub.models.ViTBackbone(**VIT_B16), num_classes, num_members=4, scale=2.0, seed=0
+        ),
+        4 * single,
+        "masksembles",
+    )
+    for name, (model, macs, method) in models.items():
+        model.save_to_preset(
+            os.path.join(HERE, name),
+            metadata={
+                "method": f"{method} (architecture)",
+                "description": ez.presets.PRESETS[name]["description"],
+                "multiply_adds": int(macs),
+                "script": "presets/make_architecture_presets.py",
+            },
+            include_weights=False,
+        )
+        print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["moe"]:
         moe_presets()
+    elif sys.argv[1:] == ["baselines"]:
+        baseline_presets()
     else:
         main()
         moe_presets()
+        baseline_presets()

@@ -96,6 +96,7 @@ def test_run_all_quick_measures_every_method(tmp_path):
         ("lora", "explicit ensemble of 4"), ("moe", "2 x V-MoE K=1"),
         ("moe", "E³ K=1 M=2 (indices)"), ("sparse_moe", "SparseMoE (indices)"),
         ("dispatch", "indices, C x8"), ("metrics", "OOD AUROC: ensemble_zoo"),
+        ("baselines", "Packed-Ensembles 3 (alpha 3)"), ("baselines", "MIMO 3"),
     ]:
         assert expected in variants, expected
     for row in report["rows"]:
@@ -104,7 +105,7 @@ def test_run_all_quick_measures_every_method(tmp_path):
         if row["section"] == "metrics":
             assert row["max_abs_difference"] <= 1e-6, row
     trained = {r["variant"] for r in report["rows"] if r["train_ms"] is not None}
-    assert {"single", "fused", "LoRA-Ensemble 4", "E³ K=1 M=2 (one-hot)"} <= trained
+    assert {"single", "fused", "LoRA-Ensemble 4", "E³ K=1 M=2 (one-hot)", "Masksembles 3"} <= trained
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="XLA's memory analysis of a JAX executable")

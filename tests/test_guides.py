@@ -21,6 +21,7 @@ GUIDES = sorted(glob.glob(os.path.join(REPO_ROOT, "guides", "*.py")))
 
 HOME_BACKEND = {
     "deep_ensembles.py": "torch",  # 97 / 96 / 104
+    "efficient_ensemble_baselines.py": "torch",  # - / - / 26
     "evaluating_uncertainty.py": "tensorflow",  # 138 / 97 / 270
     "hydra_ensembles.py": "tensorflow",  # 237 / 182 / 688
     "implicit_ensembles.py": "jax",  # 90 / 214 / 219

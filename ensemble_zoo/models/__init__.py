@@ -1,6 +1,7 @@
 """Ensemble models. Every classifier returns `(batch, members, classes)`."""
 
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleImageClassifier
+from ensemble_zoo.models.batch_ensemble import BatchEnsembleTextClassifier
 from ensemble_zoo.models.batch_ensemble import apply_batch_ensemble
 from ensemble_zoo.models.deep_ensemble import DeepEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier

@@ -104,6 +104,37 @@ PRESETS = {
             "same parameters as the V-MoE; fine-tuned on digits."
         ),
     },
+    "packed_ensemble_vit_b16_3x2": {
+        "path": "packed_ensemble_vit_b16_3x2",
+        "description": (
+            "Architecture only (random weights): Packed-Ensembles of ViT-B/16 "
+            "in paper 001's setting, M=3, alpha=2, gamma=1 (three 8-head "
+            "ViTs of width 512), 1000 classes."
+        ),
+    },
+    "batch_ensemble_vit_b16_3": {
+        "path": "batch_ensemble_vit_b16_3",
+        "description": (
+            "Architecture only (random weights): BatchEnsemble of 3 members "
+            "on every projection of ViT-B/16 (paper 001's baseline), 1000 classes."
+        ),
+    },
+    "mimo_vit_b16_3": {
+        "path": "mimo_vit_b16_3",
+        "description": (
+            "Architecture only (random weights): MIMO ViT-B/16 with 3 stacked "
+            "inputs and heads, input repetition 0.5, batch repetition 4 "
+            "(paper 001's setting), 1000 classes."
+        ),
+    },
+    "masksembles_vit_b16_4": {
+        "path": "masksembles_vit_b16_4",
+        "description": (
+            "Architecture only (random weights): Masksembles ViT-B/16 with 4 "
+            "masks at scale 2 on every MLP block and the pooled features, "
+            "1000 classes."
+        ),
+    },
     "hydra_vit_b16_8x3": {
         "path": "hydra_vit_b16_8x3",
         "description": (

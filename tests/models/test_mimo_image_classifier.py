@@ -41,6 +41,9 @@ def test_widened_vit_starts_as_the_pretrained_one(vit_and_model):
     for m in range(3):
         np.testing.assert_allclose(logits[:, m], expected, atol=1e-5)
     assert model.backbone.inputs[0].shape[-1] == 3
+    # Havasi et al.: only the first layer's inputs and the last layer's
+    # outputs grow M-fold: + (M - 1) (p^2 C D) + (M - 1) (D K + K).
+    assert model.count_params() == vit.count_params() + 2 * (2 * 2 * 1 * 16) + 2 * (16 * 5 + 5)
 
 
 def test_member_m_is_head_m_on_the_stacked_inputs(vit_and_model):

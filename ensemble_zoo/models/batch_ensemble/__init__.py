@@ -3,3 +3,6 @@ from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemb
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_image_classifier import (
     BatchEnsembleImageClassifier,
 )
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_text_classifier import (
+    BatchEnsembleTextClassifier,
+)

@@ -1,27 +1,17 @@
 import keras
-import numpy as np
 from keras import ops
 
-from ensemble_zoo.layers.batch_ensemble_dense import BatchEnsembleDense
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_ensemble
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
 from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_choice
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
 
 POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleImageClassifier(EnsembleClassifier):
+class BatchEnsembleImageClassifier(BatchEnsembleTask):
     """BatchEnsemble on a keras-hub ViT: one shared network, rank-1 members.
 
     BatchEnsemble (Wen et al., 2020), the efficient-ensemble baseline of
@@ -76,113 +66,36 @@ class BatchEnsembleImageClassifier(EnsembleClassifier):
     ):
         check_image_backbone(backbone)
         pooling = check_choice(pooling, "pooling", POOLINGS)
-        num_members = check_positive_int(num_members, "num_members")
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         super().__init__(**kwargs)
-        converted = apply_batch_ensemble(
-            backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
+        self._setup(
+            backbone, num_classes, num_members, dropout, fast_weight_initializer,
+            fast_weight_stddev, seed, feature_dim=int(backbone.outputs[0].shape[-1]),
         )
-        # === Layers ===
-        self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.head = BatchEnsembleDense(
-            num_classes,
-            num_members,
-            fast_weight_initializer=fast_weight_initializer,
-            fast_weight_stddev=fast_weight_stddev,
-            seed=None if seed is None else seed + 2 * len(converted),
-            name="predictions",
-        )
-        # === Config ===
-        self.num_members = num_members
-        self.num_classes = num_classes
         self.pooling = pooling
-        self.dropout = dropout
-        self.fast_weight_initializer = fast_weight_initializer
-        self.fast_weight_stddev = float(fast_weight_stddev)
-        self.seed = seed
         self.member_input_shape = tuple(backbone.inputs[0].shape[1:])
         self.build((None,) + self.member_input_shape)
         self.compile()
 
     def build(self, input_shape):
-        self.head.build((None, int(self.backbone.outputs[0].shape[-1])))
         self.built = True
 
-    @property
-    def batch_ensemble_layers(self):
-        """The backbone's `BatchEnsembleDense` layers, then the head."""
-        return batch_ensemble_layers(self.backbone) + [self.head]
+    def _tile(self, images):
+        return tile_members(images, self.num_members)
 
-    def call_members(self, images, training=None):
-        tiled = tile_members(images, self.num_members)
+    def _features(self, tiled, training):
         x = self.backbone(tiled, training=training)
-        features = x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
-        features = self.output_dropout(features, training=training)
-        return untile_members(self.head(features), self.num_members)
+        return x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
 
-    def compute_output_shape(self, input_shape):
-        return (None, self.num_members, self.num_classes)
+    def _config(self):
+        return {"pooling": self.pooling}
 
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "num_members": self.num_members,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-            "fast_weight_initializer": self.fast_weight_initializer,
-            "fast_weight_stddev": self.fast_weight_stddev,
-            "seed": self.seed,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        # The serialized backbone is the plain keras-hub one (its config does
-        # not describe the BatchEnsemble layers, which `__init__` applies).
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
-
-    # === Members as plain keras-hub models ===
-
-    def member_model(self, member):
-        """Member `member` as a plain `keras_hub.models.ViTImageClassifier`:
-        every converted projection holds `W * outer(r_m, s_m)` and `b_m`.
-
-        Useful to inspect or export one member alone; running the M member
-        models one by one gives the same logits as this model (tested).
-        """
+    def _plain_task(self, backbone):
         import keras_hub
 
-        if not 0 <= member < self.num_members:
-            raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
-        backbone = keras.saving.deserialize_keras_object(
-            keras.saving.serialize_keras_object(self.backbone)
+        return keras_hub.models.ViTImageClassifier(
+            backbone=backbone, num_classes=self.num_classes, pooling=self.pooling,
+            activation=None, dropout=self.dropout,
         )
-        sites = projection_sites(backbone)
-        converted = {id(w) for p, a in sites for w in getattr(p, a).weights}
-        mine = {id(w) for layer in batch_ensemble_layers(self.backbone) for w in layer.weights}
-        targets = [w for w in backbone.weights if id(w) not in converted]
-        sources = [w for w in self.backbone.weights if id(w) not in mine]
-        for target, source in zip(targets, sources, strict=True):
-            if tuple(target.shape) != tuple(source.shape):
-                raise RuntimeError(f"Weight order mismatch: {target.path} vs {source.path}.")
-            target.assign(ops.convert_to_numpy(source))
-        for (parent, attribute), layer in zip(sites, batch_ensemble_layers(self.backbone), strict=True):
-            _set_member_weights(getattr(parent, attribute), layer, member)
-        model = keras_hub.models.ViTImageClassifier(
-            backbone=backbone,
-            num_classes=self.num_classes,
-            pooling=self.pooling,
-            activation=None,
-            dropout=self.dropout,
-        )
-        _set_member_weights(model.output_dense, self.head, member)
-        return model
 
     # === keras-hub conversion ===
 
@@ -210,23 +123,7 @@ class BatchEnsembleImageClassifier(EnsembleClassifier):
                 reuses it when the class counts match.
             **kwargs: other constructor arguments.
         """
-        kwargs.setdefault("fast_weight_stddev", 0.1)
         backbone, head, classes = vit_parts(model, kwargs)
-        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(copy_model(backbone), num_classes, num_members=num_members, **kwargs)
-        if reuse_head:
-            ensemble.head.kernel.assign(ops.convert_to_numpy(head.kernel))
-            bias = np.asarray(ops.convert_to_numpy(head.bias))
-            ensemble.head.bias.assign(np.broadcast_to(bias, ensemble.head.bias.shape))
-        return ensemble
-
-
-def _set_member_weights(target, source, member):
-    """Gives a plain `Dense` / `EinsumDense` `target` the member kernel and
-    bias of the `BatchEnsembleDense` `source`."""
-    kernel = np.asarray(ops.convert_to_numpy(source.member_kernels()[member]))
-    target.kernel.assign(kernel.reshape(tuple(target.kernel.shape)))
-    bias = np.asarray(ops.convert_to_numpy(source.bias[member]))
-    if getattr(target, "bias", None) is None:
-        raise ValueError(f"Layer '{target.name}' has no bias to hold member {member}'s.")
-    target.bias.assign(bias.reshape(tuple(target.bias.shape)))
+        return cls._from_keras_hub_parts(
+            backbone, head, classes, num_members, num_classes, reuse_head, kwargs
+        )

@@ -1,0 +1,135 @@
+import keras
+
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
+from ensemble_zoo.models.keras_hub_vit import check_logits_head
+from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.ops.member_tiling import tile_members
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask):
+    """BatchEnsemble on a keras-hub BERT: one shared network, rank-1 members.
+
+    The text counterpart of `BatchEnsembleImageClassifier`: every attention
+    projection and both feed-forward layers of every `TransformerEncoder`
+    become `BatchEnsembleDense` layers (shared `W`, per-member `r_m`,
+    `s_m`, `b_m`), and so does the classifier head; the embeddings, layer
+    norms and the pooler (a layer of BERT's functional graph) stay shared.
+    `call` takes keras-hub's BERT inputs, a dict of int `(batch, tokens)`
+    tensors `token_ids`, `segment_ids` and `padding_mask`, tiles each once
+    to `(members * batch, tokens)` and returns member logits `(batch,
+    members, classes)`.
+
+    Args:
+        backbone: a built `keras_hub.models.BertBackbone`; converted in place.
+        num_classes: int.
+        num_members: int. Defaults to `4`.
+        dropout: float, dropout before the head. Defaults to `0.1`
+            (keras-hub's `BertTextClassifier`).
+        fast_weight_initializer: `"normal"` (default) or `"random_sign"`;
+            see `ez.layers.BatchEnsembleDense`.
+        fast_weight_stddev: float. Defaults to `0.5`.
+        seed: optional int for the fast weights.
+        **kwargs: other `keras.Model` arguments.
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    bert = keras_hub.models.BertBackbone(
+        vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=12,
+    )
+    model = ez.models.BatchEnsembleTextClassifier.from_keras_hub(
+        bert, num_members=4, num_classes=2, seed=0
+    )
+    inputs = {
+        "token_ids": np.ones((2, 12), "int32"),
+        "segment_ids": np.zeros((2, 12), "int32"),
+        "padding_mask": np.ones((2, 12), "int32"),
+    }
+    model.predict(inputs, verbose=0).shape  # (2, 4, 2)
+    ```
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=4,
+        dropout=0.1,
+        fast_weight_initializer="normal",
+        fast_weight_stddev=0.5,
+        seed=None,
+        **kwargs,
+    ):
+        import keras_hub
+
+        if not isinstance(backbone, keras_hub.models.BertBackbone):
+            raise TypeError(
+                "`backbone` must be a keras_hub.models.BertBackbone; got "
+                f"{type(backbone).__name__}."
+            )
+        super().__init__(**kwargs)
+        self._setup(
+            backbone, num_classes, num_members, dropout, fast_weight_initializer,
+            fast_weight_stddev, seed, feature_dim=backbone.hidden_dim,
+        )
+        self.member_input_shape = None  # dict inputs, see _check_inputs
+        self._build_text_inputs()
+        self.compile()
+
+    def _tile(self, inputs):
+        return {k: tile_members(v, self.num_members) for k, v in inputs.items()}
+
+    def _features(self, tiled, training):
+        return self.backbone(tiled, training=training)["pooled_output"]
+
+    def _config(self):
+        return {}
+
+    def _plain_task(self, backbone):
+        import keras_hub
+
+        return keras_hub.models.BertTextClassifier(
+            backbone=backbone, num_classes=self.num_classes, preprocessor=None,
+            activation=None, dropout=self.dropout,
+        )
+
+    @classmethod
+    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+        """A BatchEnsemble built from a copy of a keras-hub BERT.
+
+        As `BatchEnsembleImageClassifier.from_keras_hub`: every member
+        starts from the pretrained weights, the fast weights at `N(1, 0.1)`
+        unless given.
+
+        Args:
+            model: a `keras_hub.models.BertTextClassifier` or `BertBackbone`
+                (copied, never changed).
+            num_members: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool or `None`, as for images.
+            **kwargs: other constructor arguments.
+        """
+        import keras_hub
+
+        head = classes = None
+        if isinstance(model, keras_hub.models.BertTextClassifier):
+            check_logits_head(model)
+            kwargs.setdefault("dropout", float(model.dropout))
+            backbone, head, classes = model.backbone, model.output_dense, model.num_classes
+        elif isinstance(model, keras_hub.models.BertBackbone):
+            backbone = model
+        else:
+            raise TypeError(
+                "`model` must be a keras_hub.models.BertTextClassifier or "
+                f"BertBackbone; got {type(model).__name__}."
+            )
+        return cls._from_keras_hub_parts(
+            backbone, head, classes, num_members, num_classes, reuse_head, kwargs
+        )
