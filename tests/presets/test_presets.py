@@ -11,6 +11,7 @@ import ensemble_zoo as ez
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.presets import PresetError
+from conftest import BACKEND
 
 
 def to_np(x):
@@ -53,8 +54,8 @@ PROBABILITY_TOLERANCE = {"mixed_bfloat16": 0.05, "mixed_float16": 0.01}
 
 
 def low_precision_policy(index):
-    """One policy per preset and backend, alternating, so that over the
-    three backends every preset runs under both."""
+    """One policy per preset and backend, alternating, so that over
+    TensorFlow and PyTorch every preset runs under both."""
     from conftest import ALL_BACKENDS
     from conftest import BACKEND
 
@@ -101,6 +102,11 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
         recorded["test_nll"], abs=1e-3
     )
     assert recorded["test_accuracy"] > 0.9
+    if BACKEND == "jax":
+        # Test budget: the presets were trained under JAX; TensorFlow and
+        # PyTorch alternate the two policies, so both still run per preset
+        # (and test_mixed_precision.py covers JAX's mixed policies).
+        return
     policy = low_precision_policy(TRAINED.index(name))
     low = EnsembleClassifier.from_preset(name, dtype=policy)
     check_layers_compute_in(low, policy)
