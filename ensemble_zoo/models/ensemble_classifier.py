@@ -53,8 +53,8 @@ class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
 
     # === Input checks ===
 
-    def _check_inputs(self, inputs):
-        expected = tuple(self.member_input_shape)
+    def _check_inputs(self, inputs, expected=None):
+        expected = tuple(self.member_input_shape if expected is None else expected)
         if isinstance(inputs, (dict, list, tuple)):
             raise ValueError(
                 f"{type(self).__name__} expects a single tensor of shape "

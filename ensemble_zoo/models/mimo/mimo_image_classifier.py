@@ -111,13 +111,12 @@ class MIMOImageClassifier(EnsembleClassifier):
         self.built = True
 
     def _check_inputs(self, inputs):
+        # Stacked `(batch, H, W, M * C)` inputs (what `fit` feeds) or plain
+        # `(batch, H, W, C)` images (test time).
         shape = getattr(inputs, "shape", None)
-        if shape is not None and len(shape) == 4 and shape[-1] == self.stacked_input_shape[-1] and self.num_members > 1:
-            original, self.member_input_shape = self.member_input_shape, self.stacked_input_shape
-            try:
-                return super()._check_inputs(inputs)
-            finally:
-                self.member_input_shape = original
+        stacked = self.num_members > 1 and shape is not None and len(shape) == 4
+        if stacked and shape[-1] == self.stacked_input_shape[-1]:
+            return super()._check_inputs(inputs, expected=self.stacked_input_shape)
         return super()._check_inputs(inputs)
 
     def call_members(self, images, training=None):
