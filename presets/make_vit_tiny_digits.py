@@ -37,12 +37,13 @@ BACKBONE = dict(
 NUM_CLASSES = 8
 
 
-def make_classifier(seed):
+def make_classifier(seed, pooling="token"):
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.ViTBackbone(**BACKBONE)
     return keras_hub.models.ViTImageClassifier(
         backbone=backbone,
         num_classes=NUM_CLASSES,
+        pooling=pooling,
         preprocessor=None,
         name=f"member_{seed}",
     )
@@ -53,7 +54,7 @@ def augment(image, label):
     return tf.image.random_crop(padded, (8, 8, 1)), label
 
 
-def train_member(seed, epochs, batch_size):
+def train_member(seed, epochs, batch_size, pooling="token"):
     x, y = ez.datasets.load_arrays("digits", "train")
     train = (
         tf.data.Dataset.from_tensor_slices((x, y))
@@ -61,7 +62,7 @@ def train_member(seed, epochs, batch_size):
         .map(augment)
         .batch(batch_size)
     )
-    model = ez.models.DeepEnsembleClassifier([make_classifier(seed)])
+    model = ez.models.DeepEnsembleClassifier([make_classifier(seed, pooling)])
     steps = epochs * int(np.ceil(len(x) / batch_size))
     schedule = keras.optimizers.schedules.CosineDecay(
         3e-3, decay_steps=steps, warmup_target=None

@@ -11,7 +11,12 @@ from conftest import run_python
 KEYS = ("probabilities", "member_logits", "total", "aleatoric", "epistemic")
 # Baselines whose layers (grouped attention, tiling, reshapes) the other
 # presets already export under JAX.
-TENSORFLOW_ONLY = ("masksembles_vit_tiny_digits", "mimo_vit_tiny_digits")
+TENSORFLOW_ONLY = (
+    "masksembles_vit_tiny_digits",
+    "mimo_vit_tiny_digits",
+    "subnetwork_vit_tiny_digits",
+    "tile_vit_tiny_digits",
+)
 
 
 def check_saved_model(path, model, x):
@@ -38,6 +43,8 @@ def check_saved_model(path, model, x):
         "packed_ensemble_vit_tiny_digits",
         "masksembles_vit_tiny_digits",
         "mimo_vit_tiny_digits",
+        "subnetwork_vit_tiny_digits",
+        "tile_vit_tiny_digits",
     ],
 )
 def test_saved_model_serves_probabilities_logits_and_uncertainty(tmp_path, name):

@@ -59,10 +59,10 @@ def _far_ood():
     from sklearn.datasets import load_sample_images
 
     rng = np.random.default_rng(SEED + 1)
-    photos = load_sample_images().images
+    photos = [p.astype("float32").mean(axis=-1) for p in load_sample_images().images]
     patches = []
     for i in range(NUM_FAR_OOD):
-        photo = photos[i % len(photos)].astype("float32").mean(axis=-1)
+        photo = photos[i % len(photos)]
         top = rng.integers(0, photo.shape[0] - 32)
         left = rng.integers(0, photo.shape[1] - 32)
         crop = photo[top : top + 32, left : left + 32]

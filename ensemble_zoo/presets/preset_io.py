@@ -19,6 +19,7 @@ directory and moves the finished files into place, so a failed save
 leaves the previous preset as it was.
 """
 
+import contextlib
 import datetime
 import hashlib
 import importlib
@@ -33,6 +34,7 @@ import numpy as np
 
 from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
+from ensemble_zoo.utils.backend import DeferredInitialization
 from ensemble_zoo.utils.parameters import parameter_count
 
 CONFIG_FILE = "config.json"
@@ -325,10 +327,14 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
     policy = _policy_name(dtype)
     config = _with_dtype_policy(config, policy)
     previous = keras.config.dtype_policy()
+    loads = load_weights and kind == "trained"
+    # Trained weights overwrite every variable: skip the initializers.
+    deferred = DeferredInitialization() if loads else None
     try:
         # Layers built without an explicit dtype take the global policy.
         keras.config.set_dtype_policy(policy)
-        model = keras.saving.deserialize_keras_object(config, safe_mode=True)
+        with deferred or contextlib.nullcontext():
+            model = keras.saving.deserialize_keras_object(config, safe_mode=True)
     except Exception as e:
         raise PresetError(
             f"Damaged preset: could not build the model from {config_path} "
@@ -336,24 +342,31 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
         ) from e
     finally:
         keras.config.set_dtype_policy(previous)
-    if load_weights and kind == "trained":
-        _check_weights_file(model, weights_path, metadata.get("weights_sha256"))
+    if loads:
         try:
-            with warnings.catch_warnings():
-                # Presets carry no optimizer state (see save_preset).
-                warnings.filterwarnings(
-                    "ignore", message="Skipping variable loading for optimizer"
-                )
-                model.load_weights(weights_path)
-        except Exception as e:
-            raise PresetError(
-                f"Damaged preset: could not load {weights_path} "
-                f"({type(e).__name__}: {e})."
-            ) from e
+            _check_weights_file(model, weights_path, metadata.get("weights_sha256"))
+            _load_weights(model, weights_path)
+        finally:
+            deferred.finish()
     return model
 
 
 KINDS = ("trained", "architecture")
+
+
+def _load_weights(model, weights_path):
+    try:
+        with warnings.catch_warnings():
+            # Presets carry no optimizer state (see save_preset).
+            warnings.filterwarnings(
+                "ignore", message="Skipping variable loading for optimizer"
+            )
+            model.load_weights(weights_path)
+    except Exception as e:
+        raise PresetError(
+            f"Damaged preset: could not load {weights_path} "
+            f"({type(e).__name__}: {e})."
+        ) from e
 
 
 def _loader_hint(preset, preset_cls):

@@ -15,6 +15,37 @@ PRESETS = {
             "ensemble."
         ),
     },
+    "vit_gap_tiny_digits": {
+        "path": "vit_gap_tiny_digits",
+        "description": (
+            "vit_tiny_digits' backbone and recipe with an average-pooled "
+            "head (keras-hub pooling='gap'), the base of tile_vit_tiny_digits; "
+            "a one-member ensemble."
+        ),
+    },
+    "mc_dropout_vit_tiny_digits": {
+        "path": "mc_dropout_vit_tiny_digits",
+        "description": (
+            "MC dropout: 8 seeded dropout samples of vit_tiny_digits at its "
+            "training rates (0.1), run as one tiled batch; no training."
+        ),
+    },
+    "subnetwork_vit_tiny_digits": {
+        "path": "subnetwork_vit_tiny_digits",
+        "description": (
+            "Masked sub-networks of the frozen vit_tiny_digits (paper 000, "
+            "extraction A): 10 members with learned row and column masks on "
+            "every transformer MLP, diversity weight 2.0."
+        ),
+    },
+    "tile_vit_tiny_digits": {
+        "path": "tile_vit_tiny_digits",
+        "description": (
+            "Tiles of vit_gap_tiny_digits (paper 000, extraction B): the "
+            "head applied to each 2 x 2 quarter of the 4 x 4 patch grid, "
+            "four members; no training."
+        ),
+    },
     "deep_ensemble_vit_tiny_digits": {
         "path": "deep_ensemble_vit_tiny_digits",
         "description": (

@@ -340,3 +340,70 @@ def concrete_value(x):
             return None
         return x.detach().cpu().numpy()
     return None
+
+
+
+class DeferredInitialization:
+    """Builds variables without running their initializers (JAX only).
+
+    Under JAX every initializer is a jitted computation compiled once per
+    variable shape: building a small preset spent seconds compiling
+    initializers whose values `load_weights` overwrites at once. Inside
+    this context (JAX), a variable created with an initializer function
+    holds zeros made by NumPy (no compilation); `finish()` runs the real
+    initializer of every such variable that was not assigned since (a
+    weights file that covers the whole model leaves none). Other backends
+    initialize eagerly and cheaply, and the context does nothing there.
+
+    Example:
+
+    ```python
+    deferred = DeferredInitialization()
+    with deferred:
+        model = keras.saving.deserialize_keras_object(config)
+    model.load_weights(path)
+    deferred.finish()
+    ```
+    """
+
+    def __init__(self):
+        self._pending = []
+
+    def __enter__(self):
+        if backend() != "jax":
+            self._original = None
+            return self
+        import jax.numpy as jnp
+        import numpy as np
+        from keras.src.backend.jax.core import JaxVariable
+
+        pending = self._pending
+        original = JaxVariable._initialize_with_initializer
+
+        def _initialize_with_placeholder(variable, initializer):
+            if variable._layout is not None:
+                return original(variable, initializer)
+            placeholder = np.zeros(variable._shape, dtype=jnp.dtype(variable._dtype))
+            variable._initialize(variable._convert_to_tensor(placeholder))
+            pending.append((variable, variable._value, initializer))
+
+        self._original = original
+        JaxVariable._initialize_with_initializer = _initialize_with_placeholder
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._original is not None:
+            from keras.src.backend.jax.core import JaxVariable
+
+            JaxVariable._initialize_with_initializer = self._original
+            self._original = None
+        if exc_info[0] is not None:
+            self.finish()
+        return False
+
+    def finish(self):
+        """Runs the initializers of the variables still holding placeholders."""
+        pending, self._pending[:] = list(self._pending), []
+        for variable, placeholder, initializer in pending:
+            if variable._value is placeholder:
+                variable._initialize_with_initializer(initializer)
