@@ -32,6 +32,7 @@ import warnings
 import keras
 import numpy as np
 
+from ensemble_zoo.presets import hub_handles
 from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.backend import DeferredInitialization
@@ -53,13 +54,21 @@ def list_presets():
 
 
 def get_preset_path(preset):
-    """Resolves a preset name (or a directory path) to a directory path."""
+    """Resolves a preset to a local directory path.
+
+    `preset` is a shipped name, a directory path, or a hub handle
+    (`hf://user/model`, `kaggle://user/model/keras/variant[/version]`),
+    which is downloaded through keras-hub's preset loader and its cache
+    (`ensemble_zoo.presets.hub_handles`).
+    """
     if not isinstance(preset, (str, os.PathLike)):
         raise PresetError(
-            f"`preset` must be a preset name or a directory path; got "
-            f"{type(preset).__name__}."
+            f"`preset` must be a preset name, a directory path or a hub "
+            f"handle (hf://, kaggle://); got {type(preset).__name__}."
         )
     preset = os.fspath(preset)
+    if hub_handles.is_handle(preset):
+        return hub_handles.download_preset(preset)
     if preset in PRESETS:
         path = preset_root() / PRESETS[preset]["path"]
         if not path.is_dir():
@@ -73,7 +82,8 @@ def get_preset_path(preset):
     raise PresetError(
         f"Unknown preset {preset!r}. Valid names: "
         f"{', '.join(list_presets())}; or pass the path of a directory "
-        "written by `save_to_preset`."
+        "written by `save_to_preset`, or a hub handle such as "
+        "'hf://user/model' or 'kaggle://user/model/keras/variant'."
     )
 
 

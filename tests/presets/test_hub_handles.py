@@ -1,0 +1,114 @@
+"""Presets by hub handle (hf://, kaggle://) through keras-hub's preset file
+getter, against a local fake hub: no network."""
+
+import shutil
+import types
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import ensemble_zoo as ez
+from ensemble_zoo.models import DeepEnsembleClassifier
+from ensemble_zoo.models import EnsembleClassifier
+from ensemble_zoo.presets import PresetError
+
+
+class FakeHub:
+    """Stands in for `huggingface_hub.hf_hub_download` and
+    `kagglehub.model_download`: serves files from `root/<hub>/<repo>/` and,
+    like the real clients, copies each into a cache once."""
+
+    def __init__(self, root, cache):
+        self.root, self.cache, self.downloads = root, cache, []
+
+    def _fetch(self, hub, repo, filename, missing):
+        source = self.root / hub / repo / filename
+        if not source.is_file():
+            raise missing
+        target = self.cache / hub / repo / filename
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            self.downloads.append(f"{hub}:{repo}/{filename}")
+        return str(target)
+
+    def hf_hub_download(self, repo_id, filename, **kwargs):
+        from huggingface_hub.utils import EntryNotFoundError
+
+        return self._fetch("hf", repo_id, filename, EntryNotFoundError(filename))
+
+    def model_download(self, handle, path=None, **kwargs):
+        from kagglehub.exceptions import KaggleApiHTTPError
+
+        missing = KaggleApiHTTPError("404 Client Error: Not Found")
+        return self._fetch("kaggle", handle, path, missing)
+
+    def publish(self, hub, repo, preset_dir):
+        shutil.copytree(preset_dir, self.root / hub / repo)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    from keras_hub.src.utils import preset_utils
+
+    fake = FakeHub(tmp_path / "hub", tmp_path / "cache")
+    monkeypatch.setattr(
+        preset_utils, "huggingface_hub", types.SimpleNamespace(hf_hub_download=fake.hf_hub_download)
+    )
+    monkeypatch.setattr(
+        preset_utils, "kagglehub", types.SimpleNamespace(model_download=fake.model_download)
+    )
+    return fake
+
+
+def mlp(seed):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((8, 8, 1))
+    x = keras.layers.Dense(8, activation="relu")(keras.layers.Flatten()(inputs))
+    return keras.Model(inputs, keras.layers.Dense(8)(x))
+
+
+@pytest.fixture
+def published(hub, tmp_path):
+    model = DeepEnsembleClassifier([mlp(0), mlp(1)])
+    model.save_to_preset(str(tmp_path / "local"), metadata={"description": "hub test"})
+    hub.publish("hf", "zoo-user/tiny-ensemble", tmp_path / "local")
+    hub.publish("kaggle", "zoo-user/tiny/keras/ensemble/2", tmp_path / "local")
+    return model
+
+
+@pytest.mark.parametrize(
+    "handle", ["hf://zoo-user/tiny-ensemble", "kaggle://zoo-user/tiny/keras/ensemble/2"]
+)
+def test_handle_loads_the_same_model_and_caches(hub, published, handle):
+    x = np.random.default_rng(0).random((4, 8, 8, 1)).astype("float32")
+    loaded = EnsembleClassifier.from_preset(handle)
+    assert type(loaded) is DeepEnsembleClassifier
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(loaded(x)), ops.convert_to_numpy(published(x))
+    )
+    fetched = sorted(d.split("/")[-1] for d in hub.downloads)
+    assert fetched == ["config.json", "metadata.json", "model.weights.h5"]
+    assert ez.presets.preset_metadata(handle)["description"] == "hub test"
+    EnsembleClassifier.from_preset(handle)
+    assert len(hub.downloads) == 3  # the second load reads the cache
+
+
+def test_missing_hub_file_is_named(hub, published, tmp_path):
+    (tmp_path / "hub" / "hf" / "zoo-user" / "tiny-ensemble" / "config.json").unlink()
+    with pytest.raises(PresetError, match="hf://zoo-user/tiny-ensemble has no config.json"):
+        EnsembleClassifier.from_preset("hf://zoo-user/tiny-ensemble")
+
+
+def test_damaged_hub_weights_are_named(hub, published, tmp_path):
+    weights = tmp_path / "hub" / "hf" / "zoo-user" / "tiny-ensemble" / "model.weights.h5"
+    weights.write_bytes(b"not hdf5")
+    with pytest.raises(PresetError, match="model.weights.h5"):
+        EnsembleClassifier.from_preset("hf://zoo-user/tiny-ensemble")
+
+
+def test_malformed_kaggle_handle_is_a_clear_error(hub):
+    with pytest.raises(PresetError, match="kaggle://"):
+        EnsembleClassifier.from_preset("kaggle://zoo-user/tiny")
