@@ -358,11 +358,16 @@ class DeferredInitialization:
     Example:
 
     ```python
+    import keras
+    from ensemble_zoo.utils.backend import DeferredInitialization
+
     deferred = DeferredInitialization()
     with deferred:
-        model = keras.saving.deserialize_keras_object(config)
-    model.load_weights(path)
-    deferred.finish()
+        layer = keras.layers.Dense(4)
+        layer.build((None, 3))
+    layer.kernel.assign(keras.ops.ones((3, 4)))  # what load_weights does
+    deferred.finish()  # the bias, never assigned, runs its initializer
+    keras.ops.convert_to_numpy(layer.bias).tolist()  # [0.0, 0.0, 0.0, 0.0]
     ```
     """
 
