@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
@@ -7,6 +8,8 @@ from ensemble_zoo.metrics import EnsembleAccuracy
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.subclassed_task import SubclassedModelType
+from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import static_shape
 
@@ -15,7 +18,9 @@ def _is_tf_dataset(x):
     return hasattr(x, "element_spec") and type(x).__module__.startswith("tensorflow")
 
 
-class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
+class EnsembleClassifier(
+    backend_utils.TorchCompileMixin, keras_hub.models.Task, metaclass=SubclassedModelType
+):
     """Base class of every ensemble classifier in the zoo.
 
     A subclass implements `call_members(inputs, training=None)`, returning
@@ -39,7 +44,20 @@ class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
     - `from_preset(name)` / `save_to_preset(directory)`.
 
     A single model is an ensemble with `num_members == 1`.
+
+    Every zoo classifier is a `keras_hub.models.Task` (image classifiers an
+    `ImageClassifier`, text classifiers a `TextClassifier`), with
+    `backbone` and `preprocessor` properties. Without a preprocessor,
+    `fit`, `predict` and `evaluate` take arrays, datasets and
+    `keras.utils.PyDataset`s exactly as `keras.Model`'s do; with one, they
+    preprocess their inputs first, as every keras-hub task does.
     """
+
+    def __init__(self, *args, **kwargs):
+        # keras-hub's `ImageClassifier.__init__` builds a functional head;
+        # the zoo's subclasses build theirs, and call `compile()` once
+        # their layers exist (see `ensemble_zoo.utils.subclassed_task`).
+        init_subclassed(self, *args, **kwargs)
 
     def _track_variables(self):
         # PyTorch backend only (Keras calls it there): register every
@@ -130,24 +148,30 @@ class EnsembleClassifier(backend_utils.TorchCompileMixin, keras.Model):
                 f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
             )
 
-    def predict(self, x, *args, **kwargs):
+    def _run(self, method, x, *args, labels=False, **kwargs):
+        """`keras.Model.<method>` on arrays and datasets as they are, or
+        keras-hub's preprocessing pipeline when the task has a
+        preprocessor."""
+        if self.preprocessor is not None:
+            return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
         self._check_data(x)
-        return super().predict(x, *args, **kwargs)
+        if labels:
+            self._check_labels(args[0] if args else kwargs.get("y"))
+        return getattr(keras.Model, method)(self, x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return self._run("predict", x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        self._check_data(x)
-        self._check_labels(args[0] if args else kwargs.get("y"))
-        return super().evaluate(x, *args, **kwargs)
+        return self._run("evaluate", x, *args, labels=True, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        self._check_data(x)
-        self._check_labels(args[0] if args else kwargs.get("y"))
         if len(args) < 8 and "shuffle" not in kwargs and _is_tf_dataset(x):
             # Keras' default `shuffle=True` cannot apply to a tf.data
             # dataset (the zoo's datasets shuffle themselves) and warned on
             # every `fit`, the README quickstart's included.
             kwargs["shuffle"] = False
-        return super().fit(x, *args, **kwargs)
+        return self._run("fit", x, *args, labels=True, **kwargs)
 
     def call(self, inputs, training=None):
         self._check_inputs(inputs)

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
@@ -20,7 +21,7 @@ def dropout_layers(model):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MCDropoutClassifier(EnsembleClassifier):
+class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Monte Carlo dropout as an ensemble: M dropout samples in one pass.
 
     MC dropout (Gal & Ghahramani, 2016) keeps dropout on at test time and

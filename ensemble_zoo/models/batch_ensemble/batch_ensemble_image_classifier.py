@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
@@ -11,7 +12,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleImageClassifier(BatchEnsembleTask):
+class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClassifier):
     """BatchEnsemble on a keras-hub ViT: one shared network, rank-1 members.
 
     BatchEnsemble (Wen et al., 2020), the efficient-ensemble baseline of

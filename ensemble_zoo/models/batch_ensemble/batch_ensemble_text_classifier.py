@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
@@ -7,7 +8,7 @@ from ensemble_zoo.ops.member_tiling import tile_members
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask):
+class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.models.TextClassifier):
     """BatchEnsemble on a keras-hub BERT: one shared network, rank-1 members.
 
     The text counterpart of `BatchEnsembleImageClassifier`: every attention

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
@@ -25,7 +26,7 @@ def _member_io_shapes(member, index):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class DeepEnsembleClassifier(EnsembleClassifier):
+class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """M independent classifiers stacked into one model: a deep ensemble.
 
     Deep Ensembles (Lakshminarayanan et al., 2017,

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
@@ -13,7 +14,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier):
+class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Hydra Ensemble image classifier: pruned ViT members, fused.
 
     Members are copies of one ViT that each keep a different subset of

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
@@ -10,7 +11,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassifier):
+class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassifier, keras_hub.models.TextClassifier):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
     The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
@@ -25,7 +26,7 @@ def _vit_mlp_layers(model):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class SubnetworkEnsembleClassifier(EnsembleClassifier):
+class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Diverse masked sub-networks of one frozen network, as an ensemble.
 
     Implicit ensemble extraction A of Kirsch (paper 000, §4.1, App. A.4):

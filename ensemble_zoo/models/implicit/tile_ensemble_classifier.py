@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
@@ -7,7 +8,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TileEnsembleClassifier(EnsembleClassifier):
+class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Spatial tiles of one average-pooled classifier, read as an ensemble.
 
     Implicit ensemble extraction B of Kirsch (paper 000, §4.1): a

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
@@ -10,7 +11,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleImageClassifier(LoRAEnsembleTask):
+class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassifier):
     """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
 
     LoRA-Ensemble (paper 002): one frozen, pretrained keras-hub ViT

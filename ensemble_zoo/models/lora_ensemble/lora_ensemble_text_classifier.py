@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
@@ -7,7 +8,7 @@ from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask):
+class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.models.TextClassifier):
     """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
 
     The text counterpart of `LoRAEnsembleImageClassifier` (paper 002, its

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
@@ -45,7 +46,7 @@ def mlp_sites(backbone):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MasksemblesImageClassifier(EnsembleClassifier):
+class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
@@ -15,7 +16,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MIMOImageClassifier(EnsembleClassifier):
+class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """MIMO on a keras-hub ViT: M inputs stacked on channels, M heads.
 
     MIMO (Havasi et al., ICLR 2021; the baseline of papers 001, 002 and

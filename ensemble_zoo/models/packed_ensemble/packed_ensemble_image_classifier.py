@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
@@ -18,7 +19,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class PackedEnsembleImageClassifier(EnsembleClassifier):
+class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Packed-Ensembles image classifier: M narrow ViTs, one grouped pass.
 
     A `PackedEnsembleBackbone` (see there: widths `alpha * D / M`,

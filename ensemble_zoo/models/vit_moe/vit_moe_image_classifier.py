@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
@@ -10,7 +11,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class ViTMoEImageClassifier(EnsembleClassifier):
+class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """V-MoE and E³ image classifiers (paper 004).
 
     A `ViTMoEBackbone`, class-token (or average) pooling and one linear
