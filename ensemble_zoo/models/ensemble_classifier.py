@@ -14,6 +14,26 @@ from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import static_shape
 
 
+def preprocessor_of(model):
+    """The preprocessor of a keras-hub task; `None` for other models."""
+    if isinstance(model, keras_hub.models.Task):
+        return model.preprocessor
+    return None
+
+
+def _is_serialized_object(value):
+    return isinstance(value, dict) and "class_name" in value and "config" in value
+
+
+def _deserialize_nested(value):
+    """Serialized Keras objects (and lists of them) in a config, deserialized."""
+    if isinstance(value, list) and value and all(map(_is_serialized_object, value)):
+        return [keras.saving.deserialize_keras_object(v) for v in value]
+    if _is_serialized_object(value):
+        return keras.saving.deserialize_keras_object(value)
+    return value
+
+
 def _is_tf_dataset(x):
     return hasattr(x, "element_spec") and type(x).__module__.startswith("tensorflow")
 
@@ -53,11 +73,31 @@ class EnsembleClassifier(
     preprocess their inputs first, as every keras-hub task does.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, preprocessor=None, **kwargs):
         # keras-hub's `ImageClassifier.__init__` builds a functional head;
         # the zoo's subclasses build theirs, and call `compile()` once
         # their layers exist (see `ensemble_zoo.utils.subclassed_task`).
         init_subclassed(self, *args, **kwargs)
+        self.preprocessor = preprocessor
+
+    # === Config ===
+
+    def get_config(self):
+        """The base of every zoo classifier's config; subclasses add their
+        constructor arguments (`{**super().get_config(), ...}`)."""
+        config = {"name": self.name, "trainable": self.trainable}
+        if self.preprocessor is not None:
+            config["preprocessor"] = keras.saving.serialize_keras_object(
+                self.preprocessor
+            )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        """Deserializes the Keras objects in `config` (backbones, member
+        models, heads, the preprocessor), then calls the constructor."""
+        config = {key: _deserialize_nested(value) for key, value in config.items()}
+        return cls(**config)
 
     def _track_variables(self):
         # PyTorch backend only (Keras calls it there): register every

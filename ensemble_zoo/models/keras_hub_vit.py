@@ -45,6 +45,7 @@ def vit_parts(model, kwargs):
         check_logits_head(model)
         kwargs.setdefault("pooling", model.pooling)
         kwargs.setdefault("dropout", float(model.dropout))
+        kwargs.setdefault("preprocessor", model.preprocessor)
         return model.backbone, model.output_dense, model.num_classes
     if isinstance(model, keras_hub.models.ViTBackbone):
         return model, None, None

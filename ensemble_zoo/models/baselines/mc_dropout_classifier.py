@@ -3,6 +3,7 @@ import keras_hub
 
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
@@ -121,8 +122,7 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "model": serialize_wrapped_model(self.model),
             "num_members": self.num_members,
             "rate": self.rate,
@@ -130,16 +130,11 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         }
 
     @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["model"] = keras.saving.deserialize_keras_object(config["model"])
-        return cls(**config)
-
-    @classmethod
     def from_model(cls, model, num_members, rate=None, seed=None, **kwargs):
         """MC dropout on a copy of `model` (same config and weights).
 
-        keras-hub tasks lose their preprocessor, as in
-        `DeepEnsembleClassifier.from_model`.
+        The copy of a keras-hub task loses its preprocessor and the
+        ensemble takes it over, as in `DeepEnsembleClassifier.from_model`.
         """
+        kwargs.setdefault("preprocessor", preprocessor_of(model))
         return cls(copy_model(model), num_members, rate=rate, seed=seed, **kwargs)

@@ -70,8 +70,7 @@ class BatchEnsembleTask(EnsembleClassifier):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             # The plain keras-hub backbone: `__init__` converts it again.
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
@@ -82,12 +81,6 @@ class BatchEnsembleTask(EnsembleClassifier):
             "seed": self.seed,
             **self._config(),
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     def member_model(self, member):
         """Member `member` as the plain keras-hub task (`ViTImageClassifier`

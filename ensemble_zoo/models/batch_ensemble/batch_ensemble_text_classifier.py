@@ -123,6 +123,7 @@ class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.
         if isinstance(model, keras_hub.models.BertTextClassifier):
             check_logits_head(model)
             kwargs.setdefault("dropout", float(model.dropout))
+            kwargs.setdefault("preprocessor", model.preprocessor)
             backbone, head, classes = model.backbone, model.output_dense, model.num_classes
         elif isinstance(model, keras_hub.models.BertBackbone):
             backbone = model

@@ -3,6 +3,7 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -118,8 +119,9 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         Member `m` is built from `model.get_config()` after
         `keras.utils.set_random_seed(seed + m)`, so the members differ only
         in their random initialization and the ensemble is reproducible.
-        keras-hub tasks lose their preprocessor (the zoo's datasets
-        preprocess already).
+        The members of a keras-hub task lose their preprocessor and the
+        ensemble takes it over: `predict` then preprocesses once for all
+        members, as the task did.
 
         Args:
             model: a Keras classifier (e.g. a keras-hub
@@ -138,6 +140,7 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             config["name"] = f"member_{m}"
             keras.utils.set_random_seed(seed + m)
             members.append(model.__class__.from_config(config))
+        kwargs.setdefault("preprocessor", preprocessor_of(model))
         return cls(members, **kwargs)
 
     @classmethod
@@ -176,16 +179,7 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         # Members are trained through the ensemble: their own compile and
         # build state is not part of the architecture.
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "members": [serialize_wrapped_model(m) for m in self.members],
         }
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["members"] = [
-            keras.saving.deserialize_keras_object(m)
-            for m in config["members"]
-        ]
-        return cls(**config)

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
 from ensemble_zoo.layers.grouped_layer_normalization import (
@@ -38,7 +39,7 @@ def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraBackbone(keras.Model):
+class HydraBackbone(keras_hub.models.Backbone):
     """A ViT whose members share the embedding and keep their own heads.
 
     The image is patched and embedded once (keras-hub's

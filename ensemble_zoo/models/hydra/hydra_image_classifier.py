@@ -97,19 +97,12 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
             "pooling": self.pooling,
             "dropout": self.dropout,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === Conversions ===
 
@@ -175,6 +168,7 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
             mlp,
             pooling=classifier.pooling,
             dropout=float(classifier.dropout),
+            preprocessor=classifier.preprocessor,
         )
 
 

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras_hub.src.layers.modeling.position_embedding import PositionEmbedding
 from keras_hub.src.layers.modeling.reversible_embedding import ReversibleEmbedding
 
@@ -13,7 +14,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextBackbone(keras.Model):
+class HydraTextBackbone(keras_hub.models.Backbone):
     """A BERT whose members share the embeddings and keep their own heads.
 
     Token, position and segment embeddings and their layer norm are those

@@ -93,18 +93,11 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassi
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
             "dropout": self.dropout,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === Conversions ===
 
@@ -158,5 +151,6 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassi
             "attention_implementation": attention_implementation,
         }
         return cls._from_specs(
-            specs, kwargs, classifier.num_classes, mlp, dropout=classifier.dropout
+            specs, kwargs, classifier.num_classes, mlp, dropout=classifier.dropout,
+            preprocessor=classifier.preprocessor,
         )

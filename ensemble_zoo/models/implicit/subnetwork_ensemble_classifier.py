@@ -6,6 +6,7 @@ from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
@@ -175,8 +176,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "model": serialize_wrapped_model(self.model),
             "num_members": self.num_members,
             "diversity_weight": self.diversity_weight,
@@ -186,16 +186,11 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         }
 
     @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["model"] = keras.saving.deserialize_keras_object(config["model"])
-        return cls(**config)
-
-    @classmethod
     def from_model(cls, model, num_members=10, **kwargs):
         """Masks on a copy of `model` (same config and weights); `model`
-        itself is left trainable and unchanged. keras-hub tasks lose their
-        preprocessor."""
+        itself is left trainable and unchanged. The copy of a keras-hub
+        task loses its preprocessor and the ensemble takes it over."""
+        kwargs.setdefault("preprocessor", preprocessor_of(model))
         return cls(copy_model(model), num_members, **kwargs)
 
 

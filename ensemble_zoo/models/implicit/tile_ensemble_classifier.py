@@ -131,21 +131,13 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "feature_model": keras.saving.serialize_keras_object(self.feature_model),
             "head": keras.saving.serialize_keras_object(self.head),
             "grid_size": self.grid_size,
             "token_grid": self.token_grid,
             "class_token": self.class_token,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in ("feature_model", "head"):
-            config[key] = keras.saving.deserialize_keras_object(config[key])
-        return cls(**config)
 
     # === Conversions ===
 
@@ -206,6 +198,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             backbone.image_shape[0] // patch[0],
             backbone.image_shape[1] // patch[1],
         )
+        kwargs.setdefault("preprocessor", classifier.preprocessor)
         return cls(
             backbone,
             classifier.output_dense,

@@ -93,8 +93,7 @@ class LoRAEnsembleTask(EnsembleClassifier):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
             "num_members": self.num_members,
@@ -105,14 +104,6 @@ class LoRAEnsembleTask(EnsembleClassifier):
             "dropout": self.dropout,
             "seed": self.seed,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        # The serialized backbone is the plain keras-hub one: its config
-        # does not describe the adapters, which `__init__` applies again.
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === Adapter weights ===
 

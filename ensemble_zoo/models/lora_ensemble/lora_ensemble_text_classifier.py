@@ -127,6 +127,7 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
         if isinstance(model, keras_hub.models.BertTextClassifier):
             check_logits_head(model)
             kwargs.setdefault("dropout", float(model.dropout))
+            kwargs.setdefault("preprocessor", model.preprocessor)
             head = model.output_dense
             backbone = model.backbone
             classes = model.num_classes

@@ -155,8 +155,7 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             # The plain keras-hub backbone: `__init__` applies the masks.
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
@@ -166,12 +165,6 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
             "dropout": self.dropout,
             "seed": self.seed,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === Members as plain keras-hub models ===
 

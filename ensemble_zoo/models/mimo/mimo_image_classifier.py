@@ -4,6 +4,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import _is_tf_dataset
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
@@ -140,6 +141,7 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         if isinstance(x, MIMOBatches):
             data = x
         else:
+            x = self._preprocessed(x)
             self._check_data(x)
             self._check_labels(y)
             data = MIMOBatches(
@@ -149,10 +151,21 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         kwargs.pop("shuffle", None)
         return keras.Model.fit(self, data, epochs=epochs, **kwargs)
 
+    def _preprocessed(self, x):
+        """`x` through the preprocessor (if any): MIMO stacks preprocessed
+        images, so keras-hub's pipeline cannot run after the stacking."""
+        if self.preprocessor is None:
+            return x
+        if _is_tf_dataset(x):
+            return x.map(lambda images, labels: (self.preprocessor(images), labels))
+        return np.concatenate([
+            ops.convert_to_numpy(self.preprocessor(x[i : i + 256]))
+            for i in range(0, len(x), 256)
+        ])
+
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
             "num_members": self.num_members,
@@ -162,12 +175,6 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
             "dropout": self.dropout,
             "seed": self.seed,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === Members as plain keras-hub models ===
 

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
 from ensemble_zoo.layers.grouped_layer_normalization import (
@@ -41,7 +42,7 @@ def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, g
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class PackedEnsembleBackbone(keras.Model):
+class PackedEnsembleBackbone(keras_hub.models.Backbone):
     """A Packed-Ensembles ViT: M narrow ViTs in one grouped network.
 
     Packed-Ensembles (Laurent et al., ICLR 2023; the baseline of paper

@@ -89,19 +89,12 @@ class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCl
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
             "pooling": self.pooling,
             "dropout": self.dropout,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === keras-hub interop ===
 

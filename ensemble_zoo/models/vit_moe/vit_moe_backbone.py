@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTEncoderBlock
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
@@ -32,7 +33,7 @@ def check_moe_layers(moe_layers, num_layers):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class ViTMoEBackbone(keras.Model):
+class ViTMoEBackbone(keras_hub.models.Backbone):
     """A ViT with sparse mixture-of-experts blocks: V-MoE and E³ (paper 004).
 
     keras-hub's ViT (patch embedding, pre-norm blocks, final layer norm)

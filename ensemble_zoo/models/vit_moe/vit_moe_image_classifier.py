@@ -91,19 +91,12 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_classes": self.num_classes,
             "pooling": self.pooling,
             "dropout": self.dropout,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
     # === Conversions ===
 
@@ -176,7 +169,7 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         upcycle_backbone(vit, backbone, expert_noise, backbone_kwargs.get("seed"))
         model = cls(
             backbone, classifier.num_classes, pooling=classifier.pooling,
-            dropout=classifier.dropout,
+            dropout=classifier.dropout, preprocessor=classifier.preprocessor,
         )
         model.head.set_weights(classifier.output_dense.get_weights())
         return model

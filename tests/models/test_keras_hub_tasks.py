@@ -1,0 +1,140 @@
+"""The zoo's classifiers as keras-hub tasks: class hierarchy, and the
+preprocessor they take over from a keras-hub model (raw images in)."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from keras import ops
+
+import ensemble_zoo as ez
+
+IMAGE_CLASSIFIERS = (
+    "BatchEnsembleImageClassifier", "DeepEnsembleClassifier", "HydraImageClassifier",
+    "LoRAEnsembleImageClassifier", "MasksemblesImageClassifier", "MCDropoutClassifier",
+    "MIMOImageClassifier", "PackedEnsembleImageClassifier", "SubnetworkEnsembleClassifier",
+    "TileEnsembleClassifier", "ViTMoEImageClassifier",
+)
+TEXT_CLASSIFIERS = (
+    "BatchEnsembleTextClassifier", "HydraTextClassifier", "LoRAEnsembleTextClassifier",
+)
+
+
+def to_np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def vit_with_preprocessor(seed=0, pooling="token"):
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=2,
+        hidden_dim=16, mlp_dim=32, dropout_rate=0.0, attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
+    )
+    converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
+    preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
+    return keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=4, pooling=pooling, preprocessor=preprocessor
+    )
+
+
+def by_hand(raw):
+    """Resize to 8 x 8 (bilinear, centre crop to the aspect ratio) and
+    rescale by 1/255, as the converter is configured."""
+    x = keras.ops.image.resize(
+        raw.astype("float32"), (8, 8), interpolation="bilinear", crop_to_aspect_ratio=True
+    )
+    return to_np(x) / 255.0
+
+
+@pytest.fixture(scope="module")
+def raw_images():
+    return np.random.default_rng(0).integers(0, 256, (6, 16, 12, 1)).astype("uint8")
+
+
+def test_every_classifier_is_a_keras_hub_task_of_its_kind():
+    for name in IMAGE_CLASSIFIERS:
+        assert issubclass(getattr(ez.models, name), keras_hub.models.ImageClassifier), name
+    for name in TEXT_CLASSIFIERS:
+        assert issubclass(getattr(ez.models, name), keras_hub.models.TextClassifier), name
+
+
+def test_keras_hub_models_and_zoo_models_coexist():
+    """Building a functional keras-hub model rewrites keras-hub's class
+    bases (Keras makes it functional); zoo models stay subclassed models
+    and the keras-hub models built before them stay functional."""
+    from keras.src.models.functional import Functional
+
+    vit = vit_with_preprocessor()
+    ensemble = ez.models.DeepEnsembleClassifier.from_keras_hub(vit, num_members=2)
+    other = vit_with_preprocessor(seed=1)
+    assert Functional not in type(ensemble).__mro__
+    assert isinstance(other, Functional) and isinstance(ensemble.members[0], Functional)
+    assert ensemble.members[0].inputs[0].shape == (None, 8, 8, 1)
+    x = np.random.default_rng(1).random((3, 8, 8, 1)).astype("float32")
+    expected = np.stack([to_np(m(x)) for m in ensemble.members], axis=1)
+    np.testing.assert_allclose(to_np(ensemble(x)), expected, atol=1e-6)
+
+
+def test_predict_on_raw_images_equals_preprocessing_by_hand(raw_images):
+    vit = vit_with_preprocessor()
+    hydra = ez.models.HydraImageClassifier.from_keras_hub(vit)
+    lora = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(vit, num_members=2, rank=2)
+    x = by_hand(raw_images)
+    for model in (hydra, lora):
+        assert model.preprocessor is vit.preprocessor
+        np.testing.assert_allclose(
+            model.predict(raw_images, verbose=0), to_np(model(x)), atol=1e-5
+        )
+    # The keras-hub model's own pipeline on the same raw images.
+    np.testing.assert_allclose(
+        hydra.predict(raw_images, verbose=0)[:, 0], vit.predict(raw_images, verbose=0), atol=1e-5
+    )
+    out = hydra.predict_uncertainty(raw_images)
+    np.testing.assert_allclose(
+        out["probabilities"], to_np(keras.ops.softmax(vit(x))), atol=1e-5
+    )
+
+
+def test_wrappers_take_over_the_preprocessor(raw_images):
+    vit = vit_with_preprocessor(pooling="gap")
+    x = by_hand(raw_images)
+    models = [
+        ez.models.DeepEnsembleClassifier.from_model(vit, num_members=2),
+        ez.models.SubnetworkEnsembleClassifier.from_model(vit, num_members=2, seed=0),
+        ez.models.TileEnsembleClassifier.from_keras_hub(vit, grid_size=2),
+        ez.models.MCDropoutClassifier.from_model(vit, num_members=2, rate=0.0, seed=0),
+    ]
+    for model in models:
+        assert model.preprocessor is vit.preprocessor, type(model).__name__
+        np.testing.assert_allclose(
+            model.predict(raw_images, verbose=0), to_np(model(x)), atol=1e-5,
+            err_msg=type(model).__name__,
+        )
+
+
+def test_preprocessor_survives_config_and_preset_round_trips(raw_images, tmp_path):
+    vit = vit_with_preprocessor()
+    model = ez.models.HydraImageClassifier.from_keras_hub(vit)
+    copy = ez.models.HydraImageClassifier.from_config(model.get_config())
+    assert copy.preprocessor.image_converter.image_size == (8, 8)
+    model.save_to_preset(str(tmp_path / "preset"))
+    loaded = ez.models.EnsembleClassifier.from_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(
+        loaded.predict(raw_images, verbose=0), model.predict(raw_images, verbose=0), atol=1e-6
+    )
+
+
+def test_fit_on_raw_images_equals_fit_on_preprocessed_images(raw_images):
+    labels = np.arange(len(raw_images)) % 4
+    vit = vit_with_preprocessor()
+    raw_model = ez.models.HydraImageClassifier.from_keras_hub(vit)
+    plain = ez.models.HydraImageClassifier.from_keras_hub(vit)
+    plain.preprocessor = None
+    for model in (raw_model, plain):
+        model.compile(optimizer=keras.optimizers.SGD(0.1))
+    raw_model.fit(raw_images, labels, batch_size=6, epochs=1, shuffle=False, verbose=0)
+    plain.fit(by_hand(raw_images), labels, batch_size=6, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(raw_model.weights, plain.weights):
+        np.testing.assert_allclose(to_np(a), to_np(b), atol=1e-5)
+    assert not np.allclose(to_np(raw_model.head.kernel), to_np(vit.output_dense.kernel))
