@@ -138,3 +138,22 @@ def test_fit_on_raw_images_equals_fit_on_preprocessed_images(raw_images):
     for a, b in zip(raw_model.weights, plain.weights):
         np.testing.assert_allclose(to_np(a), to_np(b), atol=1e-5)
     assert not np.allclose(to_np(raw_model.head.kernel), to_np(vit.output_dense.kernel))
+
+
+@pytest.mark.parametrize(
+    "name", ["hydra_circuit_vit_tiny_digits", "packed_ensemble_vit_tiny_digits", "e3_vit_tiny_digits"]
+)
+def test_keras_hub_saves_and_loads_tasks_with_zoo_backbones(name, tmp_path):
+    """keras-hub's own `Task.save_to_preset` writes its layout (config.json
+    = our backbone, task.json, weights split in two), and its base-class
+    loaders return our classes with the same predictions, bit for bit."""
+    model = ez.models.EnsembleClassifier.from_preset(name)
+    keras_hub.models.Task.save_to_preset(model, str(tmp_path))
+    loaded = keras_hub.models.ImageClassifier.from_preset(str(tmp_path))
+    assert type(loaded) is type(model)
+    backbone = keras_hub.models.Backbone.from_preset(str(tmp_path))
+    assert type(backbone) is type(model.backbone) and type(backbone) is model.backbone_cls
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    np.testing.assert_array_equal(
+        loaded.predict(x[:64], verbose=0), model.predict(x[:64], verbose=0)
+    )

@@ -52,6 +52,8 @@ class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCl
     ```
     """
 
+    backbone_cls = PackedEnsembleBackbone
+
     def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
         if not isinstance(backbone, PackedEnsembleBackbone):
             raise TypeError(

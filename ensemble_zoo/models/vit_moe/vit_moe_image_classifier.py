@@ -53,6 +53,8 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
     ```
     """
 
+    backbone_cls = ViTMoEBackbone
+
     def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
         if not isinstance(backbone, ViTMoEBackbone):
             raise ValueError(
