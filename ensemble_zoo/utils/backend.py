@@ -342,7 +342,6 @@ def concrete_value(x):
     return None
 
 
-
 class DeferredInitialization:
     """Builds variables without running their initializers (JAX only).
 

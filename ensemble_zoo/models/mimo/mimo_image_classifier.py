@@ -153,13 +153,20 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
     def _preprocessed(self, x):
         """`x` through the preprocessor (if any): MIMO stacks preprocessed
-        images, so keras-hub's pipeline cannot run after the stacking."""
+        images, so keras-hub's pipeline cannot run after the stacking.
+        Images are cast to float32 first, as `predict`'s pipeline resizes
+        them (an eager image converter called on uint8 resizes in uint8,
+        rounding to whole pixel values)."""
         if self.preprocessor is None:
             return x
         if _is_tf_dataset(x):
-            return x.map(lambda images, labels: (self.preprocessor(images), labels))
+            import tensorflow as tf
+
+            return x.map(
+                lambda images, labels: (self.preprocessor(tf.cast(images, "float32")), labels)
+            )
         return np.concatenate([
-            ops.convert_to_numpy(self.preprocessor(x[i : i + 256]))
+            ops.convert_to_numpy(self.preprocessor(np.asarray(x[i : i + 256], "float32")))
             for i in range(0, len(x), 256)
         ])
 
