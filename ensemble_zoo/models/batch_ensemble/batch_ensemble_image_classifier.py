@@ -2,6 +2,7 @@ import keras
 import keras_hub
 from keras import ops
 
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
@@ -52,6 +53,8 @@ class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClas
     model.predict(x, verbose=0).shape  # (289, 4, 8)
     ```
     """
+
+    backbone_cls = BatchEnsembleViTBackbone
 
     def __init__(
         self,

@@ -9,7 +9,10 @@ from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BACKBONES
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.method_backbone import method_backbone
+from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_positive_int
@@ -32,9 +35,18 @@ class BatchEnsembleTask(EnsembleClassifier):
         num_members = check_positive_int(num_members, "num_members")
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
-        converted = apply_batch_ensemble(
-            backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
+        method_config = {
+            "num_members": num_members,
+            "fast_weight_initializer": fast_weight_initializer,
+            "fast_weight_stddev": float(fast_weight_stddev),
+            "seed": seed,
+        }
+        backbone = method_backbone(
+            backbone, BACKBONES, method_config,
+            lambda b: apply_batch_ensemble(b, **method_config),
+            "is already a BatchEnsemble",
         )
+        converted = batch_ensemble_layers(backbone)
         # === Layers ===
         self.backbone = backbone
         self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
@@ -92,9 +104,7 @@ class BatchEnsembleTask(EnsembleClassifier):
         """
         if not 0 <= member < self.num_members:
             raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
-        backbone = keras.saving.deserialize_keras_object(
-            keras.saving.serialize_keras_object(self.backbone)
-        )
+        backbone = plain_backbone_copy(self.backbone)
         sites = projection_sites(backbone)
         converted = {id(w) for p, a in sites for w in getattr(p, a).weights}
         mine = {id(w) for layer in batch_ensemble_layers(self.backbone) for w in layer.weights}

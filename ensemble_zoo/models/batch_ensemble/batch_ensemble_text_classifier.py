@@ -1,6 +1,7 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.text_inputs import TextInputsMixin
@@ -55,6 +56,8 @@ class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.
     model.predict(inputs, verbose=0).shape  # (2, 4, 2)
     ```
     """
+
+    backbone_cls = BatchEnsembleBertBackbone
 
     def __init__(
         self,

@@ -2,6 +2,7 @@ import keras
 import keras_hub
 from keras import ops
 
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
@@ -61,6 +62,8 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassi
     model.predict(x, verbose=0).shape  # (289, 4, 8)
     ```
     """
+
+    backbone_cls = LoRAEnsembleViTBackbone
 
     def __init__(
         self,

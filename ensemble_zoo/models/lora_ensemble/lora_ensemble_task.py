@@ -7,6 +7,9 @@ from ensemble_zoo.models.lora_ensemble import adapter_weights
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import BACKBONES
+from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
@@ -37,20 +40,19 @@ class LoRAEnsembleTask(EnsembleClassifier):
     ):
         num_members = check_positive_int(num_members, "num_members")
         targets = check_targets(targets)
-        adapters = lora_ensemble_adapters(backbone)
-        if adapters:
+        method_config = {
+            "num_members": num_members, "rank": rank, "targets": list(targets),
+            "lora_alpha": lora_alpha, "a_gain": float(a_gain), "seed": seed,
+        }
+        if not isinstance(backbone, MethodBackbone) and lora_ensemble_adapters(backbone):
             raise ValueError(
                 "`backbone` already has LoRA-Ensemble adapters; pass a plain "
                 "keras-hub backbone (the classifier applies them)."
             )
-        apply_lora_ensemble(
-            backbone,
-            num_members=num_members,
-            rank=rank,
-            targets=targets,
-            lora_alpha=lora_alpha,
-            a_gain=a_gain,
-            seed=seed,
+        backbone = method_backbone(
+            backbone, BACKBONES, method_config,
+            lambda b: apply_lora_ensemble(b, **method_config),
+            "already has LoRA-Ensemble adapters",
         )
         # === Layers ===
         self.backbone = backbone

@@ -1,6 +1,7 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
@@ -55,6 +56,8 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
     model.predict(inputs, verbose=0).shape  # (2, 4, 2)
     ```
     """
+
+    backbone_cls = LoRAEnsembleBertBackbone
 
     def __init__(
         self,

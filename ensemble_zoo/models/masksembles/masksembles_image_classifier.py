@@ -8,41 +8,20 @@ from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
+from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
+from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
+from ensemble_zoo.models.method_backbone import method_backbone
+from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
-from ensemble_zoo.utils.naming import path_scope
-from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
 
 POOLINGS = ("token", "gap")
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MaskedOutput(keras.layers.Layer):
-    """`mask(layer(x))`: a built layer whose output passes a
-    `MasksemblesMask`. Internal to `MasksemblesImageClassifier`, which
-    re-applies it when loading (the backbone's config stays keras-hub's)."""
-
-    def __init__(self, layer, mask, **kwargs):
-        super().__init__(**kwargs)
-        self.layer = layer
-        self.mask = mask
-
-    def call(self, inputs):
-        return self.mask(self.layer(inputs))
-
-    def compute_output_shape(self, input_shape):
-        return self.layer.compute_output_shape(input_shape)
-
-
-def mlp_sites(backbone):
-    """The MLP of every keras-hub `ViTEncoderBlock`, in order."""
-    encoder = backbone.get_layer("vit_encoder")
-    return [block.mlp for block in encoder.encoder_layers]
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -86,6 +65,8 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
     ```
     """
 
+    backbone_cls = MasksemblesViTBackbone
+
     def __init__(
         self,
         backbone,
@@ -105,16 +86,12 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         scale = check_real(scale, "scale", low=1.0)
         mlps = mlp_sites(backbone)
         super().__init__(**kwargs)
-        for i, mlp in enumerate(mlps):
-            if isinstance(mlp.dense_1, MaskedOutput):
-                raise ValueError(f"`backbone` '{backbone.name}' already has Masksembles masks.")
-            with path_scope(mlp.path):
-                mask = MasksemblesMask(
-                    num_members, scale, seed=None if seed is None else seed + i, name="masksembles"
-                )
-                mask.build(tuple(mlp.dense_1.kernel.shape[-1:]))
-                wrapped = MaskedOutput(mlp.dense_1, mask, name="dense_1_masked")
-            replace_sublayer(mlp, "dense_1", wrapped)
+        method_config = {"num_members": num_members, "scale": float(scale), "seed": seed}
+        backbone = method_backbone(
+            backbone, (MasksemblesViTBackbone,), method_config,
+            lambda b: apply_masksembles(b, **method_config),
+            "already has Masksembles masks",
+        )
         # === Layers ===
         self.backbone = backbone
         self.feature_mask = MasksemblesMask(
@@ -177,9 +154,7 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
 
         if not 0 <= member < self.num_members:
             raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
-        plain = keras.saving.deserialize_keras_object(
-            keras.saving.serialize_keras_object(self.backbone)
-        )
+        plain = plain_backbone_copy(self.backbone)
         mask_ids = {id(v) for layer in self.mask_layers for v in layer.weights}
         sources = {w.path: w for w in self.backbone.weights if id(w) not in mask_ids}
         if len(sources) != len(plain.weights):

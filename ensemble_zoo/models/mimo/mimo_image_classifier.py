@@ -8,7 +8,10 @@ from ensemble_zoo.models.ensemble_classifier import _is_tf_dataset
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.mimo.mimo_backbone import MIMOViTBackbone
 from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
+from ensemble_zoo.models.method_backbone import method_backbone
+from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
@@ -65,6 +68,8 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     ```
     """
 
+    backbone_cls = MIMOViTBackbone
+
     def __init__(
         self,
         backbone,
@@ -91,6 +96,10 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
                 f"must be `num_members` ({num_members}) x the image channels."
             )
         super().__init__(**kwargs)
+        backbone = method_backbone(
+            backbone, (MIMOViTBackbone,), {"num_members": num_members}, lambda b: None,
+            "already belongs to a MIMOImageClassifier",
+        )
         # === Layers ===
         self.backbone = backbone
         self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
@@ -195,9 +204,7 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
         if not 0 <= member < self.num_members:
             raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
-        config = self.backbone.get_config()
-        config["image_shape"] = list(self.member_input_shape)
-        plain = type(self.backbone).from_config(config)
+        plain = plain_backbone_copy(self.backbone, image_shape=list(self.member_input_shape))
         channels = self.member_input_shape[-1]
         for target, source in zip(plain.weights, self.backbone.weights, strict=True):
             value = _np(source)

@@ -1,0 +1,77 @@
+"""A keras-hub ViT whose MLPs pass Masksembles masks."""
+
+import keras
+import keras_hub
+
+from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
+from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.utils.naming import path_scope
+from ensemble_zoo.utils.sublayers import replace_sublayer
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MaskedOutput(keras.layers.Layer):
+    """`mask(layer(x))`: a built layer whose output passes a
+    `MasksemblesMask`, as `apply_masksembles` places it (the backbone's
+    config re-applies it when loading)."""
+
+    def __init__(self, layer, mask, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+        self.mask = mask
+
+    def call(self, inputs):
+        return self.mask(self.layer(inputs))
+
+    def compute_output_shape(self, input_shape):
+        return self.layer.compute_output_shape(input_shape)
+
+
+def mlp_sites(backbone):
+    """The MLP of every keras-hub `ViTEncoderBlock`, in order."""
+    encoder = backbone.get_layer("vit_encoder")
+    return [block.mlp for block in encoder.encoder_layers]
+
+
+def apply_masksembles(backbone, num_members, scale, seed=None):
+    """Puts a `MasksemblesMask` after the first dense layer of every MLP
+    of a keras-hub ViT, in place (block `i` seeded `seed + i`).
+
+    The backbone then takes member-major batches `(M * batch, ...)`.
+
+    Returns:
+        The masks, block by block.
+    """
+    masks = []
+    for i, mlp in enumerate(mlp_sites(backbone)):
+        if isinstance(mlp.dense_1, MaskedOutput):
+            raise ValueError(f"`backbone` '{backbone.name}' already has Masksembles masks.")
+        with path_scope(mlp.path):
+            mask = MasksemblesMask(
+                num_members, scale, seed=None if seed is None else seed + i, name="masksembles"
+            )
+            mask.build(tuple(mlp.dense_1.kernel.shape[-1:]))
+            wrapped = MaskedOutput(mlp.dense_1, mask, name="dense_1_masked")
+        replace_sublayer(mlp, "dense_1", wrapped)
+        masks.append(mask)
+    return masks
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MasksemblesViTBackbone(MethodBackbone, keras_hub.models.ViTBackbone):
+    """A `keras_hub.models.ViTBackbone` with Masksembles masks in its MLPs.
+
+    What `MasksemblesImageClassifier` makes of the ViT it is given
+    (`apply_masksembles`); it takes member-major batches. Its class names
+    the method in a preset's `config.json`, so
+    `keras_hub.models.ImageClassifier.from_preset` finds the Masksembles
+    classifier. Build it through the classifier.
+
+    Args:
+        num_members, scale, seed: as in `apply_masksembles`.
+        **kwargs: `keras_hub.models.ViTBackbone` arguments.
+    """
+
+    method_keys = ("num_members", "scale", "seed")
+
+    def apply_method(self, **method_config):
+        apply_masksembles(self, **method_config)
