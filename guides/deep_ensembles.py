@@ -115,8 +115,11 @@ for name in ("vit_tiny_digits", "deep_ensemble_vit_tiny_digits"):
 """
 ## Save, reload and export
 
-`save_to_preset` writes `config.json`, `model.weights.h5` and
-`metadata.json`; the weights load under any backend. `export` writes a
+`save_to_preset` writes a preset in keras-hub's layout (`config.json` and
+`model.weights.h5` for the `DeepEnsembleBackbone` that holds the members,
+`task.json`, `metadata.json`), which keras-hub's own
+`keras_hub.models.ImageClassifier.from_preset` loads too; the weights load
+under any backend. `export` writes a
 SavedModel (TensorFlow and JAX backends) whose `serve` function returns
 `probabilities`, `member_logits`, `total`, `aleatoric` and `epistemic`.
 """

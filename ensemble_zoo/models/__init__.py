@@ -20,6 +20,7 @@ from ensemble_zoo.models.baselines import MCDropoutClassifier
 from ensemble_zoo.models.implicit import TileEnsembleClassifier
 from ensemble_zoo.models.implicit import SubnetworkEnsembleClassifier
 from ensemble_zoo.models.loss_prediction import LossPredictionImageClassifier
+from ensemble_zoo.models.loss_prediction import LossPredictionViTBackbone
 from ensemble_zoo.models.masksembles import MasksemblesImageClassifier
 from ensemble_zoo.models.masksembles import MasksemblesViTBackbone
 from ensemble_zoo.models.mimo import MIMOImageClassifier
@@ -28,3 +29,7 @@ from ensemble_zoo.models.packed_ensemble import PackedEnsembleBackbone
 from ensemble_zoo.models.packed_ensemble import PackedEnsembleImageClassifier
 from ensemble_zoo.models.vit_moe import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe import ViTMoEImageClassifier
+from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
+from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
+from ensemble_zoo.models.wrapped_models_backbone import SubnetworkEnsembleBackbone
+from ensemble_zoo.models.wrapped_models_backbone import TileEnsembleBackbone

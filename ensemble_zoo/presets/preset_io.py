@@ -33,6 +33,10 @@ import keras
 import numpy as np
 
 from ensemble_zoo.presets import hub_handles
+from ensemble_zoo.presets import keras_hub_layout
+from ensemble_zoo.presets.keras_hub_layout import PREPROCESSOR_FILES
+from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
+from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.backend import DeferredInitialization
@@ -155,10 +159,10 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-def _check_weights_file(model, path, sha256=None):
+def _check_weights_file(write_reference, path, sha256=None, what="the model"):
     """Checks the file's checksum (when the metadata records one), then its
-    variables against the model's by path, shape and dtype, then that they
-    are finite."""
+    variables by path, shape and dtype against the file that
+    `write_reference(filepath)` writes, then that they are finite."""
     if sha256 is not None:
         if not isinstance(sha256, str):
             raise PresetError(
@@ -181,7 +185,7 @@ def _check_weights_file(model, path, sha256=None):
         ) from e
     with tempfile.TemporaryDirectory() as tmp:
         reference = os.path.join(tmp, WEIGHTS_FILE)
-        model.save_weights(reference)
+        write_reference(reference)
         expected = {
             k: v for k, v in _h5_datasets(reference).items()
             if not _is_optimizer_state(k)
@@ -212,8 +216,8 @@ def _check_weights_file(model, path, sha256=None):
         )
     if problems:
         raise PresetError(
-            f"Damaged preset: {path} does not match the model in its "
-            f"config.json: " + "; ".join(problems) + "."
+            f"Damaged preset: {path} does not match {what}: "
+            + "; ".join(problems) + "."
         )
     non_finite = _non_finite_variables(path)
     if non_finite:
@@ -283,41 +287,24 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
             or weights that do not match the configuration.
     """
     directory = get_preset_path(preset)
-    config_path = os.path.join(directory, CONFIG_FILE)
-    config = _read_json(directory, CONFIG_FILE)
+    hub_layout = keras_hub_layout.is_keras_hub_layout(directory)
+    config_file = TASK_CONFIG_FILE if hub_layout else CONFIG_FILE
+    config_path = os.path.join(directory, config_file)
+    config = _read_json(directory, config_file)
     metadata = _read_json(directory, METADATA_FILE)
-    for key in ("class_name", "config"):
-        if key not in config:
-            raise PresetError(
-                f"Damaged preset: {config_path} has no {key!r} entry; it "
-                "must be the output of keras.saving.serialize_keras_object."
-            )
-    _import_config_packages(json.dumps(config))
-    registered_name = config.get("registered_name") or config["class_name"]
-    preset_cls = keras.saving.get_registered_object(registered_name)
-    module = config.get("module")
-    if preset_cls is None and isinstance(module, str) and module.split(".")[0] == "keras":
-        try:  # Keras' own classes (`keras.layers.Dense`) are not registered
-            preset_cls = getattr(importlib.import_module(module), config["class_name"], None)
-        except ImportError:
-            preset_cls = None
-    if preset_cls is None:
+    preset_cls = _preset_class(config, config_path)
+    if not hub_layout and _is_keras_hub_backbone(preset_cls):
         raise PresetError(
-            f"Damaged preset: {config_path} names the class "
-            f"{registered_name!r}, which is not registered with Keras."
-        )
-    if not (isinstance(preset_cls, type) and issubclass(preset_cls, keras.Model)):
-        raise PresetError(
-            f"Damaged preset: {config_path} holds a "
-            f"{getattr(preset_cls, '__name__', registered_name)}, which is "
-            "not a keras.Model; a preset's config.json is the serialized "
-            "model."
+            f"Damaged preset: {config_path} holds a {preset_cls.__name__} "
+            f"(keras-hub's layout: the backbone), but "
+            f"{os.path.join(directory, TASK_CONFIG_FILE)} is missing."
         )
     if cls is not None and not issubclass(preset_cls, cls):
         raise PresetError(
             f"Preset {preset!r} holds a {preset_cls.__name__}, not a "
             f"{cls.__name__}. Load it with {_loader_hint(preset, preset_cls)}."
         )
+    backbone_config = _read_json(directory, CONFIG_FILE) if hub_layout else None
     kind = metadata.get("kind", "trained")
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     metadata_path = os.path.join(directory, METADATA_FILE)
@@ -352,26 +339,150 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
         ) from e
     finally:
         keras.config.set_dtype_policy(previous)
+    if hub_layout:
+        _check_backbone_config(model, backbone_config, directory)
     if loads:
         try:
-            _check_weights_file(model, weights_path, metadata.get("weights_sha256"))
-            _load_weights(model, weights_path)
+            if hub_layout:
+                _load_keras_hub_weights(model, directory, metadata)
+            else:
+                target = _old_layout_weights_owner(model, weights_path, metadata)
+                _load_weights(target.load_weights, weights_path)
         finally:
             deferred.finish()
+    if hub_layout:
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is not None and hasattr(preprocessor, "load_preset_assets"):
+            preprocessor.load_preset_assets(directory)
+    elif keras_hub_layout.uses_keras_hub_layout(model):
+        warnings.warn(
+            f"The preset in {directory} is in the zoo's old layout "
+            "(config.json holds the whole classifier), which keras-hub's "
+            "loader and `keras_hub.upload_preset` do not read. Rewrite it "
+            "with `ensemble_zoo.presets.convert_preset(path)`; loading the "
+            "old layout will be removed in a future release.",
+            FutureWarning,
+            stacklevel=3,
+        )
     return model
+
+
+def _old_layout_weights_owner(model, weights_path, metadata):
+    """The object whose variable paths the weights file of an old-layout
+    preset matches: the model, or (for the model-wrapping ensembles, whose
+    wrapped models moved into a backbone under the same attribute names)
+    its backbone."""
+    sha256 = metadata.get("weights_sha256")
+    try:
+        _check_weights_file(model.save_weights, weights_path, sha256, "the model in its config.json")
+        return model
+    except PresetError:
+        backbone = getattr(model, "backbone", None)
+        if not keras_hub_layout.uses_keras_hub_layout(model):
+            raise
+        try:
+            _check_weights_file(backbone.save_weights, weights_path, sha256, "its backbone")
+        except PresetError:
+            pass
+        else:
+            return backbone
+        raise
+
+
+def _is_keras_hub_backbone(preset_cls):
+    import keras_hub
+
+    return issubclass(preset_cls, keras_hub.models.Backbone)
+
+
+def _preset_class(config, config_path):
+    """The registered `keras.Model` class a serialized model names."""
+    for key in ("class_name", "config"):
+        if key not in config:
+            raise PresetError(
+                f"Damaged preset: {config_path} has no {key!r} entry; it "
+                "must be the output of keras.saving.serialize_keras_object."
+            )
+    _import_config_packages(json.dumps(config))
+    registered_name = config.get("registered_name") or config["class_name"]
+    preset_cls = keras.saving.get_registered_object(registered_name)
+    module = config.get("module")
+    if preset_cls is None and isinstance(module, str) and module.split(".")[0] == "keras":
+        try:  # Keras' own classes (`keras.layers.Dense`) are not registered
+            preset_cls = getattr(importlib.import_module(module), config["class_name"], None)
+        except ImportError:
+            preset_cls = None
+    if preset_cls is None:
+        raise PresetError(
+            f"Damaged preset: {config_path} names the class "
+            f"{registered_name!r}, which is not registered with Keras."
+        )
+    if not (isinstance(preset_cls, type) and issubclass(preset_cls, keras.Model)):
+        raise PresetError(
+            f"Damaged preset: {config_path} holds a "
+            f"{getattr(preset_cls, '__name__', registered_name)}, which is "
+            "not a keras.Model; a preset's config.json (task.json in the "
+            "keras-hub layout) is the serialized model."
+        )
+    return preset_cls
+
+
+def _check_backbone_config(model, backbone_config, directory):
+    """`config.json` must name the class of the task's backbone (keras-hub
+    picks the task class from it)."""
+    backbone = getattr(model, "backbone", None)
+    path = os.path.join(directory, CONFIG_FILE)
+    expected = keras.saving.get_registered_name(type(backbone)) if backbone is not None else None
+    found = backbone_config.get("registered_name") or backbone_config.get("class_name")
+    if backbone is None or found != expected:
+        raise PresetError(
+            f"Damaged preset: {path} names the backbone class {found!r}, but "
+            f"the task in {TASK_CONFIG_FILE} has a "
+            f"{type(backbone).__name__ if backbone is not None else 'no backbone'}"
+            f" ({expected!r}); config.json must be the task's serialized "
+            "backbone."
+        )
+
+
+def _load_keras_hub_weights(model, directory, metadata):
+    """Checks and loads `model.weights.h5` (the backbone) and
+    `task.weights.h5` (the rest), as keras-hub's loader splits them."""
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    task_path = os.path.join(directory, TASK_WEIGHTS_FILE)
+    backbone = model.backbone
+    _check_weights_file(
+        backbone.save_weights, weights_path, metadata.get("weights_sha256"),
+        f"the backbone in {CONFIG_FILE}",
+    )
+    has_task_weights = model.has_task_weights()
+    if has_task_weights and not os.path.isfile(task_path):
+        raise PresetError(f"Damaged preset: {task_path} is missing.")
+    if not has_task_weights and os.path.exists(task_path):
+        raise PresetError(
+            f"Damaged preset: {task_path} exists, but the task in "
+            f"{TASK_CONFIG_FILE} has no weights outside its backbone."
+        )
+    if has_task_weights:
+        _check_weights_file(
+            model.save_task_weights, task_path,
+            metadata.get("task_weights_sha256"), f"the task in {TASK_CONFIG_FILE}",
+        )
+    _load_weights(backbone.load_weights, weights_path)
+    if has_task_weights:
+        _load_weights(model.load_task_weights, task_path)
 
 
 KINDS = ("trained", "architecture")
 
 
-def _load_weights(model, weights_path):
+def _load_weights(load, weights_path):
     try:
         with warnings.catch_warnings():
             # Presets carry no optimizer state (see save_preset).
             warnings.filterwarnings(
                 "ignore", message="Skipping variable loading for optimizer"
             )
-            model.load_weights(weights_path)
+            load(weights_path)
     except Exception as e:
         raise PresetError(
             f"Damaged preset: could not load {weights_path} "
@@ -410,17 +521,29 @@ def _strip_optimizer_state(path):
 
 
 def save_preset(model, preset_dir, metadata=None, include_weights=True):
-    """Writes a model as a preset directory (config, weights, metadata).
+    """Writes a model as a preset directory.
+
+    A classifier with a keras-hub backbone is written in keras-hub's
+    layout (`config.json` = backbone, `model.weights.h5`, `task.json`,
+    `task.weights.h5`, the preprocessor's files, `metadata.json`; see
+    `ensemble_zoo.presets.keras_hub_layout`), which
+    `keras_hub.models.ImageClassifier.from_preset` /
+    `TextClassifier.from_preset` load and `keras_hub.upload_preset`
+    accepts. Other models (deep ensembles, wrappers of whole models) are
+    written in the zoo layout: `config.json` = the model,
+    `model.weights.h5` = all its weights. `metadata.json` records the
+    layout, the method, the versions and the weights files' SHA-256,
+    which loading checks.
 
     With `include_weights=False` the preset is an *architecture* preset
     (`kind: "architecture"` in its metadata): `from_preset` builds it with
-    freshly initialized weights. The metadata records the weights file's
-    SHA-256, which loading checks.
+    freshly initialized weights.
 
     Every file is first written to a temporary directory next to
     `preset_dir` and moved into place only when all of them are complete:
     a save that fails (e.g. on metadata that is not JSON-serializable)
-    leaves an existing preset in `preset_dir` unchanged.
+    leaves an existing preset in `preset_dir` unchanged. Preset files of
+    the other layout left in `preset_dir` are removed.
     """
     from ensemble_zoo import __version__
 
@@ -429,17 +552,16 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
         raise PresetError(f"`preset_dir` {preset_dir!r} exists and is not a directory.")
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"`metadata` must be a dict or None; got {type(metadata).__name__}.")
-    config = keras.saving.serialize_keras_object(model)
-    for key in ("compile_config", "build_config"):
-        config.pop(key, None)
+    hub_layout = keras_hub_layout.uses_keras_hub_layout(model)
+    config = keras_hub_layout.strip_build_state(keras.saving.serialize_keras_object(model))
     parent = os.path.dirname(os.path.abspath(preset_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".preset-", dir=parent)
     try:
-        config_text = json.dumps(config, indent=2, sort_keys=True)
         content = {
             "name": os.path.basename(os.path.normpath(preset_dir)),
             "kind": "trained" if include_weights else "architecture",
+            "layout": "keras_hub" if hub_layout else "zoo",
             "class_name": type(model).__name__,
             "num_members": getattr(model, "num_members", None),
             "num_classes": getattr(model, "num_classes", None),
@@ -449,11 +571,29 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
             "backend": keras.config.backend(),
             "date_saved": datetime.date.today().isoformat(),
         }
+        if hub_layout:
+            content.update(keras_hub_layout.keras_hub_metadata(model))
+            _write_json(staging, TASK_CONFIG_FILE, config)
+            backbone_config = keras_hub_layout.strip_build_state(
+                keras.saving.serialize_keras_object(model.backbone)
+            )
+            _write_json(staging, CONFIG_FILE, backbone_config)
+            _save_preprocessor(model.preprocessor, staging)
+        else:
+            _write_json(staging, CONFIG_FILE, config)
         if include_weights:
-            weights_path = os.path.join(staging, WEIGHTS_FILE)
-            model.save_weights(weights_path)
-            _strip_optimizer_state(weights_path)
-            content["weights_sha256"] = file_sha256(weights_path)
+            weights = [(WEIGHTS_FILE, "weights_sha256")]
+            if hub_layout:
+                model.backbone.save_weights(os.path.join(staging, WEIGHTS_FILE))
+                if model.has_task_weights():
+                    model.save_task_weights(os.path.join(staging, TASK_WEIGHTS_FILE))
+                    weights.append((TASK_WEIGHTS_FILE, "task_weights_sha256"))
+            else:
+                model.save_weights(os.path.join(staging, WEIGHTS_FILE))
+            for filename, key in weights:
+                path = os.path.join(staging, filename)
+                _strip_optimizer_state(path)
+                content[key] = file_sha256(path)
         content.update(metadata or {})
         try:
             metadata_text = json.dumps(content, indent=2, sort_keys=True)
@@ -462,15 +602,105 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
                 f"`metadata` must be JSON-serializable ({e}); the preset in "
                 f"{preset_dir} was not changed."
             ) from e
-        with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as f:
-            f.write(config_text)
         with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
             f.write(metadata_text)
         os.makedirs(preset_dir, exist_ok=True)
-        if not include_weights and os.path.exists(os.path.join(preset_dir, WEIGHTS_FILE)):
-            os.remove(os.path.join(preset_dir, WEIGHTS_FILE))
-        for name in (WEIGHTS_FILE, CONFIG_FILE, METADATA_FILE):
-            if os.path.exists(os.path.join(staging, name)):
-                os.replace(os.path.join(staging, name), os.path.join(preset_dir, name))
+        written = set(os.listdir(staging))
+        for name in PRESET_FILES:
+            target = os.path.join(preset_dir, name)
+            if name not in written and os.path.lexists(target):
+                _remove(target)
+        for name in sorted(written):
+            target = os.path.join(preset_dir, name)
+            if os.path.isdir(target):
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+#: Every file a preset directory may hold, in either layout.
+PRESET_FILES = (
+    CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE, TASK_CONFIG_FILE, TASK_WEIGHTS_FILE,
+) + PREPROCESSOR_FILES
+
+
+def _write_json(directory, filename, content):
+    with open(os.path.join(directory, filename), "w", encoding="utf-8") as f:
+        f.write(json.dumps(content, indent=2, sort_keys=True))
+
+
+def _save_preprocessor(preprocessor, directory):
+    """The preprocessor's files, as keras-hub writes them."""
+    if preprocessor is None:
+        return
+    if hasattr(preprocessor, "save_to_preset"):
+        preprocessor.save_to_preset(directory)
+    else:
+        from keras_hub.src.utils.preset_utils import get_preset_saver
+
+        get_preset_saver(directory).save_preprocessor(preprocessor)
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def convert_preset(preset, output_dir=None):
+    """Rewrites a preset of the zoo's old layout in keras-hub's layout.
+
+    Before this release every preset's `config.json` held the whole
+    classifier; keras-hub's loader and `keras_hub.upload_preset` expect
+    the backbone there and the task in `task.json`. This loads the old
+    preset (checks included), saves it again with the same metadata
+    (description, metrics, recipe), and returns the output directory.
+
+    Args:
+        preset: a preset directory (or shipped name) in the old layout.
+        output_dir: where to write; defaults to `preset` itself (the
+            files are replaced only once the new ones are complete).
+
+    Raises:
+        PresetError: the preset is damaged, is already in keras-hub's
+            layout, or holds a model without a keras-hub backbone (deep
+            ensembles and the wrappers of whole models keep the zoo
+            layout).
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    model = ez.models.PackedEnsembleImageClassifier.from_preset(
+        "packed_ensemble_vit_tiny_digits"
+    )
+    ez.presets.save_preset(model, "/tmp/packed_preset")
+    ez.presets.convert_preset("/tmp/packed_preset")  # already keras-hub's
+    ```
+    """
+    directory = get_preset_path(preset)
+    if keras_hub_layout.is_keras_hub_layout(directory):
+        return directory
+    metadata = _read_json(directory, METADATA_FILE)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*old layout")
+        model = load_preset(directory, load_weights=metadata.get("kind", "trained") == "trained")
+    if not keras_hub_layout.uses_keras_hub_layout(model):
+        raise PresetError(
+            f"The preset in {directory} holds a {type(model).__name__}, which "
+            "has no keras-hub backbone; its zoo layout is current."
+        )
+    kept = {
+        k: v for k, v in metadata.items()
+        if k not in ("weights_sha256", "task_weights_sha256", "layout", "parameter_count")
+    }
+    output_dir = directory if output_dir is None else os.fspath(output_dir)
+    kept["name"] = metadata.get("name", os.path.basename(os.path.normpath(output_dir)))
+    save_preset(
+        model, output_dir, metadata=kept,
+        include_weights=metadata.get("kind", "trained") == "trained",
+    )
+    return output_dir

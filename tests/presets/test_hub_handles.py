@@ -90,10 +90,10 @@ def test_handle_loads_the_same_model_and_caches(hub, published, handle):
         ops.convert_to_numpy(loaded(x)), ops.convert_to_numpy(published(x))
     )
     fetched = sorted(d.split("/")[-1] for d in hub.downloads)
-    assert fetched == ["config.json", "metadata.json", "model.weights.h5"]
+    assert fetched == ["config.json", "metadata.json", "model.weights.h5", "task.json"]
     assert ez.presets.preset_metadata(handle)["description"] == "hub test"
     EnsembleClassifier.from_preset(handle)
-    assert len(hub.downloads) == 3  # the second load reads the cache
+    assert len(hub.downloads) == 4  # the second load reads the cache
 
 
 def test_missing_hub_file_is_named(hub, published, tmp_path):

@@ -3,6 +3,7 @@ import os
 import shutil
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 from keras import ops
@@ -39,11 +40,15 @@ def test_list_presets_matches_shipped_directories():
     assert "vit_tiny_digits" in names
     assert "deep_ensemble_vit_tiny_digits" in names
     for name in names:
-        path = ez.presets.get_preset_path(name)
-        expected = ["config.json", "metadata.json"]
-        if ez.presets.preset_metadata(name)["kind"] == "trained":
-            expected.append("model.weights.h5")
-        assert sorted(os.listdir(path)) == expected
+        # keras-hub's layout (ensemble_zoo.presets.keras_hub_layout).
+        files = set(os.listdir(ez.presets.get_preset_path(name)))
+        trained = ez.presets.preset_metadata(name)["kind"] == "trained"
+        assert {"config.json", "metadata.json", "task.json"} <= files, name
+        assert ("model.weights.h5" in files) == trained, name
+        assert files <= {
+            "config.json", "metadata.json", "task.json", "model.weights.h5", "task.weights.h5",
+            "preprocessor.json", "image_converter.json",
+        }, name
 
 
 TRAINED = ez.evaluation.trained_presets()
@@ -88,7 +93,8 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     """... and under a mixed-precision policy every layer computes in low
     precision and predictions agree with float32 (argmax on >= 99% of the
     test set, probabilities within `PROBABILITY_TOLERANCE`)."""
-    model = EnsembleClassifier.from_preset(name)
+    # keras-hub's own loader finds our class from the preset's config.json.
+    model = keras_hub.models.ImageClassifier.from_preset(ez.presets.get_preset_path(name))
     metadata = ez.presets.preset_metadata(name)
     assert model.num_members == metadata["num_members"] and model.num_classes == 8
     assert type(model).__name__ == metadata["class_name"]
@@ -96,6 +102,12 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     # The batch size of the recorded metrics (presets/make_*.py, compare):
     # MC dropout draws one set of masks per call.
     probs = model.predict_uncertainty(x, batch_size=256)["probabilities"]
+    if BACKEND == "jax":
+        # The zoo's loader gives the same model, bit for bit.
+        ours = EnsembleClassifier.from_preset(name)
+        np.testing.assert_array_equal(
+            ours.predict_uncertainty(x, batch_size=256)["probabilities"], probs
+        )
     recorded = ez.presets.preset_metadata(name)["metrics"]
     tolerance = 1e-3
     if metadata["class_name"] == "MCDropoutClassifier" and BACKEND != metadata["backend"]:
@@ -168,7 +180,7 @@ def test_unknown_preset_name_lists_valid_names():
 
 
 @pytest.mark.parametrize(
-    "filename", ["config.json", "metadata.json", "model.weights.h5"]
+    "filename", ["config.json", "metadata.json", "model.weights.h5", "task.json"]
 )
 def test_missing_file_is_named(saved, filename):
     _, path = saved
@@ -177,7 +189,7 @@ def test_missing_file_is_named(saved, filename):
         EnsembleClassifier.from_preset(path)
 
 
-@pytest.mark.parametrize("filename", ["config.json", "metadata.json"])
+@pytest.mark.parametrize("filename", ["config.json", "metadata.json", "task.json"])
 def test_invalid_json_is_named(saved, filename):
     _, path = saved
     with open(os.path.join(path, filename), "w") as f:
@@ -238,16 +250,17 @@ def test_loading_uses_safe_mode(tmp_path):
     member = keras.Model(inputs, keras.layers.Dense(8)(x))
     path = str(tmp_path / "lambda")
     DeepEnsembleClassifier([member]).save_to_preset(path)
-    with pytest.raises(PresetError, match="config.json.*(unsafe|safe_mode)"):
+    with pytest.raises(PresetError, match="task.json.*(unsafe|safe_mode)"):
         EnsembleClassifier.from_preset(path)
 
 
 def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     from scipy.stats import spearmanr
 
-    model = ez.models.LossPredictionImageClassifier.from_preset(
-        "loss_prediction_vit_tiny_digits"
+    model = keras_hub.models.ImageClassifier.from_preset(
+        ez.presets.get_preset_path("loss_prediction_vit_tiny_digits")
     )
+    assert type(model) is ez.models.LossPredictionImageClassifier
     recorded = ez.presets.preset_metadata("loss_prediction_vit_tiny_digits")["metrics"]
     base = EnsembleClassifier.from_preset("vit_tiny_digits")
     x, y = ez.datasets.load_arrays("digits", "test")
@@ -366,9 +379,9 @@ def test_kind_must_match_the_weights(saved):
 
 def test_a_layer_config_is_not_a_preset(saved):
     _, path = saved
-    with open(os.path.join(path, "config.json"), "w") as f:
+    with open(os.path.join(path, "task.json"), "w") as f:
         json.dump(keras.saving.serialize_keras_object(keras.layers.Dense(3)), f)
-    with pytest.raises(PresetError, match=r"config.json holds a Dense, which is not a keras.Model"):
+    with pytest.raises(PresetError, match=r"task.json holds a Dense, which is not a keras.Model"):
         ez.presets.load_preset(path)
 
 
@@ -395,6 +408,6 @@ def test_failed_save_leaves_the_previous_preset_intact(saved):
     assert not [n for n in os.listdir(os.path.dirname(path)) if n.startswith(".preset-")]
     # Saving an architecture preset over a trained one removes the weights.
     other.save_to_preset(path, include_weights=False)
-    assert sorted(os.listdir(path)) == ["config.json", "metadata.json"]
+    assert sorted(os.listdir(path)) == ["config.json", "metadata.json", "task.json"]
     assert ez.presets.preset_metadata(path)["kind"] == "architecture"
     EnsembleClassifier.from_preset(path)

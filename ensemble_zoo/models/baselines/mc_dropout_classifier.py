@@ -2,12 +2,13 @@ import keras
 import keras_hub
 
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
+from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _wrapped
+from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
-from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -51,6 +52,8 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         rate: optional float in `[0, 1)`, the rate of every dropout layer;
             `None` keeps the model's rates.
         seed: optional int. Dropout layer `i` gets seed `seed + i`.
+        backbone: an `MCDropoutBackbone`, instead of `model` (how the
+            classifier is rebuilt from its config).
         **kwargs: other `keras.Model` arguments.
 
     Example:
@@ -65,7 +68,10 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     ```
     """
 
-    def __init__(self, model, num_members, rate=None, seed=None, **kwargs):
+    backbone_cls = MCDropoutBackbone
+
+    def __init__(self, model=None, num_members=None, rate=None, seed=None, backbone=None, **kwargs):
+        model = _wrapped(model, backbone, "model", MCDropoutBackbone)
         input_shape, num_classes = _member_io_shapes(model, 0)
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
@@ -80,7 +86,7 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
             raise ValueError(f"`model` '{model.name}' has no Dropout layer.")
         super().__init__(**kwargs)
         # === Layers ===
-        self.model = model
+        self.backbone = backbone or MCDropoutBackbone(model=model)
         # === Config ===
         self.num_members = check_positive_int(num_members, "num_members")
         self.num_classes = num_classes
@@ -112,6 +118,11 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     def build(self, input_shape):
         self.built = True
 
+    @property
+    def model(self):
+        """The wrapped network (held by `backbone`)."""
+        return self.backbone.model
+
     def call_members(self, inputs, training=None):
         tiled = tile_members(inputs, self.num_members)
         logits = self.model(tiled, training=True)
@@ -123,7 +134,7 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     def get_config(self):
         return {
             **super().get_config(),
-            "model": serialize_wrapped_model(self.model),
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_members": self.num_members,
             "rate": self.rate,
             "seed": self.seed,

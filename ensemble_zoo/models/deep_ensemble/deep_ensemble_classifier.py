@@ -1,10 +1,9 @@
 import keras
 import keras_hub
-from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
-from ensemble_zoo.utils.model_copies import serialize_wrapped_model
+from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -24,6 +23,26 @@ def _member_io_shapes(member, index):
             f"shape (batch, classes); its output is {output!r}."
         )
     return input_shape, int(output.shape[-1])
+
+
+def _wrapped(value, backbone, name, backbone_cls):
+    """The wrapped model(s) of a model-wrapping ensemble: the `name`
+    argument, or those of `backbone` (a classifier rebuilt from its
+    config); exactly one must be given."""
+    if (value is None) == (backbone is None):
+        raise ValueError(
+            f"Pass exactly one of `{name}` and `backbone` (a "
+            f"{backbone_cls.__name__}); got "
+            f"{'both' if value is not None else 'neither'}."
+        )
+    if backbone is None:
+        return value
+    if not isinstance(backbone, backbone_cls):
+        raise TypeError(
+            f"`backbone` must be a {backbone_cls.__name__}; got "
+            f"{type(backbone).__name__}."
+        )
+    return getattr(backbone, name)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -47,7 +66,10 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
     Args:
         members: list of Keras models, each mapping `(batch,) + input_shape`
             to logits `(batch, classes)`. Must be built (functional models
-            and keras-hub tasks are).
+            and keras-hub tasks are). They become the members of the
+            classifier's `backbone`, a `DeepEnsembleBackbone`.
+        backbone: a `DeepEnsembleBackbone`, instead of `members` (how the
+            classifier is rebuilt from its config).
         **kwargs: `keras.Model` arguments (`name`, `dtype`, `trainable`).
 
     Example:
@@ -75,8 +97,11 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
     ```
     """
 
-    def __init__(self, members, **kwargs):
+    backbone_cls = DeepEnsembleBackbone
+
+    def __init__(self, members=None, backbone=None, **kwargs):
         super().__init__(**kwargs)
+        members = _wrapped(members, backbone, "members", DeepEnsembleBackbone)
         if isinstance(members, keras.Model) or not members:
             raise ValueError(
                 "`members` must be a non-empty list of Keras models; got "
@@ -94,7 +119,7 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
                     f"{classes}."
                 )
         # === Layers ===
-        self.members = members
+        self.backbone = backbone or DeepEnsembleBackbone(members=members)
         # === Config ===
         self.num_members = len(members)
         self.num_classes = num_classes
@@ -105,9 +130,13 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
     def build(self, input_shape):
         self.built = True
 
+    @property
+    def members(self):
+        """The member models (held by `backbone`)."""
+        return self.backbone.members
+
     def call_members(self, inputs, training=None):
-        logits = [member(inputs, training=training) for member in self.members]
-        return ops.stack(logits, axis=1)
+        return self.backbone(inputs, training=training)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_members, self.num_classes)
@@ -180,6 +209,6 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         # build state is not part of the architecture.
         return {
             **super().get_config(),
-            "members": [serialize_wrapped_model(m) for m in self.members],
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
         }
 

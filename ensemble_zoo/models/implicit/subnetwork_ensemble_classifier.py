@@ -5,12 +5,13 @@ from keras import ops
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
+from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _wrapped
+from ensemble_zoo.models.wrapped_models_backbone import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.model_copies import copy_model
-from ensemble_zoo.utils.model_copies import serialize_wrapped_model
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.sublayers import replace_sublayer
@@ -60,6 +61,8 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         diversity_weight: float lambda. Defaults to `2.0`.
         logit_mean, logit_std: initial mask logits `N(mean, std)`.
         seed: optional int for the mask initialization.
+        backbone: a `SubnetworkEnsembleBackbone`, instead of `model` (how
+            the classifier is rebuilt from its config).
         **kwargs: other `keras.Model` arguments.
 
     Example:
@@ -79,16 +82,20 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
     ```
     """
 
+    backbone_cls = SubnetworkEnsembleBackbone
+
     def __init__(
         self,
-        model,
+        model=None,
         num_members=10,
         diversity_weight=2.0,
         logit_mean=2.0,
         logit_std=1.0,
         seed=None,
+        backbone=None,
         **kwargs,
     ):
+        model = _wrapped(model, backbone, "model", SubnetworkEnsembleBackbone)
         input_shape, num_classes = _member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")
         if not diversity_weight >= 0:
@@ -104,7 +111,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         if not masked:
             raise ValueError(f"`model` '{model.name}' has no Dense layer to mask.")
         # === Layers ===
-        self.model = model
+        self.backbone = backbone or SubnetworkEnsembleBackbone(model=model)
         self.network = network
         self.masked_layers = masked
         # === Config ===
@@ -155,6 +162,11 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
     def build(self, input_shape):
         self.built = True
 
+    @property
+    def model(self):
+        """The wrapped network (held by `backbone`)."""
+        return self.backbone.model
+
     def mask_mutual_information(self):
         """Mean I[mask; member] over every mask vector (a scalar tensor)."""
         values = [
@@ -177,7 +189,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
     def get_config(self):
         return {
             **super().get_config(),
-            "model": serialize_wrapped_model(self.model),
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
             "num_members": self.num_members,
             "diversity_weight": self.diversity_weight,
             "logit_mean": self.logit_mean,

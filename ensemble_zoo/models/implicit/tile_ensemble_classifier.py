@@ -2,8 +2,10 @@ import keras
 import keras_hub
 from keras import ops
 
+from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _wrapped
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.implicit.tile_pooling import tile_pooling_matrix
+from ensemble_zoo.models.wrapped_models_backbone import TileEnsembleBackbone
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -38,6 +40,8 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         token_grid: optional `(height, width)`: the feature model returns
             tokens on this row-major grid.
         class_token: bool, with `token_grid`: token 0 is a class token.
+        backbone: a `TileEnsembleBackbone`, instead of `feature_model` and
+            `head` (how the classifier is rebuilt from its config).
         **kwargs: other `keras.Model` arguments.
 
     Example:
@@ -57,15 +61,23 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
     ```
     """
 
+    backbone_cls = TileEnsembleBackbone
+
     def __init__(
         self,
-        feature_model,
-        head,
-        grid_size,
+        feature_model=None,
+        head=None,
+        grid_size=None,
         token_grid=None,
         class_token=False,
+        backbone=None,
         **kwargs,
     ):
+        feature_model = _wrapped(feature_model, backbone, "feature_model", TileEnsembleBackbone)
+        if backbone is not None:
+            head = backbone.head
+        elif head is None:
+            raise ValueError("`head` is required with `feature_model`.")
         grid_size = check_positive_int(grid_size, "grid_size")
         input_shape = tuple(feature_model.inputs[0].shape[1:])
         features = feature_model(keras.KerasTensor((None,) + input_shape))
@@ -99,8 +111,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             )
         super().__init__(**kwargs)
         # === Layers ===
-        self.feature_model = feature_model
-        self.head = head
+        self.backbone = backbone or TileEnsembleBackbone(feature_model=feature_model, head=head)
         # === Config ===
         self.grid_size = grid_size
         self.token_grid = None if token_grid is None else list(grid)
@@ -116,8 +127,18 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
     def build(self, input_shape):
         self.built = True
 
+    @property
+    def feature_model(self):
+        """The layers up to the global pooling (held by `backbone`)."""
+        return self.backbone.feature_model
+
+    @property
+    def head(self):
+        """The layer after the pooling (held by `backbone`)."""
+        return self.backbone.head
+
     def call_members(self, inputs, training=None):
-        features = self.feature_model(inputs, training=training)
+        features = self.backbone(inputs, training=training)
         positions = self._pooling.shape[1]
         features = ops.reshape(features, (-1, positions, self._channels))
         pooling = ops.convert_to_tensor(self._pooling, features.dtype)
@@ -132,8 +153,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
     def get_config(self):
         return {
             **super().get_config(),
-            "feature_model": keras.saving.serialize_keras_object(self.feature_model),
-            "head": keras.saving.serialize_keras_object(self.head),
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
             "grid_size": self.grid_size,
             "token_grid": self.token_grid,
             "class_token": self.class_token,

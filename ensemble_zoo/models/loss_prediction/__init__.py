@@ -1,3 +1,4 @@
+from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
 from ensemble_zoo.models.loss_prediction.loss_prediction_image_classifier import (
     LossPredictionImageClassifier,
 )

@@ -1,12 +1,17 @@
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
+from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.subclassed_task import SubclassedModelType
+from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -55,7 +60,11 @@ def loss_prediction_objective(
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model):
+class LossPredictionImageClassifier(
+    backend_utils.TorchCompileMixin,
+    keras_hub.models.ImageClassifier,
+    metaclass=SubclassedModelType,
+):
     """A ViT classifier with a loss-prediction uncertainty head (paper 003).
 
     "Pretrained Visual Uncertainties" (Kirchhof et al.): a
@@ -119,6 +128,8 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
     ```
     """
 
+    backbone_cls = LossPredictionViTBackbone
+
     def __init__(
         self,
         backbone,
@@ -153,7 +164,11 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
                 f"tokens, dim) features; its output has shape {output_shape} "
                 "(pass `pooling=None` for pooled embeddings)."
             )
-        super().__init__(**kwargs)
+        init_subclassed(self, **kwargs)
+        backbone = method_backbone(
+            backbone, (LossPredictionViTBackbone,), {}, lambda b: None,
+            "already belongs to a LossPredictionImageClassifier",
+        )
         # === Layers ===
         self.backbone = backbone
         self.classifier = keras.layers.Dense(
@@ -236,7 +251,14 @@ class LossPredictionImageClassifier(backend_utils.TorchCompileMixin, keras.Model
         """
         if optimizer == "auto":
             optimizer = keras.optimizers.AdamW(1e-3)
-        super().compile(optimizer=optimizer, **kwargs)
+        # Not keras-hub's classifier defaults: the loss is the model's own.
+        keras.Model.compile(self, optimizer=optimizer, **kwargs)
+
+    # The model takes preprocessed images: keras.Model's loops, not the
+    # keras-hub pipeline's.
+    fit = keras.Model.fit
+    evaluate = keras.Model.evaluate
+    predict = keras.Model.predict
 
     def predict_uncertainty(self, x, batch_size=None, verbose=0):
         """Class probabilities and the predicted loss (the uncertainty).

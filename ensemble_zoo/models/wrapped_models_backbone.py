@@ -1,0 +1,122 @@
+"""keras-hub backbones holding the whole Keras models an ensemble wraps."""
+
+import keras
+import keras_hub
+from keras import ops
+
+from ensemble_zoo.utils.model_copies import serialize_wrapped_model
+from ensemble_zoo.utils.subclassed_task import SubclassedModelType
+from ensemble_zoo.utils.subclassed_task import init_subclassed
+
+
+class WrappedModelsBackbone(keras_hub.models.Backbone, metaclass=SubclassedModelType):
+    """Base of the backbones of the zoo's model-wrapping ensembles.
+
+    Deep ensembles, MC dropout, subnetwork and tile ensembles wrap whole
+    Keras models (typically keras-hub classifiers). Their keras-hub
+    backbone holds those models under the attribute names in `wrapped`:
+    the architecture the ensemble is made of, so `config.json` and
+    `model.weights.h5` of a preset describe them and keras-hub finds the
+    ensemble's task class from the backbone's class. The task keeps only
+    the method (sampling, masks, tiling).
+
+    A subclassed Keras model (see `ensemble_zoo.utils.subclassed_task`).
+    A subclass sets `wrapped` (constructor argument and attribute names;
+    each a Keras model or a list of them) and may implement `call`.
+    """
+
+    wrapped = ()
+
+    def __init__(self, dtype=None, **kwargs):
+        missing = [key for key in self.wrapped if key not in kwargs]
+        if missing:
+            raise TypeError(f"{type(self).__name__} needs the argument(s) {missing}.")
+        models = {key: kwargs.pop(key) for key in self.wrapped}
+        init_subclassed(self, dtype=dtype, **kwargs)
+        for key, value in models.items():
+            setattr(self, key, list(value) if isinstance(value, (list, tuple)) else value)
+        self.built = True
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        for key in self.wrapped:
+            value = getattr(self, key)
+            config[key] = (
+                [serialize_wrapped_model(m) for m in value]
+                if isinstance(value, list) else serialize_wrapped_model(value)
+            )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in cls.wrapped:
+            value = config[key]
+            config[key] = (
+                [keras.saving.deserialize_keras_object(m) for m in value]
+                if isinstance(value, list) else keras.saving.deserialize_keras_object(value)
+            )
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class DeepEnsembleBackbone(WrappedModelsBackbone):
+    """The members of a `DeepEnsembleClassifier`, run one after another.
+
+    Args:
+        members: list of built single-input Keras classifiers.
+
+    Returns (call): member logits `(batch, members, classes)`.
+    """
+
+    wrapped = ("members",)
+
+    def call(self, inputs, training=None):
+        return ops.stack([m(inputs, training=training) for m in self.members], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MCDropoutBackbone(WrappedModelsBackbone):
+    """The network of an `MCDropoutClassifier` (its dropout layers set
+    by the classifier).
+
+    Args:
+        model: a built single-input Keras classifier.
+    """
+
+    wrapped = ("model",)
+
+    def call(self, inputs, training=None):
+        return self.model(inputs, training=training)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
+    """The network of a `SubnetworkEnsembleClassifier`, its masked dense
+    layers included.
+
+    Args:
+        model: a built single-input Keras classifier.
+    """
+
+    wrapped = ("model",)
+
+    def call(self, inputs, training=None):
+        return self.model(inputs, training=training)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class TileEnsembleBackbone(WrappedModelsBackbone):
+    """The feature model and head of a `TileEnsembleClassifier`.
+
+    Args:
+        feature_model: the classifier's layers up to its global pooling.
+        head: the layer after the pooling.
+
+    Returns (call): the feature map of `feature_model`.
+    """
+
+    wrapped = ("feature_model", "head")
+
+    def call(self, inputs, training=None):
+        return self.feature_model(inputs, training=training)
