@@ -355,7 +355,13 @@ class EnsembleClassifier(
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
-        """Writes `config.json`, `model.weights.h5` and `metadata.json`.
+        """Writes a preset in keras-hub's layout (`config.json` = the
+        backbone, `model.weights.h5`, `task.json`, `task.weights.h5`, the
+        preprocessor's files, `metadata.json`; see
+        `ensemble_zoo.presets.save_preset`), which
+        `keras_hub.models.ImageClassifier.from_preset` (or
+        `TextClassifier`) loads as this class and `keras_hub.upload_preset`
+        publishes.
 
         Args:
             preset_dir: str, the directory to write (created if needed).

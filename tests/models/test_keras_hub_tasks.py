@@ -113,16 +113,20 @@ def test_wrappers_take_over_the_preprocessor(raw_images):
         )
 
 
-def test_preprocessor_survives_config_and_preset_round_trips(raw_images, tmp_path):
+def test_preprocessor_survives_config_preset_and_member_round_trips(raw_images, tmp_path):
     vit = vit_with_preprocessor()
     model = ez.models.HydraImageClassifier.from_keras_hub(vit)
     copy = ez.models.HydraImageClassifier.from_config(model.get_config())
     assert copy.preprocessor.image_converter.image_size == (8, 8)
     model.save_to_preset(str(tmp_path / "preset"))
     loaded = ez.models.EnsembleClassifier.from_preset(str(tmp_path / "preset"))
-    np.testing.assert_allclose(
-        loaded.predict(raw_images, verbose=0), model.predict(raw_images, verbose=0), atol=1e-6
-    )
+    expected = model.predict(raw_images, verbose=0)
+    np.testing.assert_allclose(loaded.predict(raw_images, verbose=0), expected, atol=1e-6)
+    # Hydra's member conversions carry it too: split, then fuse again.
+    members = model.split_members()
+    assert all(m.preprocessor is model.preprocessor for m in members)
+    fused = ez.models.HydraImageClassifier.fuse(members)
+    np.testing.assert_allclose(fused.predict(raw_images, verbose=0), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("method", ["hydra", "mimo"])

@@ -1,5 +1,6 @@
 import keras
 import keras_hub
+from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
@@ -136,7 +137,11 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         return self.backbone.members
 
     def call_members(self, inputs, training=None):
-        return self.backbone(inputs, training=training)
+        # What `backbone(inputs)` computes, one call level shallower:
+        # torch.compile's tracer inlines every Keras call level, and the
+        # extra one exceeded its recursion limit.
+        logits = [member(inputs, training=training) for member in self.members]
+        return ops.stack(logits, axis=1)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_members, self.num_classes)

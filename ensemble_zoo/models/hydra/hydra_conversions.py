@@ -17,7 +17,8 @@ class HydraConversionsMixin:
     load_specs = None
 
     @classmethod
-    def _from_specs(cls, specs, backbone_kwargs, num_classes, mlp, **classifier_kwargs):
+    def _from_specs(cls, specs, backbone_kwargs, num_classes, mlp, preprocessor=None,
+                    **classifier_kwargs):
         counts = [
             [spec["layers"][layer]["query"][0].shape[1] for spec in specs]
             for layer in range(len(specs[0]["layers"]))
@@ -25,7 +26,7 @@ class HydraConversionsMixin:
         backbone = cls.backbone_cls(
             num_members=len(specs), member_num_heads=counts, mlp=mlp, **backbone_kwargs
         )
-        model = cls(backbone, num_classes, **classifier_kwargs)
+        model = cls(backbone, num_classes, preprocessor=preprocessor, **classifier_kwargs)
         cls.load_specs(model, specs)
         return model
 
@@ -41,7 +42,8 @@ class HydraConversionsMixin:
         Member `m` keeps only its own heads (structurally: fewer slots, not
         a mask). With `mlp="merge"` every member gets the shared MLP. Use
         this to fine-tune members separately (the paper's recipe) before
-        `fuse`-ing them again.
+        `fuse`-ing them again. Every member shares this model's
+        preprocessor.
 
         Args:
             trainable_embedding: bool. `False` freezes each member's
@@ -52,7 +54,8 @@ class HydraConversionsMixin:
         for spec in type(self).specs_of(self):
             member = type(self)._from_specs(
                 [spec], self._backbone_kwargs(), self.num_classes,
-                self.backbone.mlp, **self._classifier_kwargs(),
+                self.backbone.mlp, preprocessor=self.preprocessor,
+                **self._classifier_kwargs(),
             )
             for layer in member._embedding_layers():
                 set_trainable(layer, trainable_embedding)
@@ -73,6 +76,8 @@ class HydraConversionsMixin:
                 are averaged, so the fused model equals the members only
                 where their MLPs agree) or `"grouped"` (exact: every member
                 keeps its own MLP, at `members` x the MLP parameters).
+
+        The fused model takes the preprocessor of `members[0]`.
         """
         members = list(members)
         if not members or not all(isinstance(m, cls) for m in members):
@@ -91,7 +96,7 @@ class HydraConversionsMixin:
         specs = [s for member in members for s in cls.specs_of(member)]
         return cls._from_specs(
             specs, first._backbone_kwargs(), first.num_classes, mlp,
-            **first._classifier_kwargs(),
+            preprocessor=first.preprocessor, **first._classifier_kwargs(),
         )
 
 

@@ -138,7 +138,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         return self.backbone.head
 
     def call_members(self, inputs, training=None):
-        features = self.backbone(inputs, training=training)
+        features = self.feature_model(inputs, training=training)
         positions = self._pooling.shape[1]
         features = ops.reshape(features, (-1, positions, self._channels))
         pooling = ops.convert_to_tensor(self._pooling, features.dtype)

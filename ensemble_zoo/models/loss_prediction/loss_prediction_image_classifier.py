@@ -353,8 +353,8 @@ class LossPredictionImageClassifier(
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
-        """Writes `config.json`, `model.weights.h5` and `metadata.json`
-        (see `ensemble_zoo.models.EnsembleClassifier.save_to_preset`)."""
+        """Writes a preset in keras-hub's layout (see
+        `ensemble_zoo.models.EnsembleClassifier.save_to_preset`)."""
         from ensemble_zoo.presets import save_preset
 
         metadata = dict(metadata or {})
