@@ -27,6 +27,7 @@ HOME_BACKEND = {
     "implicit_ensembles.py": "jax",  # 90 / 214 / 219
     "lora_ensemble.py": "jax",  # 152 / 163 / 262
     "loss_prediction.py": "tensorflow",  # 71 / 56 / 331
+    "sharing_with_keras_hub.py": "torch",  # - / - / 55
     "vmoe_and_e3.py": "torch",  # 235 / 254 / 30
 }
 

@@ -8,6 +8,7 @@ from ensemble_zoo.metrics import EnsembleAccuracy
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.validation import check_finite
@@ -39,7 +40,10 @@ def _is_tf_dataset(x):
 
 
 class EnsembleClassifier(
-    backend_utils.TorchCompileMixin, keras_hub.models.Task, metaclass=SubclassedModelType
+    PresetWeightsMixin,
+    backend_utils.TorchCompileMixin,
+    keras_hub.models.Task,
+    metaclass=SubclassedModelType,
 ):
     """Base class of every ensemble classifier in the zoo.
 

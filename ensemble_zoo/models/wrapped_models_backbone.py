@@ -5,11 +5,14 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.utils.model_copies import serialize_wrapped_model
+from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 
 
-class WrappedModelsBackbone(keras_hub.models.Backbone, metaclass=SubclassedModelType):
+class WrappedModelsBackbone(
+    PresetWeightsMixin, keras_hub.models.Backbone, metaclass=SubclassedModelType
+):
     """Base of the backbones of the zoo's model-wrapping ensembles.
 
     Deep ensembles, MC dropout, subnetwork and tile ensembles wrap whole

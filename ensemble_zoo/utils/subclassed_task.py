@@ -19,6 +19,9 @@ runs `keras.Model.__init__` plus the few lines of keras-hub's
 constructors, without `PipelineModel`'s switch.
 """
 
+import contextlib
+import warnings
+
 import keras
 
 
@@ -48,3 +51,29 @@ def init_subclassed(model, *args, **kwargs):
     keras.Model.__init__(model, *args, **kwargs)
     model._functional_layer_ids = set()
     model._initialized = True
+
+
+class PresetWeightsMixin:
+    """Loads weights files without optimizer state quietly.
+
+    Presets hold no optimizer state (`ensemble_zoo.presets.save_preset`
+    strips it), while a keras-hub task compiles itself on construction:
+    Keras then warned "Skipping variable loading for optimizer" on every
+    load by keras-hub's own loader. The optimizer keeps its fresh state,
+    as intended.
+    """
+
+    def load_weights(self, filepath, *args, **kwargs):
+        with _optimizer_skip_quiet():
+            return super().load_weights(filepath, *args, **kwargs)
+
+    def load_task_weights(self, filepath):
+        with _optimizer_skip_quiet():
+            return super().load_task_weights(filepath)
+
+
+@contextlib.contextmanager
+def _optimizer_skip_quiet():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        yield

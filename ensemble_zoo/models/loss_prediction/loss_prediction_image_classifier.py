@@ -10,6 +10,7 @@ from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.sublayers import set_trainable
@@ -61,6 +62,7 @@ def loss_prediction_objective(
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LossPredictionImageClassifier(
+    PresetWeightsMixin,
     backend_utils.TorchCompileMixin,
     keras_hub.models.ImageClassifier,
     metaclass=SubclassedModelType,
