@@ -78,8 +78,15 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
         return ops.stack([m(inputs, training=training) for m in self.members], axis=1)
 
 
+class _OneModelBackbone(WrappedModelsBackbone):
+    wrapped = ("model",)
+
+    def call(self, inputs, training=None):
+        return self.model(inputs, training=training)
+
+
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MCDropoutBackbone(WrappedModelsBackbone):
+class MCDropoutBackbone(_OneModelBackbone):
     """The network of an `MCDropoutClassifier` (its dropout layers set
     by the classifier).
 
@@ -87,25 +94,15 @@ class MCDropoutBackbone(WrappedModelsBackbone):
         model: a built single-input Keras classifier.
     """
 
-    wrapped = ("model",)
-
-    def call(self, inputs, training=None):
-        return self.model(inputs, training=training)
-
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
+class SubnetworkEnsembleBackbone(_OneModelBackbone):
     """The network of a `SubnetworkEnsembleClassifier`, its masked dense
     layers included.
 
     Args:
         model: a built single-input Keras classifier.
     """
-
-    wrapped = ("model",)
-
-    def call(self, inputs, training=None):
-        return self.model(inputs, training=training)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
