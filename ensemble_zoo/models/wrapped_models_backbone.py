@@ -10,6 +10,26 @@ from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 
 
+def wrapped_models(value, backbone, name, backbone_cls):
+    """The wrapped model(s) of a model-wrapping ensemble: the `name`
+    argument, or those of `backbone` (a classifier rebuilt from its
+    config); exactly one must be given."""
+    if (value is None) == (backbone is None):
+        raise ValueError(
+            f"Pass exactly one of `{name}` and `backbone` (a "
+            f"{backbone_cls.__name__}); got "
+            f"{'both' if value is not None else 'neither'}."
+        )
+    if backbone is None:
+        return value
+    if not isinstance(backbone, backbone_cls):
+        raise TypeError(
+            f"`backbone` must be a {backbone_cls.__name__}; got "
+            f"{type(backbone).__name__}."
+        )
+    return getattr(backbone, name)
+
+
 class WrappedModelsBackbone(
     PresetWeightsMixin, keras_hub.models.Backbone, metaclass=SubclassedModelType
 ):

@@ -2,7 +2,7 @@ import keras
 import keras_hub
 
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
-from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _wrapped
+from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
@@ -71,7 +71,7 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     backbone_cls = MCDropoutBackbone
 
     def __init__(self, model=None, num_members=None, rate=None, seed=None, backbone=None, **kwargs):
-        model = _wrapped(model, backbone, "model", MCDropoutBackbone)
+        model = wrapped_models(model, backbone, "model", MCDropoutBackbone)
         input_shape, num_classes = _member_io_shapes(model, 0)
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")

@@ -5,6 +5,7 @@ from keras import ops
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
+from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -24,26 +25,6 @@ def _member_io_shapes(member, index):
             f"shape (batch, classes); its output is {output!r}."
         )
     return input_shape, int(output.shape[-1])
-
-
-def _wrapped(value, backbone, name, backbone_cls):
-    """The wrapped model(s) of a model-wrapping ensemble: the `name`
-    argument, or those of `backbone` (a classifier rebuilt from its
-    config); exactly one must be given."""
-    if (value is None) == (backbone is None):
-        raise ValueError(
-            f"Pass exactly one of `{name}` and `backbone` (a "
-            f"{backbone_cls.__name__}); got "
-            f"{'both' if value is not None else 'neither'}."
-        )
-    if backbone is None:
-        return value
-    if not isinstance(backbone, backbone_cls):
-        raise TypeError(
-            f"`backbone` must be a {backbone_cls.__name__}; got "
-            f"{type(backbone).__name__}."
-        )
-    return getattr(backbone, name)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -102,7 +83,7 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
 
     def __init__(self, members=None, backbone=None, **kwargs):
         super().__init__(**kwargs)
-        members = _wrapped(members, backbone, "members", DeepEnsembleBackbone)
+        members = wrapped_models(members, backbone, "members", DeepEnsembleBackbone)
         if isinstance(members, keras.Model) or not members:
             raise ValueError(
                 "`members` must be a non-empty list of Keras models; got "

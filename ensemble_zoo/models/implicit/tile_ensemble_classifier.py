@@ -2,9 +2,9 @@ import keras
 import keras_hub
 from keras import ops
 
-from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _wrapped
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.implicit.tile_pooling import tile_pooling_matrix
+from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import TileEnsembleBackbone
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -73,7 +73,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         backbone=None,
         **kwargs,
     ):
-        feature_model = _wrapped(feature_model, backbone, "feature_model", TileEnsembleBackbone)
+        feature_model = wrapped_models(feature_model, backbone, "feature_model", TileEnsembleBackbone)
         if backbone is not None:
             head = backbone.head
         elif head is None:
