@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 
@@ -54,6 +55,14 @@ def run_python(code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=No
     if return_stderr:
         return result.stdout, result.stderr
     return result.stdout
+
+
+def copy_test_fixtures(directory):
+    """Copies `tests/fixtures/vmoe/` under `directory`, so README and
+    docstring examples that run there find the vmoe checkpoints at the
+    paths they have in a clone of the repository."""
+    target = os.path.join(directory, "tests", "fixtures", "vmoe")
+    shutil.copytree(os.path.join(REPO_ROOT, "tests", "fixtures", "vmoe"), target)
 
 
 @pytest.fixture

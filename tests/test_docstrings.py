@@ -8,6 +8,7 @@ import pytest
 
 from conftest import BACKEND
 from conftest import REPO_ROOT
+from conftest import copy_test_fixtures
 from conftest import run_python
 
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
@@ -51,6 +52,7 @@ def test_examples_were_found():
 def test_docstring_examples_run(tmp_path):
     """All examples run in one fresh interpreter (one import of the
     backends), each in its own namespace; every failure is reported."""
+    copy_test_fixtures(tmp_path)
     script = tmp_path / "examples.py"
     script.write_text(
         "import traceback\n"

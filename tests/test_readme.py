@@ -10,6 +10,7 @@ import pytest
 import ensemble_zoo as ez
 from conftest import BACKEND
 from conftest import REPO_ROOT
+from conftest import copy_test_fixtures
 from conftest import run_python
 
 README = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
@@ -81,6 +82,7 @@ def test_readme_leaderboard_lists_every_trained_preset():
     "the library code they call is tested on every backend",
 )
 def test_python_blocks_run(tmp_path):
+    copy_test_fixtures(tmp_path)
     stdout = run_python("\n\n".join(blocks("python")), cwd=tmp_path)
     accuracy = float(re.search(r"^accuracy ([0-9.]+)$", stdout, re.M)[1])
     assert accuracy > 0.9

@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -34,11 +35,21 @@ def perturb_experts(model, seed=0):
             v.assign(value + 0.2 * rng.normal(size=value.shape).astype("float32"))
 
 
-@pytest.mark.parametrize("experts,k,members", [(4, 4, 1), (4, 2, 2), (8, 2, 4)])
-def test_upcycled_model_with_every_expert_per_token_equals_the_dense_vit(experts, k, members):
+@pytest.mark.parametrize(
+    "experts,k,members,pre_logits", [(4, 4, 1, True), (4, 2, 2, False), (8, 2, 4, False)]
+)
+def test_upcycled_model_with_every_expert_per_token_equals_the_dense_vit(
+    experts, k, members, pre_logits
+):
     """Gates are not renormalised: with K = E / M and ample capacity they sum
-    to 1 and the upcycled MoE is exactly the dense keras-hub ViT."""
+    to 1 and the upcycled MoE is exactly the dense keras-hub ViT (with its
+    tanh `pre_logits` layer, keras-hub's `intermediate_dim`, when it has one)."""
     base = vit()
+    if pre_logits:
+        base = keras_hub.models.ViTImageClassifier(
+            backbone=base.backbone, num_classes=8, intermediate_dim=6,
+            preprocessor=base.preprocessor,
+        )
     model = ViTMoEImageClassifier.from_keras_hub(
         base, num_experts=experts, num_selected_experts=k, moe_layers=[1, 3],
         ensemble_size=members, capacity_factor=1.0, eval_capacity_factor=1.0,
@@ -47,6 +58,7 @@ def test_upcycled_model_with_every_expert_per_token_equals_the_dense_vit(experts
     expected = to_np(base(x))
     out = to_np(model(x))
     assert out.shape == (16, members, 8)
+    assert model.intermediate_dim == (6 if pre_logits else None)
     np.testing.assert_allclose(out, np.repeat(expected[:, None], members, axis=1), atol=1e-5)
 
 

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.moe.top_k_router import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import _check_non_negative
@@ -25,7 +26,8 @@ class SparseMoE(keras.layers.Layer):
 
     Every expert is the MLP of a keras-hub ViT block
     (`keras_hub.src.models.vit.vit_layers.MLP`): `Dense(mlp_dim,
-    activation="gelu")` (exact erf GELU), dropout, `Dense(dim)`, dropout.
+    activation="gelu")` (exact erf GELU; `activation="gelu_approximate"`
+    is the tanh form of vit_jax / vmoe), dropout, `Dense(dim)`, dropout.
     The expert weights are stacked on a leading expert axis in two
     `GroupedDense` sublayers, `dense_1` (kernel `(num_experts, dim,
     mlp_dim)`, bias `(num_experts, mlp_dim)`) and `dense_2` (kernel
@@ -45,6 +47,15 @@ class SparseMoE(keras.layers.Layer):
     `num_members=1` it is V-MoE. The experts run on `(E, groups * C,
     dim)`, static shapes, so the layer compiles with XLA
     (`jit_compile=True`) on JAX and TensorFlow.
+
+    **bfloat16 dispatch.** `bfloat16_dispatch=True` reproduces vmoe's
+    `Bfloat16Dispatcher` (`dispatcher.bfloat16=True` in every paper
+    config): each token is rounded to bfloat16 (round to nearest even)
+    before it enters its experts, and each expert output is rounded to
+    bfloat16 before the gate-weighted combine, which stays in the compute
+    dtype. The experts themselves run in the compute dtype. The rounding
+    moves logits by about 1e-3, so it matters only for matching vmoe's
+    checkpoints to 1e-4 (`ViTMoEImageClassifier.from_vmoe_checkpoint`).
 
     **Dispatchers.** `dispatcher="einsum"` (the default, vmoe's) dispatches
     and combines with einsums over one-hot masks `(M, groups, group_size,
@@ -77,6 +88,11 @@ class SparseMoE(keras.layers.Layer):
             to `1 / num_experts`.
         importance_loss_weight: float. Defaults to 0.005.
         load_loss_weight: float. Defaults to 0.005.
+        activation: `"gelu"` (exact, keras-hub's ViT) or
+            `"gelu_approximate"` (tanh, vmoe), the experts' activation.
+            Defaults to `"gelu"`.
+        bfloat16_dispatch: bool, round expert inputs and outputs to
+            bfloat16 (see above). Defaults to `False`.
         dropout_rate: float in [0, 1), dropout inside the experts (after the
             GELU and after the second dense layer). Defaults to 0.0.
         use_bias: bool, expert biases. Defaults to `True`.
@@ -125,6 +141,8 @@ class SparseMoE(keras.layers.Layer):
         noise_std=None,
         importance_loss_weight=0.005,
         load_loss_weight=0.005,
+        activation="gelu",
+        bfloat16_dispatch=False,
         dropout_rate=0.0,
         use_bias=True,
         kernel_initializer="glorot_uniform",
@@ -143,6 +161,14 @@ class SparseMoE(keras.layers.Layer):
                 f"`dropout_rate` must be in [0, 1); got {dropout_rate!r}."
             )
         self.use_bias = bool(use_bias)
+        activation_fn = gelu_activation(activation)
+        if not isinstance(bfloat16_dispatch, bool):
+            raise ValueError(
+                "`bfloat16_dispatch` must be a bool; got "
+                f"{bfloat16_dispatch!r}."
+            )
+        self.activation = activation
+        self.bfloat16_dispatch = bfloat16_dispatch
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.router = TopKRouter(
@@ -167,7 +193,7 @@ class SparseMoE(keras.layers.Layer):
         self.dense_1 = GroupedDense(
             self.mlp_dim,
             num_members=self.router.num_experts,
-            activation="gelu",
+            activation=activation_fn,
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
@@ -235,8 +261,12 @@ class SparseMoE(keras.layers.Layer):
         expert_inputs = ops.reshape(
             expert_inputs, (1, self.num_experts, -1, self.hidden_dim)
         )
-        hidden = self.dropout(self.dense_1(expert_inputs), training=training)
-        outputs = self.dropout(self.dense_2(hidden), training=training)
+        hidden = self.dropout(
+            self.dense_1(self._round(expert_inputs)), training=training
+        )
+        outputs = self._round(
+            self.dropout(self.dense_2(hidden), training=training)
+        )
         outputs = ops.reshape(outputs, (m, e_m, -1, capacity, self.hidden_dim))
         if self.dispatcher == "indices":
             outputs = ops.reshape(
@@ -259,6 +289,12 @@ class SparseMoE(keras.layers.Layer):
             combine = ops.cast(routing["combine"], self.compute_dtype)
             combined = ops.einsum("mgsec,megcd->mgsd", combine, outputs)
         return self.router.ungroup_tokens(combined, shape)
+
+    def _round(self, x):
+        """Rounds to bfloat16 and back when `bfloat16_dispatch` is set."""
+        if not self.bfloat16_dispatch:
+            return x
+        return ops.cast(ops.cast(x, "bfloat16"), x.dtype)
 
     def route(self, x, training=False):
         """The routing of `x` (see `TopKRouter.route`); adds no losses."""
@@ -288,6 +324,8 @@ class SparseMoE(keras.layers.Layer):
                 "noise_std": router.noise_std,
                 "importance_loss_weight": router.importance_loss_weight,
                 "load_loss_weight": router.load_loss_weight,
+                "activation": self.activation,
+                "bfloat16_dispatch": self.bfloat16_dispatch,
                 "dropout_rate": self.dropout_rate,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.gelu import gelu_activation as _activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.grouped_layer_normalization import (
     GroupedLayerNormalization,
@@ -9,26 +10,6 @@ from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.utils.validation import check_positive_int
 
 MLP_MODES = ("merge", "grouped")
-ACTIVATIONS = ("gelu", "gelu_approximate")
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-def gelu_exact(x):
-    return keras.activations.gelu(x, approximate=False)
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-def gelu_approximate(x):
-    """BERT's tanh approximation of GELU."""
-    return keras.activations.gelu(x, approximate=True)
-
-
-def _activation(name):
-    if name == "gelu":
-        return gelu_exact
-    if name == "gelu_approximate":
-        return gelu_approximate
-    raise ValueError(f"`activation` must be one of {ACTIVATIONS}; got {name!r}.")
 
 
 def check_mlp_mode(mlp):

@@ -3,6 +3,7 @@ import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTEncoderBlock
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
+from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
@@ -30,6 +31,18 @@ def check_moe_layers(moe_layers, num_layers):
             f"indices in [0, {num_layers}); got {moe_layers!r}."
         )
     return sorted(layers)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class ApproximateGELUViTEncoderBlock(ViTEncoderBlock):
+    """keras-hub's `ViTEncoderBlock` with the tanh GELU of vit_jax / vmoe.
+
+    Same sublayers and weights; only the MLP's activation differs.
+    """
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.mlp.dense_1.activation = gelu_activation("gelu_approximate")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -78,6 +91,18 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
             `None` routes each image's tokens as one group.
         batch_priority: bool, Batch-Prioritized Routing. Defaults to `False`.
         noise_std: float or `None`, router noise std in training.
+        capacity_multiple_of: int, round every capacity up to a multiple of
+            this. Defaults to 1 (vmoe's default is 4).
+        importance_loss_weight: float, weight of the routers' importance
+            loss in training. Defaults to 0.005 (the paper's).
+        load_loss_weight: float, weight of the routers' load loss.
+            Defaults to 0.005.
+        mlp_activation: `"gelu"` (exact, keras-hub's ViT, the default) or
+            `"gelu_approximate"` (tanh, vit_jax / vmoe), the activation of
+            every MLP, dense blocks and experts alike.
+        bfloat16_dispatch: bool, round expert inputs and outputs to
+            bfloat16 as vmoe's `Bfloat16Dispatcher` does. Defaults to
+            `False`.
         dropout_rate: float. Defaults to 0.
         attention_dropout: float. Defaults to 0.
         layer_norm_epsilon: float. Defaults to `1e-6`.
@@ -124,6 +149,11 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
         group_size=None,
         batch_priority=False,
         noise_std=None,
+        capacity_multiple_of=1,
+        importance_loss_weight=0.005,
+        load_loss_weight=0.005,
+        mlp_activation="gelu",
+        bfloat16_dispatch=False,
         dropout_rate=0.0,
         attention_dropout=0.0,
         layer_norm_epsilon=1e-6,
@@ -153,6 +183,12 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
             layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
         )
         moe_layers = check_moe_layers(moe_layers, num_layers)
+        gelu_activation(mlp_activation, "mlp_activation")
+        dense_block_cls = (
+            ViTEncoderBlock
+            if mlp_activation == "gelu"
+            else ApproximateGELUViTEncoderBlock
+        )
 
         # === Layers === (locals first: the torch backend forbids setting
         # layer attributes before keras.Model.__init__)
@@ -191,10 +227,15 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
                     noise_std=noise_std,
                     seed=None if seed is None else seed + i,
                     dispatcher=dispatcher,
+                    capacity_multiple_of=capacity_multiple_of,
+                    importance_loss_weight=importance_loss_weight,
+                    load_loss_weight=load_loss_weight,
+                    mlp_activation=mlp_activation,
+                    bfloat16_dispatch=bfloat16_dispatch,
                     **common,
                 )
             else:
-                block = ViTEncoderBlock(**common)
+                block = dense_block_cls(**common)
             encoder_blocks.append(block)
         tile = TileMembers(ensemble_size, name="tile_members")
         layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="ln")
@@ -229,6 +270,11 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
         self.group_size = group_size
         self.batch_priority = batch_priority
         self.noise_std = noise_std
+        self.capacity_multiple_of = capacity_multiple_of
+        self.importance_loss_weight = importance_loss_weight
+        self.load_loss_weight = load_loss_weight
+        self.mlp_activation = mlp_activation
+        self.bfloat16_dispatch = bfloat16_dispatch
         self.dropout_rate = dropout_rate
         self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
@@ -263,6 +309,11 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
             "group_size": self.group_size,
             "batch_priority": self.batch_priority,
             "noise_std": self.noise_std,
+            "capacity_multiple_of": self.capacity_multiple_of,
+            "importance_loss_weight": self.importance_loss_weight,
+            "load_loss_weight": self.load_loss_weight,
+            "mlp_activation": self.mlp_activation,
+            "bfloat16_dispatch": self.bfloat16_dispatch,
             "dropout_rate": self.dropout_rate,
             "attention_dropout": self.attention_dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,

@@ -26,6 +26,14 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         group_size: int or `None`, see `SparseMoE`.
         batch_priority: bool, Batch-Prioritized Routing.
         noise_std: float or `None`, router noise (default `1 / num_experts`).
+        capacity_multiple_of: int, round the capacity up to a multiple of
+            this (vmoe: 4). Defaults to 1.
+        importance_loss_weight: float, see `TopKRouter`. Defaults to 0.005.
+        load_loss_weight: float, see `TopKRouter`. Defaults to 0.005.
+        mlp_activation: `"gelu"` (exact, keras-hub) or `"gelu_approximate"`
+            (tanh, vmoe), the experts' activation. Defaults to `"gelu"`.
+        bfloat16_dispatch: bool, vmoe's bfloat16 rounding of expert inputs
+            and outputs, see `SparseMoE`. Defaults to `False`.
         use_mha_bias: bool. Defaults to `True`.
         use_mlp_bias: bool. Defaults to `True`.
         dropout_rate: float, residual and expert dropout. Defaults to 0.
@@ -50,6 +58,11 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         group_size=None,
         batch_priority=False,
         noise_std=None,
+        capacity_multiple_of=1,
+        importance_loss_weight=0.005,
+        load_loss_weight=0.005,
+        mlp_activation="gelu",
+        bfloat16_dispatch=False,
         use_mha_bias=True,
         use_mlp_bias=True,
         dropout_rate=0.0,
@@ -93,6 +106,11 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
             eval_capacity_factor=eval_capacity_factor,
             batch_priority=batch_priority,
             noise_std=noise_std,
+            capacity_multiple_of=capacity_multiple_of,
+            importance_loss_weight=importance_loss_weight,
+            load_loss_weight=load_loss_weight,
+            activation=mlp_activation,
+            bfloat16_dispatch=bfloat16_dispatch,
             dropout_rate=dropout_rate,
             use_bias=use_mlp_bias,
             seed=seed,
@@ -112,6 +130,11 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         self.group_size = group_size
         self.batch_priority = batch_priority
         self.noise_std = noise_std
+        self.capacity_multiple_of = capacity_multiple_of
+        self.importance_loss_weight = importance_loss_weight
+        self.load_loss_weight = load_loss_weight
+        self.mlp_activation = mlp_activation
+        self.bfloat16_dispatch = bfloat16_dispatch
         self.use_mha_bias = use_mha_bias
         self.use_mlp_bias = use_mlp_bias
         self.dropout_rate = dropout_rate
@@ -151,6 +174,11 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
                 "group_size": self.group_size,
                 "batch_priority": self.batch_priority,
                 "noise_std": self.noise_std,
+                "capacity_multiple_of": self.capacity_multiple_of,
+                "importance_loss_weight": self.importance_loss_weight,
+                "load_loss_weight": self.load_loss_weight,
+                "mlp_activation": self.mlp_activation,
+                "bfloat16_dispatch": self.bfloat16_dispatch,
                 "dispatcher": self.dispatcher,
                 "use_mha_bias": self.use_mha_bias,
                 "use_mlp_bias": self.use_mlp_bias,

@@ -14,8 +14,10 @@ POOLINGS = ("token", "gap")
 class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """V-MoE and E³ image classifiers (paper 004).
 
-    A `ViTMoEBackbone`, class-token (or average) pooling and one linear
-    head shared by the members (E³ shares every non-expert weight).
+    A `ViTMoEBackbone`, class-token (or average) pooling, optionally a
+    `tanh` pre-logits layer (keras-hub's `intermediate_dim`, vit_jax's
+    `representation_size`), and one linear head shared by the members (E³
+    shares every non-expert weight).
     `call` returns member logits `(batch, members, classes)`; V-MoE
     (`ensemble_size == 1`) is a one-member ensemble. `fit` minimizes the
     mean of the members' cross-entropies (the paper's E³ loss) plus the
@@ -25,11 +27,17 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
     Build one by upcycling a dense keras-hub ViT with `from_keras_hub`
     (every expert starts as a copy of its block's MLP), and turn a V-MoE
     into an E³ with the same weights with `from_vmoe` (no new parameters).
+    `from_vmoe_checkpoint` reads the checkpoints released with the papers
+    (vmoe's Flax format) on every backend.
 
     Args:
         backbone: a `ViTMoEBackbone`.
         num_classes: int.
         pooling: `"token"` (class token, default) or `"gap"`.
+        intermediate_dim: int or `None`. If set, a `Dense(intermediate_dim,
+            activation="tanh")` layer named `pre_logits` runs between the
+            pooling and the head, as in keras-hub's `ViTImageClassifier`.
+            Defaults to `None`.
         dropout: float, dropout before the head. Defaults to 0.
         **kwargs: other `keras.Model` arguments.
 
@@ -55,16 +63,25 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
 
     backbone_cls = ViTMoEBackbone
 
-    def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
+    def __init__(
+        self, backbone, num_classes, pooling="token", dropout=0.0,
+        intermediate_dim=None, **kwargs,
+    ):
         if not isinstance(backbone, ViTMoEBackbone):
             raise ValueError(
                 f"`backbone` must be a ViTMoEBackbone; got {type(backbone).__name__}."
             )
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
+        if intermediate_dim is not None:
+            intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         super().__init__(**kwargs)
         # === Layers ===
         self.backbone = backbone
+        if intermediate_dim is not None:
+            self.intermediate_layer = keras.layers.Dense(
+                intermediate_dim, activation="tanh", name="pre_logits"
+            )
         self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
         self.head = keras.layers.Dense(
             check_positive_int(num_classes, "num_classes"), name="predictions"
@@ -74,17 +91,24 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         self.num_classes = num_classes
         self.pooling = pooling
         self.dropout = dropout
+        self.intermediate_dim = intermediate_dim
         self.member_input_shape = tuple(backbone.image_shape)
         self.build((None,) + self.member_input_shape)
         self.compile()
 
     def build(self, input_shape):
-        self.head.build((None, self.backbone.hidden_dim))
+        features = self.backbone.hidden_dim
+        if self.intermediate_dim is not None:
+            self.intermediate_layer.build((None, features))
+            features = self.intermediate_dim
+        self.head.build((None, features))
         self.built = True
 
     def call_members(self, inputs, training=None):
         x = self.backbone(inputs, training=training)  # (batch, M, tokens, dim)
         x = x[:, :, 0] if self.pooling == "token" else ops.mean(x, axis=2)
+        if self.intermediate_dim is not None:
+            x = self.intermediate_layer(x)
         x = self.output_dropout(x, training=training)
         return self.head(x)
 
@@ -98,6 +122,7 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
             "num_classes": self.num_classes,
             "pooling": self.pooling,
             "dropout": self.dropout,
+            "intermediate_dim": self.intermediate_dim,
         }
 
     # === Conversions ===
@@ -118,8 +143,8 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         gates until fine-tuning.
 
         Args:
-            classifier: a `keras_hub.models.ViTImageClassifier` without
-                `intermediate_dim`.
+            classifier: a `keras_hub.models.ViTImageClassifier` (its
+                `pre_logits` layer, if any, is copied too).
             num_experts: int, E.
             num_selected_experts: int, K. Defaults to 1.
             moe_layers: MoE block indices; defaults to the last two odd
@@ -143,8 +168,11 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
                 "`classifier` must be a keras_hub.models.ViTImageClassifier; "
                 f"got {type(classifier).__name__}."
             )
-        if classifier.intermediate_dim is not None:
-            raise ValueError("ViT classifiers with `intermediate_dim` are not supported.")
+        if getattr(classifier, "activation", None) is not None:
+            raise ValueError(
+                "`classifier` has an output activation "
+                f"({classifier.activation!r}); the zoo's heads return logits."
+            )
         vit = classifier.backbone
         backbone_kwargs.setdefault("dropout_rate", vit.dropout_rate)
         backbone_kwargs.setdefault("attention_dropout", vit.attention_dropout)
@@ -172,8 +200,157 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         model = cls(
             backbone, classifier.num_classes, pooling=classifier.pooling,
             dropout=classifier.dropout, preprocessor=classifier.preprocessor,
+            intermediate_dim=classifier.intermediate_dim,
         )
+        if classifier.intermediate_dim is not None:
+            model.intermediate_layer.set_weights(
+                classifier.intermediate_layer.get_weights()
+            )
         model.head.set_weights(classifier.output_dense.get_weights())
+        return model
+
+    @classmethod
+    def from_vmoe_checkpoint(
+        cls, path, *, num_selected_experts, group_size=None,
+        capacity_factor=1.5, eval_capacity_factor=None, capacity_multiple_of=4,
+        batch_priority=False, bfloat16_dispatch=True,
+        mlp_activation="gelu_approximate", noise_std=None,
+        importance_loss_weight=0.005, load_loss_weight=0.005,
+        ensemble_size=None, image_shape=None, preprocessor="vmoe",
+        **backbone_kwargs,
+    ):
+        """Loads a V-MoE / E³ checkpoint released with paper 004.
+
+        Reads google-research/vmoe's Flax checkpoint format (`<prefix>.index`
+        plus `<prefix>.data-NNNNN-of-MMMMM`, MessagePack; our own reader,
+        no jax / flax / TensorFlow needed) on every backend. The
+        architecture comes from the parameter shapes; the routing settings
+        live in vmoe's configs, not in the files, so they are arguments
+        here, with **vmoe's defaults** (which differ from the zoo's):
+
+        - `mlp_activation="gelu_approximate"`: vit_jax's `nn.gelu` is the
+          tanh approximation (keras-hub's ViT uses the exact GELU);
+        - `capacity_multiple_of=4`: vmoe rounds every capacity up to a
+          multiple of 4 (`compute_capacity`);
+        - `bfloat16_dispatch=True`: every paper config rounds expert inputs
+          and outputs to bfloat16 (`Bfloat16Dispatcher`);
+        - combine weights are the softmax gates, not renormalised over the
+          top-K, and buffers fill K-major (all top-1 choices first), as
+          the zoo's router always does;
+        - `noise_std=None` is vmoe's effective training noise,
+          `ensemble_size / num_experts` (vmoe scales its `noise_std=1.0` by
+          1 / experts-per-member; the E³ paper writes 1 / E);
+        - `importance_loss_weight = load_loss_weight = 0.005`, the paper
+          configs' weights (vmoe's class defaults are 1.0).
+
+        With the same `group_size`, `num_selected_experts`, capacity factor
+        and `batch_priority` as the vmoe config, the logits equal vmoe's to
+        float32 round-off (tested to 1e-4 on a checkpoint written by vmoe's
+        own code, `tests/fixtures/vmoe/`). E³ logits come out as the zoo's
+        `(batch, members, classes)`; vmoe's rows `b * M + m` are
+        `logits[b, m]`.
+
+        Args:
+            path: the checkpoint prefix (e.g. `.../eee_s32_last2_ilsvrc2012_ft_cifar100`
+                for `....index` and `....data-00000-of-00001`), its `.index`
+                file, or a directory holding exactly one `.index` file.
+            num_selected_experts: int, K (vmoe's `num_selected_experts`:
+                2 for the V-MoE paper's models, 1 for E³).
+            group_size: int or `None`, tokens per routing group **per
+                member**: vmoe's `group_size` divided by the ensemble size
+                (vmoe's E³ groups hold all members' copies, and members
+                never share experts, so this routes identically). `None`
+                routes each image as one group (vmoe's configs use the
+                tokens of 8 images).
+            capacity_factor: float, training capacity factor. Defaults to
+                1.5 (vmoe's fine-tuning configs; pre-training used 1.05).
+            eval_capacity_factor: float or `None`, capacity factor at
+                inference; `None` uses `capacity_factor`.
+            capacity_multiple_of: int. Defaults to 4 (vmoe).
+            batch_priority: bool, Batch-Prioritized Routing. Defaults to
+                `False` (vmoe's configs).
+            bfloat16_dispatch: bool. Defaults to `True` (vmoe's configs).
+            mlp_activation: `"gelu_approximate"` (default, vmoe) or `"gelu"`.
+            noise_std: float or `None` (see above).
+            importance_loss_weight: float. Defaults to 0.005.
+            load_loss_weight: float. Defaults to 0.005.
+            ensemble_size: int or `None`. E³ checkpoints store the router
+                kernel `(dim, M, E/M)` and give M; a `(dim, E)` kernel
+                (V-MoE, or the pre-trained E³ checkpoint before its
+                fine-tuning reshape) gives 1 unless set here.
+            image_shape: `(height, width, 3)` or `None` (the square image
+                the position embedding was trained for).
+            preprocessor: `"vmoe"` (default) attaches a keras-hub
+                `ViTImageClassifierPreprocessor` that resizes images to
+                `image_shape` and maps `[0, 255]` to `[-1, 1]` (vmoe's
+                `value_range(-1, 1)`), so `predict` takes raw images;
+                `None` for none, or a preprocessor.
+            **backbone_kwargs: other `ViTMoEBackbone` arguments (dropout
+                rates, `seed`, `dispatcher`).
+
+        Returns:
+            A `ViTMoEImageClassifier`.
+
+        Example:
+
+        ```python
+        import numpy as np
+        from ensemble_zoo.models import ViTMoEImageClassifier
+
+        # A released E3 checkpoint (gs://vmoe_checkpoints/, downloaded):
+        # e3 = ViTMoEImageClassifier.from_vmoe_checkpoint(
+        #     "eee_s32_last2_ilsvrc2012_ft_cifar100",
+        #     num_selected_experts=1, group_size=8 * 17,
+        # )
+        e3 = ViTMoEImageClassifier.from_vmoe_checkpoint(
+            "tests/fixtures/vmoe/e3_tiny", num_selected_experts=1,
+            group_size=34, capacity_factor=1.0,
+        )
+        images = np.random.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+        e3(images).shape  # (2, 2, 5): batch, members, classes
+        ```
+        """
+        from ensemble_zoo.models.vit_moe import vmoe_checkpoint
+
+        params = vmoe_checkpoint.strip_params_prefix(
+            vmoe_checkpoint.read_vmoe_checkpoint(path)
+        )
+        architecture, head = vmoe_checkpoint.vmoe_architecture(
+            params, image_shape=image_shape, ensemble_size=ensemble_size
+        )
+        if noise_std is None:
+            noise_std = architecture["ensemble_size"] / architecture["num_experts"]
+        backbone = ViTMoEBackbone(
+            **architecture,
+            num_selected_experts=num_selected_experts,
+            group_size=group_size,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            batch_priority=batch_priority,
+            bfloat16_dispatch=bfloat16_dispatch,
+            mlp_activation=mlp_activation,
+            noise_std=noise_std,
+            importance_loss_weight=importance_loss_weight,
+            load_loss_weight=load_loss_weight,
+            layer_norm_epsilon=1e-6,
+            **backbone_kwargs,
+        )
+        if isinstance(preprocessor, str):
+            if preprocessor != "vmoe":
+                raise ValueError(
+                    "`preprocessor` must be 'vmoe', None or a keras-hub "
+                    f"preprocessor; got {preprocessor!r}."
+                )
+            preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(
+                image_converter=keras_hub.layers.ViTImageConverter(
+                    image_size=tuple(backbone.image_shape[:2]),
+                    scale=1.0 / 127.5,
+                    offset=-1.0,
+                )
+            )
+        model = cls(backbone, preprocessor=preprocessor, **head)
+        vmoe_checkpoint.load_vmoe_params(model, params)
         return model
 
     @classmethod
@@ -203,7 +380,10 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         if num_selected_experts is not None:
             config["num_selected_experts"] = num_selected_experts
         backbone = ViTMoEBackbone.from_config(config)
-        new = cls(backbone, model.num_classes, pooling=model.pooling, dropout=model.dropout)
+        new = cls(
+            backbone, model.num_classes, pooling=model.pooling,
+            dropout=model.dropout, intermediate_dim=model.intermediate_dim,
+        )
         new.set_weights(model.get_weights())
         return new
 

@@ -23,10 +23,26 @@ def gelu(x):
     return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
 
 
-def expert_mlp(weights, e, x):
-    """Expert `e` as a separate NumPy ViT MLP."""
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def bfloat16(x):
+    """Round to nearest even bfloat16, as float32 (NumPy bit arithmetic)."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def expert_mlp(weights, e, x, layer=None):
+    """Expert `e` as a separate NumPy ViT MLP (with vmoe's tanh GELU and
+    bfloat16 dispatch rounding if `layer` asks for them)."""
     w1, b1, w2, b2 = weights
-    return gelu(x @ w1[e] + b1[e]) @ w2[e] + b2[e]
+    vmoe = layer is not None and layer.bfloat16_dispatch
+    activation = gelu_tanh if layer is not None and layer.activation == "gelu_approximate" else gelu
+    x = bfloat16(x) if vmoe else x
+    y = activation(x @ w1[e] + b1[e]) @ w2[e] + b2[e]
+    return bfloat16(y) if vmoe else y
 
 
 def reference_moe(layer, x, group_size=None):
@@ -44,7 +60,8 @@ def reference_moe(layer, x, group_size=None):
     rows, tokens, d = x.shape
     s = group_size or tokens
     capacity = compute_capacity(
-        s, e_m, layer.top_k, layer.router.capacity_factor
+        s, e_m, layer.top_k, layer.router.capacity_factor,
+        layer.router.capacity_multiple_of,
     )
     dispatch, combine, _ = reference_routing(
         x, kernel, m, layer.top_k, s, capacity, layer.router.batch_priority
@@ -63,7 +80,7 @@ def reference_moe(layer, x, group_size=None):
                     if dispatch[member, g, i, e].sum() == 0:
                         continue
                     flat_out[token] += gate * expert_mlp(
-                        weights, member * e_m + e, flat_x[token]
+                        weights, member * e_m + e, flat_x[token], layer
                     )
         out[rows_m] = flat_out.reshape(member_rows, tokens, d)
     return out, dispatch
@@ -83,29 +100,38 @@ def random_layer(rng, x_shape, **kwargs):
 
 
 @pytest.mark.parametrize(
-    "num_members,top_k,group_size,factor,bpr",
+    "num_members,top_k,group_size,factor,bpr,vmoe",
     [
-        (1, 1, None, 1.0, False),
-        (1, 2, 8, 0.5, True),
-        (2, 1, None, 0.5, False),
-        (2, 2, 8, 1.0, True),
-        (4, 1, 4, 1.0, False),
+        (1, 1, None, 1.0, False, False),
+        (1, 2, 8, 0.5, True, True),
+        (2, 1, None, 0.5, False, False),
+        (2, 2, 8, 1.0, True, False),
+        (4, 1, 4, 1.0, False, True),
     ],
 )
 @pytest.mark.parametrize("dispatcher", ["einsum", "indices"])
 def test_matches_numpy_expert_loop(
-    rng, num_members, top_k, group_size, factor, bpr, dispatcher
+    rng, num_members, top_k, group_size, factor, bpr, vmoe, dispatcher
 ):
+    """`vmoe` rows add vmoe's tanh GELU, bfloat16 dispatch rounding and
+    capacity rounded up to a multiple of 4."""
     batch, tokens, d = 2, 4, 6
     shape = (num_members * batch, tokens, d)
+    extra = {}
+    if vmoe:
+        extra = dict(
+            activation="gelu_approximate", bfloat16_dispatch=True,
+            capacity_multiple_of=4,
+        )
     layer = random_layer(
         rng, shape, num_experts=8, mlp_dim=5, top_k=top_k,
         num_members=num_members, group_size=group_size,
         capacity_factor=factor, batch_priority=bpr, dispatcher=dispatcher,
+        **extra,
     )
     x = rng.normal(size=shape).astype("float32")
     expected, dispatch = reference_moe(layer, x, group_size)
-    if factor < 1:
+    if factor < 1 and not vmoe:
         # Some token is dropped by all of its experts: its output is 0.
         dropped = dispatch.sum(axis=(-1, -2)) == 0
         assert dropped.any()
@@ -326,6 +352,7 @@ def test_config_and_saving_round_trip(tmp_path, rng):
         capacity_factor=0.75, eval_capacity_factor=1.0, capacity_multiple_of=2,
         batch_priority=True, noise_std=0.1, importance_loss_weight=0.01,
         load_loss_weight=0.02, dropout_rate=0.1,
+        activation="gelu_approximate", bfloat16_dispatch=True,
         bias_initializer="random_normal",
         seed=3, dispatcher="indices",
     )

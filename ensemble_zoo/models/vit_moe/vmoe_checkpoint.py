@@ -1,0 +1,446 @@
+"""Reads the V-MoE / E³ checkpoints released with paper 004 (vmoe's format).
+
+google-research/vmoe stores parameters as `<prefix>.index` plus
+`<prefix>.data-NNNNN-of-MMMMM` files, each one MessagePack document
+(`vmoe/checkpoints/partitioned.py`, `serialization.py`):
+
+- the index is `{"shard_count": N, "index": <nested dict of the param
+  tree, leaves = IndexInfo>, "version": "20220622"}` (`version` is absent
+  in checkpoints written before 2022-06-22; both read the same);
+- an `IndexInfo` (extension type 8) holds the global shape and dtype, the
+  slices of the chunks the array was cut into, and which data file holds
+  each chunk;
+- a data file is `{"__msgpack_array_chunk_a87ca2__": True, "<leaf id>":
+  [[[ndarray pieces...], slice_nd], ...], ...}`, where leaf `i` is the
+  i-th leaf of the index tree in sorted-key depth-first order and each
+  chunk's pieces are its flattened (C order) values.
+
+`read_vmoe_checkpoint` reassembles every array from its chunks and checks
+that the chunks cover it exactly; `vmoe_architecture` infers the
+`ViTMoEBackbone` arguments from the parameter shapes; `load_vmoe_params`
+copies the parameters into a `ViTMoEImageClassifier`. The research notes
+are in `docs/vmoe_checkpoint_format.md`.
+"""
+
+import glob
+import math
+import os
+import re
+
+import numpy as np
+
+from ensemble_zoo.utils.msgpack_decode import MsgpackError
+from ensemble_zoo.utils.msgpack_decode import unpackb
+
+CHUNK_MAGIC = "__msgpack_array_chunk_a87ca2__"
+KNOWN_VERSIONS = (None, "20220622")
+_NDARRAY, _NPSCALAR, _SHAPED_ARRAY, _SLICE_ND, _INDEX_INFO = 1, 3, 4, 6, 8
+
+
+class VMoECheckpointError(ValueError):
+    """A vmoe checkpoint file is missing pieces or is not in vmoe's format."""
+
+
+def _text(value):
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _ndarray(payload):
+    shape, dtype, data = unpackb(payload)
+    dtype = _text(dtype)
+    if dtype == "bfloat16":  # widen exactly, without ml_dtypes
+        bits = np.frombuffer(data, "<u2").astype(np.uint32) << 16
+        array = bits.view(np.float32)
+    else:
+        array = np.frombuffer(data, np.dtype(dtype).newbyteorder("<"))
+    return array.reshape(shape)
+
+
+def _slice_nd(payload):
+    slices = []
+    for item in unpackb(payload):
+        start, stop, step = unpackb(item)
+        if step not in (None, 1):
+            raise VMoECheckpointError(f"strided chunk slices are not supported (step {step})")
+        slices.append((start, stop))
+    return tuple(slices)
+
+
+def _index_info(payload):
+    global_shape, global_slices, shards = unpackb(payload)
+    shape, dtype = unpackb(global_shape)[:2]
+    return {
+        "shape": tuple(shape),
+        "dtype": _text(dtype),
+        "slices": [_slice_nd(s) for s in global_slices],
+        "shards": list(shards),
+    }
+
+
+def checkpoint_prefix(path):
+    """The `<prefix>` of a checkpoint given as the prefix itself, its
+    `.index` file or a directory holding exactly one `.index` file."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        found = sorted(glob.glob(os.path.join(path, "*.index")))
+        if len(found) != 1:
+            raise FileNotFoundError(
+                f"`path` {path!r} is a directory with {len(found)} `.index` "
+                "files; pass the checkpoint prefix (the path before `.index`) "
+                f"or a directory with exactly one. Found: {found}"
+            )
+        path = found[0]
+    if path.endswith(".index"):
+        path = path[: -len(".index")]
+    if not os.path.isfile(path + ".index"):
+        raise FileNotFoundError(
+            f"No vmoe checkpoint index {path + '.index'!r}: `path` must be a "
+            "checkpoint prefix (e.g. 'vmoe_s32_last2_ilsvrc2012' for "
+            "'vmoe_s32_last2_ilsvrc2012.index' and its '.data-00000-of-00001'), "
+            "its `.index` file, or a directory holding one."
+        )
+    return path
+
+
+def _decode_file(filename):
+    with open(filename, "rb") as f:
+        data = f.read()
+    try:
+        return unpackb(data)
+    except (MsgpackError, ValueError, TypeError) as error:
+        raise VMoECheckpointError(
+            f"{filename!r} is not a vmoe checkpoint file (MessagePack): {error}"
+        ) from error
+
+
+def _leaves(tree, path=()):
+    """`(path, IndexInfo)` in sorted-key depth-first order (jax's flatten
+    order of a dict, which gives the leaf ids)."""
+    if isinstance(tree, dict):
+        for key in sorted(tree):
+            yield from _leaves(tree[key], path + (key,))
+    else:
+        yield "/".join(path), tree
+
+
+def read_vmoe_checkpoint(path):
+    """Reads a vmoe checkpoint into a flat dict of NumPy arrays.
+
+    Args:
+        path: the checkpoint prefix (`.../vmoe_b16_imagenet21k_randaug_strong`
+            for `....index` and `....data-00000-of-00001`), its `.index`
+            file, or a directory holding exactly one `.index` file.
+
+    Returns:
+        `{"Encoder/encoderblock_1/Moe/Mlp/Dense_0/kernel": array, ...}`, keys
+        joined with `/` as vmoe's `flatten_dict(sep="/")`. bfloat16 arrays
+        are widened to float32 (exactly); other dtypes are kept.
+
+    Raises:
+        FileNotFoundError: the index or a data file it names is missing.
+        VMoECheckpointError: (a `ValueError`) a file is not in vmoe's format,
+            an unknown version, or chunks that do not cover an array
+            exactly; the message names the file and parameter.
+    """
+    prefix = checkpoint_prefix(path)
+    index_file = prefix + ".index"
+    index = _decode_file(index_file)
+    if not isinstance(index, dict) or not {"index", "shard_count"} <= set(index):
+        keys = sorted(index) if isinstance(index, dict) else type(index).__name__
+        raise VMoECheckpointError(
+            f"{index_file!r} is not a vmoe checkpoint index: expected a map "
+            f"with 'shard_count' and 'index'; got {keys}."
+        )
+    version = index.get("version")
+    if version not in KNOWN_VERSIONS:
+        raise VMoECheckpointError(
+            f"{index_file!r} has checkpoint version {version!r}; this reader "
+            f"knows {KNOWN_VERSIONS[1:]} and unversioned (2022) checkpoints."
+        )
+    leaves = []
+    for name, info in _leaves(index["index"]):
+        if not (hasattr(info, "code") and info.code == _INDEX_INFO):
+            raise VMoECheckpointError(
+                f"{index_file!r}: entry {name!r} is not an IndexInfo "
+                f"(MessagePack extension {_INDEX_INFO})."
+            )
+        leaves.append((name, _index_info(info.data)))
+    shard_count = index["shard_count"]
+    arrays, filled = {}, {}
+    for name, info in leaves:
+        dtype = np.float32 if info["dtype"] == "bfloat16" else np.dtype(info["dtype"])
+        arrays[name] = np.zeros(info["shape"], dtype)
+        filled[name] = np.zeros(info["shape"], bool)
+    needed = sorted({s for _, info in leaves for s in info["shards"]})
+    for shard in needed:
+        filename = f"{prefix}.data-{shard:05d}-of-{shard_count:05d}"
+        if not os.path.isfile(filename):
+            raise FileNotFoundError(
+                f"vmoe checkpoint data file {filename!r} is missing ({index_file!r} "
+                f"lists {shard_count} data files)."
+            )
+        _read_shard(filename, leaves, arrays, filled)
+    for name, mask in filled.items():
+        if not mask.all():
+            raise VMoECheckpointError(
+                f"vmoe checkpoint {prefix!r}: parameter {name!r} "
+                f"{tuple(mask.shape)} has {int(mask.size - mask.sum())} of "
+                f"{mask.size} values in no chunk of the data files."
+            )
+    return arrays
+
+
+def _read_shard(filename, leaves, arrays, filled):
+    document = _decode_file(filename)
+    if not isinstance(document, dict) or document.get(CHUNK_MAGIC) is not True:
+        raise VMoECheckpointError(
+            f"{filename!r} is not a vmoe checkpoint data file (no "
+            f"{CHUNK_MAGIC!r} marker)."
+        )
+    for key, chunks in document.items():
+        if key == CHUNK_MAGIC:
+            continue
+        if not (isinstance(key, str) and key.isdigit() and int(key) < len(leaves)):
+            raise VMoECheckpointError(
+                f"{filename!r} holds chunks of leaf {key!r}; the index has "
+                f"{len(leaves)} leaves."
+            )
+        name = leaves[int(key)][0]
+        target, mask = arrays[name], filled[name]
+        for pieces, where in chunks:
+            bounds = _slice_nd(where.data)
+            if len(bounds) != target.ndim or any(
+                not 0 <= a <= b <= n for (a, b), n in zip(bounds, target.shape)
+            ):
+                raise VMoECheckpointError(
+                    f"{filename!r}: a chunk of {name!r} has slice {bounds}, "
+                    f"outside the array's shape {target.shape}."
+                )
+            shape = tuple(b - a for a, b in bounds)
+            values = [_ndarray(p.data).ravel() for p in pieces]
+            values = np.concatenate(values) if values else np.zeros(0)
+            if values.size != math.prod(shape):
+                raise VMoECheckpointError(
+                    f"{filename!r}: a chunk of {name!r} at {bounds} holds "
+                    f"{values.size} values; its slice needs {math.prod(shape)}."
+                )
+            region = tuple(slice(a, b) for a, b in bounds)
+            target[region] = values.reshape(shape)
+            mask[region] = True
+
+
+# ------------------------------------------------------------- architecture
+
+_BLOCK = re.compile(r"^Encoder/encoderblock_(\d+)/")
+
+
+def _require(params, name, ndim=None):
+    if name not in params:
+        raise VMoECheckpointError(
+            f"The vmoe checkpoint has no parameter {name!r}; it does not look "
+            "like a ViT-MoE (vmoe.nn.vit_moe) checkpoint."
+        )
+    value = params[name]
+    if ndim is not None and value.ndim != ndim:
+        raise VMoECheckpointError(
+            f"vmoe parameter {name!r} has shape {value.shape}; expected {ndim} axes."
+        )
+    return value
+
+
+def strip_params_prefix(params):
+    """Drops a leading `params/` (a TrainState's tree) from every key."""
+    if params and all(k.startswith("params/") for k in params):
+        return {k[len("params/"):]: v for k, v in params.items()}
+    return params
+
+
+def vmoe_architecture(params, image_shape=None, ensemble_size=None):
+    """The `ViTMoEBackbone` / classifier arguments a vmoe checkpoint implies.
+
+    Shapes give every architecture argument: the hidden size (`cls`),
+    patch size and channels (`embedding/kernel`), the number of blocks, of
+    heads (`SelfAttention/query/kernel` is `(dim, heads, head_dim)`), the
+    MLP size, the MoE blocks and experts, the E³ ensemble size (a router
+    kernel `(dim, M, E/M)`), the representation size (`pre_logits`) and the
+    number of classes. The image size follows from the position
+    embedding (square images unless `image_shape` says otherwise).
+
+    Args:
+        params: the flat dict of `read_vmoe_checkpoint`.
+        image_shape: `(height, width, channels)` or `None` (square).
+        ensemble_size: int or `None`. A `(dim, E)` router kernel (V-MoE or
+            a pre-trained E³ before its fine-tuning reshape) is read as
+            `ensemble_size` contiguous expert groups; defaults to 1 for
+            such kernels and to `M` for `(dim, M, E/M)` kernels.
+
+    Returns:
+        `(backbone_kwargs, classifier_kwargs)` dicts.
+    """
+    if "cls" not in params:
+        raise VMoECheckpointError(
+            "The vmoe checkpoint has no `cls` token: only classifier='token' "
+            "checkpoints (every released V-MoE / E³ one) are supported."
+        )
+    hidden_dim = _require(params, "cls", 3).shape[-1]
+    kernel = _require(params, "embedding/kernel", 4)
+    patch_h, patch_w, channels, _ = kernel.shape
+    positions = _require(params, "Encoder/posembed_input/pos_embedding", 3).shape[1]
+    patches = positions - 1
+    blocks = sorted({int(m.group(1)) for k in params if (m := _BLOCK.match(k))})
+    if not blocks or blocks != list(range(len(blocks))):
+        raise VMoECheckpointError(
+            f"The vmoe checkpoint's encoder blocks are {blocks}; expected "
+            "encoderblock_0 ... encoderblock_{L-1}."
+        )
+    query = _require(params, "Encoder/encoderblock_0/SelfAttention/query/kernel", 3)
+    num_heads = query.shape[1]
+    moe_layers, experts, mlp_dims, members = [], set(), set(), set()
+    for i in blocks:
+        base = f"Encoder/encoderblock_{i}/"
+        if base + "Moe/Mlp/Dense_0/kernel" in params:
+            moe_layers.append(i)
+            dense_0 = _require(params, base + "Moe/Mlp/Dense_0/kernel", 3)
+            experts.add(dense_0.shape[0])
+            mlp_dims.add(dense_0.shape[2])
+            router = _require(params, base + "Moe/Router/dense/kernel")
+            if router.ndim == 3:
+                members.add(router.shape[1])
+            elif router.ndim == 2:
+                members.add(None)
+            else:
+                raise VMoECheckpointError(
+                    f"Router kernel {base}Moe/Router/dense/kernel has shape "
+                    f"{router.shape}; expected (dim, E) or (dim, M, E/M)."
+                )
+        else:
+            mlp_dims.add(_require(params, base + "Mlp/Dense_0/kernel", 2).shape[1])
+    if not moe_layers:
+        raise VMoECheckpointError("The vmoe checkpoint has no MoE block (no `Moe/` parameters).")
+    if len(experts) != 1 or len(mlp_dims) != 1 or len(members) != 1:
+        raise VMoECheckpointError(
+            "ViTMoEBackbone needs one expert count, MLP size and ensemble "
+            f"size for all blocks; the checkpoint has experts {sorted(experts)}, "
+            f"MLP sizes {sorted(mlp_dims)}, router layouts {members}."
+        )
+    stored_members = members.pop()
+    if stored_members is None:
+        members = 1 if ensemble_size is None else ensemble_size
+    else:
+        if ensemble_size not in (None, stored_members):
+            raise ValueError(
+                f"`ensemble_size`={ensemble_size!r}, but the checkpoint's router "
+                f"kernels are E³ kernels for {stored_members} members."
+            )
+        members = stored_members
+    if image_shape is None:
+        side = math.isqrt(patches)
+        if side * side != patches:
+            raise ValueError(
+                f"The position embedding has {patches} patch positions, not a "
+                "square grid; pass `image_shape`."
+            )
+        image_shape = (side * patch_h, side * patch_w, channels)
+    image_shape = tuple(image_shape)
+    if (
+        len(image_shape) != 3
+        or image_shape[2] != channels
+        or (image_shape[0] // patch_h) * (image_shape[1] // patch_w) != patches
+    ):
+        raise ValueError(
+            f"`image_shape` {image_shape} does not fit the checkpoint: its "
+            f"position embedding has {patches} patches of {patch_h}x{patch_w} "
+            f"with {channels} channels (fine-tuning at another resolution, "
+            "which resizes the position embedding, is not supported)."
+        )
+    representation = params.get("pre_logits/kernel")
+    head = _require(params, "head/kernel", 2)
+    backbone_kwargs = dict(
+        image_shape=image_shape,
+        patch_size=(patch_h, patch_w),
+        num_layers=len(blocks),
+        num_heads=num_heads,
+        hidden_dim=hidden_dim,
+        mlp_dim=mlp_dims.pop(),
+        num_experts=experts.pop(),
+        moe_layers=moe_layers,
+        ensemble_size=members,
+    )
+    classifier_kwargs = dict(
+        num_classes=head.shape[1],
+        intermediate_dim=None if representation is None else representation.shape[1],
+    )
+    return backbone_kwargs, classifier_kwargs
+
+
+def _assign(variable, value, name):
+    value = np.asarray(value)
+    if tuple(variable.shape) != value.shape:
+        raise VMoECheckpointError(
+            f"vmoe parameter {name!r} has shape {value.shape}; the model's "
+            f"{variable.path!r} needs {tuple(variable.shape)}."
+        )
+    variable.assign(value.astype(variable.dtype))
+
+
+def load_vmoe_params(classifier, params):
+    """Copies a vmoe parameter dict into a `ViTMoEImageClassifier`.
+
+    Every checkpoint parameter is used exactly once and every model weight
+    is set; anything left over raises. E³ router kernels `(dim, M, E/M)`
+    are stored by the model as `(dim, E)` in the same (C) order, so member
+    `m` routes with columns `[m E/M, (m + 1) E/M)`, i.e. experts
+    `m E/M ... (m + 1) E/M - 1`, as in vmoe.
+    """
+    used = set()
+
+    def take(name):
+        used.add(name)
+        return _require(params, name)
+
+    backbone = classifier.backbone
+    embedding = backbone.embedding
+    _assign(embedding.class_token, take("cls"), "cls")
+    _assign(embedding.patch_embedding.kernel, take("embedding/kernel"), "embedding/kernel")
+    _assign(embedding.patch_embedding.bias, take("embedding/bias"), "embedding/bias")
+    name = "Encoder/posembed_input/pos_embedding"
+    _assign(embedding.position_embedding.embeddings, take(name)[0], name)
+    for i, block in enumerate(backbone.encoder_blocks):
+        base = f"Encoder/encoderblock_{i}/"
+        for layer, source in ((block.layer_norm_1, "LayerNorm_0"), (block.layer_norm_2, "LayerNorm_1")):
+            _assign(layer.gamma, take(base + source + "/scale"), base + source + "/scale")
+            _assign(layer.beta, take(base + source + "/bias"), base + source + "/bias")
+        attention = []
+        for part in ("query", "key", "value", "out"):
+            attention += [take(f"{base}SelfAttention/{part}/kernel"), take(f"{base}SelfAttention/{part}/bias")]
+        try:
+            block.mha.set_weights(attention)
+        except ValueError as error:
+            raise VMoECheckpointError(f"vmoe parameters {base}SelfAttention/*: {error}") from error
+        if i in backbone.moe_layers:
+            moe = block.moe
+            name = base + "Moe/Router/dense/kernel"
+            router = take(name)
+            _assign(moe.router.kernel, router.reshape(router.shape[0], -1), name)
+            pairs = ((moe.dense_1, "Dense_0"), (moe.dense_2, "Dense_1"))
+            prefix = base + "Moe/Mlp/"
+        else:
+            pairs = ((block.mlp.dense_1, "Dense_0"), (block.mlp.dense_2, "Dense_1"))
+            prefix = base + "Mlp/"
+        for layer, source in pairs:
+            _assign(layer.kernel, take(prefix + source + "/kernel"), prefix + source + "/kernel")
+            _assign(layer.bias, take(prefix + source + "/bias"), prefix + source + "/bias")
+    _assign(backbone.layer_norm.gamma, take("Encoder/encoder_norm/scale"), "Encoder/encoder_norm/scale")
+    _assign(backbone.layer_norm.beta, take("Encoder/encoder_norm/bias"), "Encoder/encoder_norm/bias")
+    if classifier.intermediate_dim is not None:
+        for variable in ("kernel", "bias"):
+            name = "pre_logits/" + variable
+            _assign(getattr(classifier.intermediate_layer, variable), take(name), name)
+    for variable in ("kernel", "bias"):
+        _assign(getattr(classifier.head, variable), take("head/" + variable), "head/" + variable)
+    unused = sorted(set(params) - used)
+    if unused:
+        raise VMoECheckpointError(
+            f"{len(unused)} vmoe parameters have no place in the model: {unused[:8]}"
+            + (" ..." if len(unused) > 8 else "")
+        )
