@@ -37,7 +37,6 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import ensemble_zoo as ez
 import keras
-import numpy as np
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_test, y_test = ez.datasets.load_arrays("digits", "test")

@@ -1,7 +1,6 @@
 """`evaluate`: one honest measurement of any zoo classifier."""
 
 import keras
-import numpy as np
 
 from ensemble_zoo import metrics
 from ensemble_zoo.calibration import TemperatureScaling

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-from keras import ops
 
 from ensemble_zoo import metrics
 from test_classification import random_probs

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from ensemble_zoo.models import HydraBackbone

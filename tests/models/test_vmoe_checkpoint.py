@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 
-import keras
 import keras_hub
 import numpy as np
 import pytest
