@@ -176,3 +176,13 @@ def test_architecture_errors_are_clear():
     model = load("vmoe", CONFIG["models"]["vmoe"]["config"]["encoder"]["moe"]["router"]["dispatcher"])
     with pytest.raises(ValueError, match="no place in the model.*extra/kernel"):
         vmoe_checkpoint.load_vmoe_params(model, {**vmoe, "extra/kernel": np.zeros(3)})
+
+
+def test_bfloat16_arrays_widen_exactly_to_float32():
+    """Released checkpoints may store bfloat16 (numpy's ml_dtypes name);
+    the reader widens the bits without ml_dtypes. The payload is vmoe's
+    ndarray extension: msgpack [shape, dtype name, little-endian bytes]."""
+    payload = b"\x93\x91\x03\xa8bfloat16\xc4\x06" + bytes([0x80, 0x3F, 0x00, 0xC0, 0xC9, 0x3F])
+    array = vmoe_checkpoint._ndarray(payload)
+    assert array.dtype == np.float32
+    np.testing.assert_array_equal(array, [1.0, -2.0, 1.5703125])
