@@ -232,5 +232,10 @@ def test_bad_arguments_are_clear_errors():
         ViTMoEBackbone(num_experts=4, num_selected_experts=3, ensemble_size=2, **kwargs)
     with pytest.raises(ValueError, match="ViTImageClassifier"):
         ViTMoEImageClassifier.from_keras_hub(vit().backbone, num_experts=4)
+    softmax = keras_hub.models.ViTImageClassifier(
+        backbone=vit().backbone, num_classes=8, activation="softmax"
+    )
+    with pytest.raises(ValueError, match="output activation"):
+        ViTMoEImageClassifier.from_keras_hub(softmax, num_experts=4)
     with pytest.raises(ValueError, match="expects inputs of shape"):
         ViTMoEImageClassifier.from_keras_hub(vit(), num_experts=4)(np.zeros((2, 8, 8), "float32"))
