@@ -12,6 +12,11 @@ import ensemble_zoo
 train = ensemble_zoo.datasets.load("digits", "train", batch_size=32)
 images, labels = next(iter(train))  # (32, 8, 8, 1) float32, (32,) int32
 ```
+
+The trained digits presets carry an image converter (like every
+keras-hub task): their `predict`, `evaluate` and `predict_uncertainty`
+take raw images (`raw=True`: the digits' 0-16 pixel scale, any size),
+while calling the model, `model(images)`, takes the [0, 1] images.
 """
 
 from ensemble_zoo.datasets import digits as _digits
@@ -52,15 +57,55 @@ def num_classes(name):
     return _TFDS_SPLITS[name]["num_classes"]
 
 
-def load_arrays(name, split):
-    """One split of a bundled dataset as NumPy `(images, labels)` arrays."""
+def load_arrays(name, split, raw=False):
+    """One split of a bundled dataset as NumPy `(images, labels)` arrays.
+
+    Args:
+        name: str, a bundled dataset (`"digits"`).
+        split: str, one of `splits(name)`.
+        raw: bool. `False` (default): images scaled to [0, 1], what the
+            models take when called directly. `True`: images on the
+            dataset's raw pixel scale (digits: ink counts 0-16), what the
+            trained presets' `predict` takes (their image converter
+            rescales).
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    x, y = ez.datasets.load_arrays("digits", "test")
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+    assert raw.max() == 16.0 and (raw / 16 == x).all()
+    ```
+    """
     _check_name(name)
     if name != _digits.NAME:
         raise ValueError(
             f"load_arrays only serves bundled datasets ({_digits.NAME!r}); "
             f"use load({name!r}, ...) for tfds datasets."
         )
-    return _digits.load_arrays(split)
+    if not isinstance(raw, bool):
+        raise TypeError(f"`raw` must be a bool; got {raw!r}.")
+    return _digits.load_arrays(split, raw=raw)
+
+
+def image_preprocessor(name):
+    """The keras-hub image preprocessor of the presets trained on `name`.
+
+    For `"digits"`: a `keras_hub.models.ViTImageClassifierPreprocessor`
+    whose `ViTImageConverter` resizes raw images to 8x8 and divides by 16
+    (the digits' raw 0-16 scale to [0, 1]). Attach it to a model trained
+    on the [0, 1] digits (`model.preprocessor = ...`) and its `predict`
+    takes raw images of any size, as the shipped presets' does.
+    """
+    _check_name(name)
+    if name != _digits.NAME:
+        raise ValueError(
+            f"image_preprocessor serves the bundled dataset "
+            f"({_digits.NAME!r}); got {name!r}."
+        )
+    return _digits.image_preprocessor(_digits.IMAGE_SHAPE[:2])
 
 
 def load(
@@ -73,6 +118,7 @@ def load(
     preprocessor=None,
     data_dir=None,
     download=True,
+    raw=False,
 ):
     """Loads one split of a dataset as a `tf.data.Dataset` of `(x, label)`.
 
@@ -95,6 +141,8 @@ def load(
             `glue/sst2`.
         data_dir: optional tfds data directory.
         download: bool, let tfds download and prepare missing data.
+        raw: bool, digits only: images on the raw 0-16 pixel scale (what
+            the trained presets' `predict` takes; see `load_arrays`).
 
     Returns:
         A `tf.data.Dataset`.
@@ -115,9 +163,16 @@ def load(
                 f"The bundled digits have image_shape {_digits.IMAGE_SHAPE}; "
                 f"got image_shape={tuple(image_shape)}."
             )
-        x, y = _digits.load_arrays(split)
+        if not isinstance(raw, bool):
+            raise TypeError(f"`raw` must be a bool; got {raw!r}.")
+        x, y = _digits.load_arrays(split, raw=raw)
         ds = tf.data.Dataset.from_tensor_slices((x, y))
     else:
+        if raw:
+            raise ValueError(
+                f"`raw=True` serves the bundled {_digits.NAME!r} dataset; "
+                f"{name!r} images are scaled to [0, 1]."
+            )
         if image_shape is not None and len(tuple(image_shape)) != 3:
             raise ValueError(
                 "`image_shape` must be (height, width, channels); got "

@@ -15,6 +15,16 @@ Built from data that ships inside scikit-learn (nothing is downloaded):
 
 Images are float32 in [0, 1] with shape `(8, 8, 1)`; labels are int32.
 OOD splits carry the label -1 (no in-distribution class).
+
+Raw images (`load_arrays(split, raw=True)`) are on the UCI digits' own
+pixel scale, `RAW_SCALE` times the [0, 1] images: ink counts 0-16 (the
+number of set pixels in each 4x4 block of a 32x32 bitmap, as
+`sklearn.datasets.load_digits().images` holds them). The in-distribution
+and near-OOD images are integers there (uint8 without loss); the far-OOD
+patches and the shifted test images are continuous on the same scale.
+The trained presets' image converter divides by `RAW_SCALE`, so `predict`
+on raw images equals the model on the [0, 1] images bit for bit (16 is a
+power of two: both scalings are exact in floating point).
 """
 
 import numpy as np
@@ -28,6 +38,8 @@ SEED = 20261121
 NUM_FAR_OOD = 360
 SHIFT_NOISE_STD = 0.2
 OOD_LABEL = -1
+#: Raw digits pixels are ink counts 0-16: raw = RAW_SCALE * [0, 1] image.
+RAW_SCALE = 16
 
 
 def _digits():
@@ -74,13 +86,21 @@ def _far_ood():
     return images, np.full((NUM_FAR_OOD,), OOD_LABEL, dtype="int32")
 
 
-def load_arrays(split):
-    """Returns `(images, labels)` NumPy arrays of one split of `digits`."""
+def load_arrays(split, raw=False):
+    """Returns `(images, labels)` NumPy arrays of one split of `digits`.
+
+    With `raw=True` the images are on the raw 0-16 pixel scale (float32,
+    `RAW_SCALE` times the [0, 1] images), which the trained presets'
+    `predict` takes.
+    """
     if split not in SPLITS:
         raise ValueError(
             f"Unknown split {split!r} for dataset 'digits'; valid splits: "
             f"{', '.join(SPLITS)}."
         )
+    if raw:
+        x, y = load_arrays(split)
+        return x * np.float32(RAW_SCALE), y
     if split == "far_ood":
         return _far_ood()
     images, labels = _digits()
@@ -97,3 +117,31 @@ def load_arrays(split):
         noise = rng.normal(0.0, SHIFT_NOISE_STD, size=x.shape)
         x = np.clip(x + noise, 0.0, 1.0).astype("float32")
     return x, y
+
+
+def image_converter(image_size=(8, 8)):
+    """The image converter of the trained digits presets.
+
+    A `keras_hub.layers.ViTImageConverter` that resizes raw images to
+    `image_size` (bilinear, cropping to the aspect ratio, as keras-hub's
+    converters do) and divides their pixel values by `RAW_SCALE` (raw
+    0-16 ink counts to [0, 1]).
+    """
+    import keras_hub
+
+    return keras_hub.layers.ViTImageConverter(
+        image_size=tuple(image_size), scale=1.0 / RAW_SCALE,
+        name="digits_image_converter",
+    )
+
+
+def image_preprocessor(image_size=(8, 8)):
+    """The preprocessor of the trained digits presets:
+    `keras_hub.models.ViTImageClassifierPreprocessor` around
+    `image_converter(image_size)`."""
+    import keras_hub
+
+    return keras_hub.models.ViTImageClassifierPreprocessor(
+        image_converter=image_converter(image_size),
+        name="digits_preprocessor",
+    )

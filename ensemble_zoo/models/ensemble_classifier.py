@@ -192,11 +192,49 @@ class EnsembleClassifier(
                 f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
             )
 
+    def _check_raw_images(self, x):
+        """With an image converter that rescales raw pixels (by 1/16 for
+        the digits presets, 1/255 for 8-bit images), images already scaled
+        to [0, 1] would be scaled again and predicted on silently: that is
+        the mistake this rejects. It looks at arrays and at the first
+        element of a `tf.data.Dataset` (not at generators), and only where
+        the converter shrinks [0, 1] below [0, 1/8]."""
+        converter = getattr(self.preprocessor, "image_converter", None)
+        scale = getattr(converter, "scale", None)
+        if scale is None:
+            return
+        if float(np.max(np.abs(np.asarray(scale, "float64")))) > 0.125:
+            return
+        if _is_tf_dataset(x):
+            # The first element (a batch when batched) stands for the
+            # rest: a dataset is not consumed by iterating it.
+            first = next(iter(x.take(1)), None)
+            x = first[0] if isinstance(first, tuple) else first
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            return
+        values = backend_utils.concrete_value(x)
+        if values is None or values.size == 0 or values.dtype.kind != "f":
+            return
+        low, high = float(np.min(values)), float(np.max(values))
+        if 0.0 <= low and high <= 1.0:
+            raise ValueError(
+                f"`x` looks already scaled to [0, 1] (values in [{low:.3g}, "
+                f"{high:.3g}]), but this {type(self).__name__}'s preprocessor "
+                f"rescales raw pixel values (its image converter multiplies "
+                f"by {scale}), so `predict`, `evaluate`, `fit` and "
+                "`predict_uncertainty` take raw images: for the bundled "
+                "digits `ensemble_zoo.datasets.load_arrays(..., raw=True)` "
+                "(0-16), for 8-bit images 0-255. For images already scaled, "
+                "call the model directly (`model(x)`) or set "
+                "`model.preprocessor = None`."
+            )
+
     def _run(self, method, x, *args, labels=False, **kwargs):
         """`keras.Model.<method>` on arrays and datasets as they are, or
         keras-hub's preprocessing pipeline when the task has a
         preprocessor."""
         if self.preprocessor is not None:
+            self._check_raw_images(x)
             return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
         self._check_data(x)
         if labels:
