@@ -27,13 +27,18 @@ RECOMPUTED = ("weights_sha256", "task_weights_sha256", "layout", "parameter_coun
 def add_converter(name):
     path = os.path.join(HERE, name)
     metadata = ez.presets.preset_metadata(path)
-    trained = ez.presets.load_preset(path)
-    # A built model takes no new sub-layers: rebuild it from its config
-    # with the preprocessor, then copy the weights.
-    config = trained.get_config()
-    config["preprocessor"] = ez.datasets.image_preprocessor("digits")
-    model = type(trained).from_config(config)
-    model.set_weights(trained.get_weights())
+    loaded = ez.presets.load_preset(path)
+
+    def rebuilt(preprocessor):
+        # A built model takes no new sub-layers: rebuild it from its
+        # config with the preprocessor, then copy the weights.
+        config = {**loaded.get_config(), "preprocessor": preprocessor}
+        model = type(loaded).from_config(config)
+        model.set_weights(loaded.get_weights())
+        return model
+
+    trained = rebuilt(None)  # as trained: takes the [0, 1] images
+    model = rebuilt(ez.datasets.image_preprocessor("digits"))
     x, y = ez.datasets.load_arrays("digits", "test")
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     if metadata["class_name"] != "MCDropoutClassifier":  # sampled per call
