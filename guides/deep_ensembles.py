@@ -87,16 +87,26 @@ member 0 of the ensemble is the single model. Epistemic uncertainty (the
 mutual information between prediction and member) separates
 in-distribution from OOD inputs; a single model has none, so it can only use
 its maximum softmax probability.
+
+Like every keras-hub task, a preset carries its preprocessor: its
+`predict` and `predict_uncertainty` take raw images of any size, here the
+digits on their raw pixel scale (ink counts 0-16, `raw=True`), which its
+image converter resizes to 8x8 and divides by 16.
 """
+
+raw = {
+    split: ez.datasets.load_arrays("digits", split, raw=True)[0]
+    for split in ("test", "near_ood", "far_ood")
+}
 
 
 ood_auroc = ez.metrics.ood_auroc  # higher score = more OOD; exact, like sklearn
 
 for name in ("vit_tiny_digits", "deep_ensemble_vit_tiny_digits"):
     model = ez.models.EnsembleClassifier.from_preset(name)
-    test = model.predict_uncertainty(x_test)
-    near = model.predict_uncertainty(x_near)
-    far = model.predict_uncertainty(x_far)
+    test = model.predict_uncertainty(raw["test"])
+    near = model.predict_uncertainty(raw["near_ood"])
+    far = model.predict_uncertainty(raw["far_ood"])
     probs = test["probabilities"]
     msp = [-out["probabilities"].max(1) for out in (test, near, far)]
     print(

@@ -127,7 +127,10 @@ test set, and how well the mutual information (epistemic uncertainty)
 separates far-OOD photo patches from digits (AUROC).
 """
 
-far_ood, _ = ez.datasets.load_arrays("digits", "far_ood")
+# The presets carry their image converter: `predict` takes raw images
+# (the digits' 0-16 pixel scale), as every keras-hub task does.
+raw_test, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+far_ood, _ = ez.datasets.load_arrays("digits", "far_ood", raw=True)
 names = {
     "single ViT": "vit_tiny_digits",
     "deep ensemble (3)": "deep_ensemble_vit_tiny_digits",
@@ -142,7 +145,7 @@ names = {
 print(f"{'model':22s} {'accuracy':>8s} {'NLL':>7s} {'ECE':>7s} {'AUROC far':>9s} {'params':>8s}")
 for label, preset in names.items():
     model = ez.models.EnsembleClassifier.from_preset(preset)
-    test = model.predict_uncertainty(x_test, batch_size=256)
+    test = model.predict_uncertainty(raw_test, batch_size=256)
     ood = model.predict_uncertainty(far_ood, batch_size=256)
     p = test["probabilities"]
     auroc = ez.metrics.ood_auroc(test["epistemic"], ood["epistemic"]) if model.num_members > 1 else float("nan")

@@ -41,13 +41,17 @@ Every metric takes NumPy arrays (or anything array-like) and returns a
 float. Ensembles are combined first: `ez.ops.predictive_probabilities` turns
 member logits `(samples, members, classes)` into the mean of the member
 softmaxes. Here we use the shipped 3-member deep ensemble of tiny ViTs.
+Like every keras-hub task it carries its preprocessor, so `predict`,
+`evaluate` and the harness take raw images: the digits on their raw pixel
+scale (ink counts 0-16, `raw=True`), which its image converter divides by
+16.
 """
 
 model = ez.models.EnsembleClassifier.from_preset("deep_ensemble_vit_tiny_digits")
-x_val, y_val = ez.datasets.load_arrays("digits", "validation")
-x_test, y_test = ez.datasets.load_arrays("digits", "test")
-x_near, _ = ez.datasets.load_arrays("digits", "near_ood")  # digits 8 and 9
-x_far, _ = ez.datasets.load_arrays("digits", "far_ood")  # photo patches
+x_val, y_val = ez.datasets.load_arrays("digits", "validation", raw=True)
+x_test, y_test = ez.datasets.load_arrays("digits", "test", raw=True)
+x_near, _ = ez.datasets.load_arrays("digits", "near_ood", raw=True)  # digits 8 and 9
+x_far, _ = ez.datasets.load_arrays("digits", "far_ood", raw=True)  # photo patches
 
 test_logits = model.predict(x_test, verbose=0)  # (289, 3, 8)
 probs = np.asarray(ez.ops.predictive_probabilities(test_logits))
@@ -101,7 +105,7 @@ report = ez.evaluation.evaluate(
     model,
     (x_test, y_test),
     ood_data={"near": x_near, "far": x_far},
-    shift_data={"noise": ez.datasets.load_arrays("digits", "test_shifted")},
+    shift_data={"noise": ez.datasets.load_arrays("digits", "test_shifted", raw=True)},
     validation_data=(x_val, y_val),
     name="deep ensemble",
     progress=False,

@@ -133,15 +133,19 @@ also trains as a whole with `fit`.
 
 The same harness as `ensemble-zoo compare`: accuracy and calibration, OOD
 detection on the near (digits 8 and 9) and far (photo patches) sets,
-parameters and latency.
+parameters and latency. The presets carry an image converter for raw
+images; `preprocessor=None` loads them without it, so that they take the
+[0, 1] arrays the models built here take.
 """
 
 data = {s: ez.datasets.load_arrays("digits", s) for s in ("near_ood", "far_ood")}
 models = {
-    "single ViT": ez.models.EnsembleClassifier.from_preset("vit_tiny_digits"),
+    "single ViT": ez.models.EnsembleClassifier.from_preset(
+        "vit_tiny_digits", preprocessor=None
+    ),
     "Hydra (circuits, 3 members)": fused,
     "deep ensemble (3 ViTs)": ez.models.EnsembleClassifier.from_preset(
-        "deep_ensemble_vit_tiny_digits"
+        "deep_ensemble_vit_tiny_digits", preprocessor=None
     ),
 }
 reports = [

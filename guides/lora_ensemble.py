@@ -105,20 +105,24 @@ trained for longer (`presets/make_lora_ensemble_vit_tiny_digits.py`). We
 compare it with the single model, MC dropout on the single model (8
 samples) and an explicit ensemble of 3 separately trained ViTs, on the
 in-distribution test set and on near (digits 8 and 9) and far (photo
-patches) OOD sets.
+patches) OOD sets. The presets carry an image converter for raw images;
+`preprocessor=None` loads them without it, so that every model here takes
+the same [0, 1] arrays.
 """
 
 data = {s: ez.datasets.load_arrays("digits", s)[0] for s in ("near_ood", "far_ood")}
 models = {
-    "single ViT": ez.models.EnsembleClassifier.from_preset("vit_tiny_digits"),
+    "single ViT": ez.models.EnsembleClassifier.from_preset(
+        "vit_tiny_digits", preprocessor=None
+    ),
     "MC dropout (8 samples)": ez.models.MCDropoutClassifier.from_model(
         vit, num_members=8, seed=0
     ),
     "LoRA-Ensemble (8 x rank 4)": ez.models.EnsembleClassifier.from_preset(
-        "lora_ensemble_vit_tiny_digits"
+        "lora_ensemble_vit_tiny_digits", preprocessor=None
     ),
     "explicit ensemble (3 ViTs)": ez.models.EnsembleClassifier.from_preset(
-        "deep_ensemble_vit_tiny_digits"
+        "deep_ensemble_vit_tiny_digits", preprocessor=None
     ),
 }
 reports = [

@@ -72,13 +72,17 @@ def per_sample_loss(labels, logits):
 512-512 head trained on 60 cached, augmented passes over the digits
 training split (`presets/make_loss_prediction_vit_tiny_digits.py`). The
 model returns a dict: `"logits"` from the unchanged classifier and one
-`"uncertainty"` per image.
+`"uncertainty"` per image. Like every keras-hub task the preset carries
+its preprocessor, so `predict` takes raw images of any size: the digits
+on their raw pixel scale (ink counts 0-16, `raw=True`); calling the model
+(`model(x)`, `model.embed(x)`) takes images in [0, 1].
 """
 
 model = ez.models.LossPredictionImageClassifier.from_preset(
     "loss_prediction_vit_tiny_digits"
 )
-outputs = model.predict(x_test, batch_size=256, verbose=0)
+raw_test, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+outputs = model.predict(raw_test, batch_size=256, verbose=0)
 losses = per_sample_loss(y_test, outputs["logits"])
 u = outputs["uncertainty"]
 correlation = spearmanr(u, losses).statistic

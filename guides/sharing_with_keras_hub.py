@@ -42,30 +42,43 @@ import keras_hub
 import numpy as np
 
 x_test, y_test = ez.datasets.load_arrays("digits", "test")
+# The digits on their raw pixel scale (ink counts 0-16), what the shipped
+# presets' image converter takes.
+raw_test, _ = ez.datasets.load_arrays("digits", "test", raw=True)
 
 """
 ## keras-hub's loader returns the zoo's classes
 
 A shipped preset is a directory in keras-hub's layout: `config.json` (the
 backbone), `model.weights.h5`, `task.json` (the classifier),
-`task.weights.h5` and `metadata.json`, which adds the method, the members
-and the test metrics to keras-hub's fields. keras-hub picks the task class
-from the backbone class in `config.json`.
+`task.weights.h5`, the preprocessor (`preprocessor.json`,
+`image_converter.json`) and `metadata.json`, which adds the method, the
+members and the test metrics to keras-hub's fields. keras-hub picks the
+task class from the backbone class in `config.json`. As with any
+keras-hub task, `predict` takes raw images of any size: the image
+converter resizes them to 8x8 and divides the digits' 0-16 pixel values
+by 16; calling the model directly takes the [0, 1] images.
 """
 
 path = ez.presets.get_preset_path("lora_ensemble_vit_tiny_digits")
 print(sorted(os.listdir(path)))
 lora = keras_hub.models.ImageClassifier.from_preset(path)
 print(type(lora).__name__, type(lora.backbone).__name__)
-probs = lora.predict_uncertainty(x_test)["probabilities"]
+probs = lora.predict_uncertainty(raw_test)["probabilities"]
 print(f"LoRA-Ensemble test accuracy {ez.metrics.accuracy(probs, y_test):.4f}")
+np.testing.assert_allclose(
+    lora.predict(raw_test[:8], verbose=0),
+    keras.ops.convert_to_numpy(lora(x_test[:8])),
+    atol=1e-5,
+)
 
 """
 ## Raw images in: the preprocessor comes along
 
 A keras-hub task carries its preprocessor; for a ViT, an image converter
-that resizes and rescales. Give the tiny ViT one for `uint8` images (the
-digits rendered at 0-255), and every ensemble made from it with
+that resizes and rescales. A member of a preset has none (the ensemble
+holds it). Give the tiny ViT one for `uint8` images (the digits rendered
+at 0-255), and every ensemble made from it with
 `from_keras_hub` takes it over: `predict`, `fit` and `evaluate` then accept
 raw images of any size, exactly as the keras-hub model does.
 """

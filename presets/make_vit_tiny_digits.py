@@ -76,7 +76,9 @@ def train_member(seed, epochs, batch_size, pooling="token"):
 
 
 def test_metrics(model):
-    x, y = ez.datasets.load_arrays("digits", "test")
+    # A model with the presets' image converter takes the raw digits.
+    raw = getattr(model, "preprocessor", None) is not None
+    x, y = ez.datasets.load_arrays("digits", "test", raw=raw)
     probs = model.predict_uncertainty(x, batch_size=256)["probabilities"]
     return {
         "test_accuracy": round(ez.metrics.accuracy(probs, y), 4),

@@ -54,7 +54,9 @@ def _check_preset(name):
 
 def _split_data(model, dataset, split, batch_size, data_dir):
     if dataset == "digits":
-        return datasets.load_arrays(dataset, split)
+        # The trained presets' image converter takes the raw digits.
+        raw = getattr(model, "preprocessor", None) is not None
+        return datasets.load_arrays(dataset, split, raw=raw)
     try:
         return datasets.load(
             dataset,
@@ -97,11 +99,16 @@ def evaluate_preset(
         An `EvaluationReport` named after the preset.
     """
     return _evaluate_model(
-        _load_model(preset), preset, dataset, batch_size, progress, data_dir
+        _load_model(preset, dataset), preset, dataset, batch_size, progress,
+        data_dir,
     )
 
 
-def _load_model(preset):
+def _load_model(preset, dataset):
+    """The preset's model. On the bundled digits it keeps its image
+    converter (raw images in, as a user calls `predict`); elsewhere the
+    tfds pipeline resizes and scales to [0, 1], and the model is loaded
+    without it."""
     _check_preset(preset)
     if preset_registry.preset_metadata(preset).get("kind") != "trained":
         raise ValueError(
@@ -109,7 +116,9 @@ def _load_model(preset):
             "only trained presets are evaluated. Trained presets: "
             f"{', '.join(p for p in preset_registry.list_presets() if preset_registry.preset_metadata(p).get('kind') == 'trained')}."
         )
-    return preset_registry.load_preset(preset)
+    return preset_registry.load_preset(
+        preset, preprocessor="auto" if dataset == "digits" else None
+    )
 
 
 def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir):
@@ -297,7 +306,7 @@ def compare_presets(
         prepare_output_dir(output_dir)
     models, reports = {}, []
     for name in progress_bar(names, desc="presets", enable=progress):
-        models[name] = _load_model(name)
+        models[name] = _load_model(name, dataset)
         reports.append(
             _evaluate_model(
                 models[name], name, dataset, batch_size, progress, data_dir

@@ -12,6 +12,7 @@ from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -193,41 +194,7 @@ class EnsembleClassifier(
             )
 
     def _check_raw_images(self, x):
-        """With an image converter that rescales raw pixels (by 1/16 for
-        the digits presets, 1/255 for 8-bit images), images already scaled
-        to [0, 1] would be scaled again and predicted on silently: that is
-        the mistake this rejects. It looks at arrays and at the first
-        element of a `tf.data.Dataset` (not at generators), and only where
-        the converter shrinks [0, 1] below [0, 1/8]."""
-        converter = getattr(self.preprocessor, "image_converter", None)
-        scale = getattr(converter, "scale", None)
-        if scale is None:
-            return
-        if float(np.max(np.abs(np.asarray(scale, "float64")))) > 0.125:
-            return
-        if _is_tf_dataset(x):
-            # The first element (a batch when batched) stands for the
-            # rest: a dataset is not consumed by iterating it.
-            first = next(iter(x.take(1)), None)
-            x = first[0] if isinstance(first, tuple) else first
-        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-            return
-        values = backend_utils.concrete_value(x)
-        if values is None or values.size == 0 or values.dtype.kind != "f":
-            return
-        low, high = float(np.min(values)), float(np.max(values))
-        if 0.0 <= low and high <= 1.0:
-            raise ValueError(
-                f"`x` looks already scaled to [0, 1] (values in [{low:.3g}, "
-                f"{high:.3g}]), but this {type(self).__name__}'s preprocessor "
-                f"rescales raw pixel values (its image converter multiplies "
-                f"by {scale}), so `predict`, `evaluate`, `fit` and "
-                "`predict_uncertainty` take raw images: for the bundled "
-                "digits `ensemble_zoo.datasets.load_arrays(..., raw=True)` "
-                "(0-16), for 8-bit images 0-255. For images already scaled, "
-                "call the model directly (`model(x)`) or set "
-                "`model.preprocessor = None`."
-            )
+        check_raw_images(self, x)
 
     def _run(self, method, x, *args, labels=False, **kwargs):
         """`keras.Model.<method>` on arrays and datasets as they are, or
@@ -243,6 +210,21 @@ class EnsembleClassifier(
 
     def predict(self, x, *args, **kwargs):
         return self._run("predict", x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        if self.preprocessor is not None:
+            self._check_raw_images(x)
+        return super().predict_on_batch(x)
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        if self.preprocessor is not None:
+            self._check_raw_images(x)
+        return super().test_on_batch(x, y, *args, **kwargs)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        if self.preprocessor is not None:
+            self._check_raw_images(x)
+        return super().train_on_batch(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
         return self._run("evaluate", x, *args, labels=True, **kwargs)
@@ -373,7 +355,7 @@ class EnsembleClassifier(
     # === Presets ===
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True, dtype=None):
+    def from_preset(cls, preset, load_weights=True, dtype=None, preprocessor="auto"):
         """Loads a shipped preset (by name) or a preset directory.
 
         Args:
@@ -384,6 +366,12 @@ class EnsembleClassifier(
             dtype: optional dtype policy for every layer, e.g.
                 `"mixed_bfloat16"` or `"mixed_float16"`. Defaults to the
                 global policy (`keras.config.set_dtype_policy`).
+            preprocessor: `"auto"` (default) keeps the preset's
+                preprocessor, so `predict` takes raw images (the trained
+                digits presets: the digits' 0-16 pixel scale, any size);
+                `None` drops it (`predict` then takes what `model(x)`
+                takes: images in [0, 1]); a keras-hub preprocessor
+                replaces it. As keras-hub's `from_preset` argument.
 
         Loading uses Keras safe mode (no arbitrary code). A damaged preset
         raises `ensemble_zoo.presets.PresetError` (a `ValueError`) naming
@@ -393,7 +381,8 @@ class EnsembleClassifier(
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset, cls=cls, load_weights=load_weights, dtype=dtype
+            preset, cls=cls, load_weights=load_weights, dtype=dtype,
+            preprocessor=preprocessor,
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):

@@ -269,13 +269,22 @@ def _policy_name(dtype):
         ) from e
 
 
-def load_preset(preset, cls=None, load_weights=True, dtype=None):
+#: `preprocessor` of `load_preset`: the preset's own.
+AUTO = "auto"
+
+
+def load_preset(preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO):
     """Builds the model of a preset and loads its weights.
 
     Args:
         preset: a preset name from `list_presets()` or a directory path.
         cls: optional class; the preset must hold this class or a subclass.
         load_weights: bool; `False` builds the architecture only.
+        preprocessor: `"auto"` (default) keeps the preset's preprocessor;
+            `None` loads the model without one (its `predict` then takes
+            what calling the model takes: images scaled to [0, 1] for the
+            digits presets); a keras-hub preprocessor replaces it. As
+            keras-hub's `from_preset(..., preprocessor=...)`.
         dtype: optional dtype policy (name or `keras.DTypePolicy`) for
             every layer, e.g. `"mixed_bfloat16"`. Defaults to the global
             policy (`keras.config.dtype_policy()`), which thus reaches the
@@ -321,6 +330,8 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
         )
     if load_weights and kind == "trained" and not os.path.isfile(weights_path):
         raise PresetError(f"Damaged preset: {weights_path} is missing.")
+    if not (isinstance(preprocessor, str) and preprocessor == AUTO):
+        config = _with_preprocessor(config, preprocessor, config_path)
     policy = _policy_name(dtype)
     config = _with_dtype_policy(config, policy)
     previous = keras.config.dtype_policy()
@@ -365,6 +376,41 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None):
             stacklevel=3,
         )
     return model
+
+
+def _with_preprocessor(config, preprocessor, config_path):
+    """The model config with its preprocessor replaced (or dropped)."""
+    import keras_hub
+
+    if preprocessor is not None and not isinstance(
+        preprocessor, keras_hub.models.Preprocessor
+    ):
+        raise TypeError(
+            "`preprocessor` must be 'auto', None or a keras_hub "
+            f"Preprocessor; got {preprocessor!r}."
+        )
+    inner = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(inner, dict) or (
+        preprocessor is not None and "preprocessor" not in inner
+        and not _accepts_preprocessor(config)
+    ):
+        raise PresetError(
+            f"The model in {config_path} takes no preprocessor; load it "
+            "with preprocessor='auto'."
+        )
+    inner = dict(inner)
+    if preprocessor is None:
+        inner.pop("preprocessor", None)
+    else:
+        inner["preprocessor"] = preprocessor
+    return {**config, "config": inner}
+
+
+def _accepts_preprocessor(config):
+    import inspect
+
+    cls = keras.saving.get_registered_object(config.get("registered_name") or "")
+    return isinstance(cls, type) and "preprocessor" in inspect.signature(cls).parameters
 
 
 def _old_layout_weights_owner(model, weights_path, metadata):

@@ -264,3 +264,47 @@ def as_tensor(x, name):
                 f"`{name}` must hold real numbers; got a tensor of dtype {dtype}."
             )
     return keras.ops.convert_to_tensor(x)
+
+
+def check_raw_images(model, x):
+    """Rejects images already scaled to [0, 1] given to a task whose
+    image converter rescales raw pixel values.
+
+    With a converter that rescales raw pixels (by 1/16 for the digits
+    presets, 1/255 for 8-bit images), images already scaled to [0, 1]
+    would be scaled again and predicted on silently: that is the mistake
+    this rejects. It looks at arrays and at the first element of a
+    `tf.data.Dataset` (not at generators), and only where the converter
+    shrinks [0, 1] below [0, 1/8].
+    """
+    converter = getattr(getattr(model, "preprocessor", None), "image_converter", None)
+    scale = getattr(converter, "scale", None)
+    if scale is None:
+        return
+    if float(np.max(np.abs(np.asarray(scale, "float64")))) > 0.125:
+        return
+    from ensemble_zoo.utils.backend import concrete_value
+
+    if hasattr(x, "element_spec") and type(x).__module__.startswith("tensorflow"):
+        # The first element (a batch when batched) stands for the rest: a
+        # dataset is not consumed by iterating it.
+        first = next(iter(x.take(1)), None)
+        x = first[0] if isinstance(first, tuple) else first
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return
+    values = concrete_value(x)
+    if values is None or values.size == 0 or values.dtype.kind != "f":
+        return
+    low, high = float(np.min(values)), float(np.max(values))
+    if 0.0 <= low and high <= 1.0:
+        raise ValueError(
+            f"`x` looks already scaled to [0, 1] (values in [{low:.3g}, "
+            f"{high:.3g}]), but this {type(model).__name__}'s preprocessor "
+            f"rescales raw pixel values (its image converter multiplies by "
+            f"{scale}), so `predict`, `evaluate`, `fit` and "
+            "`predict_uncertainty` take raw images: for the bundled digits "
+            "`ensemble_zoo.datasets.load_arrays(..., raw=True)` (0-16), for "
+            "8-bit images 0-255. For images already scaled, call the model "
+            "directly (`model(x)`), or load it with "
+            "`from_preset(..., preprocessor=None)`."
+        )

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -41,6 +42,33 @@ def test_ood_splits():
     clean, yc = ez.datasets.load_arrays("digits", "test")
     np.testing.assert_array_equal(ys, yc)
     assert 0.1 < np.abs(shifted - clean).mean() < 0.25
+
+
+def test_raw_digits_are_scikit_learns_ink_counts():
+    """`raw=True`: the 0-16 ink counts of `load_digits().images` (integers
+    for real digits), and the presets' image converter maps them back to
+    the [0, 1] images bit for bit on every split."""
+    from sklearn.datasets import load_digits
+
+    counts = set(np.unique(load_digits().images))
+    converter = ez.datasets.image_preprocessor("digits").image_converter
+    assert converter.image_size == (8, 8) and converter.scale == 1 / 16
+    for split in ("test", "near_ood", "far_ood", "test_shifted"):
+        x, y = ez.datasets.load_arrays("digits", split)
+        raw, y_raw = ez.datasets.load_arrays("digits", split, raw=True)
+        np.testing.assert_array_equal(y_raw, y)
+        assert raw.dtype == np.float32 and raw.min() >= 0 and raw.max() <= 16
+        if split in ("test", "near_ood"):
+            assert set(np.unique(raw)) <= counts
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(converter(raw)), x)
+    batch = next(iter(ez.datasets.load("digits", "test", batch_size=289, raw=True)))[0]
+    np.testing.assert_array_equal(batch.numpy(), ez.datasets.load_arrays("digits", "test", raw=True)[0])
+    with pytest.raises(TypeError, match="raw"):
+        ez.datasets.load_arrays("digits", "test", raw="yes")
+    with pytest.raises(ValueError, match="raw=True"):
+        ez.datasets.load("cifar10", "test", raw=True)
+    with pytest.raises(ValueError, match="digits"):
+        ez.datasets.image_preprocessor("cifar10")
 
 
 def test_load_returns_batched_tf_dataset_without_dropping():

@@ -94,6 +94,17 @@ def test_predict_on_raw_images_equals_preprocessing_by_hand(raw_images):
     np.testing.assert_allclose(
         out["probabilities"], to_np(keras.ops.softmax(vit(x))), atol=1e-5
     )
+    # The loss-prediction model takes the preprocessor over too.
+    loss_model = ez.models.LossPredictionImageClassifier.from_keras_hub(vit)
+    assert loss_model.preprocessor is vit.preprocessor
+    for key, value in loss_model.predict(raw_images, verbose=0).items():
+        np.testing.assert_allclose(value, to_np(loss_model(x)[key]), atol=1e-5)
+    # Images already scaled to [0, 1] would be rescaled again: an error.
+    for model in (hydra, loss_model):
+        with pytest.raises(ValueError, match=r"already scaled to \[0, 1\]"):
+            model.predict(x, verbose=0)
+        with pytest.raises(ValueError, match="already scaled"):
+            model.predict_on_batch(x)
 
 
 def test_wrappers_take_over_the_preprocessor(raw_images):

@@ -94,6 +94,7 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     precision and predictions agree with float32 (argmax on >= 99% of the
     test set, probabilities within `PROBABILITY_TOLERANCE`)."""
     x, y = ez.datasets.load_arrays("digits", "test")
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     if BACKEND == "jax":
         # Test budget: keras-hub's loader runs every initializer, which JAX
         # compiles one by one (seconds per preset); the zoo's loader skips
@@ -112,7 +113,9 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     assert type(model).__name__ == metadata["class_name"]
     # The batch size of the recorded metrics (presets/make_*.py, compare):
     # MC dropout draws one set of masks per call.
-    probs = model.predict_uncertainty(x, batch_size=256)["probabilities"]
+    # The preset's image converter takes the raw digits (0-16).
+    assert model.preprocessor.image_converter.scale == 1 / 16
+    probs = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
     recorded = ez.presets.preset_metadata(name)["metrics"]
     tolerance = 1e-3
     if metadata["class_name"] == "MCDropoutClassifier" and BACKEND != metadata["backend"]:
@@ -135,7 +138,7 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     policy = low_precision_policy(TRAINED.index(name))
     low = EnsembleClassifier.from_preset(name, dtype=policy)
     check_layers_compute_in(low, policy)
-    out = low.predict_uncertainty(x, batch_size=256)
+    out = low.predict_uncertainty(raw, batch_size=256)
     assert out["probabilities"].dtype == out["epistemic"].dtype == np.float32
     if metadata["class_name"] == "MCDropoutClassifier":
         # Masks drawn in another dtype differ: compare with the record.
@@ -144,6 +147,56 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
         )
         return
     check_agrees_with_float32(out["probabilities"], probs, policy)
+
+
+def bilinear_resize(images, size):
+    """NumPy bilinear resize with half-pixel centres (no antialiasing), the
+    sampling of keras-hub's image converters, written out."""
+    n, height, width, channels = images.shape
+    out = np.empty((n, size, size, channels), "float64")
+
+    def weights(src, dst):
+        pos = np.clip((np.arange(dst) + 0.5) * src / dst - 0.5, 0, src - 1)
+        low = np.floor(pos).astype(int)
+        return low, np.minimum(low + 1, src - 1), pos - low
+
+    r0, r1, fr = weights(height, size)
+    c0, c1, fc = weights(width, size)
+    x = images.astype("float64")
+    top = x[:, r0][:, :, c0] * (1 - fc)[:, None] + x[:, r0][:, :, c1] * fc[:, None]
+    bottom = x[:, r1][:, :, c0] * (1 - fc)[:, None] + x[:, r1][:, :, c1] * fc[:, None]
+    out[:] = top * (1 - fr)[:, None, None] + bottom * fr[:, None, None]
+    return out
+
+
+@pytest.mark.parametrize("name", ["vit_tiny_digits", "hydra_circuit_vit_tiny_digits"])
+def test_predict_takes_raw_images_of_another_size(name):
+    """Raw uint8 images (the digits' 0-16 scale) of 12x12 and 5x5 pixels:
+    `predict` equals the model on the images resized (NumPy bilinear) and
+    divided by 16 by hand; images already in [0, 1] are a clear error."""
+    model = EnsembleClassifier.from_preset(name)
+    rng = np.random.default_rng(0)
+    for size in (12, 5):
+        raw = rng.integers(0, 17, (6, size, size, 1)).astype("uint8")
+        by_hand = (bilinear_resize(raw, 8) / 16).astype("float32")
+        np.testing.assert_allclose(
+            model.predict(raw, verbose=0), to_np(model(by_hand)), atol=2e-5
+        )
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+    # Without its preprocessor (as keras-hub's `preprocessor=None`) the
+    # preset takes the [0, 1] images: the same predictions bit for bit.
+    plain = EnsembleClassifier.from_preset(name, preprocessor=None)
+    assert plain.preprocessor is None
+    np.testing.assert_array_equal(
+        plain.predict(x[:32], verbose=0), model.predict(raw[:32], verbose=0)
+    )
+    with pytest.raises(TypeError, match="`preprocessor` must be"):
+        EnsembleClassifier.from_preset(name, preprocessor="digits")
+    with pytest.raises(ValueError, match=r"already scaled to \[0, 1\].*raw=True"):
+        model.predict(x[:4], verbose=0)
+    with pytest.raises(ValueError, match="already scaled"):
+        model.fit(ez.datasets.load("digits", "train", batch_size=8), epochs=1, verbose=0)
 
 
 def test_bad_dtype_is_a_clear_error():
@@ -269,7 +322,9 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     recorded = ez.presets.preset_metadata("loss_prediction_vit_tiny_digits")["metrics"]
     base = EnsembleClassifier.from_preset("vit_tiny_digits")
     x, y = ez.datasets.load_arrays("digits", "test")
-    out = model.predict(x, batch_size=128, verbose=0)
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+    # Raw digits in (the preset's image converter), as the model on [0, 1].
+    out = model.predict(raw, batch_size=128, verbose=0)
     # The classifier is vit_tiny_digits, frozen while the head trained.
     np.testing.assert_allclose(out["logits"], to_np(base(x))[:, 0], atol=1e-5)
     probs = to_np(keras.ops.softmax(out["logits"]))
@@ -294,7 +349,7 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     finally:
         keras.config.set_dtype_policy("float32")
     check_layers_compute_in(low, policy)
-    low_out = low.predict(x, batch_size=128, verbose=0)
+    low_out = low.predict(raw, batch_size=128, verbose=0)
     assert low_out["uncertainty"].dtype == np.float32
     check_agrees_with_float32(
         to_np(keras.ops.softmax(low_out["logits"])), probs, policy

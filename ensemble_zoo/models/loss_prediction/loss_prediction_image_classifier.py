@@ -15,6 +15,7 @@ from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 UNCERTAINTY_LOSSES = ("ranking", "mse")
@@ -145,6 +146,7 @@ class LossPredictionImageClassifier(
         stop_gradient=True,
         freeze_backbone=False,
         freeze_classifier=False,
+        preprocessor=None,
         **kwargs,
     ):
         if pooling not in POOLINGS:
@@ -167,6 +169,7 @@ class LossPredictionImageClassifier(
                 "(pass `pooling=None` for pooled embeddings)."
             )
         init_subclassed(self, **kwargs)
+        self.preprocessor = preprocessor
         backbone = method_backbone(
             backbone, (LossPredictionViTBackbone,), {}, lambda b: None,
             "already belongs to a LossPredictionImageClassifier",
@@ -256,11 +259,25 @@ class LossPredictionImageClassifier(
         # Not keras-hub's classifier defaults: the loss is the model's own.
         keras.Model.compile(self, optimizer=optimizer, **kwargs)
 
-    # The model takes preprocessed images: keras.Model's loops, not the
-    # keras-hub pipeline's.
-    fit = keras.Model.fit
-    evaluate = keras.Model.evaluate
-    predict = keras.Model.predict
+    # Without a preprocessor the model takes preprocessed images:
+    # keras.Model's loops; with one, the keras-hub pipeline's.
+    def _run(self, method, x, *args, **kwargs):
+        if self.preprocessor is not None:
+            check_raw_images(self, x)
+            return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
+        return getattr(keras.Model, method)(self, x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        return self._run("fit", x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        return self._run("evaluate", x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return self._run("predict", x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        return self._run("predict_on_batch", x)
 
     def predict_uncertainty(self, x, batch_size=None, verbose=0):
         """Class probabilities and the predicted loss (the uncertainty).
@@ -326,12 +343,17 @@ class LossPredictionImageClassifier(
             "stop_gradient": self.stop_gradient,
             "freeze_backbone": self.freeze_backbone,
             "freeze_classifier": self.freeze_classifier,
+            **({} if self.preprocessor is None else {
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor)
+            }),
         }
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        for key in ("backbone", "preprocessor"):
+            if isinstance(config.get(key), dict):
+                config[key] = keras.saving.deserialize_keras_object(config[key])
         return cls(**config)
 
     # === Presets ===
@@ -381,6 +403,9 @@ class LossPredictionImageClassifier(
             if model.intermediate_dim is not None:
                 raise ValueError("ViT classifiers with `intermediate_dim` are not supported.")
             kwargs.setdefault("pooling", model.pooling)
+            # The source task's preprocessor comes along: `predict` takes
+            # raw images as the keras-hub model does.
+            kwargs.setdefault("preprocessor", model.preprocessor)
             loss_model = cls(copy_model(model.backbone), model.num_classes, **kwargs)
             loss_model.classifier.set_weights(model.output_dense.get_weights())
             return loss_model
