@@ -19,10 +19,13 @@ TENSORFLOW_ONLY = (
 )
 
 
-def check_saved_model(path, model, x):
+def check_saved_model(path, model, x, raw=None):
+    """The SavedModel serves what calling the model takes (`x`: images
+    in [0, 1]; no preprocessing, as keras-hub exports); `predict` of a
+    model with an image converter takes the raw images `raw`."""
     import tensorflow as tf
 
-    expected = model.predict_uncertainty(x)
+    expected = model.predict_uncertainty(x if raw is None else raw)
     loaded = tf.saved_model.load(path)
     served = loaded.serve(tf.constant(x))
     for key in KEYS:
@@ -52,9 +55,10 @@ def test_saved_model_serves_probabilities_logits_and_uncertainty(tmp_path, name)
         pytest.skip("exported under TensorFlow only (test-time budget); the JAX path is the same for every preset")
     model = ez.models.EnsembleClassifier.from_preset(name)
     x, _ = ez.datasets.load_arrays("digits", "near_ood")
+    raw, _ = ez.datasets.load_arrays("digits", "near_ood", raw=True)
     path = str(tmp_path / "saved_model")
     model.export(path)
-    check_saved_model(path, model, x[:64])
+    check_saved_model(path, model, x[:64], raw[:64])
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the PyTorch path")
@@ -66,8 +70,9 @@ def test_torch_export_is_a_clear_error_and_the_documented_path_works(tmp_path):
     preset = str(tmp_path / "trained_under_torch")
     model.save_to_preset(preset)
     x, _ = ez.datasets.load_arrays("digits", "test")
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     np.save(tmp_path / "x.npy", x[:32])
-    np.save(tmp_path / "logits.npy", model.predict(x[:32], verbose=0))
+    np.save(tmp_path / "logits.npy", model.predict(raw[:32], verbose=0))
     out = run_python(
         f"""
 import numpy as np, tensorflow as tf, ensemble_zoo as ez

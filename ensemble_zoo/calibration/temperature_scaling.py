@@ -62,8 +62,9 @@ class TemperatureScaling:
     model = ensemble_zoo.models.EnsembleClassifier.from_preset(
         "deep_ensemble_vit_tiny_digits"
     )
-    x_val, y_val = ensemble_zoo.datasets.load_arrays("digits", "validation")
-    x_test, y_test = ensemble_zoo.datasets.load_arrays("digits", "test")
+    # The preset's image converter takes the raw digits (0-16).
+    x_val, y_val = ensemble_zoo.datasets.load_arrays("digits", "validation", raw=True)
+    x_test, y_test = ensemble_zoo.datasets.load_arrays("digits", "test", raw=True)
     scaler = ensemble_zoo.calibration.TemperatureScaling()
     scaler.fit(model.predict(x_val, verbose=0), y_val)
     probs = scaler.predict_probabilities(model.predict(x_test, verbose=0))

@@ -134,8 +134,9 @@ def evaluate(
     model = ensemble_zoo.models.EnsembleClassifier.from_preset(
         "deep_ensemble_vit_tiny_digits"
     )
+    # The preset's image converter takes the raw digits (0-16).
     data = {
-        s: ensemble_zoo.datasets.load_arrays("digits", s)
+        s: ensemble_zoo.datasets.load_arrays("digits", s, raw=True)
         for s in ("validation", "test", "near_ood", "far_ood")
     }
     report = ensemble_zoo.evaluation.evaluate(

@@ -153,7 +153,8 @@ class ExpectedCalibrationError(keras.metrics.Metric):
             ensemble_zoo.metrics.ExpectedCalibrationError(),
         ]
     )
-    x, y = ensemble_zoo.datasets.load_arrays("digits", "validation")
+    # The preset's image converter takes the raw digits (0-16).
+    x, y = ensemble_zoo.datasets.load_arrays("digits", "validation", raw=True)
     model.evaluate(x, y, return_dict=True, verbose=0)
     ```
     """

@@ -178,7 +178,8 @@ def test_keras_hub_saves_and_loads_tasks_with_zoo_backbones(name, tmp_path):
     assert type(loaded) is type(model)
     backbone = keras_hub.models.Backbone.from_preset(str(tmp_path))
     assert type(backbone) is type(model.backbone) and type(backbone) is model.backbone_cls
-    x, _ = ez.datasets.load_arrays("digits", "test")
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+    assert loaded.preprocessor.image_converter.scale == 1 / 16
     np.testing.assert_array_equal(
-        loaded.predict(x[:64], verbose=0), model.predict(x[:64], verbose=0)
+        loaded.predict(raw[:64], verbose=0), model.predict(raw[:64], verbose=0)
     )

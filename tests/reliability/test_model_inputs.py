@@ -12,7 +12,9 @@ from conftest import BACKEND
 
 @pytest.fixture(scope="module")
 def model_and_data():
-    model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    # Without the preset's image converter (which would resize a 16x16
+    # image): the model's own input checks.
+    model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits", preprocessor=None)
     x, y = ez.datasets.load_arrays("digits", "test")
     return model, x[:10], y[:10]
 
@@ -91,7 +93,7 @@ def test_loss_prediction_keeps_adamw_evaluates_odd_batches_and_predicts_uncertai
     RMSprop; `evaluate` failed on the odd last batch (289 = 4 x 64 + 33);
     there was no `predict_uncertainty`."""
     model = ez.models.LossPredictionImageClassifier.from_preset(
-        "loss_prediction_vit_tiny_digits"
+        "loss_prediction_vit_tiny_digits", preprocessor=None
     )
     model.compile(jit_compile=False)
     assert type(model.optimizer).__name__ == "AdamW"

@@ -359,7 +359,7 @@ class LossPredictionImageClassifier(
     # === Presets ===
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True, dtype=None):
+    def from_preset(cls, preset, load_weights=True, dtype=None, preprocessor="auto"):
         """Loads a loss-prediction preset (by name) or preset directory.
 
         Args:
@@ -369,11 +369,15 @@ class LossPredictionImageClassifier(
                 weights. Defaults to `True`.
             dtype: optional dtype policy for every layer (e.g.
                 `"mixed_bfloat16"`). Defaults to the global policy.
+            preprocessor: `"auto"` keeps the preset's preprocessor
+                (`predict` takes raw images); `None` drops it (`predict`
+                takes images in [0, 1], as calling the model does).
         """
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset, cls=cls, load_weights=load_weights, dtype=dtype
+            preset, cls=cls, load_weights=load_weights, dtype=dtype,
+            preprocessor=preprocessor,
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
