@@ -361,10 +361,12 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None, preprocessor=AU
                 _load_weights(target.load_weights, weights_path)
         finally:
             deferred.finish()
-    if hub_layout:
-        preprocessor = getattr(model, "preprocessor", None)
-        if preprocessor is not None and hasattr(preprocessor, "load_preset_assets"):
-            preprocessor.load_preset_assets(directory)
+    if hub_layout and isinstance(preprocessor, str):
+        # The preset's own preprocessor reads its assets (a vocabulary); a
+        # preprocessor passed in keeps its own.
+        preset_preprocessor = getattr(model, "preprocessor", None)
+        if preset_preprocessor is not None and hasattr(preset_preprocessor, "load_preset_assets"):
+            preset_preprocessor.load_preset_assets(directory)
     elif keras_hub_layout.uses_keras_hub_layout(model):
         warnings.warn(
             f"The preset in {directory} is in the zoo's old layout "
