@@ -363,10 +363,13 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None, preprocessor=AU
             deferred.finish()
     if hub_layout and isinstance(preprocessor, str):
         # The preset's own preprocessor reads its assets (a vocabulary); a
-        # preprocessor passed in keeps its own.
+        # preprocessor passed in keeps its own. A hub preset's assets come
+        # through keras-hub's file getter (into the same download cache).
         preset_preprocessor = getattr(model, "preprocessor", None)
         if preset_preprocessor is not None and hasattr(preset_preprocessor, "load_preset_assets"):
-            preset_preprocessor.load_preset_assets(directory)
+            preset_preprocessor.load_preset_assets(
+                preset if hub_handles.is_handle(preset) else directory
+            )
     elif keras_hub_layout.uses_keras_hub_layout(model):
         warnings.warn(
             f"The preset in {directory} is in the zoo's old layout "

@@ -112,3 +112,32 @@ def test_damaged_hub_weights_are_named(hub, published, tmp_path):
 def test_malformed_kaggle_handle_is_a_clear_error(hub):
     with pytest.raises(PresetError, match="kaggle://"):
         EnsembleClassifier.from_preset("kaggle://zoo-user/tiny")
+
+
+def test_hub_text_preset_fetches_its_tokenizer_assets(hub, tmp_path):
+    """A text preset's vocabulary lives in `assets/`: loading by handle
+    fetches it through keras-hub's file getter, so `predict` on raw strings
+    equals the published model's."""
+    import keras_hub
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "digits", "are", "fine", "bad"]
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary)
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=8)
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(vocabulary), num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=8,
+    )
+    bert = keras_hub.models.BertTextClassifier(
+        backbone=backbone, num_classes=2, preprocessor=preprocessor, dropout=0.0
+    )
+    model = ez.models.LoRAEnsembleTextClassifier.from_keras_hub(bert, num_members=2, rank=1, seed=0)
+    model.save_to_preset(str(tmp_path / "text"))
+    hub.publish("hf", "zoo-user/tiny-text", tmp_path / "text")
+    loaded = EnsembleClassifier.from_preset("hf://zoo-user/tiny-text")
+    assert "hf:zoo-user/tiny-text/assets/tokenizer/vocabulary.txt" in hub.downloads
+    assert loaded.preprocessor.tokenizer.get_vocabulary() == vocabulary
+    text = np.array(["the digits are fine", "bad digits", "fine"])
+    np.testing.assert_allclose(
+        loaded.predict(text, verbose=0), model.predict(text, verbose=0), atol=1e-6
+    )
