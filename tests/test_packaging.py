@@ -31,7 +31,7 @@ import ensemble_zoo as ez
 print(ez.__file__)
 print(ez.presets.preset_root())
 model = ez.models.EnsembleClassifier.from_preset("deep_ensemble_vit_tiny_digits")
-x, y = ez.datasets.load_arrays("digits", "test")
+x, y = ez.datasets.load_arrays("digits", "test", raw=True)  # the preset's converter's input
 probs = model.predict_uncertainty(x)["probabilities"]
 print("accuracy", ez.metrics.accuracy(probs, y))
 """

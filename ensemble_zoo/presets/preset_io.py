@@ -239,13 +239,19 @@ _POLICY_CLASSES = ("DTypePolicy", "FloatDTypePolicy")
 
 def _with_dtype_policy(config, name):
     """A copy of a serialized model whose every layer dtype policy is
-    `name` (keras-hub models pin the policy they were saved with)."""
+    `name` (keras-hub models pin the policy they were saved with). The
+    preprocessor keeps its own."""
     if isinstance(config, list):
         return [_with_dtype_policy(v, name) for v in config]
     if not isinstance(config, dict):
         return config
     out = {}
     for key, value in config.items():
+        if key == "preprocessor":
+            # Not a model layer: a tokenizer's dtype is int32 or string,
+            # an image converter's output the model casts itself.
+            out[key] = value
+            continue
         if (
             key == "dtype"
             and isinstance(value, dict)
