@@ -95,9 +95,22 @@ def image_preprocessor(name):
 
     For `"digits"`: a `keras_hub.models.ViTImageClassifierPreprocessor`
     whose `ViTImageConverter` resizes raw images to 8x8 and divides by 16
-    (the digits' raw 0-16 scale to [0, 1]). Attach it to a model trained
-    on the [0, 1] digits (`model.preprocessor = ...`) and its `predict`
-    takes raw images of any size, as the shipped presets' does.
+    (the digits' raw 0-16 scale to [0, 1]). Give it to a model trained
+    on the [0, 1] digits when building or loading it (`preprocessor=`; a
+    built model takes no new sub-layers) and its `predict` takes raw
+    images of any size, as the shipped presets' does.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+
+    model = ez.models.EnsembleClassifier.from_preset(
+        "vit_tiny_digits", preprocessor=ez.datasets.image_preprocessor("digits")
+    )
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+    model.predict(raw[:4], verbose=0).shape  # (4, 1, 8)
+    ```
     """
     _check_name(name)
     if name != _digits.NAME:

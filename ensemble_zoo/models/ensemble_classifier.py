@@ -193,15 +193,12 @@ class EnsembleClassifier(
                 f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
             )
 
-    def _check_raw_images(self, x):
-        check_raw_images(self, x)
-
     def _run(self, method, x, *args, labels=False, **kwargs):
         """`keras.Model.<method>` on arrays and datasets as they are, or
         keras-hub's preprocessing pipeline when the task has a
         preprocessor."""
         if self.preprocessor is not None:
-            self._check_raw_images(x)
+            check_raw_images(self, x)
             return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
         self._check_data(x)
         if labels:
@@ -211,19 +208,17 @@ class EnsembleClassifier(
     def predict(self, x, *args, **kwargs):
         return self._run("predict", x, *args, **kwargs)
 
+    # keras-hub preprocesses in the *_on_batch methods too.
     def predict_on_batch(self, x):
-        if self.preprocessor is not None:
-            self._check_raw_images(x)
+        check_raw_images(self, x)
         return super().predict_on_batch(x)
 
     def test_on_batch(self, x, y=None, *args, **kwargs):
-        if self.preprocessor is not None:
-            self._check_raw_images(x)
+        check_raw_images(self, x)
         return super().test_on_batch(x, y, *args, **kwargs)
 
     def train_on_batch(self, x, y=None, *args, **kwargs):
-        if self.preprocessor is not None:
-            self._check_raw_images(x)
+        check_raw_images(self, x)
         return super().train_on_batch(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
