@@ -1,5 +1,6 @@
 """SavedModel export of the base preset, and the PyTorch path to it."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -30,6 +31,11 @@ def check_saved_model(path, model, x, raw=None):
     served = loaded.serve(tf.constant(x))
     for key in KEYS:
         np.testing.assert_allclose(served[key].numpy(), expected[key], atol=1e-5)
+    if raw is not None:
+        # The documented way to serve raw images: the preprocessor first.
+        ready = keras.ops.convert_to_numpy(model.preprocessor(raw))
+        got = loaded.serve(tf.constant(ready))["probabilities"].numpy()
+        np.testing.assert_allclose(got, expected["probabilities"], atol=1e-5)
     # Any batch size works.
     assert loaded.serve(tf.constant(x[:3]))["probabilities"].shape == (3, 8)
 

@@ -10,9 +10,9 @@ from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
+from ensemble_zoo.utils.subclassed_task import TaskLoopsMixin
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.validation import check_finite
-from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -42,6 +42,7 @@ def _is_tf_dataset(x):
 
 class EnsembleClassifier(
     PresetWeightsMixin,
+    TaskLoopsMixin,
     backend_utils.TorchCompileMixin,
     keras_hub.models.Task,
     metaclass=SubclassedModelType,
@@ -193,36 +194,9 @@ class EnsembleClassifier(
                 f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
             )
 
-    def _run(self, method, x, *args, labels=False, **kwargs):
-        """`keras.Model.<method>` on arrays and datasets as they are, or
-        keras-hub's preprocessing pipeline when the task has a
-        preprocessor."""
-        if self.preprocessor is not None:
-            check_raw_images(self, x)
-            return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
+    def _check_loop_data(self, x, y=None):
         self._check_data(x)
-        if labels:
-            self._check_labels(args[0] if args else kwargs.get("y"))
-        return getattr(keras.Model, method)(self, x, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        return self._run("predict", x, *args, **kwargs)
-
-    # keras-hub preprocesses in the *_on_batch methods too.
-    def predict_on_batch(self, x):
-        check_raw_images(self, x)
-        return super().predict_on_batch(x)
-
-    def test_on_batch(self, x, y=None, *args, **kwargs):
-        check_raw_images(self, x)
-        return super().test_on_batch(x, y, *args, **kwargs)
-
-    def train_on_batch(self, x, y=None, *args, **kwargs):
-        check_raw_images(self, x)
-        return super().train_on_batch(x, y, *args, **kwargs)
-
-    def evaluate(self, x=None, *args, **kwargs):
-        return self._run("evaluate", x, *args, labels=True, **kwargs)
+        self._check_labels(y)
 
     def fit(self, x=None, *args, **kwargs):
         if len(args) < 8 and "shuffle" not in kwargs and _is_tf_dataset(x):
@@ -230,7 +204,7 @@ class EnsembleClassifier(
             # dataset (the zoo's datasets shuffle themselves) and warned on
             # every `fit`, the README quickstart's included.
             kwargs["shuffle"] = False
-        return self._run("fit", x, *args, labels=True, **kwargs)
+        return super().fit(x, *args, **kwargs)
 
     def call(self, inputs, training=None):
         self._check_inputs(inputs)
@@ -325,6 +299,11 @@ class EnsembleClassifier(
         `probabilities`, `member_logits`, `total`, `aleatoric` and
         `epistemic`, for any batch size. Other formats are passed to
         `keras.Model.export` and serve the member logits only.
+
+        The endpoint takes what calling the model takes: preprocessed
+        inputs (for the digits presets, float32 images in [0, 1]). As with
+        keras-hub tasks, the preprocessor is not part of the export; run
+        `model.preprocessor` on raw inputs before serving them.
 
         Under PyTorch, save with `save_to_preset`, reload under TensorFlow
         and export there (the weights are backend-independent).

@@ -23,6 +23,10 @@ import contextlib
 import warnings
 
 import keras
+import keras_hub
+import numpy as np
+
+from ensemble_zoo.utils.validation import check_raw_images
 
 
 def _functional_classes():
@@ -77,3 +81,59 @@ def _optimizer_skip_quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
         yield
+
+
+class TaskLoopsMixin:
+    """`fit`, `evaluate`, `predict` and the `*_on_batch` methods of a zoo task.
+
+    With a preprocessor, the data go through keras-hub's pipeline (as for
+    every keras-hub task), after `check_raw_images` rejected images already
+    scaled to [0, 1]. Without one, the model takes preprocessed data and
+    runs `keras.Model`'s loops on them as given, after the
+    `_check_loop_data(x, y)` hook (the labels `y` are `None` for `predict`
+    or when the data carry them).
+    """
+
+    def _check_loop_data(self, x, y=None):
+        """Checks array data before Keras builds a compiled step; models
+        override it (the default accepts everything)."""
+
+    def _run(self, method, x, *args, labels=False, **kwargs):
+        if self.preprocessor is not None:
+            check_raw_images(self, x)
+            return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
+        y = (args[0] if args else kwargs.get("y")) if labels else None
+        self._check_loop_data(x, y)
+        return getattr(keras.Model, method)(self, x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        return self._run("fit", x, *args, labels=True, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        return self._run("evaluate", x, *args, labels=True, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return self._run("predict", x, *args, **kwargs)
+
+    # keras-hub preprocesses in the *_on_batch methods too (and passes the
+    # data through unchanged without a preprocessor).
+    def predict_on_batch(self, x):
+        return super().predict_on_batch(self._batch_images(x))
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        return super().test_on_batch(self._batch_images(x), y, *args, **kwargs)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        return super().train_on_batch(self._batch_images(x), y, *args, **kwargs)
+
+    def _batch_images(self, x):
+        """Checks raw images given to an `*_on_batch` method and casts
+        integer ones (uint8 pixels) to float32: the image converter runs
+        eagerly there and would resize uint8 images in uint8, rounding to
+        whole pixel values, where `predict`'s pipeline resizes in float."""
+        check_raw_images(self, x)
+        converter = getattr(self.preprocessor, "image_converter", None)
+        dtype = getattr(x, "dtype", None)
+        if converter is not None and isinstance(x, np.ndarray) and dtype.kind in "iu":
+            x = x.astype("float32")
+        return x

@@ -97,14 +97,23 @@ def test_predict_on_raw_images_equals_preprocessing_by_hand(raw_images):
     # The loss-prediction model takes the preprocessor over too.
     loss_model = ez.models.LossPredictionImageClassifier.from_keras_hub(vit)
     assert loss_model.preprocessor is vit.preprocessor
-    for key, value in loss_model.predict(raw_images, verbose=0).items():
-        np.testing.assert_allclose(value, to_np(loss_model(x)[key]), atol=1e-5)
-    # Images already scaled to [0, 1] would be rescaled again: an error.
+    expected = {key: to_np(value) for key, value in loss_model(x).items()}
+    for outputs in (loss_model.predict(raw_images, verbose=0), loss_model.predict_on_batch(raw_images)):
+        for key, value in outputs.items():
+            np.testing.assert_allclose(to_np(value), expected[key], atol=1e-5)
+    # Images already scaled to [0, 1] would be rescaled again: an error,
+    # from every entry point (the models share them).
+    y = np.zeros(len(x), "int32")
     for model in (hydra, loss_model):
         with pytest.raises(ValueError, match=r"already scaled to \[0, 1\]"):
             model.predict(x, verbose=0)
-        with pytest.raises(ValueError, match="already scaled"):
-            model.predict_on_batch(x)
+        for call in (
+            lambda: model.predict_on_batch(x),
+            lambda: model.test_on_batch(x, y),
+            lambda: model.train_on_batch(x, y),
+        ):
+            with pytest.raises(ValueError, match="already scaled"):
+                call()
 
 
 def test_wrappers_take_over_the_preprocessor(raw_images):

@@ -12,10 +12,10 @@ from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
+from ensemble_zoo.utils.subclassed_task import TaskLoopsMixin
 from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 UNCERTAINTY_LOSSES = ("ranking", "mse")
@@ -64,6 +64,7 @@ def loss_prediction_objective(
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LossPredictionImageClassifier(
     PresetWeightsMixin,
+    TaskLoopsMixin,
     backend_utils.TorchCompileMixin,
     keras_hub.models.ImageClassifier,
     metaclass=SubclassedModelType,
@@ -259,26 +260,6 @@ class LossPredictionImageClassifier(
         # Not keras-hub's classifier defaults: the loss is the model's own.
         keras.Model.compile(self, optimizer=optimizer, **kwargs)
 
-    # Without a preprocessor the model takes preprocessed images:
-    # keras.Model's loops; with one, the keras-hub pipeline's.
-    def _run(self, method, x, *args, **kwargs):
-        if self.preprocessor is not None:
-            check_raw_images(self, x)
-            return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
-        return getattr(keras.Model, method)(self, x, *args, **kwargs)
-
-    def fit(self, x=None, *args, **kwargs):
-        return self._run("fit", x, *args, **kwargs)
-
-    def evaluate(self, x=None, *args, **kwargs):
-        return self._run("evaluate", x, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        return self._run("predict", x, *args, **kwargs)
-
-    def predict_on_batch(self, x):
-        return self._run("predict_on_batch", x)
-
     def predict_uncertainty(self, x, batch_size=None, verbose=0):
         """Class probabilities and the predicted loss (the uncertainty).
 
@@ -316,7 +297,11 @@ class LossPredictionImageClassifier(
 
     def export(self, filepath, format="tf_saved_model", verbose=None, **kwargs):
         """A SavedModel whose `serve(images)` returns `logits`,
-        `probabilities` and `uncertainty` (TensorFlow and JAX backends)."""
+        `probabilities` and `uncertainty` (TensorFlow and JAX backends).
+
+        `serve` takes preprocessed images, as calling the model does; the
+        preprocessor is not part of the export (as in keras-hub): run
+        `model.preprocessor` on raw images first."""
         if format != "tf_saved_model":
             return super().export(filepath, format=format, verbose=verbose, **kwargs)
 
