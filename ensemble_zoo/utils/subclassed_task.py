@@ -91,7 +91,8 @@ class TaskLoopsMixin:
     scaled to [0, 1]. Without one, the model takes preprocessed data and
     runs `keras.Model`'s loops on them as given, after the
     `_check_loop_data(x, y)` hook (the labels `y` are `None` for `predict`
-    or when the data carry them).
+    or when the data carry them). Both checks run before Keras builds or
+    reuses a compiled step, in every one of these methods.
     """
 
     def _check_loop_data(self, x, y=None):
@@ -118,22 +119,29 @@ class TaskLoopsMixin:
     # keras-hub preprocesses in the *_on_batch methods too (and passes the
     # data through unchanged without a preprocessor).
     def predict_on_batch(self, x):
-        return super().predict_on_batch(self._batch_images(x))
+        return super().predict_on_batch(self._batch_inputs(x))
 
     def test_on_batch(self, x, y=None, *args, **kwargs):
-        return super().test_on_batch(self._batch_images(x), y, *args, **kwargs)
+        return super().test_on_batch(self._batch_inputs(x, y), y, *args, **kwargs)
 
     def train_on_batch(self, x, y=None, *args, **kwargs):
-        return super().train_on_batch(self._batch_images(x), y, *args, **kwargs)
+        return super().train_on_batch(self._batch_inputs(x, y), y, *args, **kwargs)
 
-    def _batch_images(self, x):
-        """Checks raw images given to an `*_on_batch` method and casts
-        integer ones (uint8 pixels) to float32: the image converter runs
-        eagerly there and would resize uint8 images in uint8, rounding to
-        whole pixel values, where `predict`'s pipeline resizes in float."""
+    def _batch_inputs(self, x, y=None):
+        """The checks of `_run` for one batch, and integer images (uint8
+        pixels) cast to float32 for the image converter: it runs eagerly
+        here and would resize them in uint8, rounding to whole pixel
+        values, where `predict`'s pipeline resizes in float."""
+        if self.preprocessor is None:
+            self._check_loop_data(x, y)
+            return x
         check_raw_images(self, x)
-        converter = getattr(self.preprocessor, "image_converter", None)
-        dtype = getattr(x, "dtype", None)
-        if converter is not None and isinstance(x, np.ndarray) and dtype.kind in "iu":
-            x = x.astype("float32")
+        if getattr(self.preprocessor, "image_converter", None) is None:
+            return x
+        if isinstance(x, np.ndarray) and x.dtype.kind in "iu":
+            return x.astype("float32")
+        if hasattr(x, "dtype") and hasattr(x, "shape"):
+            dtype = keras.backend.standardize_dtype(x.dtype)
+            if dtype.startswith(("int", "uint")):
+                return keras.ops.cast(x, "float32")
         return x

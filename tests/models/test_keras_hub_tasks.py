@@ -98,7 +98,12 @@ def test_predict_on_raw_images_equals_preprocessing_by_hand(raw_images):
     loss_model = ez.models.LossPredictionImageClassifier.from_keras_hub(vit)
     assert loss_model.preprocessor is vit.preprocessor
     expected = {key: to_np(value) for key, value in loss_model(x).items()}
-    for outputs in (loss_model.predict(raw_images, verbose=0), loss_model.predict_on_batch(raw_images)):
+    # uint8 images, as arrays and as backend tensors, resized in float.
+    for outputs in (
+        loss_model.predict(raw_images, verbose=0),
+        loss_model.predict_on_batch(raw_images),
+        loss_model.predict_on_batch(ops.convert_to_tensor(raw_images)),
+    ):
         for key, value in outputs.items():
             np.testing.assert_allclose(to_np(value), expected[key], atol=1e-5)
     # Images already scaled to [0, 1] would be rescaled again: an error,

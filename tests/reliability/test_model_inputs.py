@@ -30,10 +30,17 @@ def test_bad_image_size_is_a_clear_error_and_the_model_stays_usable(model_and_da
         model.predict_uncertainty(bad)
     with pytest.raises(ValueError, match=expected):
         model.evaluate(bad, np.zeros(4, "int32"), verbose=0)
+    with pytest.raises(ValueError, match=expected):
+        model.predict_on_batch(bad)
+    with pytest.raises(ValueError, match=expected):
+        model.test_on_batch(bad, np.zeros(4, "int32"))
+    with pytest.raises(ValueError, match=r"class indices in \[0, 7\]; got 9"):
+        model.test_on_batch(x, np.full(len(x), 9))
     with pytest.raises(ValueError, match="floating-point inputs"):
         model.predict(x.astype("int32"), verbose=0)
     # The same model still predicts, with the same numbers.
     np.testing.assert_allclose(model.predict(x, verbose=0), good, atol=1e-6)
+    np.testing.assert_allclose(model.predict_on_batch(x), good, atol=1e-6)
     out = model.predict_uncertainty(x)
     np.testing.assert_allclose(
         out["probabilities"], ez.ops.predictive_probabilities(good), atol=1e-6
