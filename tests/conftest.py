@@ -2,6 +2,70 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+
+
+#: Test budget: XLA compiles every eager JAX op and every jitted test model,
+#: tens of milliseconds each on CPU, which is most of the JAX run (and of
+#: TensorFlow's `jit_compile=True` tests). Without the XLA:CPU fusion
+#: emitters and LLVM's optimisation, tiny programs compile in half the time
+#: (measured: the JAX run 1,218 s -> 1,008 s, all tests alike) and the test
+#: models, microseconds per call, hardly run slower. Set
+#: `ENSEMBLE_ZOO_TEST_XLA_DEFAULTS=1` to test with XLA's own defaults.
+TEST_XLA_FLAGS = (
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_backend_optimization_level=0",
+)
+_CACHE_MARKER = "ENSEMBLE_ZOO_TEST_JAX_CACHE"
+_JAX_CACHE_VARIABLES = (
+    "JAX_COMPILATION_CACHE_DIR",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+)
+
+
+_created_cache = None
+
+
+def _speed_up_xla_compilation():
+    """Adds `TEST_XLA_FLAGS`, and a JAX compilation cache that the
+    pytest-xdist workers and the test subprocesses share (they inherit this
+    process's environment), so a program compiles once per run. Runs before
+    JAX or TensorFlow start; workers find both already set."""
+    if os.environ.get("ENSEMBLE_ZOO_TEST_XLA_DEFAULTS") == "1":
+        return
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    names = {f.split("=")[0] for f in flags}
+    flags += [f for f in TEST_XLA_FLAGS if f.split("=")[0] not in names]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        global _created_cache
+        cache = _created_cache = tempfile.mkdtemp(prefix="ensemble_zoo_jax_cache_")
+        os.environ[_CACHE_MARKER] = cache
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+_speed_up_xla_compilation()
+
+
+def with_xla_defaults(env):
+    """A copy of `env` without `TEST_XLA_FLAGS` and the test run's JAX
+    cache: for subprocesses that train or evaluate for minutes (the guides,
+    the README's main command), where optimised code pays for its compile
+    time."""
+    env = dict(env)
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
+    else:
+        env.pop("XLA_FLAGS", None)
+    if env.get(_CACHE_MARKER) and env.get("JAX_COMPILATION_CACHE_DIR") == env[_CACHE_MARKER]:
+        for name in _JAX_CACHE_VARIABLES:
+            env.pop(name, None)
+    env.pop(_CACHE_MARKER, None)
+    return env
 
 import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up lines)
 import keras
@@ -30,12 +94,17 @@ requires_saved_model = pytest.mark.skipif(
 )
 
 
-def run_python(code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=None, return_stderr=False):
+def run_python(
+    code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=None,
+    return_stderr=False, xla_defaults=False,
+):
     """Runs `code` (or the file `script`) in a fresh interpreter under
     `backend` with the source tree importable; returns stdout (and stderr
     with `return_stderr=True`) and raises with the captured output if it
-    fails."""
+    fails. `xla_defaults=True` runs it without `TEST_XLA_FLAGS`."""
     env = dict(os.environ, KERAS_BACKEND=backend)
+    if xla_defaults:
+        env = with_xla_defaults(env)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = [script] if script is not None else ["-c", code]
@@ -68,6 +137,12 @@ def copy_test_fixtures(directory):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def pytest_unconfigure(config):
+    """The process that made the JAX cache removes it (after the workers)."""
+    if _created_cache is not None:
+        shutil.rmtree(_created_cache, ignore_errors=True)
 
 
 def pytest_report_header(config):

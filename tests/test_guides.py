@@ -43,7 +43,10 @@ def test_guide_runs(tmp_path, path):
     home = HOME_BACKEND[os.path.basename(path)]
     if BACKEND != home:
         pytest.skip(f"this guide runs under {home} in the test suite")
-    stdout, stderr = run_python(script=path, cwd=tmp_path, return_stderr=True)
+    # A guide trains for minutes: XLA's defaults (optimised code) pay there.
+    stdout, stderr = run_python(
+        script=path, cwd=tmp_path, return_stderr=True, xla_defaults=True
+    )
     assert "accuracy" in stdout
     # Issue 15: no TensorFlow start-up lines (the guides import
     # ensemble_zoo first) and no XLA "Ignoring Assert operator" lines.

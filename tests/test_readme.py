@@ -12,6 +12,7 @@ from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import copy_test_fixtures
 from conftest import run_python
+from conftest import with_xla_defaults
 
 README = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
 
@@ -109,7 +110,10 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
             os.makedirs(os.path.dirname(copy / name), exist_ok=True)
             with open(source, "rb") as f, open(copy / name, "wb") as g:
                 g.write(f.read())
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Verbatim: none of the test run's XLA flags or cache (conftest).
+    env = with_xla_defaults(
+        {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    )
     # Test budget: pip skips byte-compiling every installed package (13 s
     # of the install; Python compiles what the command imports).
     env["PIP_NO_COMPILE"] = "1"
