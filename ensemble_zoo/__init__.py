@@ -4,7 +4,7 @@ One fused forward pass for all ensemble members, the same code on JAX,
 TensorFlow and PyTorch, presets that load offline with `from_preset`.
 """
 
-__version__ = "0.1.0"
+from ensemble_zoo.version import __version__
 
 # keras-hub imports TensorFlow whenever it is installed, under every Keras
 # backend; import both here without TensorFlow's C++ start-up lines.

@@ -7,14 +7,10 @@ life cycle under each low-precision policy."""
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 import ensemble_zoo as ez
 from conftest import requires_saved_model
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 @pytest.fixture

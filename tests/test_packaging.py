@@ -45,3 +45,28 @@ print("accuracy", ez.metrics.accuracy(probs, y))
     assert lines[0].startswith(str(target))
     assert lines[1] == os.path.join(str(target), "ensemble_zoo", "_preset_files")
     assert float(lines[2].split()[1]) > 0.9
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="packaging is backend-independent")
+def test_version_has_one_source():
+    """The version is `__version__` in the leaf module `ensemble_zoo/version.py`:
+    the package exports it and hatch reads the wheel's version from it (the
+    regex source that `[tool.hatch.version] path` selects), so pyproject
+    holds no second copy."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from hatchling.version.source.regex import RegexSource
+
+    import ensemble_zoo
+    from ensemble_zoo import version
+
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as f:
+        pyproject = tomllib.load(f)
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
+    config = pyproject["tool"]["hatch"]["version"]
+    assert config == {"path": "ensemble_zoo/version.py"}
+    built = RegexSource(REPO_ROOT, config).get_version_data()["version"]
+    assert built == version.__version__ == version.version() == ensemble_zoo.__version__

@@ -111,7 +111,9 @@ class HydraAttention(keras.layers.Layer):
         self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._dropout_layer = keras.layers.Dropout(self.dropout)
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
 
     def build(self, input_shape):
         input_shape = check_member_axis_input(self, input_shape)

@@ -44,23 +44,25 @@ class EnsembleClassifier(
     PresetWeightsMixin,
     TaskLoopsMixin,
     backend_utils.TorchCompileMixin,
-    keras_hub.models.Task,
-    metaclass=SubclassedModelType,
 ):
     """Base class of every ensemble classifier in the zoo.
 
-    A subclass implements `call_members(inputs, training=None)`, returning
-    per-member logits `(batch, members, classes)`, and sets three
-    attributes in its constructor: `num_members`, `num_classes` and
-    `member_input_shape` (the input shape without the batch axis). The
-    base class provides, for every method alike:
+    A zoo classifier is a keras-hub task built the way keras-hub builds its
+    own (`keras_hub.models.ViTImageClassifier` is the model): a functional
+    model on its backbone whose config is its constructor arguments. A
+    subclass creates its layers, builds the graph from `backbone.input` to
+    per-member logits `(batch, members, classes)` (`member_logits` makes
+    them float32 under mixed precision), and calls
+    `keras_hub.models.Task.__init__(self, inputs=..., outputs=..., **kwargs)`;
+    it sets `num_members` and `num_classes`. The base class provides, for
+    every method alike:
 
-    - `call`: checks the input (rank, shape, floating dtype) and the member
-      output, so bad input fails with a `ValueError` that names the
-      expected shape;
     - `compile()` defaults: `EnsembleSparseCategoricalCrossentropy` (mean of
       the members' cross-entropies), `EnsembleAccuracy` (accuracy of the
-      averaged prediction) and AdamW(1e-3);
+      averaged prediction) and AdamW(1e-3); `compile=False` skips them, as
+      for every keras-hub task;
+    - input and label checks in `fit`, `evaluate`, `predict` and the
+      `*_on_batch` methods, before Keras compiles a step;
     - `predict_uncertainty(x)`: predictive probabilities plus the
       total / aleatoric / epistemic decomposition
       (`ensemble_zoo.ops.uncertainty_decomposition`);
@@ -71,32 +73,29 @@ class EnsembleClassifier(
 
     A single model is an ensemble with `num_members == 1`.
 
-    Every zoo classifier is a `keras_hub.models.Task` (image classifiers an
-    `ImageClassifier`, text classifiers a `TextClassifier`), with
-    `backbone` and `preprocessor` properties. Without a preprocessor,
-    `fit`, `predict` and `evaluate` take arrays, datasets and
-    `keras.utils.PyDataset`s exactly as `keras.Model`'s do; with one, they
-    preprocess their inputs first, as every keras-hub task does.
-    """
+    The class holds behaviour only (no Keras base): a classifier lists it
+    before its keras-hub task class,
+    `class HydraImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier)`.
+    Keras makes a class functional by rewriting the bases of every class
+    above it, once per path; a second path to `keras_hub.models.Task`
+    (through this class) would make it rewrite `Functional`'s own bases.
 
-    def __init__(self, *args, preprocessor=None, **kwargs):
-        # keras-hub's `ImageClassifier.__init__` builds a functional head;
-        # the zoo's subclasses build theirs, and call `compile()` once
-        # their layers exist (see `ensemble_zoo.utils.subclassed_task`).
-        init_subclassed(self, *args, **kwargs)
-        self.preprocessor = preprocessor
+    Image classifiers are also `keras_hub.models.ImageClassifier`s and text
+    classifiers `TextClassifier`s, with `backbone` and `preprocessor`
+    properties. Without a preprocessor, `fit`, `predict` and `evaluate`
+    take arrays, datasets and `keras.utils.PyDataset`s exactly as
+    `keras.Model`'s do; with one, they preprocess their inputs first, as
+    every keras-hub task does.
+    """
 
     # === Config ===
 
     def get_config(self):
-        """The base of every zoo classifier's config; subclasses add their
-        constructor arguments (`{**super().get_config(), ...}`)."""
-        config = {"name": self.name, "trainable": self.trainable}
-        if self.preprocessor is not None:
-            config["preprocessor"] = keras.saving.serialize_keras_object(
-                self.preprocessor
-            )
-        return config
+        """`keras_hub.models.Task`'s config (backbone, preprocessor, name);
+        subclasses add their constructor arguments. keras-hub's
+        `ImageClassifier` / `TextClassifier` configs describe their own
+        generic heads and are skipped, as their constructors are."""
+        return keras_hub.models.Task.get_config(self)
 
     @classmethod
     def from_config(cls, config):
@@ -105,15 +104,30 @@ class EnsembleClassifier(
         config = {key: _deserialize_nested(value) for key, value in config.items()}
         return cls(**config)
 
+    @property
+    def member_input_shape(self):
+        """The input shape of one example (without the batch axis)."""
+        if "_member_input_shape" in self.__dict__:
+            return self.__dict__["_member_input_shape"]
+        return tuple(self.inputs[0].shape[1:])
+
+    @member_input_shape.setter
+    def member_input_shape(self, value):
+        object.__setattr__(
+            self, "_member_input_shape", None if value is None else tuple(value)
+        )
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        """The functional graph, after the zoo's input checks (rank, shape,
+        floating dtype): Keras would add a missing channel axis or cast
+        integer images silently."""
+        self._check_inputs(inputs)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
     def _track_variables(self):
         # PyTorch backend only (Keras calls it there): register every
         # variable as a parameter even where members share variable paths.
         self._torch_params = backend_utils.torch_parameter_dict(self.variables)
-
-    def call_members(self, inputs, training=None):
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement call_members()."
-        )
 
     # === Input checks ===
 
@@ -205,19 +219,6 @@ class EnsembleClassifier(
             # every `fit`, the README quickstart's included.
             kwargs["shuffle"] = False
         return super().fit(x, *args, **kwargs)
-
-    def call(self, inputs, training=None):
-        self._check_inputs(inputs)
-        logits = self.call_members(inputs, training=training)
-        shape = static_shape(logits)
-        if len(shape) != 3 or shape[1] != self.num_members:
-            raise ValueError(
-                f"{type(self).__name__}.call_members must return logits of "
-                f"shape (batch, {self.num_members}, classes); got {shape}."
-            )
-        # Under mixed precision the members compute in float16 / bfloat16;
-        # their combination, the uncertainty and the losses see float32.
-        return ops.cast(logits, "float32")
 
     # === Training defaults ===
 
@@ -329,7 +330,9 @@ class EnsembleClassifier(
     # === Presets ===
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True, dtype=None, preprocessor="auto"):
+    def from_preset(
+        cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs
+    ):
         """Loads a shipped preset (by name) or a preset directory.
 
         Args:
@@ -346,6 +349,9 @@ class EnsembleClassifier(
                 `None` drops it (`predict` then takes what `model(x)`
                 takes: images in [0, 1]); a keras-hub preprocessor
                 replaces it. As keras-hub's `from_preset` argument.
+            **kwargs: other constructor arguments that replace the preset's
+                (e.g. `compile=False`), as keras-hub's `from_preset` takes
+                them.
 
         Loading uses Keras safe mode (no arbitrary code). A damaged preset
         raises `ensemble_zoo.presets.PresetError` (a `ValueError`) naming
@@ -356,7 +362,7 @@ class EnsembleClassifier(
 
         return load_preset(
             preset, cls=cls, load_weights=load_weights, dtype=dtype,
-            preprocessor=preprocessor,
+            preprocessor=preprocessor, **kwargs,
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
@@ -380,3 +386,49 @@ class EnsembleClassifier(
         save_preset(
             self, preset_dir, metadata=metadata, include_weights=include_weights
         )
+
+
+class SubclassedEnsembleClassifier(
+    EnsembleClassifier, keras_hub.models.Task, metaclass=SubclassedModelType
+):
+    """The classifiers not yet rebuilt as functional keras-hub tasks.
+
+    A subclass implements `call_members(inputs, training=None)`, returning
+    per-member logits `(batch, members, classes)`, and sets
+    `num_members`, `num_classes` and `member_input_shape` in its
+    constructor; `call` checks the input and the member output. See
+    `ensemble_zoo.utils.subclassed_task` for why the metaclass exists;
+    it goes once every classifier is functional.
+    """
+
+    def __init__(self, *args, preprocessor=None, **kwargs):
+        init_subclassed(self, *args, **kwargs)
+        self.preprocessor = preprocessor
+
+    def get_config(self):
+        """The base of a subclassed classifier's config; subclasses add
+        their constructor arguments (`{**super().get_config(), ...}`)."""
+        config = {"name": self.name, "trainable": self.trainable}
+        if self.preprocessor is not None:
+            config["preprocessor"] = keras.saving.serialize_keras_object(
+                self.preprocessor
+            )
+        return config
+
+    def call_members(self, inputs, training=None):
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement call_members()."
+        )
+
+    def call(self, inputs, training=None):
+        self._check_inputs(inputs)
+        logits = self.call_members(inputs, training=training)
+        shape = static_shape(logits)
+        if len(shape) != 3 or shape[1] != self.num_members:
+            raise ValueError(
+                f"{type(self).__name__}.call_members must return logits of "
+                f"shape (batch, {self.num_members}, classes); got {shape}."
+            )
+        # Under mixed precision the members compute in float16 / bfloat16;
+        # their combination, the uncertainty and the losses see float32.
+        return ops.cast(logits, "float32")

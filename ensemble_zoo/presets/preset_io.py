@@ -130,6 +130,16 @@ def _h5_datasets(path):
     return found
 
 
+def _dtype_kind(name):
+    """`"float"` for every floating dtype name of an HDF5 dataset (h5py
+    writes bfloat16 as the opaque `void16`), else the name: loading casts
+    floating weights to the model's dtype policy (a float32 preset loads
+    under `dtype="bfloat16"`), never integers to floats."""
+    if name.startswith(("float", "bfloat")) or name == "void16":
+        return "float"
+    return name
+
+
 def _non_finite_variables(path):
     """Paths of floating-point variables holding NaN or infinity."""
     import h5py
@@ -195,7 +205,10 @@ def _check_weights_file(write_reference, path, sha256=None, what="the model"):
     unexpected = sorted(set(found) - set(expected))
     common = sorted(set(expected) & set(found))
     wrong = [k for k in common if expected[k][0] != found[k][0]]
-    retyped = [k for k in common if k not in wrong and expected[k][1] != found[k][1]]
+    retyped = [
+        k for k in common
+        if k not in wrong and _dtype_kind(expected[k][1]) != _dtype_kind(found[k][1])
+    ]
     problems = [
         f"variable {k!r} has shape {found[k][0]}, the model expects "
         f"{expected[k][0]}"
@@ -279,7 +292,9 @@ def _policy_name(dtype):
 AUTO = "auto"
 
 
-def load_preset(preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO):
+def load_preset(
+    preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO, **kwargs
+):
     """Builds the model of a preset and loads its weights.
 
     Args:
@@ -291,6 +306,9 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None, preprocessor=AU
             what calling the model takes: images scaled to [0, 1] for the
             digits presets); a keras-hub preprocessor replaces it. As
             keras-hub's `from_preset(..., preprocessor=...)`.
+        **kwargs: constructor arguments that replace the preset's (e.g.
+            `compile=False`), merged into the model's config as keras-hub's
+            loader merges them.
         dtype: optional dtype policy (name or `keras.DTypePolicy`) for
             every layer, e.g. `"mixed_bfloat16"`. Defaults to the global
             policy (`keras.config.dtype_policy()`), which thus reaches the
@@ -338,6 +356,8 @@ def load_preset(preset, cls=None, load_weights=True, dtype=None, preprocessor=AU
         raise PresetError(f"Damaged preset: {weights_path} is missing.")
     if not (isinstance(preprocessor, str) and preprocessor == AUTO):
         config = _with_preprocessor(config, preprocessor, config_path)
+    if kwargs:
+        config = {**config, "config": {**config["config"], **kwargs}}
     policy = _policy_name(dtype)
     config = _with_dtype_policy(config, policy)
     previous = keras.config.dtype_policy()
@@ -602,7 +622,7 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
     leaves an existing preset in `preset_dir` unchanged. Preset files of
     the other layout left in `preset_dir` are removed.
     """
-    from ensemble_zoo import __version__
+    from ensemble_zoo.version import __version__
 
     preset_dir = os.fspath(preset_dir)
     if os.path.exists(preset_dir) and not os.path.isdir(preset_dir):

@@ -3,15 +3,11 @@ import os
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from conftest import jit_compile
 from ensemble_zoo.layers import GroupedDense
 from ensemble_zoo.layers import MemberInitializer
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def separate_dense_loop(layer, x):

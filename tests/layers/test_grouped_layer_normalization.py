@@ -3,14 +3,10 @@ import os
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from conftest import jit_compile
 from ensemble_zoo.layers import GroupedLayerNormalization
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 16), (2, 3, 5, 16)])

@@ -1,15 +1,11 @@
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from conftest import jit_compile
 from conftest import requires_jit
 from ensemble_zoo.layers import HydraAttention
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def keras_mha(num_heads, key_dim, dim, rng):

@@ -1,15 +1,11 @@
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from ensemble_zoo.layers import LoRAEnsembleAdapter
 from ensemble_zoo.ops import tile_members
 from ensemble_zoo.ops import untile_members
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def query_projection():

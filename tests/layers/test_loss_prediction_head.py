@@ -5,10 +5,7 @@ from keras import ops
 
 from ensemble_zoo.layers import LossPredictionHead
 from ensemble_zoo.utils.gradients import loss_gradients
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def numpy_head(head, x):

@@ -3,11 +3,7 @@ import pytest
 
 from ensemble_zoo import metrics
 from test_classification import random_probs
-
-
-def softmax(z):
-    e = np.exp(z - z.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+from zoo_testing import np_softmax
 
 
 @pytest.mark.parametrize(
@@ -24,7 +20,7 @@ def test_streaming_equals_array_function_on_member_logits(rng, metric_cls, refer
     metric = metric_cls()
     for start in range(0, 250, 64):  # uneven last batch
         metric.update_state(labels[start : start + 64], logits[start : start + 64])
-    probs = softmax(logits.astype(np.float64)).mean(1)
+    probs = np_softmax(logits.astype(np.float64)).mean(1)
     assert float(metric.result()) == pytest.approx(reference(probs, labels), abs=2e-5)
     metric.reset_state()
     metric.update_state(labels[:, None], probs.astype("float32"))  # probabilities
@@ -65,7 +61,7 @@ def test_config_round_trip_and_errors():
 def test_scalar_sample_weight_and_2d_logits(rng):
     logits = rng.normal(size=(30, 4)).astype("float32")
     labels = rng.integers(0, 4, size=30)
-    probs = softmax(logits.astype(np.float64))
+    probs = np_softmax(logits.astype(np.float64))
     for metric_cls, reference in [
         (metrics.NegativeLogLikelihood, metrics.negative_log_likelihood),
         (metrics.BrierScore, metrics.brier_score),

@@ -6,27 +6,13 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 import ensemble_zoo as ez
 from conftest import jit_compile
 from ensemble_zoo.models import BatchEnsembleImageClassifier
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x), np.float64)
-
-
-def tiny_vit(seed=0):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=2,
-        hidden_dim=16, mlp_dim=32,
-    )
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=5, preprocessor=None
-    )
+from zoo_testing import tiny_vit
+from zoo_testing import to_np64
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +21,7 @@ def vit_and_model():
     model = BatchEnsembleImageClassifier.from_keras_hub(vit, num_members=3, seed=0)
     rng = np.random.default_rng(0)
     for layer in model.batch_ensemble_layers:  # members differ in their biases too
-        layer.bias.assign(to_np(layer.bias) + rng.normal(scale=0.1, size=layer.bias.shape))
+        layer.bias.assign(to_np64(layer.bias) + rng.normal(scale=0.1, size=layer.bias.shape))
     return vit, model
 
 
@@ -47,21 +33,21 @@ def reference_member(vit, model, m):
     plain = [getattr(p, a) for p, a in projection_sites(clone.backbone)] + [clone.output_dense]
     assert len(plain) == len(be_layers) == 2 * 6 + 1
     for dense, be in zip(plain, be_layers):
-        w, r, s = to_np(be.kernel), to_np(be.fast_in)[m], to_np(be.fast_out)[m]
+        w, r, s = to_np64(be.kernel), to_np64(be.fast_in)[m], to_np64(be.fast_out)[m]
         dense.kernel.assign((w * np.outer(r, s)).reshape(dense.kernel.shape))
-        dense.bias.assign(to_np(be.bias)[m].reshape(dense.bias.shape))
+        dense.bias.assign(to_np64(be.bias)[m].reshape(dense.bias.shape))
     return clone
 
 
 def test_each_member_equals_a_plain_vit_with_its_rank_one_kernels(vit_and_model):
     vit, model = vit_and_model
     x = np.random.default_rng(1).random((5, 8, 8, 1)).astype("float32")
-    logits = to_np(model(x))
+    logits = to_np64(model(x))
     assert logits.shape == (5, 3, 5)
     for m in range(3):
-        reference = to_np(reference_member(vit, model, m)(x))
+        reference = to_np64(reference_member(vit, model, m)(x))
         np.testing.assert_allclose(logits[:, m], reference, atol=1e-5)
-        np.testing.assert_allclose(to_np(model.member_model(m)(x)), reference, atol=1e-5)
+        np.testing.assert_allclose(to_np64(model.member_model(m)(x)), reference, atol=1e-5)
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3  # members differ
 
 
@@ -84,7 +70,7 @@ def test_converted_members_start_from_the_pretrained_kernels(vit_and_model):
 
     query = attention_layers(model.backbone)[1]._query_dense
     plain = attention_layers(vit.backbone)[1]._query_dense
-    np.testing.assert_allclose(to_np(query.kernel), to_np(plain.kernel).reshape(16, -1))
+    np.testing.assert_allclose(to_np64(query.kernel), to_np64(plain.kernel).reshape(16, -1))
 
 
 def test_fit_trains_shared_and_fast_weights_and_saves(tmp_path):
@@ -93,12 +79,12 @@ def test_fit_trains_shared_and_fast_weights_and_saves(tmp_path):
     x, y = ez.datasets.load_arrays("digits", "train")
     x, y = x[:32], np.minimum(y[:32], 4)
     head = model.head
-    before = {k: to_np(v) for k, v in (("w", head.kernel), ("r", head.fast_in), ("s", head.fast_out))}
+    before = {k: to_np64(v) for k, v in (("w", head.kernel), ("r", head.fast_in), ("s", head.fast_out))}
     history = model.fit(x, y, epochs=3, batch_size=16, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     for key, v in (("w", head.kernel), ("r", head.fast_in), ("s", head.fast_out)):
-        assert np.abs(to_np(v) - before[key]).max() > 1e-6, key
+        assert np.abs(to_np64(v) - before[key]).max() > 1e-6, key
     model.save_to_preset(tmp_path / "be")
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "be")
     assert isinstance(loaded, BatchEnsembleImageClassifier)
-    np.testing.assert_allclose(to_np(loaded.predict(x[:4], verbose=0)), to_np(model.predict(x[:4], verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(to_np64(loaded.predict(x[:4], verbose=0)), to_np64(model.predict(x[:4], verbose=0)), atol=1e-5)

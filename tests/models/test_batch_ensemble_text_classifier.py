@@ -6,14 +6,10 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 from ensemble_zoo.models import BatchEnsembleTextClassifier
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x), np.float64)
+from zoo_testing import to_np64
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +23,7 @@ def bert_and_model():
     model = BatchEnsembleTextClassifier.from_keras_hub(bert, num_members=3, seed=0, fast_weight_stddev=0.5)
     rng = np.random.default_rng(0)
     for layer in model.batch_ensemble_layers:
-        layer.bias.assign(to_np(layer.bias) + rng.normal(scale=0.1, size=layer.bias.shape))
+        layer.bias.assign(to_np64(layer.bias) + rng.normal(scale=0.1, size=layer.bias.shape))
     return bert, model
 
 
@@ -45,7 +41,7 @@ def inputs(batch=4):
 def test_each_member_equals_a_plain_bert_with_its_rank_one_kernels(bert_and_model):
     bert, model = bert_and_model
     x = inputs()
-    logits = to_np(model(x))
+    logits = to_np64(model(x))
     assert logits.shape == (4, 3, 3)
     be_layers = model.batch_ensemble_layers
     for m in range(3):
@@ -54,11 +50,11 @@ def test_each_member_equals_a_plain_bert_with_its_rank_one_kernels(bert_and_mode
         plain = [getattr(p, a) for p, a in projection_sites(clone.backbone)] + [clone.output_dense]
         assert len(plain) == len(be_layers) == 2 * 6 + 1
         for dense, be in zip(plain, be_layers):
-            w, r, s = to_np(be.kernel), to_np(be.fast_in)[m], to_np(be.fast_out)[m]
+            w, r, s = to_np64(be.kernel), to_np64(be.fast_in)[m], to_np64(be.fast_out)[m]
             dense.kernel.assign((w * np.outer(r, s)).reshape(dense.kernel.shape))
-            dense.bias.assign(to_np(be.bias)[m].reshape(dense.bias.shape))
-        np.testing.assert_allclose(logits[:, m], to_np(clone(x)), atol=1e-5)
-    np.testing.assert_allclose(to_np(model.member_model(1)(x)), logits[:, 1], atol=1e-5)
+            dense.bias.assign(to_np64(be.bias)[m].reshape(dense.bias.shape))
+        np.testing.assert_allclose(logits[:, m], to_np64(clone(x)), atol=1e-5)
+    np.testing.assert_allclose(to_np64(model.member_model(1)(x)), logits[:, 1], atol=1e-5)
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
 
 
@@ -71,7 +67,7 @@ def test_parameter_count_and_config_round_trip(bert_and_model):
     assert model.count_params() == bert.count_params() + extra
     clone = BatchEnsembleTextClassifier.from_config(model.get_config())
     clone.set_weights(model.get_weights())
-    np.testing.assert_allclose(to_np(clone(inputs(2))), to_np(model(inputs(2))), atol=1e-6)
+    np.testing.assert_allclose(to_np64(clone(inputs(2))), to_np64(model(inputs(2))), atol=1e-6)
 
 
 def test_a_vit_is_refused():

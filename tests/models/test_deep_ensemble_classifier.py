@@ -1,17 +1,13 @@
 import keras
-import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
+import zoo_testing
 from conftest import jit_compile
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import EnsembleClassifier
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def mlp_member(seed, classes=4, name=None):
@@ -23,17 +19,8 @@ def mlp_member(seed, classes=4, name=None):
 
 
 def tiny_vit(seed=0):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1),
-        patch_size=4,
-        num_layers=1,
-        num_heads=2,
-        hidden_dim=8,
-        mlp_dim=16,
-    )
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=3, preprocessor=None
+    return zoo_testing.tiny_vit(
+        seed, num_classes=3, patch_size=4, num_layers=1, hidden_dim=8, mlp_dim=16
     )
 
 

@@ -1,33 +1,20 @@
-import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
+import zoo_testing
 from conftest import jit_compile
 from conftest import requires_jit
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import HydraImageClassifier
 from ensemble_zoo.utils.parameters import parameter_count
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import perturb_weights
+from zoo_testing import to_np
 
 
 def tiny_vit(seed=0, classes=5):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=4, num_layers=2, num_heads=4,
-        hidden_dim=16, mlp_dim=32,
-    )
-    vit = keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=classes, preprocessor=None
-    )
-    rng = np.random.default_rng(seed)
-    for w in vit.weights:  # non-trivial biases and norms everywhere
-        w.assign(to_np(w) + rng.normal(scale=0.05, size=w.shape).astype("float32"))
-    return vit
+    vit = zoo_testing.tiny_vit(seed, num_classes=classes, patch_size=4, num_heads=4)
+    return perturb_weights(vit, seed)  # non-trivial biases and norms everywhere
 
 
 def images(n=6, seed=1):

@@ -8,6 +8,8 @@ import pytest
 from keras import ops
 
 import ensemble_zoo as ez
+from zoo_testing import tiny_vit
+from zoo_testing import to_np
 
 IMAGE_CLASSIFIERS = (
     "BatchEnsembleImageClassifier", "DeepEnsembleClassifier", "HydraImageClassifier",
@@ -20,21 +22,12 @@ TEXT_CLASSIFIERS = (
 )
 
 
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
-
-
 def vit_with_preprocessor(seed=0, pooling="token"):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=2,
-        hidden_dim=16, mlp_dim=32, dropout_rate=0.0, attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
-    )
     converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
     preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=4, pooling=pooling, preprocessor=preprocessor
+    return tiny_vit(
+        seed, num_classes=4, pooling=pooling, preprocessor=preprocessor,
+        dropout_rate=0.0, attention_dropout=0.0, layer_norm_epsilon=1e-6,
     )
 
 

@@ -12,23 +12,10 @@ from ensemble_zoo.models import LoRAEnsembleImageClassifier
 from ensemble_zoo.models import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import attention_layers
 from ensemble_zoo.utils.gradients import loss_gradients
+from zoo_testing import tiny_vit
+from zoo_testing import to_np
 
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
-
-
-def tiny_vit(seed=0, pooling="token"):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=2,
-        hidden_dim=16, mlp_dim=32,
-    )
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=5, pooling=pooling, preprocessor=None
-    )
 
 
 def images(n=6, seed=1):

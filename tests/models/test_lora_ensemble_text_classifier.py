@@ -2,43 +2,22 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
+import zoo_testing
 from conftest import jit_compile
 from conftest import requires_jit
 from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleTextClassifier
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import attention_layers
+from zoo_testing import text_inputs
+from zoo_testing import to_np
 
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
 
 
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
-
-
 def tiny_bert(seed=0):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=50, num_layers=2, num_heads=4, hidden_dim=16,
-        intermediate_dim=32, max_sequence_length=10,
-    )
-    return keras_hub.models.BertTextClassifier(
-        backbone=backbone, num_classes=3, preprocessor=None, dropout=0.0
-    )
-
-
-def text_inputs(n=4, seed=1):
-    rng = np.random.default_rng(seed)
-    padding = np.ones((n, 10), "int32")
-    padding[1, 6:] = 0
-    padding[3, 3:] = 0
-    return {
-        "token_ids": (rng.integers(1, 50, size=(n, 10)) * padding).astype("int32"),
-        "segment_ids": (rng.integers(0, 2, size=(n, 10)) * padding).astype("int32"),
-        "padding_mask": padding,
-    }
+    return zoo_testing.tiny_bert(seed, dropout=0.0)
 
 
 def randomize_adapters(model, seed=0):

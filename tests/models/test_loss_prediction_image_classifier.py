@@ -13,10 +13,7 @@ from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models.loss_prediction import cache_embeddings
 from ensemble_zoo.models.loss_prediction import train_head_from_cache
 from ensemble_zoo.utils.gradients import loss_gradients
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def vit():

@@ -1,17 +1,13 @@
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from conftest import jit_compile
 from conftest import requires_jit
 from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import MCDropoutClassifier
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def mlp(seed=0, rate=0.3, batch_norm=False):

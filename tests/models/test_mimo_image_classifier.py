@@ -2,27 +2,15 @@
 E³ paper's widening of a pretrained ViT, and Havasi et al.'s batches."""
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 import ensemble_zoo as ez
 from conftest import jit_compile
 from ensemble_zoo.models import MIMOImageClassifier
 from ensemble_zoo.models.mimo import mimo_batch
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x), np.float64)
-
-
-def tiny_vit(seed=0):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-    )
-    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=5, preprocessor=None)
+from zoo_testing import tiny_vit
+from zoo_testing import to_np64
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +22,9 @@ def vit_and_model():
 def test_widened_vit_starts_as_the_pretrained_one(vit_and_model):
     vit, model = vit_and_model
     x = np.random.default_rng(1).random((4, 8, 8, 1)).astype("float32")
-    bias = to_np(vit.output_dense.bias)
-    expected = (to_np(vit(x)) - bias) / 3 + bias  # head scaled by 1/M
-    logits = to_np(model(x))
+    bias = to_np64(vit.output_dense.bias)
+    expected = (to_np64(vit(x)) - bias) / 3 + bias  # head scaled by 1/M
+    logits = to_np64(model(x))
     assert logits.shape == (4, 3, 5)
     for m in range(3):
         np.testing.assert_allclose(logits[:, m], expected, atol=1e-5)
@@ -53,16 +41,16 @@ def test_member_m_is_head_m_on_the_stacked_inputs(vit_and_model):
         w.assign(rng.normal(scale=0.3, size=w.shape).astype("float32"))  # members differ
     images = rng.random((3, 4, 8, 8, 1)).astype("float32")  # one image per input
     stacked = np.concatenate(list(images), axis=-1)
-    logits = to_np(model(stacked))
-    features = to_np(model.backbone(stacked))[:, 0]
-    kernel, bias = to_np(model.head.kernel), to_np(model.head.bias)
+    logits = to_np64(model(stacked))
+    features = to_np64(model.backbone(stacked))[:, 0]
+    kernel, bias = to_np64(model.head.kernel), to_np64(model.head.bias)
     for m in range(3):
         head = slice(5 * m, 5 * (m + 1))
         np.testing.assert_allclose(logits[:, m], features @ kernel[:, head] + bias[head], atol=1e-5)
     # at test time every input sees the same image: a plain keras-hub ViT
-    same = to_np(model(images[0]))
-    np.testing.assert_allclose(same, to_np(model(np.concatenate([images[0]] * 3, axis=-1))), atol=1e-6)
-    np.testing.assert_allclose(to_np(model.member_model(1)(images[0])), same[:, 1], atol=1e-5)
+    same = to_np64(model(images[0]))
+    np.testing.assert_allclose(same, to_np64(model(np.concatenate([images[0]] * 3, axis=-1))), atol=1e-6)
+    np.testing.assert_allclose(to_np64(model.member_model(1)(images[0])), same[:, 1], atol=1e-5)
     assert np.abs(same[:, 0] - same[:, 1]).max() > 1e-3
 
 
@@ -89,7 +77,7 @@ def test_fit_on_per_member_labels_and_preset_round_trip(tmp_path):
     model.save_to_preset(tmp_path / "mimo")
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "mimo")
     assert isinstance(loaded, MIMOImageClassifier) and loaded.member_input_shape == (8, 8, 1)
-    np.testing.assert_allclose(to_np(loaded.predict(x[:4], verbose=0)), to_np(model.predict(x[:4], verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(to_np64(loaded.predict(x[:4], verbose=0)), to_np64(model.predict(x[:4], verbose=0)), atol=1e-5)
 
 
 def test_per_member_labels_in_loss_and_accuracy():
@@ -99,10 +87,10 @@ def test_per_member_labels_in_loss_and_accuracy():
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     expected = -np.take_along_axis(log_p, labels[..., None], -1)[..., 0].mean()
     loss = ez.losses.EnsembleSparseCategoricalCrossentropy()
-    np.testing.assert_allclose(float(to_np(loss(labels, logits))), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(to_np64(loss(labels, logits))), expected, rtol=1e-5)
     metric = ez.metrics.EnsembleAccuracy()
     metric.update_state(labels, logits)
-    np.testing.assert_allclose(float(to_np(metric.result())), (logits.argmax(-1) == labels).mean(), rtol=1e-6)
+    np.testing.assert_allclose(float(to_np64(metric.result())), (logits.argmax(-1) == labels).mean(), rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 import ensemble_zoo as ez
 from conftest import jit_compile
@@ -18,12 +17,9 @@ from ensemble_zoo.models.packed_ensemble.packed_ensemble_cost import (
     packed_ensemble_multiply_adds,
     packed_ensemble_parameter_count,
 )
+from zoo_testing import to_np64
 
 GEOMETRY = dict(image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=6, hidden_dim=24, mlp_dim=48)
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x), np.float64)
 
 
 def packed(num_members, alpha, gamma, seed=0):
@@ -48,18 +44,18 @@ def narrow_vit_from_slices(model, m):
         ),
         num_classes=5, activation=None,
     )
-    values = [to_np(v)[..., m * w:(m + 1) * w] for v in b.embedding.weights]
+    values = [to_np64(v)[..., m * w:(m + 1) * w] for v in b.embedding.weights]
     for block in b.encoder_blocks:
         a = block.attention
-        values += [to_np(block.ln_1.gamma)[m], to_np(block.ln_1.beta)[m]]
+        values += [to_np64(block.ln_1.gamma)[m], to_np64(block.ln_1.beta)[m]]
         for name in ("query", "key", "value"):
-            values += [to_np(getattr(a, f"{name}_kernel"))[m], to_np(getattr(a, f"{name}_bias"))[m]]
-        values += [to_np(a.output_kernel)[m], to_np(a.output_bias)[m]]
-        values += [to_np(block.ln_2.gamma)[m], to_np(block.ln_2.beta)[m]]
+            values += [to_np64(getattr(a, f"{name}_kernel"))[m], to_np64(getattr(a, f"{name}_bias"))[m]]
+        values += [to_np64(a.output_kernel)[m], to_np64(a.output_bias)[m]]
+        values += [to_np64(block.ln_2.gamma)[m], to_np64(block.ln_2.beta)[m]]
         for dense in (block.dense_1, block.dense_2):
-            values += [to_np(dense.kernel)[m], to_np(dense.bias)[m]]
-    values += [to_np(b.layer_norm.gamma)[m], to_np(b.layer_norm.beta)[m]]
-    values += [to_np(model.head.kernel)[m], to_np(model.head.bias)[m]]
+            values += [to_np64(dense.kernel)[m], to_np64(dense.bias)[m]]
+    values += [to_np64(b.layer_norm.gamma)[m], to_np64(b.layer_norm.beta)[m]]
+    values += [to_np64(model.head.kernel)[m], to_np64(model.head.bias)[m]]
     vit.set_weights(values)
     return vit
 
@@ -77,22 +73,22 @@ def models():
 def test_alpha_1_gamma_1_equals_separate_narrow_vits(images, models):
     model = models[(3, 1, 1)]
     assert model.backbone.member_hidden_dim == 8 and model.backbone.member_num_heads == 2
-    logits = to_np(model(images))
+    logits = to_np64(model(images))
     assert logits.shape == (4, 3, 5)
     for m in range(3):
-        reference = to_np(narrow_vit_from_slices(model, m)(images))
+        reference = to_np64(narrow_vit_from_slices(model, m)(images))
         np.testing.assert_allclose(logits[:, m], reference, atol=1e-5)
 
 
 def test_gamma_groups_are_block_diagonal_members(images, models):
     model = models[(2, 2, 2)]
-    logits = to_np(model(images))
+    logits = to_np64(model(images))
     member = model.member_model(1)
-    np.testing.assert_allclose(logits[:, 1], to_np(member(images)), atol=1e-5)
+    np.testing.assert_allclose(logits[:, 1], to_np64(member(images)), atol=1e-5)
     # member width 24, 6 heads in 2 groups: the query kernel (24, 6, 4) and
     # the MLP's (24, 48) are zero off their two diagonal blocks.
     block = member.backbone.get_layer("vit_encoder").encoder_layers[0]
-    query, dense_1 = to_np(block.mha._query_dense.kernel), to_np(block.mlp.dense_1.kernel)
+    query, dense_1 = to_np64(block.mha._query_dense.kernel), to_np64(block.mlp.dense_1.kernel)
     assert query.shape == (24, 6, 4) and dense_1.shape == (24, 48)
     assert not query[:12, 3:].any() and not query[12:, :3].any() and query[:12, :3].all()
     assert not dense_1[:12, 24:].any() and not dense_1[12:, :24].any()
@@ -140,7 +136,7 @@ def test_fit_and_preset_round_trip(tmp_path, images):
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "packed")
     assert isinstance(loaded, PackedEnsembleImageClassifier)
     assert loaded.backbone.get_config() == model.backbone.get_config()
-    np.testing.assert_allclose(to_np(loaded.predict(images, verbose=0)), to_np(model.predict(images, verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(to_np64(loaded.predict(images, verbose=0)), to_np64(model.predict(images, verbose=0)), atol=1e-5)
 
 
 @pytest.mark.parametrize(

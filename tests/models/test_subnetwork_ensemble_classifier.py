@@ -1,18 +1,14 @@
 import keras
-import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 from conftest import jit_compile
 from conftest import requires_jit
 from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import SubnetworkEnsembleClassifier
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import tiny_vit
+from zoo_testing import to_np
 
 
 def sigmoid(x):
@@ -27,14 +23,7 @@ def mlp(seed=0):
 
 
 def vit(seed=0):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=2,
-        hidden_dim=8, mlp_dim=16,
-    )
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=4, preprocessor=None
-    )
+    return tiny_vit(seed, num_classes=4, hidden_dim=8, mlp_dim=16)
 
 
 def data(n=5):

@@ -1,18 +1,14 @@
 import keras
-import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 from conftest import requires_jit
 from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import TileEnsembleClassifier
 from ensemble_zoo.models.implicit.tile_pooling import adaptive_windows
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import tiny_vit
+from zoo_testing import to_np
 
 
 def cnn(seed=0):
@@ -24,13 +20,8 @@ def cnn(seed=0):
 
 
 def gap_vit(seed=0, class_token=True):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=1, num_heads=2,
-        hidden_dim=8, mlp_dim=16, use_class_token=class_token,
-    )
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=5, pooling="gap", preprocessor=None
+    return tiny_vit(
+        seed, pooling="gap", num_layers=1, hidden_dim=8, mlp_dim=16, use_class_token=class_token
     )
 
 

@@ -17,11 +17,11 @@ default backend, and compares with eager execution.
 import functools
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
 
 import ensemble_zoo as ez
+import zoo_testing
 from conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="torch.compile")
@@ -32,14 +32,7 @@ if BACKEND == "torch":
 
 
 def tiny_vit(seed=0):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=4, num_layers=1, num_heads=4,
-        hidden_dim=16, mlp_dim=32,
-    )
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=8, preprocessor=None
-    )
+    return zoo_testing.tiny_vit(seed, num_classes=8, patch_size=4, num_layers=1, num_heads=4)
 
 
 def deep_ensemble():

@@ -3,7 +3,6 @@ import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras import ops
 
 import ensemble_zoo as ez
 from conftest import jit_compile
@@ -11,10 +10,7 @@ from conftest import requires_jit
 from conftest import requires_saved_model
 from ensemble_zoo.models import ViTMoEBackbone
 from ensemble_zoo.models import ViTMoEImageClassifier
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def vit():

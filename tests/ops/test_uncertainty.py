@@ -1,18 +1,13 @@
 import numpy as np
 import pytest
-from keras import ops
 
 from ensemble_zoo.ops import entropy
 from ensemble_zoo.ops import entropy_from_logits
 from ensemble_zoo.ops import mutual_information
 from ensemble_zoo.ops import predictive_probabilities
 from ensemble_zoo.ops import uncertainty_decomposition
-
-
-def np_softmax(z):
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+from zoo_testing import np_softmax
+from zoo_testing import to_np
 
 
 def np_entropy(p):
@@ -27,10 +22,6 @@ def np_reference(logits):
     total = np_entropy(mean)
     aleatoric = np_entropy(p).mean(axis=1)
     return mean, total, aleatoric, total - aleatoric
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
 
 
 def test_predictive_probabilities_is_mean_of_softmaxes(rng):

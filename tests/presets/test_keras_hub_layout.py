@@ -15,22 +15,19 @@ import numpy as np
 import pytest
 
 import ensemble_zoo as ez
+import zoo_testing
 from ensemble_zoo.presets import PresetError
 
 LAYOUT = ["config.json", "metadata.json", "model.weights.h5", "task.json", "task.weights.h5"]
 
 
 def tiny_vit(seed=0, preprocessor=False):
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=1, num_heads=2,
-        hidden_dim=8, mlp_dim=16, dropout_rate=0.0, attention_dropout=0.0,
-    )
     if preprocessor:
         converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
         preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
-    return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=4, preprocessor=preprocessor or None
+    return zoo_testing.tiny_vit(
+        seed, num_classes=4, preprocessor=preprocessor or None, num_layers=1,
+        hidden_dim=8, mlp_dim=16, dropout_rate=0.0, attention_dropout=0.0,
     )
 
 

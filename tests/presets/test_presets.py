@@ -6,17 +6,13 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
 
 import ensemble_zoo as ez
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.presets import PresetError
 from conftest import BACKEND
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def mlp_member(seed, hidden=16):

@@ -1,15 +1,11 @@
 import numpy as np
 import pytest
-from keras import ops
 
 from ensemble_zoo import pruning
 from ensemble_zoo.models import HydraImageClassifier
 from test_hydra_image_classifier import images
 from test_hydra_image_classifier import tiny_vit
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import keras_hub
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
@@ -23,7 +23,7 @@ def dropout_layers(model):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class MCDropoutClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
     """Monte Carlo dropout as an ensemble: M dropout samples in one pass.
 
     MC dropout (Gal & Ghahramani, 2016) keeps dropout on at test time and

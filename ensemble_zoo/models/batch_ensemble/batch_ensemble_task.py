@@ -8,7 +8,7 @@ from ensemble_zoo.layers.batch_ensemble_dense import BatchEnsembleDense
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_ensemble
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BACKBONES
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
 from ensemble_zoo.models.method_backbone import method_backbone
@@ -19,7 +19,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 
 
-class BatchEnsembleTask(EnsembleClassifier):
+class BatchEnsembleTask(SubclassedEnsembleClassifier):
     """A keras-hub backbone converted to BatchEnsemble, plus a
     `BatchEnsembleDense` head on its pooled features.
 

@@ -2,7 +2,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
@@ -28,7 +28,7 @@ def _member_io_shapes(member, index):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class DeepEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
     """M independent classifiers stacked into one model: a deep ensemble.
 
     Deep Ensembles (Lakshminarayanan et al., 2017,

@@ -78,7 +78,9 @@ class HydraBackbone(keras_hub.models.Backbone):
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`: how
             every `HydraAttention` computes (see there). Defaults to
             `"auto"`, the fused kernel on accelerators, einsums on CPU.
-        **kwargs: other `keras.Model` arguments (`name`, `dtype`).
+        dtype: optional dtype policy (or its name) of every layer, e.g.
+            `"mixed_bfloat16"`. Defaults to the global policy.
+        **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Example:
 
@@ -114,6 +116,7 @@ class HydraBackbone(keras_hub.models.Backbone):
         use_class_token=True,
         use_patch_bias=True,
         attention_implementation="auto",
+        dtype=None,
         **kwargs,
     ):
         check_attention_implementation(attention_implementation)
@@ -142,10 +145,10 @@ class HydraBackbone(keras_hub.models.Backbone):
             num_channels=image_shape[2],
             use_class_token=use_class_token,
             use_patch_bias=use_patch_bias,
-            name="vit_patching_and_embedding",
+            dtype=dtype, name="vit_patching_and_embedding",
         )
-        embedding_dropout = keras.layers.Dropout(dropout_rate, name="dropout")
-        broadcast = MemberBroadcast(num_members, name="member_broadcast")
+        embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
+        broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
         encoder_blocks = [
             HydraEncoderBlock(
                 num_members,
@@ -160,12 +163,12 @@ class HydraBackbone(keras_hub.models.Backbone):
                 use_mha_bias=use_mha_bias,
                 use_mlp_bias=use_mlp_bias,
                 attention_implementation=attention_implementation,
-                name=f"transformer_block_{layer + 1}",
+                dtype=dtype, name=f"transformer_block_{layer + 1}",
             )
             for layer in range(num_layers)
         ]
         layer_norm = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, name="ln"
+            num_members, epsilon=layer_norm_epsilon, dtype=dtype, name="ln"
         )
 
         # === Functional model ===
@@ -176,7 +179,7 @@ class HydraBackbone(keras_hub.models.Backbone):
         for block in encoder_blocks:
             x = block(x)
         outputs = layer_norm(x)
-        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.embedding = embedding
         self.encoder_blocks = encoder_blocks
         self.layer_norm = layer_norm
@@ -202,28 +205,26 @@ class HydraBackbone(keras_hub.models.Backbone):
         self.attention_implementation = attention_implementation
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "image_shape": list(self.image_shape),
-            "patch_size": list(self.patch_size),
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "mlp_dim": self.mlp_dim,
-            "num_members": self.num_members,
-            "member_num_heads": self.member_num_heads,
-            "mlp": self.mlp,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout": self.attention_dropout,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "use_mha_bias": self.use_mha_bias,
-            "use_mlp_bias": self.use_mlp_bias,
-            "use_class_token": self.use_class_token,
-            "use_patch_bias": self.use_patch_bias,
-            "attention_implementation": self.attention_implementation,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        config = super().get_config()
+        config.update(
+            {
+                "image_shape": list(self.image_shape),
+                "patch_size": list(self.patch_size),
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "mlp_dim": self.mlp_dim,
+                "num_members": self.num_members,
+                "member_num_heads": self.member_num_heads,
+                "mlp": self.mlp,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "use_mha_bias": self.use_mha_bias,
+                "use_mlp_bias": self.use_mlp_bias,
+                "use_class_token": self.use_class_token,
+                "use_patch_bias": self.use_patch_bias,
+                "attention_implementation": self.attention_implementation,
+            }
+        )
+        return config

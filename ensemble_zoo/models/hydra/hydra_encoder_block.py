@@ -114,7 +114,7 @@ class HydraEncoderBlock(keras.layers.Layer):
         self.use_mha_bias = use_mha_bias
         self.use_mlp_bias = use_mlp_bias
         self.ln_1 = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, name="ln_1"
+            num_members, epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
         )
         self.attention = HydraAttention(
             num_members * self.groups,
@@ -124,17 +124,17 @@ class HydraEncoderBlock(keras.layers.Layer):
             dropout=attention_dropout,
             use_bias=use_mha_bias,
             attention_implementation=attention_implementation,
-            name="attention",
+            dtype=self.dtype_policy, name="attention",
         )
         self.attention_implementation = attention_implementation
         self.member_num_heads = (
             self.attention.member_num_heads if self.groups == 1 else [num_heads] * num_members
         )
-        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.ln_2 = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, name="ln_2"
+            num_members, epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
-        self.mlp_dropout = keras.layers.Dropout(dropout_rate, name="mlp_dropout")
+        self.mlp_dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="mlp_dropout")
 
     def _grouped_shape(self, shape):
         """`(batch, members, tokens, dim)` -> `(batch, members * groups,
@@ -175,21 +175,21 @@ class HydraEncoderBlock(keras.layers.Layer):
         if self.mlp == "merge":
             self.dense_1 = keras.layers.Dense(
                 self.mlp_dim, activation=self._activation_fn, use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init, name="dense_1",
+                bias_initializer=bias_init, dtype=self.dtype_policy, name="dense_1",
             )
             self.dense_2 = keras.layers.Dense(
                 dim, use_bias=self.use_mlp_bias, bias_initializer=bias_init,
-                name="dense_2",
+                dtype=self.dtype_policy, name="dense_2",
             )
         else:
             self.dense_1 = GroupedDense(
                 self.mlp_dim // self.groups, self.num_members * self.groups, activation=self._activation_fn,
                 use_bias=self.use_mlp_bias, bias_initializer=bias_init,
-                name="dense_1",
+                dtype=self.dtype_policy, name="dense_1",
             )
             self.dense_2 = GroupedDense(
                 dim, self.num_members * self.groups, use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init, name="dense_2",
+                bias_initializer=bias_init, dtype=self.dtype_policy, name="dense_2",
             )
         self.dense_1.build(input_shape)
         self.dense_2.build(tuple(input_shape[:-1]) + (self.mlp_dim // self.groups,))

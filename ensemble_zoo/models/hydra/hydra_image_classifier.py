@@ -1,16 +1,17 @@
 import keras
 import keras_hub
 import numpy as np
-from keras import ops
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_head import pool_member_tokens
 from ensemble_zoo.utils.validation import check_positive_int
-
-POOLINGS = ("token", "gap")
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -33,9 +34,13 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
     Args:
         backbone: a `HydraBackbone`.
         num_classes: int.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            (e.g. with a `ViTImageConverter`) that `fit`, `predict` and
+            `evaluate` run on raw images. Defaults to `None`.
         pooling: `"token"` (the class token, default) or `"gap"`.
         dropout: float, dropout before the classifier heads.
-        **kwargs: other `keras.Model` arguments.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -54,55 +59,58 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
     ```
     """
 
-    def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
+        **kwargs,
+    ):
         if not isinstance(backbone, HydraBackbone):
             raise ValueError(
                 f"`backbone` must be a HydraBackbone; got {type(backbone).__name__}."
             )
-        if pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
-        super().__init__(**kwargs)
+        pooling = check_pooling(pooling)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
         # === Layers ===
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
         self.head = GroupedDense(
-            check_positive_int(num_classes, "num_classes"),
+            num_classes,
             backbone.num_members,
+            dtype=backbone.dtype_policy,
             name="predictions",
         )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        x = pool_member_tokens(backbone(inputs), pooling)
+        x = self.output_dropout(x)
+        outputs = member_logits(self.head(x))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = backbone.num_members
         self.num_classes = num_classes
         self.pooling = pooling
         self.dropout = dropout
-        self.member_input_shape = tuple(backbone.image_shape)
-        self.build((None,) + self.member_input_shape)
-        self.compile()
-
-    def build(self, input_shape):
-        self.head.build((None, self.num_members, self.backbone.hidden_dim))
-        self.built = True
-
-    def call_members(self, inputs, training=None):
-        x = self.backbone(inputs, training=training)
-        if self.pooling == "token":
-            x = x[:, :, 0]
-        else:
-            x = ops.mean(x, axis=2)
-        x = self.output_dropout(x, training=training)
-        return self.head(x)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+            }
+        )
+        return config
 
     # === Conversions ===
 

@@ -2,7 +2,7 @@ import keras
 import keras_hub
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
@@ -11,7 +11,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, EnsembleClassifier, keras_hub.models.TextClassifier):
+class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, SubclassedEnsembleClassifier, keras_hub.models.TextClassifier):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
     The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the

@@ -7,7 +7,7 @@ from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import SubnetworkEnsembleBackbone
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
@@ -28,7 +28,7 @@ def _vit_mlp_layers(model):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
     """Diverse masked sub-networks of one frozen network, as an ensemble.
 
     Implicit ensemble extraction A of Kirsch (paper 000, §4.1, App. A.4):

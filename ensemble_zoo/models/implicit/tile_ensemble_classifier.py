@@ -2,7 +2,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.implicit.tile_pooling import tile_pooling_matrix
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import TileEnsembleBackbone
@@ -10,7 +10,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
     """Spatial tiles of one average-pooled classifier, read as an ensemble.
 
     Implicit ensemble extraction B of Kirsch (paper 000, §4.1): a

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.lora_ensemble import adapter_weights
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
@@ -16,7 +16,7 @@ from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_positive_int
 
 
-class LoRAEnsembleTask(EnsembleClassifier):
+class LoRAEnsembleTask(SubclassedEnsembleClassifier):
     """Shared machinery of the LoRA-Ensemble image and text classifiers.
 
     A subclass implements `_features(tiled_inputs, training)` (the pooled

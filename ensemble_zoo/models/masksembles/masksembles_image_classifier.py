@@ -4,7 +4,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
@@ -25,7 +25,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class MasksemblesImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the

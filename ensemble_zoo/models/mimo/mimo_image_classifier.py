@@ -3,7 +3,7 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import _is_tf_dataset
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
@@ -20,7 +20,7 @@ POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
     """MIMO on a keras-hub ViT: M inputs stacked on channels, M heads.
 
     MIMO (Havasi et al., ICLR 2021; the baseline of papers 001, 002 and

@@ -1,6 +1,5 @@
 import keras
 import keras_hub
-from keras import ops
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
@@ -11,11 +10,11 @@ from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
 from ensemble_zoo.models.packed_ensemble.packed_member_weights import (
     load_member_into_keras_hub,
 )
-from ensemble_zoo.utils.validation import check_choice
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_head import pool_member_tokens
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
-
-POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -32,9 +31,12 @@ class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCl
     Args:
         backbone: a `PackedEnsembleBackbone`.
         num_classes: int.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
         pooling: `"token"` (default) or `"gap"`.
         dropout: float, dropout before the heads.
-        **kwargs: other `keras.Model` arguments.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -54,49 +56,58 @@ class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCl
 
     backbone_cls = PackedEnsembleBackbone
 
-    def __init__(self, backbone, num_classes, pooling="token", dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
+        **kwargs,
+    ):
         if not isinstance(backbone, PackedEnsembleBackbone):
             raise TypeError(
                 f"`backbone` must be a PackedEnsembleBackbone; got {type(backbone).__name__}."
             )
-        pooling = check_choice(pooling, "pooling", POOLINGS)
+        pooling = check_pooling(pooling)
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
-        super().__init__(**kwargs)
         # === Layers ===
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.head = GroupedDense(num_classes, backbone.num_members, name="predictions")
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
+        self.head = GroupedDense(
+            num_classes,
+            backbone.num_members,
+            dtype=backbone.dtype_policy,
+            name="predictions",
+        )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        x = pool_member_tokens(backbone(inputs), pooling)
+        x = self.output_dropout(x)
+        outputs = member_logits(self.head(x))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = backbone.num_members
         self.num_classes = num_classes
         self.pooling = pooling
         self.dropout = dropout
-        self.member_input_shape = tuple(backbone.image_shape)
-        self.build((None,) + self.member_input_shape)
-        self.compile()
-
-    def build(self, input_shape):
-        self.head.build((None, self.num_members, self.backbone.member_hidden_dim))
-        self.built = True
-
-    def call_members(self, inputs, training=None):
-        x = self.backbone(inputs, training=training)
-        x = x[:, :, 0] if self.pooling == "token" else ops.mean(x, axis=2)
-        x = self.output_dropout(x, training=training)
-        return self.head(x)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+            }
+        )
+        return config
 
     # === keras-hub interop ===
 

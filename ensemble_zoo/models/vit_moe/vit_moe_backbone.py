@@ -115,7 +115,9 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
         dispatcher: `"einsum"` (one-hot dispatch, the default) or
             `"indices"` (gather dispatch, `O(tokens * K)` memory); see
             `SparseMoE`. Same outputs; kept in presets.
-        **kwargs: other `keras.Model` arguments (`name`, `dtype`).
+        dtype: optional dtype policy (or its name) of every layer, e.g.
+            `"mixed_bfloat16"`. Defaults to the global policy.
+        **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Example:
 
@@ -163,6 +165,7 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
         use_patch_bias=True,
         seed=None,
         dispatcher="einsum",
+        dtype=None,
         **kwargs,
     ):
         num_experts = check_positive_int(num_experts, "num_experts")
@@ -199,9 +202,9 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
             num_channels=image_shape[2],
             use_class_token=use_class_token,
             use_patch_bias=use_patch_bias,
-            name="vit_patching_and_embedding",
+            dtype=dtype, name="vit_patching_and_embedding",
         )
-        embedding_dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
         encoder_blocks = []
         for i in range(num_layers):
             common = dict(
@@ -213,7 +216,7 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
                 dropout_rate=dropout_rate,
                 attention_dropout=attention_dropout,
                 layer_norm_epsilon=layer_norm_epsilon,
-                name=f"transformer_block_{i + 1}",
+                dtype=dtype, name=f"transformer_block_{i + 1}",
             )
             if i in moe_layers:
                 block = ViTMoEEncoderBlock(
@@ -237,9 +240,9 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
             else:
                 block = dense_block_cls(**common)
             encoder_blocks.append(block)
-        tile = TileMembers(ensemble_size, name="tile_members")
-        layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="ln")
-        untile = UntileMembers(ensemble_size, name="untile_members")
+        tile = TileMembers(ensemble_size, dtype=dtype, name="tile_members")
+        layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="ln")
+        untile = UntileMembers(ensemble_size, dtype=dtype, name="untile_members")
 
         # === Functional model ===
         inputs = keras.Input(shape=image_shape, name="images")
@@ -249,7 +252,7 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
                 x = tile(x)  # E3: tile right before the first MoE block
             x = block(x)
         outputs = untile(layer_norm(x))
-        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.embedding = embedding
         self.encoder_blocks = encoder_blocks
         self.layer_norm = layer_norm
@@ -291,40 +294,39 @@ class ViTMoEBackbone(keras_hub.models.Backbone):
         return [self.encoder_blocks[i] for i in self.moe_layers]
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "image_shape": list(self.image_shape),
-            "patch_size": list(self.patch_size),
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "mlp_dim": self.mlp_dim,
-            "num_experts": self.num_experts,
-            "num_selected_experts": self.num_selected_experts,
-            "moe_layers": list(self.moe_layers),
-            "ensemble_size": self.ensemble_size,
-            "capacity_factor": self.capacity_factor,
-            "eval_capacity_factor": self.eval_capacity_factor,
-            "group_size": self.group_size,
-            "batch_priority": self.batch_priority,
-            "noise_std": self.noise_std,
-            "capacity_multiple_of": self.capacity_multiple_of,
-            "importance_loss_weight": self.importance_loss_weight,
-            "load_loss_weight": self.load_loss_weight,
-            "mlp_activation": self.mlp_activation,
-            "bfloat16_dispatch": self.bfloat16_dispatch,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout": self.attention_dropout,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "use_mha_bias": self.use_mha_bias,
-            "use_mlp_bias": self.use_mlp_bias,
-            "use_class_token": self.use_class_token,
-            "use_patch_bias": self.use_patch_bias,
-            "seed": self.seed,
-            "dispatcher": self.dispatcher,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "image_shape": list(self.image_shape),
+                "patch_size": list(self.patch_size),
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "mlp_dim": self.mlp_dim,
+                "num_experts": self.num_experts,
+                "num_selected_experts": self.num_selected_experts,
+                "moe_layers": list(self.moe_layers),
+                "ensemble_size": self.ensemble_size,
+                "capacity_factor": self.capacity_factor,
+                "eval_capacity_factor": self.eval_capacity_factor,
+                "group_size": self.group_size,
+                "batch_priority": self.batch_priority,
+                "noise_std": self.noise_std,
+                "capacity_multiple_of": self.capacity_multiple_of,
+                "importance_loss_weight": self.importance_loss_weight,
+                "load_loss_weight": self.load_loss_weight,
+                "mlp_activation": self.mlp_activation,
+                "bfloat16_dispatch": self.bfloat16_dispatch,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "use_mha_bias": self.use_mha_bias,
+                "use_mlp_bias": self.use_mlp_bias,
+                "use_class_token": self.use_class_token,
+                "use_patch_bias": self.use_patch_bias,
+                "seed": self.seed,
+                "dispatcher": self.dispatcher,
+            }
+        )
+        return config
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -5,9 +5,11 @@ from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_head import pool_member_tokens
 from ensemble_zoo.utils.validation import check_positive_int
-
-POOLINGS = ("token", "gap")
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -33,13 +35,16 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
     Args:
         backbone: a `ViTMoEBackbone`.
         num_classes: int.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
         pooling: `"token"` (class token, default) or `"gap"`.
         intermediate_dim: int or `None`. If set, a `Dense(intermediate_dim,
             activation="tanh")` layer named `pre_logits` runs between the
             pooling and the head, as in keras-hub's `ViTImageClassifier`.
             Defaults to `None`.
         dropout: float, dropout before the head. Defaults to 0.
-        **kwargs: other `keras.Model` arguments.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -64,66 +69,68 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
     backbone_cls = ViTMoEBackbone
 
     def __init__(
-        self, backbone, num_classes, pooling="token", dropout=0.0,
-        intermediate_dim=None, **kwargs,
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
+        intermediate_dim=None,
+        **kwargs,
     ):
         if not isinstance(backbone, ViTMoEBackbone):
             raise ValueError(
                 f"`backbone` must be a ViTMoEBackbone; got {type(backbone).__name__}."
             )
-        if pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
+        pooling = check_pooling(pooling)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
         if intermediate_dim is not None:
             intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        super().__init__(**kwargs)
         # === Layers ===
         self.backbone = backbone
+        self.preprocessor = preprocessor
         if intermediate_dim is not None:
             self.intermediate_layer = keras.layers.Dense(
-                intermediate_dim, activation="tanh", name="pre_logits"
+                intermediate_dim,
+                activation="tanh",
+                dtype=backbone.dtype_policy,
+                name="pre_logits",
             )
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.head = keras.layers.Dense(
-            check_positive_int(num_classes, "num_classes"), name="predictions"
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
         )
+        self.head = keras.layers.Dense(
+            num_classes, dtype=backbone.dtype_policy, name="predictions"
+        )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        x = pool_member_tokens(backbone(inputs), pooling)  # (batch, M, dim)
+        if intermediate_dim is not None:
+            x = self.intermediate_layer(x)
+        x = self.output_dropout(x)
+        outputs = member_logits(self.head(x))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = backbone.ensemble_size
         self.num_classes = num_classes
         self.pooling = pooling
         self.dropout = dropout
         self.intermediate_dim = intermediate_dim
-        self.member_input_shape = tuple(backbone.image_shape)
-        self.build((None,) + self.member_input_shape)
-        self.compile()
-
-    def build(self, input_shape):
-        features = self.backbone.hidden_dim
-        if self.intermediate_dim is not None:
-            self.intermediate_layer.build((None, features))
-            features = self.intermediate_dim
-        self.head.build((None, features))
-        self.built = True
-
-    def call_members(self, inputs, training=None):
-        x = self.backbone(inputs, training=training)  # (batch, M, tokens, dim)
-        x = x[:, :, 0] if self.pooling == "token" else ops.mean(x, axis=2)
-        if self.intermediate_dim is not None:
-            x = self.intermediate_layer(x)
-        x = self.output_dropout(x, training=training)
-        return self.head(x)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-            "intermediate_dim": self.intermediate_dim,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+                "intermediate_dim": self.intermediate_dim,
+            }
+        )
+        return config
 
     # === Conversions ===
 
@@ -217,7 +224,7 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         mlp_activation="gelu_approximate", noise_std=None,
         importance_loss_weight=0.005, load_loss_weight=0.005,
         ensemble_size=None, image_shape=None, preprocessor="vmoe",
-        **backbone_kwargs,
+        pooling=None, **backbone_kwargs,
     ):
         """Loads a V-MoE / E³ checkpoint released with paper 004.
 
@@ -244,9 +251,14 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
           configs' weights (vmoe's class defaults are 1.0).
 
         With the same `group_size`, `num_selected_experts`, capacity factor
-        and `batch_priority` as the vmoe config, the logits equal vmoe's to
-        float32 round-off (tested to 1e-4 on a checkpoint written by vmoe's
-        own code, `tests/fixtures/vmoe/`). E³ logits come out as the zoo's
+        and `batch_priority` as the vmoe config, and
+        `bfloat16_dispatch=False`, the logits equal vmoe's float32-dispatch
+        logits to float32 round-off (tested to 1e-5 on checkpoints written
+        by vmoe's own code, `tests/fixtures/vmoe/`). With bfloat16 dispatch
+        (vmoe's default) each MoE layer matches vmoe's on the same input up
+        to one bfloat16 step per expert output; a step that rounds the
+        other way moves the logits by up to ~2e-3, so end-to-end logits
+        are not guaranteed to round-off (see `vmoe_checkpoint`). E³ logits come out as the zoo's
         `(batch, members, classes)`; vmoe's rows `b * M + m` are
         `logits[b, m]`.
 
@@ -285,6 +297,11 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
                 `image_shape` and maps `[0, 255]` to `[-1, 1]` (vmoe's
                 `value_range(-1, 1)`), so `predict` takes raw images;
                 `None` for none, or a preprocessor.
+            pooling: `None` (default) reads it from the checkpoint: the
+                class token when it has one (vmoe's `classifier='token'`),
+                else the mean of the patch tokens (`'gap'`); `"token"` on
+                a checkpoint without a class token reads the first patch
+                token (vmoe's `classifier='0'`).
             **backbone_kwargs: other `ViTMoEBackbone` arguments (dropout
                 rates, `seed`, `dispatcher`).
 
@@ -316,7 +333,8 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
             vmoe_checkpoint.read_vmoe_checkpoint(path)
         )
         architecture, head = vmoe_checkpoint.vmoe_architecture(
-            params, image_shape=image_shape, ensemble_size=ensemble_size
+            params, image_shape=image_shape, ensemble_size=ensemble_size,
+            pooling=pooling,
         )
         if noise_std is None:
             noise_std = architecture["ensemble_size"] / architecture["num_experts"]

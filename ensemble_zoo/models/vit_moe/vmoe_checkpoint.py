@@ -17,9 +17,47 @@ google-research/vmoe stores parameters as `<prefix>.index` plus
 
 `read_vmoe_checkpoint` reassembles every array from its chunks and checks
 that the chunks cover it exactly; `vmoe_architecture` infers the
-`ViTMoEBackbone` arguments from the parameter shapes; `load_vmoe_params`
-copies the parameters into a `ViTMoEImageClassifier`. The research notes
-are in `docs/vmoe_checkpoint_format.md`.
+`ViTMoEBackbone` arguments from the parameter shapes and the pooling from
+the class token; `load_vmoe_params` copies the parameters into a
+`ViTMoEImageClassifier`. The research notes are in
+`docs/vmoe_checkpoint_format.md`.
+
+Pooling. vmoe's `classifier` is a config setting, not stored in the
+files; only `classifier='token'` creates a parameter (`cls`). A checkpoint
+with `cls` loads as `pooling="token"` with a class token; one without
+loads as `pooling="gap"` without a class token (vmoe's `'gap'`: the mean
+over tokens of the encoder output). vmoe's `classifier='0'` (token 0, i.e.
+the first patch, of a model without class token) has exactly the
+parameters of `'gap'`, so it is only reached by asking
+`vmoe_architecture(..., pooling="token")` for a checkpoint without `cls`.
+`classifier='map'` (attention pooling, `MapHead/` parameters) is not
+supported.
+
+What matches vmoe, given the same routing settings (`group_size`,
+`num_selected_experts`, capacity factor, `batch_priority`) as the vmoe
+config, on checkpoints written by vmoe's own code (`tests/fixtures/vmoe/`,
+every backend):
+
+- float32 dispatch (`bfloat16_dispatch=False`, vmoe's
+  `dispatcher.bfloat16=False`): the logits equal vmoe's to float32
+  round-off, at most about 1e-5 (tested to 1e-5 with tokens dropped at
+  capacity, for token and gap pooling, V-MoE and E³).
+- bfloat16 dispatch (`bfloat16_dispatch=True`, vmoe's default and every
+  paper config): every expert output is rounded to bfloat16 before the
+  combine, so a float32 round-off difference (another summation order)
+  that crosses a bfloat16 rounding boundary moves that output by one
+  bfloat16 step (2**-8 to 2**-7 of its size); one such flip moves the
+  E³ fixture's logits by up to 2e-3. What holds is per MoE layer: on the
+  same input the layer routes the same tokens to the same experts and
+  buffer slots (barring gates tied to within round-off), and its output
+  differs from vmoe's by at most round-off plus, per element,
+  `sum_e gate_e * 2**-7 * |expert_e output|` (each expert output the
+  same bfloat16 value as vmoe's or a neighbour). End-to-end logits then
+  usually agree to round-off as well (they do on the fixtures), without
+  a guarantee.
+
+Both assume IEEE float32 arithmetic; matmuls in TF32 (GPUs) round more
+coarsely.
 """
 
 import glob
@@ -255,11 +293,37 @@ def strip_params_prefix(params):
     return params
 
 
-def vmoe_architecture(params, image_shape=None, ensemble_size=None):
+def _pooling(params, pooling):
+    """The classifier pooling for a checkpoint; see the module docstring."""
+    has_class_token = "cls" in params
+    if any(k.startswith("MapHead/") for k in params):
+        raise VMoECheckpointError(
+            "The vmoe checkpoint has `MapHead/` parameters (vmoe's "
+            "classifier='map', attention pooling); only classifier='token', "
+            "'gap' and '0' are supported."
+        )
+    if pooling is None:
+        return "token" if has_class_token else "gap"
+    if pooling not in ("token", "gap"):
+        raise ValueError(
+            f"`pooling` must be 'token', 'gap' or None (inferred from the "
+            f"checkpoint); got {pooling!r}."
+        )
+    if pooling == "gap" and has_class_token:
+        raise ValueError(
+            "`pooling`='gap', but the checkpoint has a `cls` token, which "
+            "vmoe creates only for classifier='token' (its 'gap' models have "
+            "none); load it with `pooling`='token' or None."
+        )
+    return pooling
+
+
+def vmoe_architecture(params, image_shape=None, ensemble_size=None, pooling=None):
     """The `ViTMoEBackbone` / classifier arguments a vmoe checkpoint implies.
 
-    Shapes give every architecture argument: the hidden size (`cls`),
-    patch size and channels (`embedding/kernel`), the number of blocks, of
+    Shapes give every architecture argument: the hidden size and the
+    patch size and channels (`embedding/kernel`), the class token (`cls`,
+    present only for vmoe's `classifier='token'`), the number of blocks, of
     heads (`SelfAttention/query/kernel` is `(dim, heads, head_dim)`), the
     MLP size, the MoE blocks and experts, the E³ ensemble size (a router
     kernel `(dim, M, E/M)`), the representation size (`pre_logits`) and the
@@ -273,20 +337,29 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None):
             a pre-trained E³ before its fine-tuning reshape) is read as
             `ensemble_size` contiguous expert groups; defaults to 1 for
             such kernels and to `M` for `(dim, M, E/M)` kernels.
+        pooling: `"token"`, `"gap"` or `None`, the classifier's pooling
+            (vmoe's `classifier`, which the files do not store). `None`
+            (default) gives `"token"` for a checkpoint with a class token
+            (vmoe's `'token'`) and `"gap"` for one without (vmoe's
+            `'gap'`). `"token"` without a class token is vmoe's
+            `classifier='0'`, the first patch token. `"gap"` with a class
+            token raises: vmoe creates `cls` only for `'token'`.
 
     Returns:
-        `(backbone_kwargs, classifier_kwargs)` dicts.
+        `(backbone_kwargs, classifier_kwargs)` dicts; the backbone's
+        `use_class_token` and the classifier's `pooling` are explicit.
     """
-    if "cls" not in params:
-        raise VMoECheckpointError(
-            "The vmoe checkpoint has no `cls` token: only classifier='token' "
-            "checkpoints (every released V-MoE / E³ one) are supported."
-        )
-    hidden_dim = _require(params, "cls", 3).shape[-1]
+    pooling = _pooling(params, pooling)
+    use_class_token = "cls" in params
     kernel = _require(params, "embedding/kernel", 4)
-    patch_h, patch_w, channels, _ = kernel.shape
+    patch_h, patch_w, channels, hidden_dim = kernel.shape
+    if use_class_token and _require(params, "cls", 3).shape != (1, 1, hidden_dim):
+        raise VMoECheckpointError(
+            f"vmoe parameter 'cls' has shape {params['cls'].shape}; the patch "
+            f"embedding gives hidden size {hidden_dim}, so (1, 1, {hidden_dim})."
+        )
     positions = _require(params, "Encoder/posembed_input/pos_embedding", 3).shape[1]
-    patches = positions - 1
+    patches = positions - int(use_class_token)
     blocks = sorted({int(m.group(1)) for k in params if (m := _BLOCK.match(k))})
     if not blocks or blocks != list(range(len(blocks))):
         raise VMoECheckpointError(
@@ -336,9 +409,15 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None):
     if image_shape is None:
         side = math.isqrt(patches)
         if side * side != patches:
+            hint = ""
+            if not use_class_token and math.isqrt(patches - 1) ** 2 == patches - 1:
+                hint = (
+                    " (one more than a square grid: a classifier='token' "
+                    "checkpoint that lost its `cls` parameter?)"
+                )
             raise ValueError(
                 f"The position embedding has {patches} patch positions, not a "
-                "square grid; pass `image_shape`."
+                f"square grid{hint}; pass `image_shape`."
             )
         image_shape = (side * patch_h, side * patch_w, channels)
     image_shape = tuple(image_shape)
@@ -365,9 +444,11 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None):
         num_experts=experts.pop(),
         moe_layers=moe_layers,
         ensemble_size=members,
+        use_class_token=use_class_token,
     )
     classifier_kwargs = dict(
         num_classes=head.shape[1],
+        pooling=pooling,
         intermediate_dim=None if representation is None else representation.shape[1],
     )
     return backbone_kwargs, classifier_kwargs
@@ -400,7 +481,8 @@ def load_vmoe_params(classifier, params):
 
     backbone = classifier.backbone
     embedding = backbone.embedding
-    _assign(embedding.class_token, take("cls"), "cls")
+    if backbone.use_class_token:
+        _assign(embedding.class_token, take("cls"), "cls")
     _assign(embedding.patch_embedding.kernel, take("embedding/kernel"), "embedding/kernel")
     _assign(embedding.patch_embedding.bias, take("embedding/bias"), "embedding/bias")
     name = "Encoder/posembed_input/pos_embedding"

@@ -13,10 +13,7 @@ from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.ops import tile_members
 from ensemble_zoo.ops import untile_members
 from test_top_k_router import reference_routing
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
+from zoo_testing import to_np
 
 
 def gelu(x):

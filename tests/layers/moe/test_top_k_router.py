@@ -3,22 +3,13 @@ import math
 import keras
 import numpy as np
 import pytest
-from keras import ops
 from scipy.stats import norm
 
 from ensemble_zoo.layers import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.ops import tile_members
-
-
-def to_np(x):
-    return np.asarray(ops.convert_to_numpy(x))
-
-
-def softmax(z):
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+from zoo_testing import np_softmax
+from zoo_testing import to_np
 
 
 def reference_group_routing(gates, k, capacity, batch_priority):
@@ -64,7 +55,7 @@ def reference_routing(x, kernel, num_members, k, group_size, capacity, bpr):
         own = kernel[:, m * e_m : (m + 1) * e_m]
         for g in range(groups):
             xg = xm[g * group_size : (g + 1) * group_size]
-            gates = softmax(xg @ own)
+            gates = np_softmax(xg @ own)
             dg = reference_group_routing(gates, k, capacity, bpr)
             dispatch[m, g] = dg
             combine[m, g] = gates[..., None] * dg
@@ -262,7 +253,7 @@ def numpy_load_loss(logits, noisy_logits, sigma, k):
 
 
 def numpy_importance_loss(logits):
-    importance = softmax(logits).sum(axis=2)
+    importance = np_softmax(logits).sum(axis=2)
     return np.mean(importance.var(axis=-1) / importance.mean(axis=-1) ** 2)
 
 
@@ -287,7 +278,7 @@ def test_load_loss_matches_numpy_formula(rng, num_members, top_k):
     np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-5)
     assert not np.allclose(noisy, logits)
     np.testing.assert_allclose(
-        to_np(routing["gates"]), softmax(noisy), atol=1e-6
+        to_np(routing["gates"]), np_softmax(noisy), atol=1e-6
     )
     sigma = 1.0 / num_experts
     np.testing.assert_allclose(

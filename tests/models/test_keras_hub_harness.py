@@ -1,0 +1,126 @@
+"""keras-hub's own conformance harness (`run_backbone_test`,
+`run_task_test`, `run_model_saving_test`, `run_preset_test`, and through
+`run_backbone_test` the precision and quantization checks) on the zoo's
+functional backbones and tasks, with tiny configs, on every backend."""
+
+import keras
+import keras_hub
+import numpy as np
+from absl.testing import parameterized
+
+from ensemble_zoo.models import HydraBackbone
+from ensemble_zoo.models import HydraImageClassifier
+from ensemble_zoo.models import PackedEnsembleBackbone
+from ensemble_zoo.models import PackedEnsembleImageClassifier
+from ensemble_zoo.models import ViTMoEBackbone
+from ensemble_zoo.models import ViTMoEImageClassifier
+from keras_hub_testcase import ZooTestCase
+
+VIT = dict(image_shape=(8, 8, 1), patch_size=4, num_layers=2, hidden_dim=8, mlp_dim=16)
+TOKENS = 5  # 2 x 2 patches + the class token
+
+# (backbone class, its arguments, task class, members, member width,
+#  a shipped preset of the task and its number of members)
+MODELS = {
+    "hydra": (
+        HydraBackbone,
+        dict(VIT, num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
+        HydraImageClassifier, 3, 8, ("hydra_circuit_vit_tiny_digits", 3),
+    ),
+    "packed": (
+        PackedEnsembleBackbone,
+        dict(VIT, num_heads=2, num_members=2, alpha=2),
+        PackedEnsembleImageClassifier, 2, 8, ("packed_ensemble_vit_tiny_digits", 3),
+    ),
+    "e3": (
+        ViTMoEBackbone,
+        dict(VIT, num_heads=2, num_experts=4, num_selected_experts=1, moe_layers=[1],
+             ensemble_size=2, seed=0),
+        ViTMoEImageClassifier, 2, 8, ("e3_vit_tiny_digits", 2),
+    ),
+}
+
+
+def _preprocessor():
+    converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 16.0)
+    return keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
+
+
+CASES = [(name, name) for name in sorted(MODELS)]
+
+
+class TestKerasHubHarness(ZooTestCase):
+    @parameterized.named_parameters(*CASES)
+    def test_backbone(self, name):
+        backbone_cls, kwargs, _, members, width, _ = MODELS[name]
+        self.run_backbone_test(
+            cls=backbone_cls,
+            init_kwargs=kwargs,
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+            expected_output_shape=(2, members, TOKENS, width),
+        )
+
+    @parameterized.named_parameters(*CASES)
+    def test_task(self, name):
+        backbone_cls, kwargs, task_cls, members, _, _ = MODELS[name]
+        images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
+        self.run_task_test(
+            cls=task_cls,
+            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=4,
+                             preprocessor=_preprocessor()),
+            train_data=(images, np.array([0, 3])),
+            expected_output_shape=(2, members, 4),
+        )
+
+    @parameterized.named_parameters(*CASES)
+    def test_saving(self, name):
+        backbone_cls, kwargs, task_cls, _, _, _ = MODELS[name]
+        self.run_model_saving_test(
+            cls=task_cls,
+            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=4),
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+        )
+
+    @parameterized.named_parameters(*CASES)
+    def test_preset(self, name):
+        _, _, task_cls, _, _, (preset, members) = MODELS[name]
+        self.run_preset_test(
+            cls=task_cls,
+            preset=preset,
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+            expected_output_shape=(2, members, 8),
+        )
+
+
+def _policies(model):
+    """{layer class: set of dtype policy names} below `model`."""
+    seen = {}
+    for layer in model._flatten_layers(include_self=False):
+        if not isinstance(layer, keras.layers.InputLayer):
+            seen.setdefault(type(layer).__name__, set()).add(layer.dtype_policy.name)
+    return seen
+
+
+def test_keras_hub_loaders_take_task_arguments_and_dtype():
+    """`compile=False` was an unrecognized keyword, and keras-hub's loader
+    `dtype=` stopped at the backbone's top level (inner layers float32)."""
+    import ensemble_zoo as ez
+
+    path = ez.presets.get_preset_path("e3_vit_tiny_digits")
+    task = keras_hub.models.ImageClassifier.from_preset(path, compile=False)
+    assert type(task) is ViTMoEImageClassifier and not task.compiled
+    backbone = keras_hub.models.Backbone.from_preset(path, dtype="mixed_bfloat16")
+    policies = _policies(backbone)
+    assert policies.pop("TopKRouter") == {"float32"}  # routers stay float32
+    assert set().union(*policies.values()) == {"mixed_bfloat16"}
+    # A legal dtype request loads (it was "Damaged preset ... expects void16").
+    hydra = ez.models.EnsembleClassifier.from_preset(
+        "hydra_circuit_vit_tiny_digits", dtype="bfloat16", preprocessor=None
+    )
+    assert set().union(*_policies(hydra.backbone).values()) == {"bfloat16"}
+    x, _ = ez.datasets.load_arrays("digits", "test")
+    reference = ez.models.EnsembleClassifier.from_preset(
+        "hydra_circuit_vit_tiny_digits", preprocessor=None
+    ).predict(x, verbose=0)
+    agree = np.mean(hydra.predict(x, verbose=0).argmax(-1) == reference.argmax(-1))
+    assert agree >= 0.97

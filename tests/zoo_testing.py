@@ -1,0 +1,103 @@
+"""Helpers shared by the test files: conversion to NumPy, NumPy references
+and the tiny keras-hub models the method tests start from.
+
+Test files import it as `from zoo_testing import to_np` (like `conftest`,
+it sits in `tests/`, which pytest puts on `sys.path`). Keep it small: a
+helper belongs here once two test files need the same one.
+"""
+
+import numpy as np
+from keras import ops
+
+
+def to_np(x):
+    """A backend tensor, variable or array as a NumPy array (its dtype)."""
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def to_np64(x):
+    """`to_np` in float64, for references computed in double precision."""
+    return np.asarray(ops.convert_to_numpy(x), np.float64)
+
+
+def np_softmax(z):
+    """Softmax over the last axis, in NumPy."""
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def perturb_weights(model, seed=0, scale=0.05):
+    """Adds Gaussian noise to every weight of `model`, so that biases and
+    normalisation parameters are not trivially zero or one."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(to_np(w) + rng.normal(scale=scale, size=w.shape).astype("float32"))
+    return model
+
+
+def tiny_vit(
+    seed=0,
+    num_classes=5,
+    pooling="token",
+    preprocessor=None,
+    image_shape=(8, 8, 1),
+    patch_size=2,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    mlp_dim=32,
+    **backbone_kwargs,
+):
+    """A small `keras_hub.models.ViTImageClassifier` on 8 x 8 x 1 images,
+    built after `keras.utils.set_random_seed(seed)` (so the same arguments
+    give the same weights). Extra keyword arguments go to the `ViTBackbone`."""
+    import keras
+    import keras_hub
+
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=image_shape, patch_size=patch_size, num_layers=num_layers,
+        num_heads=num_heads, hidden_dim=hidden_dim, mlp_dim=mlp_dim, **backbone_kwargs,
+    )
+    return keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=num_classes, pooling=pooling, preprocessor=preprocessor
+    )
+
+
+def tiny_bert(
+    seed=0,
+    num_classes=3,
+    num_heads=4,
+    max_sequence_length=10,
+    vocabulary_size=50,
+    **classifier_kwargs,
+):
+    """A small `keras_hub.models.BertTextClassifier` (2 layers, width 16)
+    without a preprocessor, built after `keras.utils.set_random_seed(seed)`.
+    Extra keyword arguments go to the classifier (e.g. `dropout`)."""
+    import keras
+    import keras_hub
+
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=vocabulary_size, num_layers=2, num_heads=num_heads, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=max_sequence_length,
+    )
+    return keras_hub.models.BertTextClassifier(
+        backbone=backbone, num_classes=num_classes, preprocessor=None, **classifier_kwargs
+    )
+
+
+def text_inputs(n=4, seed=1, length=10, vocabulary_size=50):
+    """BERT inputs for `tiny_bert`: random token and segment ids, rows 1 and
+    3 padded (from positions 6 and 3)."""
+    rng = np.random.default_rng(seed)
+    padding = np.ones((n, length), "int32")
+    padding[1, 6:] = 0
+    padding[3, 3:] = 0
+    return {
+        "token_ids": (rng.integers(1, vocabulary_size, size=(n, length)) * padding).astype("int32"),
+        "segment_ids": (rng.integers(0, 2, size=(n, length)) * padding).astype("int32"),
+        "padding_mask": padding,
+    }
