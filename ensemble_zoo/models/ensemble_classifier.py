@@ -124,11 +124,6 @@ class EnsembleClassifier(
         self._check_inputs(inputs)
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
-    def _track_variables(self):
-        # PyTorch backend only (Keras calls it there): register every
-        # variable as a parameter even where members share variable paths.
-        self._torch_params = backend_utils.torch_parameter_dict(self.variables)
-
     # === Input checks ===
 
     def _check_inputs(self, inputs, expected=None):
@@ -404,6 +399,11 @@ class SubclassedEnsembleClassifier(
     def __init__(self, *args, preprocessor=None, **kwargs):
         init_subclassed(self, *args, **kwargs)
         self.preprocessor = preprocessor
+
+    def _track_variables(self):
+        # PyTorch backend only (Keras calls it there): register every
+        # variable as a parameter even where members share variable paths.
+        self._torch_params = backend_utils.torch_parameter_dict(self.variables)
 
     def get_config(self):
         """The base of a subclassed classifier's config; subclasses add

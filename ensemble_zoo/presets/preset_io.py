@@ -132,9 +132,9 @@ def _h5_datasets(path):
 
 def _dtype_kind(name):
     """`"float"` for every floating dtype name of an HDF5 dataset (h5py
-    writes bfloat16 as the opaque `void16`), else the name: loading casts
-    floating weights to the model's dtype policy (a float32 preset loads
-    under `dtype="bfloat16"`), never integers to floats."""
+    writes bfloat16 as the opaque `void16`), else the name. Loading casts a
+    float32 file's weights to the model's dtype policy (a float32 preset
+    loads under `dtype="bfloat16"`); any other dtype must match."""
     if name.startswith(("float", "bfloat")) or name == "void16":
         return "float"
     return name
@@ -207,7 +207,8 @@ def _check_weights_file(write_reference, path, sha256=None, what="the model"):
     wrong = [k for k in common if expected[k][0] != found[k][0]]
     retyped = [
         k for k in common
-        if k not in wrong and _dtype_kind(expected[k][1]) != _dtype_kind(found[k][1])
+        if k not in wrong and expected[k][1] != found[k][1]
+        and not (found[k][1] == "float32" and _dtype_kind(expected[k][1]) == "float")
     ]
     problems = [
         f"variable {k!r} has shape {found[k][0]}, the model expects "
