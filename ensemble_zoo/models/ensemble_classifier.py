@@ -124,6 +124,29 @@ class EnsembleClassifier(
         self._check_inputs(inputs)
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
+    # === PyTorch parameters ===
+
+    def _track_variables(self):
+        """PyTorch backend only (Keras calls it there): registers every
+        variable as a parameter, keyed uniquely even where members share
+        variable paths. Keras tracks a functional model's variables while
+        `Functional.__init__` builds it, before keras-hub's `Task` lets
+        attributes reach `torch.nn.Module` (a keras-hub
+        `ViTImageClassifier` under keras 3.15.1 has no parameters at all):
+        `zero_grad()` then missed every variable and gradients piled up
+        across steps (`tests/models/test_torch_parameters.py`)."""
+        import torch
+
+        torch.nn.Module.__setattr__(
+            self, "_torch_params", backend_utils.torch_parameter_dict(self.variables)
+        )
+
+    def named_parameters(self, *args, **kwargs):
+        # PyTorch backend only: tracked afresh, so variables built or
+        # loaded after construction are parameters too.
+        self._track_variables()
+        return super().named_parameters(*args, **kwargs)
+
     # === Input checks ===
 
     def _check_inputs(self, inputs, expected=None):
@@ -399,11 +422,6 @@ class SubclassedEnsembleClassifier(
     def __init__(self, *args, preprocessor=None, **kwargs):
         init_subclassed(self, *args, **kwargs)
         self.preprocessor = preprocessor
-
-    def _track_variables(self):
-        # PyTorch backend only (Keras calls it there): register every
-        # variable as a parameter even where members share variable paths.
-        self._torch_params = backend_utils.torch_parameter_dict(self.variables)
 
     def get_config(self):
         """The base of a subclassed classifier's config; subclasses add
