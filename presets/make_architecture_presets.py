@@ -63,6 +63,8 @@ from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
 from ensemble_zoo.models.hydra.hydra_cost import hydra_text_multiply_adds
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import lora_ensemble_multiply_adds
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_cost import packed_ensemble_multiply_adds
+from ensemble_zoo.models.vit_cost import num_tokens
+from ensemble_zoo.models.vit_cost import patch_embedding_multiply_adds
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,7 +139,8 @@ def lora_presets():
         vit, num_classes=100, num_members=16, rank=8
     )
     single = hydra_multiply_adds(**VIT_B16, num_classes=100)
-    macs = lora_ensemble_multiply_adds(single, 16, 197, 12, 768, 8)
+    tokens = num_tokens(VIT_B16["image_shape"], VIT_B16["patch_size"])  # 197
+    macs = lora_ensemble_multiply_adds(single, 16, tokens, 12, 768, 8)
     save_lora(model, "lora_ensemble_vit_b16_16x8", macs)
     bert = keras_hub.models.BertBackbone(
         vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
@@ -178,7 +181,7 @@ MOE_FAMILIES = {
 def moe_presets(image_size=384, num_classes=1000, num_experts=32):
     for family, vit in MOE_FAMILIES.items():
         moe_layers = [vit["num_layers"] - 3, vit["num_layers"] - 1]
-        tokens = (image_size // vit["patch_size"]) ** 2 + 1
+        tokens = num_tokens((image_size, image_size), vit["patch_size"])
         for name, members, k in (
             (f"vmoe_{family}_e32_k2", 1, 2),
             (f"e3_{family}_e32_k1_m2", 2, 1),
@@ -222,7 +225,6 @@ def baseline_presets(num_classes=1000):
     import keras_hub
 
     single = hydra_multiply_adds(**VIT_B16, num_classes=num_classes)
-    patches = (224 // 16) ** 2
     models = {}
     models["packed_ensemble_vit_b16_3x2"] = (
         ez.models.PackedEnsembleImageClassifier(
@@ -244,7 +246,11 @@ def baseline_presets(num_classes=1000):
             keras_hub.models.ViTBackbone(**dict(VIT_B16, image_shape=(224, 224, 9))),
             num_classes, num_members=3,
         ),
-        single + 2 * (patches * 16 * 16 * 3 * 768 + 768 * num_classes),
+        # Two more input images in the patch embedding, two more heads.
+        single + 2 * (
+            patch_embedding_multiply_adds(VIT_B16["image_shape"], 16, 768)
+            + 768 * num_classes
+        ),
         "mimo",
     )
     models["masksembles_vit_b16_4"] = (

@@ -1,9 +1,13 @@
 """The benchmark scripts run and their exactness columns hold (timings are
 printed, never asserted)."""
 
+import argparse
+import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -76,20 +80,81 @@ def test_moe_benchmark_runs_and_e3_members_are_vmoes():
     assert re.search(r"^SparseMoE / dense MLP throughput: [0-9.]+ ", out, re.M), out
 
 
+SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "baselines", "metrics")
+#: TensorFlow's C++ start-up lines (keras-hub imports TensorFlow under
+#: every backend).
+TF_START_UP = re.compile(
+    r"absl::InitializeLog|port\.cc|cudart_stub\.cc|cpu_feature_guard\.cc|oneDNN custom"
+    r"|Could not find cuda drivers|rebuild TensorFlow|cuInit"
+)
+
+
 @pytest.mark.skipif(
     BACKEND != "torch", reason="one backend suffices; eager PyTorch compiles nothing"
 )
 def test_run_all_quick_measures_every_method(tmp_path):
     """`benchmarks/run_all.py --quick`: one table with every section, the
-    device named, and JSON rows whose exactness column holds."""
+    device named, and JSON rows whose exactness column holds; before each
+    section a line says the memory it needs, after it the measured peak;
+    no TensorFlow start-up lines. `--quick` runs every section in one
+    process (a process start costs more than the tiny sections); the
+    process per section of a full run goes the same way through
+    `--child-output` and the same collecting code."""
     path = tmp_path / "rows.json"
-    out = run_python(
-        "import sys; sys.argv = ['run_all.py', '--quick', '--json', "
-        f"{str(path)!r}];"
-        "import runpy; runpy.run_path('benchmarks/run_all.py', run_name='__main__')"
+    env = dict(os.environ, KERAS_BACKEND=BACKEND)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # run_all.py sets it itself
+    result = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--quick", "--json", str(path)],
+        env=env, capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
     )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    for stream in (out, result.stderr):
+        assert not TF_START_UP.search(stream), stream
+    assert re.search(
+        r"^run_all: backend torch; .*; one process for all sections; [\d.]+ GiB memory available$",
+        out, re.M,
+    ), out
     assert re.search(r"^device: cpu \(\d+ cores\); backend torch; dtype float32", out, re.M), out
+    # The memory line comes before each section's rows are measured, the
+    # measured peak after them, section after section.
+    lines = out.splitlines()
+    position = 0
+    for name in SECTIONS:
+        held = (
+            r"held once the models are built \([\d.]+ (MiB|GiB) runtime \+ [\d.]+ MiB weights"
+            r" of [\d,]+ parameters.*\)" if name != "metrics" else r"runtime"
+        )
+        needs = next(
+            i for i, line in enumerate(lines)
+            if re.match(
+                rf"\[{name}: needs ~[\d.]+ (MiB|GiB) = [\d.]+ (MiB|GiB) {held} \+ .*;"
+                r" [\d.]+ GiB available \(.*\)\]$",
+                line,
+            )
+        )
+        done = next(
+            i for i, line in enumerate(lines)
+            if re.match(
+                rf"\[{name}: \d+ s; peak RSS so far [\d.]+ (MiB|GiB) \(.*\),"
+                r" [\d.]+ (MiB|GiB) estimated\]$",
+                line,
+            )
+        )
+        assert position <= needs < done, (name, out)
+        position = done
     report = json.loads(path.read_text())
+    assert report["isolation"] == "run"
+    for name in SECTIONS:
+        memory = report["memory"][name]
+        assert memory["status"] == "ok", memory
+        # At this size the estimate is mostly the runtime's resident memory.
+        ratio = memory["measured_peak_rss_mib"] / memory["estimated_peak_mib"]
+        assert 0.5 < ratio < 2, (name, memory)
+        assert memory["estimate_mib"]["weights"] == pytest.approx(
+            4 * memory["parameters"] / 2**20
+        ), memory
     variants = {(r["section"], r["variant"]) for r in report["rows"]}
     for expected in [
         ("hydra", "fused"), ("hydra", "3 members separately"), ("lora", "LoRA-Ensemble 4"),
@@ -106,6 +171,78 @@ def test_run_all_quick_measures_every_method(tmp_path):
             assert row["max_abs_difference"] <= 1e-6, row
     trained = {r["variant"] for r in report["rows"] if r["train_ms"] is not None}
     assert {"single", "fused", "LoRA-Ensemble 4", "E³ K=1 M=2 (one-hot)", "Masksembles 3"} <= trained
+
+
+def _run_all_module():
+    spec = importlib.util.spec_from_file_location(
+        "run_all", os.path.join(REPO_ROOT, "benchmarks", "run_all.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_run_all_refuses_a_section_that_would_not_fit(tmp_path, capsys):
+    """A section estimated to need more memory than there is (here a fake
+    limit of 64 MiB, below any Python process with a backend) is refused
+    before anything is compiled, with a clear message, the others still
+    run and the exit status is 1; `--ignore-memory-check` runs it with a
+    warning. In this process (`--isolation none`): the tiny models only
+    are built."""
+    run_all = _run_all_module()
+    path = tmp_path / "report.json"
+    with pytest.raises(SystemExit) as exited:
+        run_all.main([
+            "--quick", "--only", "lora", "metrics", "--isolation", "none",
+            "--memory-limit", "64", "--json", str(path),
+        ])
+    assert exited.value.code == 1
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^\[lora: needs ~[\d.]+ (MiB|GiB) = [\d.]+ (MiB|GiB) held once the models are built"
+        r" \([\d.]+ (MiB|GiB) runtime \+ [\d.]+ MiB weights of [\d,]+ parameters.*\) \+ [\d.]+ MiB"
+        r" gradients and AdamW state \([\d,]+ trained in 2 models\) \+ [\d.]+ MiB activations"
+        r" \(train step of LoRA-Ensemble 4, batch 4, float32\) \+ 512 MiB compiler;"
+        r" 64 MiB available \(--memory-limit\)\]$",
+        out, re.M,
+    ), out
+    assert re.search(
+        r"^\[lora: refused: needs ~[\d.]+ (MiB|GiB) but only 64 MiB is available, so it would be"
+        r" killed for lack of memory; even without its activations it needs ~[\d.]+ (MiB|GiB):"
+        r" run it on a machine with more memory, or the other sections with --only;"
+        r" --ignore-memory-check runs it anyway\]$",
+        out, re.M,
+    ), out
+    assert re.search(r"^not run: lora \(refused\), metrics \(refused\)$", out, re.M), out
+    assert not re.search(r"^\[lora: \d+ s", out, re.M), out  # nothing ran
+    report = json.loads(path.read_text())
+    assert report["rows"] == []
+    memory = report["memory"]["lora"]
+    assert memory["status"] == "refused" and memory["estimated_peak_mib"] > 64, memory
+    assert memory["estimate_mib"]["weights"] == pytest.approx(4 * memory["parameters"] / 2**20)
+
+    rows = run_all.main([
+        "--quick", "--only", "metrics", "--isolation", "none", "--memory-limit", "64",
+        "--ignore-memory-check", "--repeats", "1",
+    ])
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^\[metrics: warning: needs ~[\d.]+ (MiB|GiB) but only 64 MiB is available; running it"
+        r" anyway \(--ignore-memory-check\)\]$",
+        out, re.M,
+    ), out
+    assert {r["section"] for r in rows} == {"metrics"}
+
+    # What a refusal suggests: the largest batch that fits, bfloat16.
+    gib = 2**30
+    estimate = dict(total=10 * gib, activations=8 * gib, per_image=2 * gib)
+    args = argparse.Namespace(batch_size=4, dtype="float32")
+    assert run_all._advice(estimate, args, 7 * gib) == (
+        "--batch-size 2 would fit (~6.0 GiB); --dtype bfloat16 would fit (~6.0 GiB)"
+    )
+    assert run_all._advice(estimate, args, 1 * gib).startswith(
+        "even without its activations it needs ~2.0 GiB: run it on a machine with more memory"
+    )
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="XLA's memory analysis of a JAX executable")

@@ -1,11 +1,14 @@
 """The V-MoE / E³ cost counter against paper 004 and against real layers."""
 
 import math
+from fractions import Fraction
 
 import keras
 import numpy as np
 import pytest
 
+from ensemble_zoo.layers.moe.top_k_router import TopKRouter
+from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.models.vit_moe import last_n_moe_layers
 from ensemble_zoo.models.vit_moe import vit_moe_config
 from ensemble_zoo.models.vit_moe import vit_moe_flops
@@ -331,6 +334,76 @@ def test_expert_buffers_use_the_rounded_capacity(
     assert count["expert_mlp"] == pytest.approx(
         tokens / group * experts * capacity * 2 * 4 * 6
     )
+
+
+def _cost_capacity(group, experts, k, factor, multiple, members=1):
+    """The expert buffer size `vit_moe_flops` counts, read back from its
+    `expert_mlp` term (one MoE block, `hidden_dim = mlp_dim = 1`)."""
+    tokens = 17  # 16 x 16 images, 4 x 4 patches, class token
+    count = vit_moe_flops(
+        image_size=16, patch_size=4, hidden_dim=1, num_layers=2, mlp_dim=1,
+        num_classes=2, moe_layers=(1,), num_experts=experts,
+        num_selected_experts=k, ensemble_size=members,
+        capacity_factor=factor, group_size=group,
+        capacity_multiple_of=multiple,
+    )
+    # members * tokens / group groups, experts / members buffers each.
+    slots = count["expert_mlp"] / 2 * group / (tokens * experts)
+    assert slots == pytest.approx(round(slots), abs=1e-6)
+    return round(slots)
+
+
+def _exact_capacity(group, experts, k, factor, multiple):
+    """`ceil(factor * k * group / experts)` in exact rational arithmetic
+    (the factor as written in decimal), rounded up to `multiple`, capped at
+    the group."""
+    raw = Fraction(str(factor)) * k * group / experts
+    capacity = max(1, math.ceil(raw))
+    capacity += -capacity % max(1, multiple)
+    return min(capacity, group)
+
+
+@pytest.mark.parametrize(
+    "group,experts,k,factor,multiple,capacity",
+    # 1.1 * 400 / 2 and 1.1 * 100 / 2 are 220.00000000000003 and
+    # 55.00000000000001 in floating point: a bare ceil gave 224 (after
+    # rounding to 4) and 56, one buffer more than the model allocates.
+    [(400, 2, 1, 1.1, 4, 220), (100, 2, 1, 1.1, 0, 55), (100, 2, 1, 1.1, 1, 55)],
+)
+def test_float_noise_adds_no_slot(group, experts, k, factor, multiple, capacity):
+    assert _exact_capacity(group, experts, k, factor, multiple) == capacity
+    assert _cost_capacity(group, experts, k, factor, multiple) == capacity
+    assert compute_capacity(
+        group, experts, k, factor, multiple_of=max(1, multiple)
+    ) == capacity
+
+
+@pytest.mark.skipif(
+    keras.config.backend() != "jax",
+    reason="pure Python arithmetic: checked under one backend",
+)
+def test_cost_capacity_is_the_router_capacity():
+    """For a sweep of routings, the buffers the cost counts are the ones a
+    `TopKRouter` of the same configuration allocates (V-MoE and E³ with
+    its per-member experts), and both are the exact rounded capacity."""
+    groups = (1, 7, 17, 100, 145, 400, 577, 1160, 4616)
+    for members, experts, k in [
+        (1, 1, 1), (1, 2, 1), (1, 4, 2), (1, 8, 1), (1, 32, 2), (1, 32, 4),
+        (2, 4, 1), (2, 32, 1), (2, 32, 2), (4, 32, 2),
+    ]:
+        for factor in (0.5, 1.0, 1.05, 1.1, 1.2, 1.25, 1.5, 2.0, 3.3, 8.0):
+            for multiple in (1, 4):
+                router = TopKRouter(
+                    experts, top_k=k, num_members=members,
+                    capacity_factor=factor, capacity_multiple_of=multiple,
+                )
+                for group in groups:
+                    config = (group, experts, k, factor, multiple, members)
+                    model = router.capacity(group, training=True)
+                    assert _cost_capacity(*config) == model, config
+                    per_member = experts // members
+                    exact = _exact_capacity(group, per_member, k, factor, multiple)
+                    assert model == exact, config
 
 
 def test_tiling_placements():

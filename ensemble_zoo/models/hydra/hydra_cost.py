@@ -10,6 +10,16 @@ additions are ignored, as in the paper's torchinfo-style numbers.
 
 import numpy as np
 
+from ensemble_zoo.models.vit_cost import attention_parameter_count
+from ensemble_zoo.models.vit_cost import attention_projection_multiply_adds
+from ensemble_zoo.models.vit_cost import attention_score_multiply_adds
+from ensemble_zoo.models.vit_cost import layer_norm_parameter_count
+from ensemble_zoo.models.vit_cost import mlp_multiply_adds
+from ensemble_zoo.models.vit_cost import mlp_parameter_count
+from ensemble_zoo.models.vit_cost import num_tokens
+from ensemble_zoo.models.vit_cost import patch_embedding_multiply_adds
+from ensemble_zoo.models.vit_cost import patch_embedding_parameter_count
+
 
 def _counts(member_num_heads, num_layers, num_heads, num_members):
     if member_num_heads is None:
@@ -23,10 +33,37 @@ def _counts(member_num_heads, num_layers, num_heads, num_members):
     return counts
 
 
-def _geometry(image_shape, patch_size):
-    patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
-    patches = (image_shape[0] // patch[0]) * (image_shape[1] // patch[1])
-    return patch, patches
+def _encoder_parameter_count(
+    d, mlp_dim, num_layers, num_heads, num_members, member_num_heads, mlp
+):
+    """The encoder blocks of a Hydra ViT or BERT: per member, attention
+    with `max` kept heads' slots and two layer norms; MLPs shared
+    (`mlp="merge"`) or per member (`"grouped"`)."""
+    key_dim = d // num_heads
+    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
+    total = 0
+    for layer in range(num_layers):
+        slots = max(1, int(counts[layer].max()))
+        total += num_members * attention_parameter_count(d, slots * key_dim)
+        total += num_members * 2 * layer_norm_parameter_count(d)
+        total += mlp_parameter_count(d, mlp_dim) * (num_members if mlp == "grouped" else 1)
+    return total
+
+
+def _encoder_multiply_adds(
+    tokens, d, mlp_dim, num_layers, num_heads, num_members, member_num_heads
+):
+    """The encoder blocks on `tokens` tokens: the kept heads of all members
+    (attention projections and matmuls), and every member's MLP."""
+    key_dim = d // num_heads
+    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
+    total = 0
+    for layer in range(num_layers):
+        kept_width = int(counts[layer].sum()) * key_dim
+        total += attention_projection_multiply_adds(tokens, d, kept_width)
+        total += attention_score_multiply_adds(tokens, kept_width)
+        total += num_members * mlp_multiply_adds(tokens, d, mlp_dim)
+    return total
 
 
 def hydra_parameter_count(
@@ -50,18 +87,12 @@ def hydra_parameter_count(
     some member leaves empty still hold (zero) weights in the fused model
     and are counted, as `model.count_params()` does.
     """
-    d, key_dim = hidden_dim, hidden_dim // num_heads
-    patch, patches = _geometry(image_shape, patch_size)
-    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
-    total = patch[0] * patch[1] * image_shape[2] * d + d  # patch embedding
-    total += d + (patches + 1) * d  # class token, position embedding
-    mlp_params = d * mlp_dim + mlp_dim + mlp_dim * d + d
-    for layer in range(num_layers):
-        slots = max(1, int(counts[layer].max()))
-        total += num_members * (4 * d * slots * key_dim + 3 * slots * key_dim + d)
-        total += num_members * 4 * d  # two layer norms
-        total += mlp_params * (num_members if mlp == "grouped" else 1)
-    total += num_members * 2 * d  # final layer norm
+    d = hidden_dim
+    total = patch_embedding_parameter_count(image_shape, patch_size, d)
+    total += _encoder_parameter_count(
+        d, mlp_dim, num_layers, num_heads, num_members, member_num_heads, mlp
+    )
+    total += num_members * layer_norm_parameter_count(d)  # final layer norm
     total += num_members * (d * num_classes + num_classes)
     return int(total)
 
@@ -85,16 +116,12 @@ def hydra_multiply_adds(
     merged or not, so its cost is `num_members` times a single model's
     (the paper's 46.19G for ViT-B/16 8x3 confirms this).
     """
-    d, key_dim = hidden_dim, hidden_dim // num_heads
-    patch, patches = _geometry(image_shape, patch_size)
-    tokens = patches + 1
-    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
-    total = patches * patch[0] * patch[1] * image_shape[2] * d
-    for layer in range(num_layers):
-        kept_width = int(counts[layer].sum()) * key_dim
-        total += 4 * tokens * d * kept_width  # q, k, v and output projections
-        total += 2 * tokens * tokens * kept_width  # Q K^T and A V
-        total += num_members * 2 * tokens * d * mlp_dim
+    d = hidden_dim
+    total = patch_embedding_multiply_adds(image_shape, patch_size, d)
+    total += _encoder_multiply_adds(
+        num_tokens(image_shape, patch_size), d, mlp_dim, num_layers, num_heads,
+        num_members, member_num_heads,
+    )
     total += num_members * d * num_classes
     return int(total)
 
@@ -114,15 +141,13 @@ def hydra_text_parameter_count(
 ):
     """Parameters of a `HydraTextClassifier` (head masks excluded); with
     one member keeping every head, of a keras-hub `BertTextClassifier`."""
-    d, key_dim = hidden_dim, hidden_dim // num_heads
-    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
-    total = (vocabulary_size + max_sequence_length + num_segments) * d + 2 * d
-    mlp_params = d * intermediate_dim + intermediate_dim + intermediate_dim * d + d
-    for layer in range(num_layers):
-        slots = max(1, int(counts[layer].max()))
-        total += num_members * (4 * d * slots * key_dim + 3 * slots * key_dim + d)
-        total += num_members * 4 * d
-        total += mlp_params * (num_members if mlp == "grouped" else 1)
+    d = hidden_dim
+    # Token, position and segment embeddings and their layer norm.
+    total = (vocabulary_size + max_sequence_length + num_segments) * d
+    total += layer_norm_parameter_count(d)
+    total += _encoder_parameter_count(
+        d, intermediate_dim, num_layers, num_heads, num_members, member_num_heads, mlp
+    )
     total += num_members * (d * d + d)  # per-member pooler
     total += num_members * (d * num_classes + num_classes)
     return int(total)
@@ -140,13 +165,10 @@ def hydra_text_multiply_adds(
 ):
     """Multiply-adds of one forward pass of one sequence of
     `sequence_length` tokens (embedding lookups cost none)."""
-    d, key_dim = hidden_dim, hidden_dim // num_heads
-    counts = _counts(member_num_heads, num_layers, num_heads, num_members)
-    t = sequence_length
-    total = 0
-    for layer in range(num_layers):
-        kept_width = int(counts[layer].sum()) * key_dim
-        total += 4 * t * d * kept_width + 2 * t * t * kept_width
-        total += num_members * 2 * t * d * intermediate_dim
+    d = hidden_dim
+    total = _encoder_multiply_adds(
+        sequence_length, d, intermediate_dim, num_layers, num_heads,
+        num_members, member_num_heads,
+    )
     total += num_members * (d * d + d * num_classes)
     return int(total)

@@ -24,7 +24,8 @@ def lora_ensemble_multiply_adds(
         single_multiply_adds: int, the single model's multiply-adds (e.g.
             `hydra_multiply_adds(...)` with one member keeping every head).
         num_members: int.
-        tokens: int, tokens per input (ViT-B/16 at 224: 197).
+        tokens: int, tokens per input (ViT-B/16 at 224: 197, see
+            `ensemble_zoo.models.vit_cost.num_tokens`).
         num_layers: int, adapted attention layers.
         hidden_dim: int.
         rank: int.

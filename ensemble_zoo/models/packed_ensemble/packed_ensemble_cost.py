@@ -7,13 +7,20 @@ weights: `M` members of width `alpha / M` times the base's, each split into
 are such layers; the patch embedding (the "first" layer, which sees the
 whole image), the classifier (the "last" layer, `M` heads) and the
 per-member class token, position embedding and layer norms scale by
-`alpha` only. Multiply-adds are counted as in `hydra_cost`.
+`alpha` only. Each member is counted as a ViT of its width with the
+formulas of `ensemble_zoo.models.vit_cost` (as `hydra_cost` is), its
+projections split into `gamma` groups.
 """
 
-from ensemble_zoo.models.hydra.hydra_cost import _geometry
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
     packed_member_geometry,
 )
+from ensemble_zoo.models.vit_cost import encoder_block_multiply_adds
+from ensemble_zoo.models.vit_cost import encoder_block_parameter_count
+from ensemble_zoo.models.vit_cost import layer_norm_parameter_count
+from ensemble_zoo.models.vit_cost import num_tokens
+from ensemble_zoo.models.vit_cost import patch_embedding_multiply_adds
+from ensemble_zoo.models.vit_cost import patch_embedding_parameter_count
 
 
 def _member_sizes(hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma):
@@ -38,13 +45,9 @@ def packed_ensemble_parameter_count(
     """Parameters of a `PackedEnsembleImageClassifier` (biases included);
     with `num_members=1, alpha=1, gamma=1`, of the keras-hub ViT."""
     w, f = _member_sizes(hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma)
-    patch, patches = _geometry(image_shape, patch_size)
-    member = patch[0] * patch[1] * image_shape[2] * w + w  # patch embedding
-    member += w + (patches + 1) * w  # class token, position embedding
-    per_layer = 4 * w * w // gamma + 4 * w  # q, k, v, output: weights, biases
-    per_layer += 2 * w * f // gamma + f + w  # MLP
-    per_layer += 4 * w  # two layer norms
-    member += num_layers * per_layer + 2 * w  # final layer norm
+    member = patch_embedding_parameter_count(image_shape, patch_size, w)
+    member += num_layers * encoder_block_parameter_count(w, f, groups=gamma)
+    member += layer_norm_parameter_count(w)  # final layer norm
     member += w * num_classes + num_classes
     return int(num_members * member)
 
@@ -63,13 +66,8 @@ def packed_ensemble_multiply_adds(
 ):
     """Multiply-adds of one forward pass of one image (all members)."""
     w, f = _member_sizes(hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma)
-    patch, patches = _geometry(image_shape, patch_size)
-    tokens = patches + 1
-    member = patches * patch[0] * patch[1] * image_shape[2] * w
-    member += num_layers * (
-        4 * tokens * w * w // gamma  # q, k, v and output projections
-        + 2 * tokens * tokens * w  # Q K^T and A V
-        + 2 * tokens * w * f // gamma  # MLP
-    )
+    tokens = num_tokens(image_shape, patch_size)
+    member = patch_embedding_multiply_adds(image_shape, patch_size, w)
+    member += num_layers * encoder_block_multiply_adds(tokens, w, f, groups=gamma)
     member += w * num_classes
     return int(num_members * member)

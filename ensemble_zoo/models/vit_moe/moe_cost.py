@@ -40,7 +40,15 @@ by one-hot matrices); `dispatcher="einsum"` (the default) counts what the
 einsums of `(G, S, E, C)` shapes compute.
 """
 
-import math
+from ensemble_zoo.layers.moe.top_k_router import compute_capacity
+from ensemble_zoo.models.vit_cost import attention_projection_multiply_adds
+from ensemble_zoo.models.vit_cost import attention_score_multiply_adds
+from ensemble_zoo.models.vit_cost import mlp_multiply_adds
+from ensemble_zoo.models.vit_cost import patch_embedding_multiply_adds
+from ensemble_zoo.models.vit_cost import patch_grid
+from ensemble_zoo.utils.validation import check_choice
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import is_integer
 
 _UNITS = {"multiply_adds": 1, "flops": 2, "training_flops": 6}
 _TILE_AT = ("first_moe_block", "first_moe_mlp", "input")
@@ -93,25 +101,17 @@ def last_n_moe_layers(num_layers, n):
 
 
 def _capacity(group_size, num_experts, k, capacity_factor, multiple_of):
-    capacity = math.ceil(capacity_factor * k * group_size / num_experts)
-    if multiple_of:
-        capacity += -capacity % multiple_of
-    # An expert takes a token at most once, so no buffer needs more slots
-    # than the group has tokens (`TopKRouter` caps it the same way).
-    return min(capacity, group_size)
+    # The buffer size the model allocates (`TopKRouter` calls the same
+    # function), so costs and models agree to the slot; `multiple_of=0`
+    # here means no rounding, as 1 does there.
+    return compute_capacity(
+        group_size, num_experts, k, capacity_factor, multiple_of=max(1, multiple_of)
+    )
 
 
-def _positive_int(name, value, allow_zero=False):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"`{name}` must be an int; got {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else ">= 1"
-        raise ValueError(f"`{name}` must be {bound}; got {value}.")
-
-
-def _choice(name, value, options):
-    if value not in options:
-        raise ValueError(f"`{name}` must be one of {options}; got {value!r}.")
+def _non_negative_int(name, value):
+    if not is_integer(value) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0; got {value!r}.")
 
 
 def vit_moe_flops(
@@ -151,7 +151,9 @@ def vit_moe_flops(
 
     Routing is per group of `group_size` tokens of one member. Each expert
     has a buffer of `C = ceil(capacity_factor * K * group_size / (E/M))`
-    slots, rounded up to a multiple of `capacity_multiple_of`, and an expert
+    slots, rounded up to a multiple of `capacity_multiple_of` and capped at
+    `group_size` (the router's own `compute_capacity`, so the count uses
+    the buffers the model allocates), and an expert
     MLP runs on all of its slots, full or not: the expert MLPs cost
     `(E/M) * C * 2 * D * F` per group, i.e. `capacity_factor * K` times a
     dense MLP (a bit more after rounding). With `dispatcher="einsum"` the
@@ -248,18 +250,19 @@ def vit_moe_flops(
         ("num_classes", num_classes),
         ("ensemble_size", ensemble_size),
         ("num_channels", num_channels),
+        ("num_selected_experts", num_selected_experts),
     ):
-        _positive_int(name, value)
-    _positive_int("num_experts", num_experts, allow_zero=True)
-    _positive_int("num_selected_experts", num_selected_experts)
-    _positive_int("capacity_multiple_of", capacity_multiple_of, allow_zero=True)
-    _choice("unit", unit, tuple(_UNITS))
-    _choice("dispatcher", dispatcher, _DISPATCHERS)
-    _choice("routing", routing, _ROUTINGS)
-    _choice("tile_at", tile_at, _TILE_AT)
+        check_positive_int(value, name)
+    _non_negative_int("num_experts", num_experts)
+    _non_negative_int("capacity_multiple_of", capacity_multiple_of)
+    check_choice(unit, "unit", tuple(_UNITS))
+    check_choice(dispatcher, "dispatcher", _DISPATCHERS)
+    check_choice(routing, "routing", _ROUTINGS)
+    check_choice(tile_at, "tile_at", _TILE_AT)
     if representation_size is not None:
-        _positive_int("representation_size", representation_size)
-    patches = (height // patch_size) * (width // patch_size)
+        check_positive_int(representation_size, "representation_size")
+    image_shape = (height, width, num_channels)
+    _, patches = patch_grid(image_shape, patch_size)
     if patches == 0:
         raise ValueError(
             f"`patch_size` {patch_size} is larger than the image {image_size}."
@@ -299,7 +302,7 @@ def vit_moe_flops(
             )
         if group_size is None:
             group_size = IMAGES_PER_GROUP * tokens
-        _positive_int("group_size", group_size)
+        check_positive_int(group_size, "group_size")
         capacity = _capacity(
             group_size, experts, num_selected_experts, capacity_factor,
             capacity_multiple_of,
@@ -324,21 +327,22 @@ def vit_moe_flops(
         0.0,
     )
     cost["patch_embedding"] = float(
-        patches * patch_size * patch_size * num_channels * d
+        patch_embedding_multiply_adds(image_shape, patch_size, d)
     )
     for layer in range(num_layers):
         tiled = layer > first_tiled or (
             layer == first_tiled and tile_at != "first_moe_mlp"
         )
         copies = members if tiled else 1
-        cost["attention_projections"] += copies * 4 * tokens * d * d
-        cost["attention_scores"] += copies * 2 * tokens * tokens * d
+        cost["attention_projections"] += copies * attention_projection_multiply_adds(tokens, d)
+        cost["attention_scores"] += copies * attention_score_multiply_adds(tokens, d)
         copies = members if layer >= first_tiled else 1
         if layer not in moe_layers:
-            cost["mlp"] += copies * 2 * tokens * d * f
+            cost["mlp"] += copies * mlp_multiply_adds(tokens, d, f)
             continue
         groups = copies * tokens / group_size  # per image, over members
-        cost["expert_mlp"] += groups * experts * capacity * 2 * d * f
+        # Every expert's MLP runs on all `capacity` slots of its buffer.
+        cost["expert_mlp"] += groups * experts * mlp_multiply_adds(capacity, d, f)
         cost["router"] += copies * tokens * d * experts
         if dispatcher == "einsum":
             if routing == "block_diagonal":
