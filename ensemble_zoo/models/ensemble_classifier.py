@@ -102,6 +102,11 @@ class EnsembleClassifier(
         """Deserializes the Keras objects in `config` (backbones, member
         models, heads, the preprocessor), then calls the constructor."""
         config = {key: _deserialize_nested(value) for key, value in config.items()}
+        if config.get("trainable") is True:
+            # Configs of the zoo's earlier subclassed tasks hold the default
+            # `"trainable": true`; passed on, Functional would set every
+            # sublayer trainable and unfreeze a LoRA-Ensemble's base.
+            del config["trainable"]
         return cls(**config)
 
     @property
@@ -122,7 +127,8 @@ class EnsembleClassifier(
         floating dtype): Keras would add a missing channel axis or cast
         integer images silently."""
         self._check_inputs(inputs)
-        return super().call(inputs, training=training, mask=mask, **kwargs)
+        with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
+            return super().call(inputs, training=training, mask=mask, **kwargs)
 
     # === PyTorch parameters ===
 
@@ -143,8 +149,15 @@ class EnsembleClassifier(
 
     def named_parameters(self, *args, **kwargs):
         # PyTorch backend only: tracked afresh, so variables built or
-        # loaded after construction are parameters too.
-        self._track_variables()
+        # loaded after construction are parameters too. Not while dynamo
+        # traces (`zero_grad()` in a compiled train step): collecting
+        # `self.variables` there broke the graph ("sort with non-constant
+        # keys") and made each step guard on the previous step's tensors;
+        # the eager first call has tracked them already.
+        import torch
+
+        if not torch.compiler.is_compiling():
+            self._track_variables()
         return super().named_parameters(*args, **kwargs)
 
     # === Input checks ===
@@ -440,7 +453,8 @@ class SubclassedEnsembleClassifier(
 
     def call(self, inputs, training=None):
         self._check_inputs(inputs)
-        logits = self.call_members(inputs, training=training)
+        with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
+            logits = self.call_members(inputs, training=training)
         shape = static_shape(logits)
         if len(shape) != 3 or shape[1] != self.num_members:
             raise ValueError(

@@ -36,3 +36,12 @@ def member_logits(x):
     uncertainty decomposition and the losses see float32.
     """
     return keras.layers.Activation("linear", dtype="float32", name="member_logits")(x)
+
+
+def pool_tokens(x, pooling):
+    """`(batch, tokens, dim)` -> `(batch, dim)`: the class token
+    (`"token"`) or the mean of the tokens (`"gap"`) of one model's output,
+    as keras-hub's `ViTImageClassifier` pools it."""
+    if pooling == "token":
+        return x[:, 0]
+    return ops.mean(x, axis=1)

@@ -1,24 +1,32 @@
-"""keras-hub backbones changed in place by an ensemble method.
+"""The one way the zoo applies an ensemble method to a keras-hub backbone.
 
-LoRA-Ensemble, BatchEnsemble, Masksembles and MIMO keep a keras-hub
-backbone (`ViTBackbone`, `BertBackbone`) and change it in place: adapters
-or masks replace some sublayers, or MIMO's patch embedding reads `M`
-stacked images. keras-hub finds the task class of a preset from the
-backbone class in its `config.json` (`Task.from_preset` looks for the
-task whose `backbone_cls` it is), so a plain `ViTBackbone` there would
-load as a `ViTImageClassifier`. Each method therefore names its own
-backbone class, a subclass of the keras-hub one (`LoRAEnsembleViTBackbone`
-is a `ViTBackbone`), whose constructor takes the base class's arguments
-plus the method's (`method_keys`) and applies the method.
+LoRA-Ensemble, BatchEnsemble, Masksembles, MIMO and loss prediction keep
+a keras-hub backbone (`ViTBackbone`, `BertBackbone`) and change some of
+its sublayers: adapters or masks replace projections, or MIMO's patch
+embedding reads `M` stacked images. keras-hub finds the task class of a
+preset from the backbone class in its `config.json` (`Task.from_preset`
+looks for the task whose `backbone_cls` it is), so each method names its
+own backbone class, a subclass of the keras-hub one
+(`LoRAEnsembleViTBackbone` is a `ViTBackbone`) whose constructor takes
+the base class's arguments plus the method's (`method_keys`): it builds
+the keras-hub backbone, then applies the method to itself. Its config is
+its constructor arguments, as for every keras-hub backbone.
 
-The classifier applies the method to the plain backbone it is given and
-then `adopt`s it: the same object gets the method's class, so weights,
-variable paths and attributes stay those of the keras-hub backbone. A
-classifier built from its config gets the method's backbone class back
-and checks that its arguments match.
+A classifier given a plain keras-hub backbone builds a *new* backbone of
+the method's class from the source's config and weights
+(`MethodBackbone.from_backbone`, through `method_backbone`); the user's
+object is never changed, and its class is never swapped.
 """
 
+import contextvars
+
 import keras
+
+from ensemble_zoo.utils.model_copies import copy_model
+
+# The backbone whose weights `MethodBackbone.__init__` starts from, set by
+# `from_backbone` for the duration of one constructor call.
+_START_FROM = contextvars.ContextVar("ensemble_zoo_method_backbone_source", default=None)
 
 
 class MethodBackbone:
@@ -27,7 +35,7 @@ class MethodBackbone:
     A subclass lists `(MethodBackbone, <keras-hub backbone class>)` as
     bases, sets `method_keys` (the method's constructor arguments) and
     implements `apply_method(self, **method_config)`, which changes the
-    freshly built backbone in place exactly as the classifier does.
+    freshly built backbone (this object, during its own construction).
     """
 
     method_keys = ()
@@ -41,6 +49,11 @@ class MethodBackbone:
             )
         method_config = {key: kwargs.pop(key) for key in self.method_keys}
         super().__init__(*args, **kwargs)
+        source = _START_FROM.get()
+        if source is not None:
+            # Before the method: it may start its layers from the base
+            # weights (BatchEnsemble's shared kernels, MIMO's embedding).
+            copy_weights_by_path(source, self)
         self.apply_method(**method_config)
         object.__setattr__(self, "_method_config", method_config)
 
@@ -54,6 +67,30 @@ class MethodBackbone:
             base for base in cls.__mro__[1:]
             if issubclass(base, keras.Model) and not issubclass(base, MethodBackbone)
         )
+
+    @classmethod
+    def from_backbone(cls, backbone, **method_config):
+        """A new backbone of this class with `backbone`'s architecture and
+        weights, and the method applied.
+
+        Args:
+            backbone: a built instance of `base_cls()` (exactly that class).
+                It is not changed.
+            **method_config: the method's arguments (`method_keys`).
+
+        Returns:
+            A `cls` instance whose base variables hold `backbone`'s values.
+        """
+        if type(backbone) is not cls.base_cls():
+            raise TypeError(
+                f"{cls.__name__}.from_backbone takes a "
+                f"{cls.base_cls().__name__}; got {type(backbone).__name__}."
+            )
+        token = _START_FROM.set(backbone)
+        try:
+            return cls(**backbone.get_config(), **method_config)
+        finally:
+            _START_FROM.reset(token)
 
     @property
     def method_config(self):
@@ -75,44 +112,44 @@ class MethodBackbone:
             "registered_name": keras.saving.get_registered_name(base),
         }
 
-    @classmethod
-    def adopt(cls, backbone, method_config):
-        """Gives `backbone` (a `base_cls()` instance the method has been
-        applied to in place) this class; returns the same object."""
-        if type(backbone) is not cls.base_cls():
-            raise TypeError(
-                f"{cls.__name__}.adopt takes a {cls.base_cls().__name__}; "
-                f"got {type(backbone).__name__}."
+
+def copy_weights_by_path(source, target):
+    """Assigns every variable of `source` to the variable of `target` with
+    the same path (and shape); raises if one has no counterpart."""
+    targets = {variable.path: variable for variable in target.weights}
+    for variable in source.weights:
+        match = targets.get(variable.path)
+        if match is None or tuple(match.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"Cannot start '{target.name}' from '{source.name}': variable "
+                f"{variable.path} {tuple(variable.shape)} has no counterpart "
+                "of that shape."
             )
-        backbone.__class__ = cls
-        object.__setattr__(backbone, "_method_config", dict(method_config))
-        return backbone
+        match.assign(keras.ops.convert_to_numpy(variable))
 
 
-def method_backbone(backbone, classes, method_config, apply, already):
+def method_backbone(backbone, classes, method_config, apply):
     """The method's backbone for a classifier's `backbone` argument.
 
     Args:
         backbone: a plain keras-hub backbone, or one of `classes`' (a
-            classifier rebuilt from its config).
+            classifier rebuilt from its config, or a second task on the
+            same method backbone, which then shares its weights as
+            keras-hub tasks do).
         classes: the method's `MethodBackbone` classes.
         method_config: dict, the method's arguments as the classifier
-            received them; an adopted backbone must hold the same.
-        apply: callable applying the method to a plain backbone in place.
-        already: str, the error's words for a backbone another classifier
-            holds (e.g. "already has LoRA-Ensemble adapters").
+            received them; a method backbone must hold the same.
+        apply: callable applying the method in place to a backbone that
+            no class of `classes` extends (a copy, never the user's).
 
     Returns:
-        `backbone`, with the method applied and, where one of `classes`
-        extends its class, adopted as that class. Backbones of other
-        classes keep theirs (their presets load through the zoo's
-        `from_preset`, which reads the task class from `task.json`).
+        A backbone with the method applied: `backbone` itself when it is
+        one of `classes`'; a new `cls.from_backbone(backbone, ...)` when a
+        class of `classes` extends its class; otherwise a copy of
+        `backbone` (same config and weights) the method was applied to in
+        place (its config does not describe the method: the classifier's
+        config applies it again).
     """
-    if getattr(backbone, "_method_claimed", False):
-        raise ValueError(
-            f"`backbone` '{backbone.name}' {already}; pass a plain keras-hub "
-            "backbone (the classifier applies the method)."
-        )
     if isinstance(backbone, MethodBackbone):
         if not isinstance(backbone, tuple(classes)):
             raise ValueError(
@@ -127,14 +164,13 @@ def method_backbone(backbone, classes, method_config, apply, already):
                 f"{held}, but the classifier got {method_config}; pass the "
                 "same arguments or a plain keras-hub backbone."
             )
-    else:
-        apply(backbone)
-        for cls in classes:
-            if type(backbone) is cls.base_cls():
-                cls.adopt(backbone, method_config)
-    # One classifier per backbone: a second one would share its weights.
-    object.__setattr__(backbone, "_method_claimed", True)
-    return backbone
+        return backbone
+    for cls in classes:
+        if type(backbone) is cls.base_cls():
+            return cls.from_backbone(backbone, **method_config)
+    copy = copy_model(backbone)
+    apply(copy)
+    return copy
 
 
 def plain_backbone_copy(backbone, **config_overrides):

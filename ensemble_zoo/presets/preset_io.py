@@ -388,12 +388,16 @@ def load_preset(
                 _load_weights(target.load_weights, weights_path)
         finally:
             deferred.finish()
-    if hub_layout and isinstance(preprocessor, str):
+    if hub_layout:
         # The preset's own preprocessor reads its assets (a vocabulary); a
         # preprocessor passed in keeps its own. A hub preset's assets come
         # through keras-hub's file getter (into the same download cache).
         preset_preprocessor = getattr(model, "preprocessor", None)
-        if preset_preprocessor is not None and hasattr(preset_preprocessor, "load_preset_assets"):
+        if (
+            isinstance(preprocessor, str)
+            and preset_preprocessor is not None
+            and hasattr(preset_preprocessor, "load_preset_assets")
+        ):
             preset_preprocessor.load_preset_assets(
                 preset if hub_handles.is_handle(preset) else directory
             )

@@ -1,6 +1,17 @@
-"""The one place where the zoo's code differs by Keras backend."""
+"""The one place where the zoo's code differs by Keras backend.
+
+Importing it changes nothing in Keras, keras-hub or a backend: the
+workarounds for dependency bugs are installed only while a zoo model
+computes (`zoo_workarounds`, `ZooWorkaroundsMixin`, defined in
+`ensemble_zoo.utils.workarounds`).
+"""
 
 import keras
+
+from ensemble_zoo.utils.workarounds import ZooWorkaroundsMixin  # noqa: F401
+from ensemble_zoo.utils.workarounds import installed_workarounds  # noqa: F401
+from ensemble_zoo.utils.workarounds import workarounds_for
+from ensemble_zoo.utils.workarounds import zoo_workarounds
 
 
 def backend():
@@ -112,93 +123,6 @@ def write_saved_model(model, filepath, serve, input_signature, verbose=None, **k
     archive.write_out(filepath, verbose=bool(verbose))
 
 
-def _patch_jax_float16_attention_on_cpu():
-    """Lets `keras.ops.dot_product_attention` run float16 under JAX on CPU.
-
-    Keras' JAX backend calls `jax.nn.dot_product_attention`, which computes
-    float16 scores with `preferred_element_type=float32`: a dot that XLA:CPU
-    cannot compile ("The precision 'F16_F16_F32' is not supported by
-    dot_general on CPU"), so every keras-hub attention fails under
-    `mixed_float16` on a CPU. There, and for float16 inputs only, the
-    attention runs in float32 and its output is cast back to float16
-    (scores and softmax were float32 already); GPUs and TPUs keep Keras'
-    kernel unchanged.
-    """
-    from keras.src.backend.jax import nn as jax_nn
-
-    original = jax_nn.dot_product_attention
-    if getattr(original, "_ensemble_zoo_patch", False):
-        return
-
-    def dot_product_attention(query, key, value, *args, **kwargs):
-        import jax.numpy as jnp
-
-        query = jnp.asarray(query)
-        if query.dtype != jnp.float16 or accelerator() != "cpu":
-            return original(query, key, value, *args, **kwargs)
-        out = original(
-            query.astype(jnp.float32), jnp.asarray(key).astype(jnp.float32),
-            jnp.asarray(value).astype(jnp.float32), *args, **kwargs,
-        )
-        return out.astype(jnp.float16)
-
-    dot_product_attention._ensemble_zoo_patch = True
-    jax_nn.dot_product_attention = dot_product_attention
-
-
-def _patch_torch_for_compile():
-    """Keeps two Keras torch-backend helpers traceable by `torch.compile`.
-
-    Both made dynamo break the graph inside Keras' `name_scope` context
-    manager, which makes it give up on every enclosing frame: a compiled
-    model then ran mostly eagerly, layer by layer, recompiling per layer
-    until dynamo's limit (and the deep ensemble's member loop crashed dynamo
-    with `NameError: ___tuple_iterator_getitem`).
-
-    - `dot_product_attention` with `flash_attention=None` (the default of
-      every `MultiHeadAttention`, so of every keras-hub attention) builds a
-      `torch.backends.cuda.SDPAParams` extension object on each call to ask
-      whether to force the flash kernel. While dynamo traces, the answer is
-      `False` ("do not force it"): `scaled_dot_product_attention` still
-      picks the flash or memory-efficient kernel by itself when the inputs
-      allow it, so outputs and kernels are unchanged.
-    - Seeded random ops (the V-MoE router's training noise, seeded dropout,
-      MC dropout) draw from a `torch.Generator`, which dynamo cannot trace
-      (Keras marks the helper `torch.compiler.disable`). While dynamo
-      traces, they draw from torch's global generator instead, which
-      compiled graphs support and `keras.utils.set_random_seed` seeds; a
-      compiled step's noise is then reproducible but not the same numbers
-      as the eager step's.
-
-    Eager calls keep Keras' code paths.
-    """
-    import torch
-    from keras.src.backend.torch import nn as torch_nn
-    from keras.src.backend.torch import random as torch_random
-
-    can_use_flash = torch_nn._can_use_flash_attention
-    if not getattr(can_use_flash, "_ensemble_zoo_patch", False):
-
-        def _can_use_flash_attention(*args, raise_error=False, **kwargs):
-            if not raise_error and torch.compiler.is_compiling():
-                return False
-            return can_use_flash(*args, raise_error=raise_error, **kwargs)
-
-        _can_use_flash_attention._ensemble_zoo_patch = True
-        torch_nn._can_use_flash_attention = _can_use_flash_attention
-
-    seed_generator = torch_random.torch_seed_generator
-    if not getattr(seed_generator, "_ensemble_zoo_patch", False):
-
-        def torch_seed_generator(seed):
-            if torch.compiler.is_compiling():
-                return None  # torch's global generator
-            return seed_generator(seed)
-
-        torch_seed_generator._ensemble_zoo_patch = True
-        torch_random.torch_seed_generator = torch_seed_generator
-
-
 def _prepare_torch_compiled_training(model):
     """Keras' torch train step starts with `zero_grad()`, which reads
     whether each parameter has a gradient, and AdamW's weight decay fills a
@@ -244,21 +168,36 @@ def _after_one_eager_call(model, step):
     return first_call_eagerly
 
 
+def _in_zoo_workarounds(step):
+    """`step`, run inside `zoo_workarounds()`: the whole step (forward,
+    loss, backward) is traced by `jax.jit` / `torch.compile` with the
+    workarounds in place, also for a task whose own `call` does not enter
+    them."""
+
+    def step_in_zoo_workarounds(*args, **kwargs):
+        with zoo_workarounds():
+            return step(*args, **kwargs)
+
+    return step_in_zoo_workarounds
+
+
 class TorchCompileMixin:
     """Makes `compile(jit_compile=True)` compile once per step and shape
-    under PyTorch; a no-op under JAX and TensorFlow.
+    under PyTorch, and runs the step functions inside `zoo_workarounds()`
+    under JAX and PyTorch (a no-op under TensorFlow, which needs none).
 
-    With the patches above (no graph break in attention or random ops),
-    what is left is Python-side state that Keras and its optimizers set on
-    the first call or the first update, or keep from one step to the next,
-    and that dynamo guards on: each step function was traced on the first
-    batch, again on the second, and (with auxiliary losses) on every
-    step until dynamo's limit of 8. This mixin (before `keras.Model` in the
-    bases) sets that state first and clears what a step leaves behind: see
+    With `zoo_workarounds()` around the steps and the zoo models' `call`
+    (no graph break in attention or random ops; see
+    `ensemble_zoo.utils.workarounds`), what is left is Python-side state
+    that Keras and its optimizers set on the first call or the first
+    update, or keep from one step to the next, and that dynamo guards on:
+    each step function was traced on the first batch, again on the second,
+    and (with auxiliary losses) on every step until dynamo's limit of 8.
+    This mixin (before `keras.Model` in the bases) sets that state first
+    and clears what a step leaves behind: see
     `_prepare_torch_compiled_training`, `_after_one_eager_call` and
-    `compute_loss`. A step
-    still compiles again for a new batch shape (an odd last batch), as
-    `torch.compile` does for any function.
+    `compute_loss`. A step still compiles again for a new batch shape (an
+    odd last batch), as `torch.compile` does for any function.
     """
 
     def _torch_compiles(self):
@@ -280,16 +219,18 @@ class TorchCompileMixin:
 
     def _make_step_function(self, kind, force, train=False):
         make = getattr(super(), f"make_{kind}_function")
-        if backend() != "torch":
+        if not workarounds_for():  # TensorFlow: Keras' own step functions
             return make(force=force)
         attribute = f"{kind}_function"
         if getattr(self, attribute) is not None and not force:
             return getattr(self, attribute)
         make(force=force)
+        step = getattr(self, attribute)
         if self._torch_compiles():
             if train:
                 _prepare_torch_compiled_training(self)
-            setattr(self, attribute, _after_one_eager_call(self, getattr(self, attribute)))
+            step = _after_one_eager_call(self, step)
+        setattr(self, attribute, _in_zoo_workarounds(step))
         return getattr(self, attribute)
 
     def make_train_function(self, force=False):
@@ -300,12 +241,6 @@ class TorchCompileMixin:
 
     def make_predict_function(self, force=False):
         return self._make_step_function("predict", force)
-
-
-if backend() == "jax":
-    _patch_jax_float16_attention_on_cpu()
-elif backend() == "torch":
-    _patch_torch_for_compile()
 
 
 def concrete_value(x):
@@ -345,14 +280,30 @@ def concrete_value(x):
 class DeferredInitialization:
     """Builds variables without running their initializers (JAX only).
 
-    Under JAX every initializer is a jitted computation compiled once per
+    Under JAX every initializer is a computation that XLA compiles once per
     variable shape: building a small preset spent seconds compiling
-    initializers whose values `load_weights` overwrites at once. Inside
-    this context (JAX), a variable created with an initializer function
-    holds zeros made by NumPy (no compilation); `finish()` runs the real
-    initializer of every such variable that was not assigned since (a
-    weights file that covers the whole model leaves none). Other backends
-    initialize eagerly and cheaply, and the context does nothing there.
+    initializers whose values `load_weights` overwrites at once (loading
+    `hydra_circuit_vit_tiny_digits` took 10-15 s without this context,
+    0.5-1 s with it). Inside this context (JAX), a variable created with an
+    initializer function holds zeros made by NumPy (no compilation);
+    `finish()` runs the real initializer of every such variable that was
+    not assigned since (a weights file that covers the whole model leaves
+    none). Other backends initialize eagerly and cheaply, and the context
+    does nothing there.
+
+    The one deliberate exception to "the zoo patches nothing in Keras":
+    while the context is active, `JaxVariable._initialize_with_initializer`
+    is replaced, and put back when it is left, also on an error. Only
+    variables created by the thread that entered the context get
+    placeholders; other threads' variables initialize as usual. No
+    patch-free way exists in Keras 3.15.1: the one switch Keras has for
+    deferring initializers, building inside a `keras.StatelessScope`,
+    refuses to create variables from concrete values, and every keras-hub
+    task creates its optimizer's (`iterations`, `learning_rate`) in its
+    constructor; swapping initializers in a preset's config misses those
+    that layers hard-code and changes the configs the model saves. Nothing
+    upstream tracks lazy variable initialization for JAX; remove this with
+    a Keras that offers it.
 
     Example:
 
@@ -372,22 +323,26 @@ class DeferredInitialization:
 
     def __init__(self):
         self._pending = []
+        self._original = None
 
     def __enter__(self):
         if backend() != "jax":
-            self._original = None
             return self
+        import threading
+
         import jax.numpy as jnp
         import numpy as np
         from keras.src.backend.jax.core import JaxVariable
 
         pending = self._pending
         original = JaxVariable._initialize_with_initializer
+        thread = threading.get_ident()
 
         def _initialize_with_placeholder(variable, initializer):
-            if variable._layout is not None:
+            if variable._layout is not None or threading.get_ident() != thread:
                 return original(variable, initializer)
-            placeholder = np.zeros(variable._shape, dtype=jnp.dtype(variable._dtype))
+            dtype = jnp.dtype(variable._dtype)
+            placeholder = np.zeros(variable._shape, dtype=dtype)
             variable._initialize(variable._convert_to_tensor(placeholder))
             pending.append((variable, variable._value, initializer))
 

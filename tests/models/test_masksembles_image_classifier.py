@@ -68,7 +68,11 @@ def test_fit_keeps_masks_fixed_and_preset_round_trips(tmp_path):
 
 def test_converting_twice_and_bad_arguments_are_refused(vit_and_model):
     _, model = vit_and_model
-    with pytest.raises(ValueError, match="already has Masksembles"):
+    # A second task on the classifier's backbone must ask for its masks
+    # (and then shares the backbone, as keras-hub tasks do).
+    with pytest.raises(ValueError, match="was built with"):
         MasksemblesImageClassifier(model.backbone, num_classes=5)
+    second = MasksemblesImageClassifier(model.backbone, num_classes=5, num_members=3, seed=0)
+    assert second.backbone is model.backbone
     with pytest.raises(ValueError, match="scale"):
         MasksemblesImageClassifier.from_keras_hub(tiny_vit(), scale=0.5)

@@ -1,19 +1,23 @@
 import keras
 import keras_hub
-from keras import ops
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.utils.validation import check_choice
-
-POOLINGS = ("token", "gap")
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClassifier):
+class BatchEnsembleImageClassifier(
+    BatchEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
+):
     """BatchEnsemble on a keras-hub ViT: one shared network, rank-1 members.
 
     BatchEnsemble (Wen et al., 2020), the efficient-ensemble baseline of
@@ -29,7 +33,11 @@ class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClas
     minimizes the mean of the member cross-entropies on the same batches.
 
     Args:
-        backbone: a built `keras_hub.models.ViTBackbone`; converted in place.
+        backbone: a `BatchEnsembleViTBackbone` built with the arguments
+            below, or a built `keras_hub.models.ViTBackbone`: the
+            classifier then runs a new backbone with its config and
+            weights, converted (`BatchEnsembleViTBackbone.from_backbone`);
+            `backbone` is not changed.
         num_classes: int.
         num_members: int. Defaults to `4` (Wen et al.'s ensemble size).
         pooling: `"token"` (default) or `"gap"`, as keras-hub's classifier.
@@ -38,7 +46,10 @@ class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClas
             `"random_sign"`; see `ez.layers.BatchEnsembleDense`.
         fast_weight_stddev: float. Defaults to `0.5`.
         seed: optional int for the fast weights.
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -66,32 +77,35 @@ class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClas
         fast_weight_initializer="normal",
         fast_weight_stddev=0.5,
         seed=None,
+        preprocessor=None,
         **kwargs,
     ):
         check_image_backbone(backbone)
-        pooling = check_choice(pooling, "pooling", POOLINGS)
-        super().__init__(**kwargs)
-        self._setup(
-            backbone, num_classes, num_members, dropout, fast_weight_initializer,
-            fast_weight_stddev, seed, feature_dim=int(backbone.outputs[0].shape[-1]),
+        pooling = check_pooling(pooling)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        backbone = batch_ensemble_backbone(
+            backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
         )
+        # === Layers ===
+        self._make_layers(backbone, num_classes, dropout, preprocessor)
+
+        # === Functional Model ===
+        # One pass over the member-major batch (members * batch): rows of
+        # member m use W * outer(r_m, s_m) and b_m in every projection.
+        inputs = backbone.input
+        x = backbone(tile_members(inputs, backbone.method_config["num_members"]))
+        outputs = self._member_logits(pool_tokens(x, pooling))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self._set_config(num_classes, dropout)
         self.pooling = pooling
-        self.member_input_shape = tuple(backbone.inputs[0].shape[1:])
-        self.build((None,) + self.member_input_shape)
-        self.compile()
 
-    def build(self, input_shape):
-        self.built = True
-
-    def _tile(self, images):
-        return tile_members(images, self.num_members)
-
-    def _features(self, tiled, training):
-        x = self.backbone(tiled, training=training)
-        return x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
-
-    def _config(self):
-        return {"pooling": self.pooling}
+    def get_config(self):
+        config = super().get_config()
+        config["pooling"] = self.pooling
+        return config
 
     def _plain_task(self, backbone):
         import keras_hub
@@ -118,7 +132,7 @@ class BatchEnsembleImageClassifier(BatchEnsembleTask, keras_hub.models.ImageClas
 
         Args:
             model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`;
-                copied, never changed.
+                not changed.
             num_members: int. Defaults to `4`.
             num_classes: int; defaults to the classifier's. Required for a
                 backbone.

@@ -8,91 +8,102 @@ from ensemble_zoo.layers.batch_ensemble_dense import BatchEnsembleDense
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_ensemble
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BACKBONES
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.head_reuse import resolve_head
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
 
 
-class BatchEnsembleTask(SubclassedEnsembleClassifier):
-    """A keras-hub backbone converted to BatchEnsemble, plus a
-    `BatchEnsembleDense` head on its pooled features.
+def batch_ensemble_backbone(
+    backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
+):
+    """The BatchEnsemble backbone a classifier runs: `backbone` itself when
+    it is a `BatchEnsembleViTBackbone` / `BatchEnsembleBertBackbone` built
+    with these arguments, else a new one built from `backbone`'s config and
+    weights (`method_backbone`); `backbone` is never changed."""
+    method_config = {
+        "num_members": check_positive_int(num_members, "num_members"),
+        "fast_weight_initializer": fast_weight_initializer,
+        "fast_weight_stddev": float(fast_weight_stddev),
+        "seed": seed,
+    }
+    if not isinstance(backbone, MethodBackbone) and batch_ensemble_layers(backbone):
+        raise ValueError(
+            f"`backbone` '{backbone.name}' is already a BatchEnsemble; pass a "
+            "plain keras-hub backbone (the classifier converts it)."
+        )
+    return method_backbone(
+        backbone, BACKBONES, method_config,
+        lambda b: apply_batch_ensemble(b, **method_config),
+    )
 
-    A subclass checks its backbone, calls `_setup`, and implements
-    `_features(tiled_inputs, training)` (pooled `(members * batch, dim)`
-    features), `_tile(inputs)`, `_config()` (its own constructor
-    arguments) and `_plain_task(backbone)` (the keras-hub task of one
-    member).
+
+class BatchEnsembleTask:
+    """Behaviour shared by the BatchEnsemble image and text classifiers (no
+    Keras base; listed before `EnsembleClassifier`).
+
+    A subclass converts its backbone (`batch_ensemble_backbone`), calls
+    `_make_layers`, builds its graph from the backbone's pooled features
+    of the member-major batch through `_member_logits`, and implements
+    `_plain_task(backbone)` (the keras-hub task of one member).
     """
 
-    def _setup(self, backbone, num_classes, num_members, dropout,
-               fast_weight_initializer, fast_weight_stddev, seed, feature_dim):
-        num_members = check_positive_int(num_members, "num_members")
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
-        method_config = {
-            "num_members": num_members,
-            "fast_weight_initializer": fast_weight_initializer,
-            "fast_weight_stddev": float(fast_weight_stddev),
-            "seed": seed,
-        }
-        backbone = method_backbone(
-            backbone, BACKBONES, method_config,
-            lambda b: apply_batch_ensemble(b, **method_config),
-            "is already a BatchEnsemble",
-        )
-        converted = batch_ensemble_layers(backbone)
-        # === Layers ===
+    def _make_layers(self, backbone, num_classes, dropout, preprocessor):
+        config = backbone.method_config
+        seed = config["seed"]
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
         self.head = BatchEnsembleDense(
             num_classes,
-            num_members,
-            fast_weight_initializer=fast_weight_initializer,
-            fast_weight_stddev=fast_weight_stddev,
-            seed=None if seed is None else seed + 2 * len(converted),
+            config["num_members"],
+            fast_weight_initializer=config["fast_weight_initializer"],
+            fast_weight_stddev=config["fast_weight_stddev"],
+            seed=None if seed is None else seed + 2 * len(batch_ensemble_layers(backbone)),
+            dtype=backbone.dtype_policy,
             name="predictions",
         )
-        self.head.build((None, feature_dim))
-        # === Config ===
-        self.num_members = num_members
+
+    def _member_logits(self, features):
+        """Pooled features `(members * batch, dim)` of the member-major
+        batch -> float32 member logits `(batch, members, classes)`."""
+        x = self.output_dropout(features)
+        x = self.head(x)
+        return member_logits(untile_members(x, self.backbone.method_config["num_members"]))
+
+    def _set_config(self, num_classes, dropout):
+        config = self.backbone.method_config
+        self.num_members = int(config["num_members"])
         self.num_classes = num_classes
         self.dropout = dropout
-        self.fast_weight_initializer = fast_weight_initializer
-        self.fast_weight_stddev = float(fast_weight_stddev)
-        self.seed = seed
+        self.fast_weight_initializer = config["fast_weight_initializer"]
+        self.fast_weight_stddev = float(config["fast_weight_stddev"])
+        self.seed = config["seed"]
 
     @property
     def batch_ensemble_layers(self):
         """The backbone's `BatchEnsembleDense` layers, then the head."""
         return batch_ensemble_layers(self.backbone) + [self.head]
 
-    def call_members(self, inputs, training=None):
-        features = self._features(self._tile(inputs), training)
-        features = self.output_dropout(features, training=training)
-        return untile_members(self.head(features), self.num_members)
-
-    def compute_output_shape(self, input_shape):
-        return (None, self.num_members, self.num_classes)
-
     def get_config(self):
-        return {
-            **super().get_config(),
-            # The plain keras-hub backbone: `__init__` converts it again.
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "num_members": self.num_members,
-            "dropout": self.dropout,
-            "fast_weight_initializer": self.fast_weight_initializer,
-            "fast_weight_stddev": self.fast_weight_stddev,
-            "seed": self.seed,
-            **self._config(),
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "num_members": self.num_members,
+                "dropout": self.dropout,
+                "fast_weight_initializer": self.fast_weight_initializer,
+                "fast_weight_stddev": self.fast_weight_stddev,
+                "seed": self.seed,
+            }
+        )
+        return config
 
     def member_model(self, member):
         """Member `member` as the plain keras-hub task (`ViTImageClassifier`
@@ -124,7 +135,7 @@ class BatchEnsembleTask(SubclassedEnsembleClassifier):
     def _from_keras_hub_parts(cls, backbone, head, classes, num_members, num_classes, reuse_head, kwargs):
         kwargs.setdefault("fast_weight_stddev", 0.1)
         num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(copy_model(backbone), num_classes, num_members=num_members, **kwargs)
+        ensemble = cls(backbone, num_classes, num_members=num_members, **kwargs)
         if reuse_head:
             ensemble.head.kernel.assign(ops.convert_to_numpy(head.kernel))
             bias = np.asarray(ops.convert_to_numpy(head.bias))

@@ -3,13 +3,19 @@ import keras_hub
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.models.TextClassifier):
+class BatchEnsembleTextClassifier(
+    TextInputsMixin, BatchEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
+):
     """BatchEnsemble on a keras-hub BERT: one shared network, rank-1 members.
 
     The text counterpart of `BatchEnsembleImageClassifier`: every attention
@@ -23,7 +29,10 @@ class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.
     members, classes)`.
 
     Args:
-        backbone: a built `keras_hub.models.BertBackbone`; converted in place.
+        backbone: a `BatchEnsembleBertBackbone` built with the arguments
+            below, or a built `keras_hub.models.BertBackbone`: the
+            classifier then runs a new, converted backbone with its config
+            and weights; `backbone` is not changed.
         num_classes: int.
         num_members: int. Defaults to `4`.
         dropout: float, dropout before the head. Defaults to `0.1`
@@ -32,7 +41,9 @@ class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.
             see `ez.layers.BatchEnsembleDense`.
         fast_weight_stddev: float. Defaults to `0.5`.
         seed: optional int for the fast weights.
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -68,32 +79,32 @@ class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.
         fast_weight_initializer="normal",
         fast_weight_stddev=0.5,
         seed=None,
+        preprocessor=None,
         **kwargs,
     ):
-        import keras_hub
-
         if not isinstance(backbone, keras_hub.models.BertBackbone):
             raise TypeError(
                 "`backbone` must be a keras_hub.models.BertBackbone; got "
                 f"{type(backbone).__name__}."
             )
-        super().__init__(**kwargs)
-        self._setup(
-            backbone, num_classes, num_members, dropout, fast_weight_initializer,
-            fast_weight_stddev, seed, feature_dim=backbone.hidden_dim,
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        backbone = batch_ensemble_backbone(
+            backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
         )
+        # === Layers ===
+        self._make_layers(backbone, num_classes, dropout, preprocessor)
+
+        # === Functional Model ===
+        inputs = backbone.input
+        num_members = backbone.method_config["num_members"]
+        tiled = {name: tile_members(x, num_members) for name, x in inputs.items()}
+        outputs = self._member_logits(backbone(tiled)["pooled_output"])
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self._set_config(num_classes, dropout)
         self.member_input_shape = None  # dict inputs, see _check_inputs
-        self._build_text_inputs()
-        self.compile()
-
-    def _tile(self, inputs):
-        return {k: tile_members(v, self.num_members) for k, v in inputs.items()}
-
-    def _features(self, tiled, training):
-        return self.backbone(tiled, training=training)["pooled_output"]
-
-    def _config(self):
-        return {}
 
     def _plain_task(self, backbone):
         import keras_hub
@@ -113,7 +124,7 @@ class BatchEnsembleTextClassifier(TextInputsMixin, BatchEnsembleTask, keras_hub.
 
         Args:
             model: a `keras_hub.models.BertTextClassifier` or `BertBackbone`
-                (copied, never changed).
+                (not changed).
             num_members: int. Defaults to `4`.
             num_classes: int; defaults to the classifier's. Required for a
                 backbone.

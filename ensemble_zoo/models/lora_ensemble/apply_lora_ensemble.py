@@ -141,6 +141,7 @@ def apply_lora_ensemble(
                     lora_alpha=lora_alpha,
                     a_gain=a_gain,
                     seed=None if seed is None else seed + len(adapters) * num_members,
+                    dtype=base.dtype_policy,
                 )
             replace_sublayer(attention, attribute, adapter)
             adapters.append(adapter)

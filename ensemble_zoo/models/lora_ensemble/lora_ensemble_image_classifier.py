@@ -1,18 +1,27 @@
 import keras
 import keras_hub
-from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-
-POOLINGS = ("token", "gap")
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_head import pool_tokens
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassifier):
+class LoRAEnsembleImageClassifier(
+    LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
+):
     """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
 
     LoRA-Ensemble (paper 002): one frozen, pretrained keras-hub ViT
@@ -30,9 +39,13 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassi
     (`"gap"`) exactly as keras-hub's `ViTImageClassifier` does.
 
     Args:
-        backbone: a built `keras_hub.models.ViTBackbone` (or any keras-hub
-            image backbone with `MultiHeadAttention` blocks that returns
-            `(batch, tokens, dim)`). Adapters are applied in place.
+        backbone: a `LoRAEnsembleViTBackbone` built with the arguments
+            below, or a built `keras_hub.models.ViTBackbone` (or any
+            keras-hub image backbone with `MultiHeadAttention` blocks that
+            returns `(batch, tokens, dim)`): the classifier then runs a new
+            backbone with its config and weights plus the adapters
+            (`LoRAEnsembleViTBackbone.from_backbone`); `backbone` itself is
+            not changed.
         num_classes: int.
         num_members: int, the number of members M. Defaults to `8`.
         rank: int, the adapters' rank. Defaults to `4`.
@@ -44,7 +57,10 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassi
         pooling: `"token"` (default) or `"gap"`.
         dropout: float, dropout before the heads.
         seed: optional int, seeds the adapters' `A` initialization.
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -77,36 +93,40 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassi
         pooling="token",
         dropout=0.0,
         seed=None,
+        preprocessor=None,
         **kwargs,
     ):
         check_image_backbone(backbone)
-        if pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
-        super().__init__(**kwargs)
-        self._setup(
-            backbone,
-            num_classes,
-            num_members,
-            rank,
-            targets,
-            lora_alpha,
-            a_gain,
-            dropout,
-            seed,
+        pooling = check_pooling(pooling)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        backbone = lora_ensemble_backbone(
+            backbone, num_members, rank, targets, lora_alpha, a_gain, seed
         )
+        num_members = backbone.method_config["num_members"]
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
+        self.head = GroupedDense(
+            num_classes, num_members, dtype=backbone.dtype_policy, name="predictions"
+        )
+
+        # === Functional Model ===
+        # One backbone pass over the member-major batch (members * batch):
+        # rows of member m go through W0 + B_m A_m in every adapter.
+        inputs = backbone.input
+        x = backbone(tile_members(inputs, num_members))
+        x = untile_members(pool_tokens(x, pooling), num_members)
+        x = self.output_dropout(x)
+        outputs = member_logits(self.head(x))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self._set_method_config(num_classes, rank, targets, lora_alpha, a_gain, dropout, seed)
         self.pooling = pooling
-        self.member_input_shape = tuple(backbone.inputs[0].shape[1:])
-        self.build((None,) + self.member_input_shape)
-        self.compile()
-
-    def _feature_dim(self):
-        return int(self.backbone.outputs[0].shape[-1])
-
-    def _features(self, images, training=None):
-        x = self.backbone(images, training=training)
-        if self.pooling == "token":
-            return x[:, 0]
-        return ops.mean(x, axis=1)
 
     def get_config(self):
         config = super().get_config()
@@ -127,7 +147,7 @@ class LoRAEnsembleImageClassifier(LoRAEnsembleTask, keras_hub.models.ImageClassi
 
         Args:
             model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`.
-                It is copied, never changed.
+                It is not changed.
             num_members: int. Defaults to `8`.
             rank: int. Defaults to `4`.
             num_classes: int; defaults to the classifier's. Required for a

@@ -1,15 +1,25 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
+from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.models.TextClassifier):
+class LoRAEnsembleTextClassifier(
+    TextInputsMixin, LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
+):
     """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
 
     The text counterpart of `LoRAEnsembleImageClassifier` (paper 002, its
@@ -21,8 +31,10 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
     returns member logits `(batch, members, classes)`.
 
     Args:
-        backbone: a built `keras_hub.models.BertBackbone`; adapters are
-            applied in place.
+        backbone: a `LoRAEnsembleBertBackbone` built with the arguments
+            below, or a built `keras_hub.models.BertBackbone`: the
+            classifier then runs a new backbone with its config and
+            weights plus the adapters; `backbone` is not changed.
         num_classes: int.
         num_members: int. Defaults to `8`.
         rank: int. Defaults to `4`.
@@ -32,7 +44,10 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
         dropout: float, dropout before the heads. Defaults to `0.1`
             (keras-hub's `BertTextClassifier`).
         seed: optional int, seeds the adapters' `A` initialization.
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
+            run on raw strings by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -70,36 +85,41 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
         a_gain=10.0,
         dropout=0.1,
         seed=None,
+        preprocessor=None,
         **kwargs,
     ):
-        import keras_hub
-
         if not isinstance(backbone, keras_hub.models.BertBackbone):
             raise ValueError(
                 "`backbone` must be a keras_hub.models.BertBackbone; got "
                 f"{type(backbone).__name__}."
             )
-        super().__init__(**kwargs)
-        self._setup(
-            backbone,
-            num_classes,
-            num_members,
-            rank,
-            targets,
-            lora_alpha,
-            a_gain,
-            dropout,
-            seed,
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        backbone = lora_ensemble_backbone(
+            backbone, num_members, rank, targets, lora_alpha, a_gain, seed
         )
+        num_members = backbone.method_config["num_members"]
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
+        self.head = GroupedDense(
+            num_classes, num_members, dtype=backbone.dtype_policy, name="predictions"
+        )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        tiled = {name: tile_members(x, num_members) for name, x in inputs.items()}
+        x = backbone(tiled)["pooled_output"]
+        x = self.output_dropout(untile_members(x, num_members))
+        outputs = member_logits(self.head(x))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self._set_method_config(num_classes, rank, targets, lora_alpha, a_gain, dropout, seed)
         self.member_input_shape = None  # dict inputs, see _check_inputs
-        self._build_text_inputs()
-        self.compile()
-
-    def _feature_dim(self):
-        return self.backbone.hidden_dim
-
-    def _features(self, inputs, training=None):
-        return self.backbone(inputs, training=training)["pooled_output"]
 
     @classmethod
     def from_keras_hub(
@@ -115,7 +135,7 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
 
         Args:
             model: a `keras_hub.models.BertTextClassifier` or `BertBackbone`
-                (copied, never changed).
+                (not changed).
             num_members: int. Defaults to `8`.
             rank: int. Defaults to `4`.
             num_classes: int; defaults to the classifier's. Required for a
@@ -124,7 +144,6 @@ class LoRAEnsembleTextClassifier(TextInputsMixin, LoRAEnsembleTask, keras_hub.mo
                 `LoRAEnsembleImageClassifier.from_keras_hub`.
             **kwargs: other constructor arguments.
         """
-        import keras_hub
 
         head = None
         if isinstance(model, keras_hub.models.BertTextClassifier):

@@ -9,7 +9,6 @@ from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
 from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import TaskLoopsMixin
@@ -172,8 +171,7 @@ class LossPredictionImageClassifier(
         init_subclassed(self, **kwargs)
         self.preprocessor = preprocessor
         backbone = method_backbone(
-            backbone, (LossPredictionViTBackbone,), {}, lambda b: None,
-            "already belongs to a LossPredictionImageClassifier",
+            backbone, (LossPredictionViTBackbone,), {}, lambda b: None
         )
         # === Layers ===
         self.backbone = backbone
@@ -395,13 +393,13 @@ class LossPredictionImageClassifier(
             # The source task's preprocessor comes along: `predict` takes
             # raw images as the keras-hub model does.
             kwargs.setdefault("preprocessor", model.preprocessor)
-            loss_model = cls(copy_model(model.backbone), model.num_classes, **kwargs)
+            loss_model = cls(model.backbone, model.num_classes, **kwargs)
             loss_model.classifier.set_weights(model.output_dense.get_weights())
             return loss_model
         if isinstance(model, keras_hub.models.ViTBackbone):
             if num_classes is None:
                 raise ValueError("Converting a backbone needs `num_classes`.")
-            return cls(copy_model(model), num_classes, **kwargs)
+            return cls(model, num_classes, **kwargs)
         raise ValueError(
             "`model` must be a keras_hub.models.ViTImageClassifier or "
             f"ViTBackbone; got {type(model).__name__}."

@@ -47,10 +47,13 @@ def apply_masksembles(backbone, num_members, scale, seed=None):
             raise ValueError(f"`backbone` '{backbone.name}' already has Masksembles masks.")
         with path_scope(mlp.path):
             mask = MasksemblesMask(
-                num_members, scale, seed=None if seed is None else seed + i, name="masksembles"
+                num_members, scale, seed=None if seed is None else seed + i,
+                dtype=mlp.dense_1.dtype_policy, name="masksembles",
             )
             mask.build(tuple(mlp.dense_1.kernel.shape[-1:]))
-            wrapped = MaskedOutput(mlp.dense_1, mask, name="dense_1_masked")
+            wrapped = MaskedOutput(
+                mlp.dense_1, mask, dtype=mlp.dense_1.dtype_policy, name="dense_1_masked"
+            )
         replace_sublayer(mlp, "dense_1", wrapped)
         masks.append(mask)
     return masks

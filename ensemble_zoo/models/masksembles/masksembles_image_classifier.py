@@ -4,28 +4,29 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.head_reuse import resolve_head
+from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedOutput
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_head import pool_tokens
+from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.utils.model_copies import copy_model
-from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
 
-POOLINGS = ("token", "gap")
-
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MasksemblesImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
+class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the
@@ -41,7 +42,11 @@ class MasksemblesImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.
     trainable.
 
     Args:
-        backbone: a built `keras_hub.models.ViTBackbone`; converted in place.
+        backbone: a `MasksemblesViTBackbone` built with the arguments
+            below, or a built `keras_hub.models.ViTBackbone`: the
+            classifier then runs a new backbone with its config and
+            weights plus the masks (`MasksemblesViTBackbone.from_backbone`);
+            `backbone` is not changed.
         num_classes: int.
         num_members: int. Defaults to `4` (the paper's `n`).
         scale: float >= 1, the masks' overlap. Defaults to `2.0` (the
@@ -49,7 +54,10 @@ class MasksemblesImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.
         pooling: `"token"` (default) or `"gap"`.
         dropout: float, dropout before the head.
         seed: optional int for the masks.
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -76,72 +84,77 @@ class MasksemblesImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.
         pooling="token",
         dropout=0.0,
         seed=None,
+        preprocessor=None,
         **kwargs,
     ):
         check_image_backbone(backbone)
-        pooling = check_choice(pooling, "pooling", POOLINGS)
+        pooling = check_pooling(pooling)
         num_members = check_positive_int(num_members, "num_members")
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
-        scale = check_real(scale, "scale", low=1.0)
-        mlps = mlp_sites(backbone)
-        super().__init__(**kwargs)
-        method_config = {"num_members": num_members, "scale": float(scale), "seed": seed}
+        scale = float(check_real(scale, "scale", low=1.0))
+        method_config = {"num_members": num_members, "scale": scale, "seed": seed}
+        if not isinstance(backbone, MethodBackbone) and any(
+            isinstance(mlp.dense_1, MaskedOutput) for mlp in mlp_sites(backbone)
+        ):
+            raise ValueError(
+                f"`backbone` '{backbone.name}' already has Masksembles masks; "
+                "pass a plain keras-hub ViT (the classifier applies them)."
+            )
         backbone = method_backbone(
             backbone, (MasksemblesViTBackbone,), method_config,
             lambda b: apply_masksembles(b, **method_config),
-            "already has Masksembles masks",
         )
         # === Layers ===
         self.backbone = backbone
+        self.preprocessor = preprocessor
         self.feature_mask = MasksemblesMask(
-            num_members, scale, seed=None if seed is None else seed + len(mlps), name="feature_masks"
+            num_members, scale,
+            seed=None if seed is None else seed + len(mlp_sites(backbone)),
+            dtype=backbone.dtype_policy, name="feature_masks",
         )
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.head = keras.layers.Dense(num_classes, name="predictions")
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
+        self.head = keras.layers.Dense(
+            num_classes, dtype=backbone.dtype_policy, name="predictions"
+        )
+
+        # === Functional Model ===
+        # One pass over the member-major batch (members * batch): rows of
+        # member m pass its mask in every MLP and before the head.
+        inputs = backbone.input
+        x = backbone(tile_members(inputs, num_members))
+        x = self.output_dropout(self.feature_mask(pool_tokens(x, pooling)))
+        outputs = member_logits(untile_members(self.head(x), num_members))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = num_members
         self.num_classes = num_classes
-        self.scale = float(scale)
+        self.scale = scale
         self.pooling = pooling
         self.dropout = dropout
         self.seed = seed
-        self.member_input_shape = tuple(backbone.inputs[0].shape[1:])
-        self.build((None,) + self.member_input_shape)
-        self.compile()
-
-    def build(self, input_shape):
-        dim = int(self.backbone.outputs[0].shape[-1])
-        self.feature_mask.build((None, dim))
-        self.head.build((None, dim))
-        self.built = True
 
     @property
     def mask_layers(self):
         """Every `MasksemblesMask`: one per MLP block, then the features'."""
         return [mlp.dense_1.mask for mlp in mlp_sites(self.backbone)] + [self.feature_mask]
 
-    def call_members(self, images, training=None):
-        x = self.backbone(tile_members(images, self.num_members), training=training)
-        features = x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
-        features = self.output_dropout(self.feature_mask(features), training=training)
-        return untile_members(self.head(features), self.num_members)
-
-    def compute_output_shape(self, input_shape):
-        return (None, self.num_members, self.num_classes)
-
     def get_config(self):
-        return {
-            **super().get_config(),
-            # The plain keras-hub backbone: `__init__` applies the masks.
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "num_members": self.num_members,
-            "scale": self.scale,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-            "seed": self.seed,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "num_members": self.num_members,
+                "scale": self.scale,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+                "seed": self.seed,
+            }
+        )
+        return config
 
     # === Members as plain keras-hub models ===
 
@@ -191,7 +204,7 @@ class MasksemblesImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.
         """
         backbone, head, classes = vit_parts(model, kwargs)
         num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(copy_model(backbone), num_classes, num_members=num_members, **kwargs)
+        ensemble = cls(backbone, num_classes, num_members=num_members, **kwargs)
         if reuse_head:
             ensemble.head.kernel.assign(_np(head.kernel))
             ensemble.head.bias.assign(_np(head.bias))

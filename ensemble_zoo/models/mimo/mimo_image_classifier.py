@@ -3,24 +3,25 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import _is_tf_dataset
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import resolve_head
+from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.mimo.mimo_backbone import MIMOViTBackbone
 from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
-from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 
-POOLINGS = ("token", "gap")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
+class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """MIMO on a keras-hub ViT: M inputs stacked on channels, M heads.
 
     MIMO (Havasi et al., ICLR 2021; the baseline of papers 001, 002 and
@@ -52,7 +53,10 @@ class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
         pooling: `"token"` (default) or `"gap"`.
         dropout: float, dropout before the heads.
         seed: optional int for the batch shuffles of `fit`.
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -80,12 +84,13 @@ class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
         pooling="token",
         dropout=0.0,
         seed=None,
+        preprocessor=None,
         **kwargs,
     ):
         check_image_backbone(backbone)
         num_members = check_positive_int(num_members, "num_members")
         num_classes = check_positive_int(num_classes, "num_classes")
-        pooling = check_choice(pooling, "pooling", POOLINGS)
+        pooling = check_pooling(pooling)
         dropout = check_rate(dropout, "dropout")
         input_repetition = check_rate(input_repetition, "input_repetition")
         batch_repetition = check_positive_int(batch_repetition, "batch_repetition")
@@ -95,15 +100,31 @@ class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
                 f"`backbone` takes {stacked_shape[-1]} input channels, which "
                 f"must be `num_members` ({num_members}) x the image channels."
             )
-        super().__init__(**kwargs)
         backbone = method_backbone(
-            backbone, (MIMOViTBackbone,), {"num_members": num_members}, lambda b: None,
-            "already belongs to a MIMOImageClassifier",
+            backbone, (MIMOViTBackbone,), {"num_members": num_members}, lambda b: None
         )
         # === Layers ===
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.head = keras.layers.Dense(num_members * num_classes, name="predictions")
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
+        self.head = keras.layers.Dense(
+            num_members * num_classes, dtype=backbone.dtype_policy, name="predictions"
+        )
+
+        # === Functional Model ===
+        # On the stacked inputs (member m in channels [m C, (m + 1) C));
+        # `call` stacks M copies of plain images first (test time).
+        inputs = backbone.input
+        x = pool_tokens(backbone(inputs), pooling)
+        x = self.head(self.output_dropout(x))
+        x = keras.layers.Reshape(
+            (num_members, num_classes), dtype=backbone.dtype_policy, name="member_heads"
+        )(x)
+        outputs = member_logits(x)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = num_members
         self.num_classes = num_classes
@@ -114,12 +135,8 @@ class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
         self.seed = seed
         self.member_input_shape = stacked_shape[:-1] + (stacked_shape[-1] // num_members,)
         self.stacked_input_shape = stacked_shape
-        self.build((None,) + self.member_input_shape)
-        self.compile()
-
-    def build(self, input_shape):
-        self.head.build((None, int(self.backbone.outputs[0].shape[-1])))
-        self.built = True
+        # Plain or stacked images: `_check_inputs` checks which.
+        self.input_spec = keras.InputSpec(ndim=len(stacked_shape) + 1)
 
     def _check_inputs(self, inputs):
         # Stacked `(batch, H, W, M * C)` inputs (what `fit` feeds) or plain
@@ -130,17 +147,15 @@ class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
             return super()._check_inputs(inputs, expected=self.stacked_input_shape)
         return super()._check_inputs(inputs)
 
-    def call_members(self, images, training=None):
-        if images.shape[-1] != self.stacked_input_shape[-1]:
-            # Test time: the same image for every member.
-            images = ops.concatenate([images] * self.num_members, axis=-1)
-        x = self.backbone(images, training=training)
-        features = x[:, 0] if self.pooling == "token" else ops.mean(x, axis=1)
-        logits = self.head(self.output_dropout(features, training=training))
-        return ops.reshape(logits, (-1, self.num_members, self.num_classes))
-
-    def compute_output_shape(self, input_shape):
-        return (None, self.num_members, self.num_classes)
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        """The functional graph on stacked inputs. Plain `(batch, H, W, C)`
+        images are stacked `M` times first (test time: the same image for
+        every member): the one step outside the graph, as MIMO's model
+        takes two input layouts."""
+        self._check_inputs(inputs)
+        if inputs.shape[-1] != self.stacked_input_shape[-1]:
+            inputs = ops.concatenate([inputs] * self.num_members, axis=-1)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, **kwargs):
         """Trains on MIMO batches built from `(x, y)` arrays or from a
@@ -180,17 +195,19 @@ class MIMOImageClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
         ])
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "num_members": self.num_members,
-            "input_repetition": self.input_repetition,
-            "batch_repetition": self.batch_repetition,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-            "seed": self.seed,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "num_members": self.num_members,
+                "input_repetition": self.input_repetition,
+                "batch_repetition": self.batch_repetition,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+                "seed": self.seed,
+            }
+        )
+        return config
 
     # === Members as plain keras-hub models ===
 

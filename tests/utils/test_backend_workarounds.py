@@ -1,0 +1,355 @@
+"""The zoo's workarounds for dependency bugs are scoped to its own models.
+
+Issue 34: importing `ensemble_zoo` replaced Keras functions for every model
+in the process. Now it changes nothing (checked in a fresh interpreter);
+the replacements are installed only inside `zoo_workarounds()`, which the
+zoo's models enter around their forward computation; and each workaround
+has a test that fails once its dependency no longer has the bug (then
+delete the workaround, see `ensemble_zoo/utils/workarounds.py`).
+
+Nothing was ever replaced under TensorFlow, and no workaround applies
+there: those tests run under JAX and PyTorch.
+"""
+
+import importlib
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import BACKEND
+from conftest import run_python
+from ensemble_zoo.utils import workarounds
+from ensemble_zoo.utils.backend import DeferredInitialization
+from ensemble_zoo.utils.backend import ZooWorkaroundsMixin
+from ensemble_zoo.utils.backend import installed_workarounds
+from ensemble_zoo.utils.backend import zoo_workarounds
+from zoo_testing import to_np
+
+requires_workarounds = pytest.mark.skipif(
+    BACKEND == "tensorflow", reason="no workaround applies under TensorFlow"
+)
+
+# Runs in a fresh interpreter: everything that the old import-time patches
+# replaced (and `DeferredInitialization`'s target), every function and
+# class in a loaded Keras / keras-hub module, and the outputs of a plain
+# keras-hub model and of seeded random ops, before and after importing
+# `ensemble_zoo`, and after running a zoo model and loading a preset.
+IMPORT_CHECK = r'''
+import importlib
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+
+BACKEND = keras.config.backend()
+TARGETS = {
+    "jax": [
+        "keras.src.backend.jax.nn:dot_product_attention",
+        "keras.src.backend.jax.core:JaxVariable._initialize_with_initializer",
+    ],
+    "torch": [
+        "keras.src.backend.torch.nn:_can_use_flash_attention",
+        "keras.src.backend.torch.random:torch_seed_generator",
+    ],
+}[BACKEND]
+
+
+def resolve(target):
+    module, path = target.split(":")
+    obj = importlib.import_module(module)
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def functions_and_classes():
+    return {
+        (name, key): value
+        for name, module in list(sys.modules.items())
+        if module is not None and name.split(".")[0] in ("keras", "keras_hub")
+        for key, value in list(vars(module).items())
+        if callable(value)
+    }
+
+
+keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).random((2, 8, 8, 1)).astype("float32")
+kwargs = dict(image_shape=(8, 8, 1), patch_size=2, num_layers=1, num_heads=2,
+              hidden_dim=8, mlp_dim=16)
+vit = keras_hub.models.ViTBackbone(**kwargs)
+vit_float16 = keras_hub.models.ViTBackbone(**kwargs, dtype="mixed_float16")
+vit_float16.set_weights(vit.get_weights())
+
+
+def random_ops(seed, dropout):
+    return [keras.random.normal((4,), seed=seed),
+            keras.random.uniform((4,), seed=seed),
+            dropout(keras.ops.ones((8,)), training=True)]
+
+
+def fresh():
+    return keras.random.SeedGenerator(1), keras.layers.Dropout(0.5, seed=2)
+
+
+def outputs():
+    out = [vit(x), vit_float16(x)]  # eager, under mixed_float16 too
+    if BACKEND == "jax":
+        out.append(vit.predict(x, verbose=0))  # jitted
+    out += random_ops(*fresh())
+    if BACKEND == "torch":
+        import torch
+
+        torch._dynamo.reset()
+        keras.utils.set_random_seed(3)
+        out += torch.compile(random_ops, backend="eager")(*fresh())
+    return [np.asarray(keras.ops.convert_to_numpy(o)) for o in out]
+
+
+targets = [resolve(t) for t in TARGETS]
+names = functions_and_classes()
+before = outputs()
+
+import ensemble_zoo  # noqa: E402
+
+after_import = outputs()
+ensemble = ensemble_zoo.models.DeepEnsembleClassifier.from_model(
+    keras_hub.models.ViTImageClassifier(
+        backbone=vit, num_classes=3, preprocessor=None
+    ),
+    2,
+)
+ensemble(x)
+ensemble_zoo.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+after_zoo_model = outputs()
+
+replaced = [
+    t for t, original in zip(TARGETS, targets) if resolve(t) is not original
+]
+assert not replaced, f"replaced: {replaced}"
+changed = [
+    f"{name}.{key}" for (name, key), value in names.items()
+    if vars(sys.modules[name]).get(key) is not value
+]
+assert not changed, f"changed: {changed[:20]}"
+for label, outs in (("import", after_import), ("zoo model", after_zoo_model)):
+    for i, (a, b) in enumerate(zip(before, outs)):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (label, i)
+print("unchanged", len(TARGETS), len(names), len(before))
+'''
+
+
+@requires_workarounds
+def test_importing_ensemble_zoo_changes_nothing_in_keras():
+    """In a fresh interpreter: the functions the zoo used to replace are
+    Keras' own after the import, after a zoo model ran and after a preset
+    loaded; so is every function and class of every loaded Keras /
+    keras-hub module; a plain keras-hub ViT (eager, under mixed_float16,
+    jitted under JAX) and seeded random streams (eager, and under
+    torch.compile) give bit-identical outputs with and without the
+    import. (Checked against the old import-time patches: each of the
+    three checks failed.)"""
+    out = run_python(IMPORT_CHECK, timeout=300)
+    assert "unchanged" in out
+
+
+def _module_functions():
+    return {
+        w.name: getattr(importlib.import_module(w.module), w.attribute)
+        for w in workarounds.workarounds_for()
+    }
+
+
+@requires_workarounds
+def test_scope_installs_inside_restores_outside_and_on_errors():
+    names = {w.name for w in workarounds.workarounds_for()}
+    originals = {w.name: w.original() for w in workarounds.workarounds_for()}
+    replacements = {
+        w.name: w.replacement() for w in workarounds.workarounds_for()
+    }
+    assert names and _module_functions() == originals
+    with zoo_workarounds():
+        assert set(installed_workarounds()) == names
+        assert _module_functions() == replacements
+        with zoo_workarounds():  # a zoo model inside a zoo model
+            assert _module_functions() == replacements
+        assert _module_functions() == replacements  # still the outer's
+    assert installed_workarounds() == ()
+    assert _module_functions() == originals
+    with pytest.raises(RuntimeError, match="boom"):
+        with zoo_workarounds():
+            raise RuntimeError("boom")
+    assert _module_functions() == originals
+
+
+def test_mixin_runs_call_inside_the_scope():
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            seen.append(installed_workarounds())
+            return x
+
+    class ScopedModel(ZooWorkaroundsMixin, keras.Model):
+        pass
+
+    inputs = keras.Input((3,))
+    model = ScopedModel(inputs, Probe()(inputs))
+    model(np.ones((1, 3), "float32"))
+    assert seen[-1] == tuple(w.name for w in workarounds.workarounds_for())
+    assert installed_workarounds() == ()
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="DeferredInitialization: JAX only")
+def test_deferred_initialization_replaces_only_inside_for_its_thread():
+    """The one deliberate exception (see `DeferredInitialization`): Keras'
+    method is replaced only inside the context, and variables that other
+    threads create meanwhile initialize as usual."""
+    from keras.src.backend.jax.core import JaxVariable
+
+    original = JaxVariable._initialize_with_initializer
+    deferred = DeferredInitialization()
+    other = []
+    with deferred:
+        assert JaxVariable._initialize_with_initializer is not original
+        thread = threading.Thread(
+            target=lambda: other.append(keras.Variable("ones", shape=(3,)))
+        )
+        thread.start()
+        thread.join()
+        mine = keras.Variable("ones", shape=(3,))
+    assert JaxVariable._initialize_with_initializer is original
+    np.testing.assert_array_equal(to_np(other[0]), np.ones(3))
+    np.testing.assert_array_equal(to_np(mine), np.zeros(3))  # placeholder
+    deferred.finish()
+    np.testing.assert_array_equal(to_np(mine), np.ones(3))
+
+
+# === Each workaround is still needed ===
+
+
+def _on_jax_cpu():
+    from ensemble_zoo.utils.backend import accelerator
+
+    return BACKEND == "jax" and accelerator() == "cpu"
+
+
+requires_jax_cpu = pytest.mark.skipif(
+    not _on_jax_cpu(), reason="XLA:CPU's missing float16 dot, JAX only"
+)
+
+
+@requires_jax_cpu
+def test_jax_float16_attention_on_cpu_is_still_needed():
+    """`jax_float16_attention_on_cpu`: without it, jitted float16
+    attention does not compile on a CPU (keras-team/keras-hub#2338)."""
+    import jax
+
+    q = np.random.default_rng(0).random((2, 4, 2, 8)).astype("float16")
+    with pytest.raises(Exception, match="F16_F16_F32"):
+        jax.jit(lambda q: keras.ops.dot_product_attention(q, q, q))(q)
+    with zoo_workarounds():
+        out = jax.jit(lambda q: keras.ops.dot_product_attention(q, q, q))(q)
+    assert out.dtype == np.float16
+    q32 = q.astype("float32")
+    reference = to_np(keras.ops.dot_product_attention(q32, q32, q32))
+    np.testing.assert_allclose(
+        to_np(out).astype("float32"), reference, atol=2e-3
+    )
+
+
+@requires_jax_cpu
+def test_zoo_model_runs_float16_attention_jitted_on_cpu():
+    """`EnsembleClassifier.call` enters the scope: a deep ensemble of
+    keras-hub ViTs under mixed_float16, jitted outside Keras' step
+    functions, compiles on a CPU where the plain ViT does not."""
+    import jax
+
+    from zoo_testing import tiny_vit
+    import ensemble_zoo as ez
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        vit = tiny_vit(num_layers=1)
+        model = ez.models.DeepEnsembleClassifier.from_model(vit, 2)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    x = np.random.default_rng(0).random((2, 8, 8, 1)).astype("float32")
+
+    def forward(m):
+        def run(trainable, non_trainable, x):
+            return m.stateless_call(trainable, non_trainable, x)[0]
+
+        trainable = [v.value for v in m.trainable_variables]
+        non_trainable = [v.value for v in m.non_trainable_variables]
+        return jax.jit(run)(trainable, non_trainable, x)
+
+    with pytest.raises(Exception, match="F16_F16_F32"):
+        forward(vit)
+    logits = to_np(forward(model))
+    assert logits.dtype == np.float32 and logits.shape == (2, 2, 5)
+    assert np.isfinite(logits).all()
+
+
+requires_torch = pytest.mark.skipif(BACKEND != "torch", reason="torch.compile")
+
+
+def _dynamo_run(fn, *args, scoped):
+    """Compiles `fn` with dynamo's `eager` backend (graph capture only),
+    calls it twice; returns (graph breaks, graphs)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    def step(*args):
+        if scoped:
+            with zoo_workarounds():
+                return fn(*args)
+        return fn(*args)
+
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = torch.compile(step, backend="eager")
+        compiled(*args)
+        compiled(*args)
+        return dict(counters["graph_break"]), counters["stats"]["unique_graphs"]
+    finally:
+        torch._dynamo.reset()
+
+
+@requires_torch
+def test_torch_flash_attention_check_is_still_needed():
+    """`torch_flash_attention_check_under_compile`: without it, Keras'
+    flash-attention check (a pybind `SDPAParams`) breaks the graph of every
+    attention under torch.compile (fixed by keras-team/keras#23327)."""
+    q = keras.ops.ones((2, 4, 2, 8))
+
+    def attention(q):
+        return keras.ops.dot_product_attention(q, q, q)
+
+    breaks, graphs = _dynamo_run(attention, q, scoped=False)
+    assert breaks and graphs > 1, (breaks, graphs)
+    assert any("pybind11" in reason for reason in breaks), breaks
+    assert _dynamo_run(attention, q, scoped=True) == ({}, 1)
+
+
+@requires_torch
+def test_torch_seeded_random_is_still_needed():
+    """`torch_seeded_random_under_compile`: without it, every seeded random
+    op (a `SeedGenerator`, dropout) breaks the graph under torch.compile,
+    at Keras' `torch.compiler.disable`d `torch_seed_generator`
+    (pytorch/pytorch#88576)."""
+    seed = keras.random.SeedGenerator(1)
+    dropout = keras.layers.Dropout(0.5, seed=2)
+    x = keras.ops.ones((8,))
+
+    def noisy(x):
+        return dropout(x, training=True) + keras.random.normal((8,), seed=seed)
+
+    breaks, graphs = _dynamo_run(noisy, x, scoped=False)
+    assert graphs > 1, (breaks, graphs)
+    assert any("torch_seed_generator" in r for r in breaks), breaks
+    assert _dynamo_run(noisy, x, scoped=True) == ({}, 1)
