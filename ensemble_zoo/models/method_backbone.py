@@ -128,6 +128,24 @@ def copy_weights_by_path(source, target):
         match.assign(keras.ops.convert_to_numpy(variable))
 
 
+def method_arguments(backbone, classes, defaults, **given):
+    """A classifier's method arguments, completed.
+
+    An argument left `None` is the backbone's when `backbone` is one of
+    `classes`' (a method backbone carries its method's arguments), else
+    its default from `defaults`; a given one is kept (`method_backbone`
+    then checks it against a method backbone's).
+
+    Returns:
+        dict with every key of `defaults`.
+    """
+    held = backbone.method_config if isinstance(backbone, tuple(classes)) else {}
+    return {
+        key: given[key] if given.get(key) is not None else held.get(key, default)
+        for key, default in defaults.items()
+    }
+
+
 def method_backbone(backbone, classes, method_config, apply):
     """The method's backbone for a classifier's `backbone` argument.
 

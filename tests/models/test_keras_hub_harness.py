@@ -8,8 +8,16 @@ import keras_hub
 import numpy as np
 from absl.testing import parameterized
 
+from ensemble_zoo.models import BatchEnsembleImageClassifier
+from ensemble_zoo.models import BatchEnsembleViTBackbone
 from ensemble_zoo.models import HydraBackbone
 from ensemble_zoo.models import HydraImageClassifier
+from ensemble_zoo.models import LoRAEnsembleImageClassifier
+from ensemble_zoo.models import LoRAEnsembleViTBackbone
+from ensemble_zoo.models import MasksemblesImageClassifier
+from ensemble_zoo.models import MasksemblesViTBackbone
+from ensemble_zoo.models import MIMOImageClassifier
+from ensemble_zoo.models import MIMOViTBackbone
 from ensemble_zoo.models import PackedEnsembleBackbone
 from ensemble_zoo.models import PackedEnsembleImageClassifier
 from ensemble_zoo.models import ViTMoEBackbone
@@ -20,7 +28,10 @@ VIT = dict(image_shape=(8, 8, 1), patch_size=4, num_layers=2, hidden_dim=8, mlp_
 TOKENS = 5  # 2 x 2 patches + the class token
 
 # (backbone class, its arguments, task class, members, member width,
-#  a shipped preset of the task and its number of members)
+#  a shipped preset of the task and its number of members). Backbones of
+#  methods applied to a keras-hub ViT take member-major batches
+#  (members * batch) and return the ViT's (members * batch, tokens, dim);
+#  MIMO's takes the members' images stacked on channels.
 MODELS = {
     "hydra": (
         HydraBackbone,
@@ -38,7 +49,30 @@ MODELS = {
              ensemble_size=2, seed=0),
         ViTMoEImageClassifier, 2, 8, ("e3_vit_tiny_digits", 2),
     ),
+    "lora": (
+        LoRAEnsembleViTBackbone,
+        dict(VIT, num_heads=2, num_members=2, rank=2, targets=["query", "value"],
+             lora_alpha=None, a_gain=1.0, seed=0),
+        LoRAEnsembleImageClassifier, 2, 8, ("lora_ensemble_vit_tiny_digits", 8),
+    ),
+    "batch_ensemble": (
+        BatchEnsembleViTBackbone,
+        dict(VIT, num_heads=2, num_members=2, fast_weight_initializer="normal",
+             fast_weight_stddev=0.5, seed=0),
+        BatchEnsembleImageClassifier, 2, 8, ("batch_ensemble_vit_tiny_digits", 4),
+    ),
+    "masksembles": (
+        MasksemblesViTBackbone,
+        dict(VIT, num_heads=2, num_members=2, scale=2.0, seed=0),
+        MasksemblesImageClassifier, 2, 8, ("masksembles_vit_tiny_digits", 4),
+    ),
+    "mimo": (
+        MIMOViTBackbone,
+        dict(VIT, image_shape=(8, 8, 2), num_heads=2, num_members=2),
+        MIMOImageClassifier, 2, 8, ("mimo_vit_tiny_digits", 3),
+    ),
 }
+MEMBER_MAJOR = ("lora", "batch_ensemble", "masksembles")
 
 
 def _preprocessor():
@@ -53,11 +87,17 @@ class TestKerasHubHarness(ZooTestCase):
     @parameterized.named_parameters(*CASES)
     def test_backbone(self, name):
         backbone_cls, kwargs, _, members, width, _ = MODELS[name]
+        if name in MEMBER_MAJOR:
+            images, shape = (members * 2, 8, 8, 1), (members * 2, TOKENS, width)
+        elif name == "mimo":
+            images, shape = (2, 8, 8, members), (2, TOKENS, width)
+        else:
+            images, shape = (2, 8, 8, 1), (2, members, TOKENS, width)
         self.run_backbone_test(
             cls=backbone_cls,
             init_kwargs=kwargs,
-            input_data=keras.ops.ones((2, 8, 8, 1)),
-            expected_output_shape=(2, members, TOKENS, width),
+            input_data=keras.ops.ones(images),
+            expected_output_shape=shape,
         )
 
     @parameterized.named_parameters(*CASES)

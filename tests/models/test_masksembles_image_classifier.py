@@ -68,11 +68,11 @@ def test_fit_keeps_masks_fixed_and_preset_round_trips(tmp_path):
 
 def test_converting_twice_and_bad_arguments_are_refused(vit_and_model):
     _, model = vit_and_model
-    # A second task on the classifier's backbone must ask for its masks
-    # (and then shares the backbone, as keras-hub tasks do).
+    # A second task on the classifier's backbone takes its masks (and
+    # shares the backbone, as keras-hub tasks do); other masks are refused.
     with pytest.raises(ValueError, match="was built with"):
-        MasksemblesImageClassifier(model.backbone, num_classes=5)
-    second = MasksemblesImageClassifier(model.backbone, num_classes=5, num_members=3, seed=0)
-    assert second.backbone is model.backbone
+        MasksemblesImageClassifier(model.backbone, num_classes=5, num_members=5)
+    second = MasksemblesImageClassifier(model.backbone, num_classes=5)
+    assert second.backbone is model.backbone and second.num_members == model.num_members
     with pytest.raises(ValueError, match="scale"):
         MasksemblesImageClassifier.from_keras_hub(tiny_vit(), scale=0.5)

@@ -46,6 +46,10 @@ class BatchEnsembleImageClassifier(
             `"random_sign"`; see `ez.layers.BatchEnsembleDense`.
         fast_weight_stddev: float. Defaults to `0.5`.
         seed: optional int for the fast weights.
+            The method arguments (`num_members`, `fast_weight_initializer`,
+            `fast_weight_stddev`, `seed`) left `None` are the backbone's
+            when it is a BatchEnsemble backbone, else the defaults named
+            here.
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
@@ -71,11 +75,11 @@ class BatchEnsembleImageClassifier(
         self,
         backbone,
         num_classes,
-        num_members=4,
+        num_members=None,
         pooling="token",
         dropout=0.0,
-        fast_weight_initializer="normal",
-        fast_weight_stddev=0.5,
+        fast_weight_initializer=None,
+        fast_weight_stddev=None,
         seed=None,
         preprocessor=None,
         **kwargs,
@@ -85,7 +89,9 @@ class BatchEnsembleImageClassifier(
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
         backbone = batch_ensemble_backbone(
-            backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
+            backbone, num_members=num_members,
+            fast_weight_initializer=fast_weight_initializer,
+            fast_weight_stddev=fast_weight_stddev, seed=seed,
         )
         # === Layers ===
         self._make_layers(backbone, num_classes, dropout, preprocessor)

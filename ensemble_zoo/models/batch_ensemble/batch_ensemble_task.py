@@ -12,33 +12,41 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BACKBONE
 from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 
 
-def batch_ensemble_backbone(
-    backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
-):
-    """The BatchEnsemble backbone a classifier runs: `backbone` itself when
-    it is a `BatchEnsembleViTBackbone` / `BatchEnsembleBertBackbone` built
-    with these arguments, else a new one built from `backbone`'s config and
-    weights (`method_backbone`); `backbone` is never changed."""
-    method_config = {
-        "num_members": check_positive_int(num_members, "num_members"),
-        "fast_weight_initializer": fast_weight_initializer,
-        "fast_weight_stddev": float(fast_weight_stddev),
-        "seed": seed,
-    }
+#: The method's arguments and their defaults.
+METHOD_DEFAULTS = {
+    "num_members": 4,
+    "fast_weight_initializer": "normal",
+    "fast_weight_stddev": 0.5,
+    "seed": None,
+}
+
+
+def batch_ensemble_backbone(backbone, **given):
+    """The BatchEnsemble backbone a classifier runs.
+
+    Arguments left `None` are the backbone's (a `BatchEnsembleViTBackbone` /
+    `BatchEnsembleBertBackbone`) or `METHOD_DEFAULTS`'. Returns `backbone`
+    itself when it is a BatchEnsemble backbone built with these arguments,
+    else a new one built from `backbone`'s config and weights
+    (`method_backbone`); `backbone` is never changed.
+    """
+    config = method_arguments(backbone, BACKBONES, METHOD_DEFAULTS, **given)
+    config["num_members"] = check_positive_int(config["num_members"], "num_members")
+    config["fast_weight_stddev"] = float(config["fast_weight_stddev"])
     if not isinstance(backbone, MethodBackbone) and batch_ensemble_layers(backbone):
         raise ValueError(
             f"`backbone` '{backbone.name}' is already a BatchEnsemble; pass a "
             "plain keras-hub backbone (the classifier converts it)."
         )
     return method_backbone(
-        backbone, BACKBONES, method_config,
-        lambda b: apply_batch_ensemble(b, **method_config),
+        backbone, BACKBONES, config, lambda b: apply_batch_ensemble(b, **config)
     )
 
 

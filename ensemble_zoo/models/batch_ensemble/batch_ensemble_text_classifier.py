@@ -41,6 +41,10 @@ class BatchEnsembleTextClassifier(
             see `ez.layers.BatchEnsembleDense`.
         fast_weight_stddev: float. Defaults to `0.5`.
         seed: optional int for the fast weights.
+            The method arguments (`num_members`, `fast_weight_initializer`,
+            `fast_weight_stddev`, `seed`) left `None` are the backbone's
+            when it is a BatchEnsemble backbone, else the defaults named
+            here.
         preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
@@ -74,10 +78,10 @@ class BatchEnsembleTextClassifier(
         self,
         backbone,
         num_classes,
-        num_members=4,
+        num_members=None,
         dropout=0.1,
-        fast_weight_initializer="normal",
-        fast_weight_stddev=0.5,
+        fast_weight_initializer=None,
+        fast_weight_stddev=None,
         seed=None,
         preprocessor=None,
         **kwargs,
@@ -90,7 +94,9 @@ class BatchEnsembleTextClassifier(
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
         backbone = batch_ensemble_backbone(
-            backbone, num_members, fast_weight_initializer, fast_weight_stddev, seed
+            backbone, num_members=num_members,
+            fast_weight_initializer=fast_weight_initializer,
+            fast_weight_stddev=fast_weight_stddev, seed=seed,
         )
         # === Layers ===
         self._make_layers(backbone, num_classes, dropout, preprocessor)

@@ -5,7 +5,6 @@ from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
@@ -39,8 +38,8 @@ class LoRAEnsembleImageClassifier(
     (`"gap"`) exactly as keras-hub's `ViTImageClassifier` does.
 
     Args:
-        backbone: a `LoRAEnsembleViTBackbone` built with the arguments
-            below, or a built `keras_hub.models.ViTBackbone` (or any
+        backbone: a `LoRAEnsembleViTBackbone` (its adapters' arguments
+            are the defaults of the method arguments below), or a built `keras_hub.models.ViTBackbone` (or any
             keras-hub image backbone with `MultiHeadAttention` blocks that
             returns `(batch, tokens, dim)`): the classifier then runs a new
             backbone with its config and weights plus the adapters
@@ -53,7 +52,10 @@ class LoRAEnsembleImageClassifier(
             `("query", "key", "value", "attention_output")`.
         lora_alpha: optional float, update scale `lora_alpha / rank`;
             `None` (default) is a scale of 1, as in the paper.
-        a_gain: float, Xavier-uniform gain of `A` (paper: 10).
+        a_gain: float, Xavier-uniform gain of `A` (paper: 10, the default).
+            The method arguments (`num_members` to `a_gain`, and `seed`)
+            left `None` are the backbone's when it is a
+            `LoRAEnsembleViTBackbone`, else the defaults named here.
         pooling: `"token"` (default) or `"gap"`.
         dropout: float, dropout before the heads.
         seed: optional int, seeds the adapters' `A` initialization.
@@ -85,11 +87,11 @@ class LoRAEnsembleImageClassifier(
         self,
         backbone,
         num_classes,
-        num_members=8,
-        rank=4,
-        targets=DEFAULT_TARGETS,
+        num_members=None,
+        rank=None,
+        targets=None,
         lora_alpha=None,
-        a_gain=10.0,
+        a_gain=None,
         pooling="token",
         dropout=0.0,
         seed=None,
@@ -101,9 +103,11 @@ class LoRAEnsembleImageClassifier(
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
         backbone = lora_ensemble_backbone(
-            backbone, num_members, rank, targets, lora_alpha, a_gain, seed
+            backbone, num_members=num_members, rank=rank, targets=targets,
+            lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
         )
-        num_members = backbone.method_config["num_members"]
+        method_config = backbone.method_config
+        num_members = method_config["num_members"]
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
@@ -125,7 +129,7 @@ class LoRAEnsembleImageClassifier(
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
-        self._set_method_config(num_classes, rank, targets, lora_alpha, a_gain, dropout, seed)
+        self._set_method_config(num_classes, dropout, method_config)
         self.pooling = pooling
 
     def get_config(self):

@@ -5,37 +5,49 @@ import numpy as np
 
 from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.lora_ensemble import adapter_weights
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import BACKBONES
 from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.utils.validation import check_positive_int
 
 
-def lora_ensemble_backbone(backbone, num_members, rank, targets, lora_alpha, a_gain, seed):
-    """The LoRA-Ensemble backbone a classifier runs: `backbone` itself when
-    it is a `LoRAEnsembleViTBackbone` / `LoRAEnsembleBertBackbone` built
-    with these arguments, else a new one built from `backbone`'s config
-    and weights (`method_backbone`); `backbone` is never changed."""
-    num_members = check_positive_int(num_members, "num_members")
-    method_config = {
-        "num_members": num_members,
-        "rank": check_positive_int(rank, "rank"),
-        "targets": list(check_targets(targets)),
-        "lora_alpha": lora_alpha,
-        "a_gain": float(a_gain),
-        "seed": seed,
-    }
+#: The method's arguments and their defaults.
+METHOD_DEFAULTS = {
+    "num_members": 8,
+    "rank": 4,
+    "targets": DEFAULT_TARGETS,
+    "lora_alpha": None,
+    "a_gain": 10.0,
+    "seed": None,
+}
+
+
+def lora_ensemble_backbone(backbone, **given):
+    """The LoRA-Ensemble backbone a classifier runs.
+
+    Arguments left `None` are the backbone's (a `LoRAEnsembleViTBackbone` /
+    `LoRAEnsembleBertBackbone`) or `METHOD_DEFAULTS`'. Returns `backbone`
+    itself when it is a LoRA-Ensemble backbone built with these arguments,
+    else a new one built from `backbone`'s config and weights
+    (`method_backbone`); `backbone` is never changed.
+    """
+    config = method_arguments(backbone, BACKBONES, METHOD_DEFAULTS, **given)
+    config["num_members"] = check_positive_int(config["num_members"], "num_members")
+    config["rank"] = check_positive_int(config["rank"], "rank")
+    config["targets"] = list(check_targets(config["targets"]))
+    config["a_gain"] = float(config["a_gain"])
     if not isinstance(backbone, MethodBackbone) and lora_ensemble_adapters(backbone):
         raise ValueError(
             "`backbone` already has LoRA-Ensemble adapters; pass a plain "
             "keras-hub backbone (the classifier applies them)."
         )
     return method_backbone(
-        backbone, BACKBONES, method_config,
-        lambda b: apply_lora_ensemble(b, **method_config),
+        backbone, BACKBONES, config, lambda b: apply_lora_ensemble(b, **config)
     )
 
 
@@ -44,15 +56,15 @@ class LoRAEnsembleTask:
     (no Keras base; listed before `EnsembleClassifier`): the adapters,
     config, adapter saving and the keras-hub conversions' head copy."""
 
-    def _set_method_config(self, num_classes, rank, targets, lora_alpha, a_gain, dropout, seed):
-        self.num_members = int(self.backbone.method_config["num_members"])
+    def _set_method_config(self, num_classes, dropout, method_config):
+        self.num_members = int(method_config["num_members"])
         self.num_classes = num_classes
-        self.rank = rank
-        self.targets = tuple(targets)
-        self.lora_alpha = lora_alpha
-        self.a_gain = float(a_gain)
+        self.rank = int(method_config["rank"])
+        self.targets = tuple(method_config["targets"])
+        self.lora_alpha = method_config["lora_alpha"]
+        self.a_gain = float(method_config["a_gain"])
         self.dropout = dropout
-        self.seed = seed
+        self.seed = method_config["seed"]
 
     @property
     def adapters(self):

@@ -4,7 +4,6 @@ import keras_hub
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
@@ -31,8 +30,8 @@ class LoRAEnsembleTextClassifier(
     returns member logits `(batch, members, classes)`.
 
     Args:
-        backbone: a `LoRAEnsembleBertBackbone` built with the arguments
-            below, or a built `keras_hub.models.BertBackbone`: the
+        backbone: a `LoRAEnsembleBertBackbone` (its adapters' arguments
+            are the defaults of the method arguments below), or a built `keras_hub.models.BertBackbone`: the
             classifier then runs a new backbone with its config and
             weights plus the adapters; `backbone` is not changed.
         num_classes: int.
@@ -40,7 +39,10 @@ class LoRAEnsembleTextClassifier(
         rank: int. Defaults to `4`.
         targets: attention projections to adapt (default: all four).
         lora_alpha: optional float; `None` is a scale of 1.
-        a_gain: float, Xavier-uniform gain of `A` (paper: 10).
+        a_gain: float, Xavier-uniform gain of `A` (paper: 10, the default).
+            The method arguments (`num_members` to `a_gain`, and `seed`)
+            left `None` are the backbone's when it is a
+            `LoRAEnsembleBertBackbone`, else the defaults named here.
         dropout: float, dropout before the heads. Defaults to `0.1`
             (keras-hub's `BertTextClassifier`).
         seed: optional int, seeds the adapters' `A` initialization.
@@ -78,11 +80,11 @@ class LoRAEnsembleTextClassifier(
         self,
         backbone,
         num_classes,
-        num_members=8,
-        rank=4,
-        targets=DEFAULT_TARGETS,
+        num_members=None,
+        rank=None,
+        targets=None,
         lora_alpha=None,
-        a_gain=10.0,
+        a_gain=None,
         dropout=0.1,
         seed=None,
         preprocessor=None,
@@ -96,9 +98,11 @@ class LoRAEnsembleTextClassifier(
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
         backbone = lora_ensemble_backbone(
-            backbone, num_members, rank, targets, lora_alpha, a_gain, seed
+            backbone, num_members=num_members, rank=rank, targets=targets,
+            lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
         )
-        num_members = backbone.method_config["num_members"]
+        method_config = backbone.method_config
+        num_members = method_config["num_members"]
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
@@ -118,7 +122,7 @@ class LoRAEnsembleTextClassifier(
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
-        self._set_method_config(num_classes, rank, targets, lora_alpha, a_gain, dropout, seed)
+        self._set_method_config(num_classes, dropout, method_config)
         self.member_input_shape = None  # dict inputs, see _check_inputs
 
     @classmethod

@@ -16,6 +16,7 @@ from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import tile_members
@@ -54,6 +55,9 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         pooling: `"token"` (default) or `"gap"`.
         dropout: float, dropout before the head.
         seed: optional int for the masks.
+            The method arguments (`num_members`, `scale`, `seed`) left
+            `None` are the backbone's when it is a `MasksemblesViTBackbone`,
+            else the defaults named here.
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
@@ -79,8 +83,8 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         self,
         backbone,
         num_classes,
-        num_members=4,
-        scale=2.0,
+        num_members=None,
+        scale=None,
         pooling="token",
         dropout=0.0,
         seed=None,
@@ -89,11 +93,20 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
     ):
         check_image_backbone(backbone)
         pooling = check_pooling(pooling)
-        num_members = check_positive_int(num_members, "num_members")
+        method_config = method_arguments(
+            backbone, (MasksemblesViTBackbone,),
+            {"num_members": 4, "scale": 2.0, "seed": None},
+            num_members=num_members, scale=scale, seed=seed,
+        )
+        num_members = method_config["num_members"] = check_positive_int(
+            method_config["num_members"], "num_members"
+        )
+        scale = method_config["scale"] = float(
+            check_real(method_config["scale"], "scale", low=1.0)
+        )
+        seed = method_config["seed"]
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
-        scale = float(check_real(scale, "scale", low=1.0))
-        method_config = {"num_members": num_members, "scale": scale, "seed": seed}
         if not isinstance(backbone, MethodBackbone) and any(
             isinstance(mlp.dense_1, MaskedOutput) for mlp in mlp_sites(backbone)
         ):

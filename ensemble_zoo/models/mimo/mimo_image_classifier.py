@@ -13,6 +13,7 @@ from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
 from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.member_head import pool_tokens
+from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.utils.validation import check_positive_int
@@ -46,7 +47,8 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         backbone: a built `keras_hub.models.ViTBackbone` whose images have
             `num_members * C` channels.
         num_classes: int.
-        num_members: int. Defaults to `3`.
+        num_members: int. Defaults to the backbone's (a `MIMOViTBackbone`)
+            or `3`.
         input_repetition: float in [0, 1], Havasi et al.'s `rho`.
             Defaults to `0.5`.
         batch_repetition: int. Defaults to `4`.
@@ -78,7 +80,7 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         self,
         backbone,
         num_classes,
-        num_members=3,
+        num_members=None,
         input_repetition=0.5,
         batch_repetition=4,
         pooling="token",
@@ -88,7 +90,12 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         **kwargs,
     ):
         check_image_backbone(backbone)
-        num_members = check_positive_int(num_members, "num_members")
+        num_members = check_positive_int(
+            method_arguments(
+                backbone, (MIMOViTBackbone,), {"num_members": 3}, num_members=num_members
+            )["num_members"],
+            "num_members",
+        )
         num_classes = check_positive_int(num_classes, "num_classes")
         pooling = check_pooling(pooling)
         dropout = check_rate(dropout, "dropout")
