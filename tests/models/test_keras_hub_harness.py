@@ -8,11 +8,17 @@ import keras_hub
 import numpy as np
 from absl.testing import parameterized
 
+from ensemble_zoo.models import BatchEnsembleBertBackbone
 from ensemble_zoo.models import BatchEnsembleImageClassifier
+from ensemble_zoo.models import BatchEnsembleTextClassifier
 from ensemble_zoo.models import BatchEnsembleViTBackbone
 from ensemble_zoo.models import HydraBackbone
 from ensemble_zoo.models import HydraImageClassifier
+from ensemble_zoo.models import HydraTextBackbone
+from ensemble_zoo.models import HydraTextClassifier
+from ensemble_zoo.models import LoRAEnsembleBertBackbone
 from ensemble_zoo.models import LoRAEnsembleImageClassifier
+from ensemble_zoo.models import LoRAEnsembleTextClassifier
 from ensemble_zoo.models import LoRAEnsembleViTBackbone
 from ensemble_zoo.models import MasksemblesImageClassifier
 from ensemble_zoo.models import MasksemblesViTBackbone
@@ -164,3 +170,80 @@ def test_keras_hub_loaders_take_task_arguments_and_dtype():
     ).predict(x, verbose=0)
     agree = np.mean(hydra.predict(x, verbose=0).argmax(-1) == reference.argmax(-1))
     assert agree >= 0.97
+
+
+# === Text: keras-hub BERT inputs (dicts of int (batch, tokens) tensors) ===
+
+BERT = dict(vocabulary_size=12, num_layers=1, num_heads=2, hidden_dim=8,
+            intermediate_dim=16, max_sequence_length=6)
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox"]
+
+# (backbone class, its arguments, task class, members, member-major batch)
+TEXT_MODELS = {
+    "hydra_text": (
+        HydraTextBackbone,
+        dict(BERT, num_members=2, member_num_heads=[[2, 1]]),
+        HydraTextClassifier, 2, False,
+    ),
+    "lora_text": (
+        LoRAEnsembleBertBackbone,
+        dict(BERT, num_members=2, rank=1, targets=["query", "value"], lora_alpha=None,
+             a_gain=1.0, seed=0),
+        LoRAEnsembleTextClassifier, 2, True,
+    ),
+    "batch_ensemble_text": (
+        BatchEnsembleBertBackbone,
+        dict(BERT, num_members=2, fast_weight_initializer="normal",
+             fast_weight_stddev=0.5, seed=0),
+        BatchEnsembleTextClassifier, 2, True,
+    ),
+}
+TEXT_CASES = [(name, name) for name in sorted(TEXT_MODELS)]
+
+
+def _text_inputs(batch):
+    return {
+        "token_ids": np.full((batch, 6), 5, "int32"),
+        "segment_ids": np.zeros((batch, 6), "int32"),
+        "padding_mask": np.ones((batch, 6), "int32"),
+    }
+
+
+class TestKerasHubHarnessText(ZooTestCase):
+    @parameterized.named_parameters(*TEXT_CASES)
+    def test_backbone(self, name):
+        backbone_cls, kwargs, _, members, member_major = TEXT_MODELS[name]
+        if member_major:
+            batch = members * 2
+            shape = {"sequence_output": (batch, 6, 8), "pooled_output": (batch, 8)}
+        else:
+            batch = 2
+            shape = {"sequence_output": (2, members, 6, 8), "pooled_output": (2, members, 8)}
+        self.run_backbone_test(
+            cls=backbone_cls, init_kwargs=kwargs, input_data=_text_inputs(batch),
+            expected_output_shape=shape,
+        )
+
+    @parameterized.named_parameters(*TEXT_CASES)
+    def test_task(self, name):
+        backbone_cls, kwargs, task_cls, members, _ = TEXT_MODELS[name]
+        tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCABULARY)
+        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+            tokenizer, sequence_length=6
+        )
+        self.run_task_test(
+            cls=task_cls,
+            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=3,
+                             preprocessor=preprocessor),
+            train_data=(["the quick brown fox.", "the slow brown fox."], np.array([0, 2])),
+            expected_output_shape=(2, members, 3),
+        )
+
+    @parameterized.named_parameters(*TEXT_CASES)
+    def test_saving(self, name):
+        backbone_cls, kwargs, task_cls, _, _ = TEXT_MODELS[name]
+        self.run_model_saving_test(
+            cls=task_cls,
+            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=3),
+            input_data=_text_inputs(2),
+        )

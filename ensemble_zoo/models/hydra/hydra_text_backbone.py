@@ -42,7 +42,9 @@ class HydraTextBackbone(keras_hub.models.Backbone):
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`: how
             every `HydraAttention` computes (see there). Defaults to
             `"auto"`, the fused kernel on accelerators, einsums on CPU.
-        **kwargs: other `keras.Model` arguments.
+        dtype: optional dtype policy (or its name) of every layer, e.g.
+            `"mixed_bfloat16"`.
+        **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Inputs: a dict of int `(batch, tokens)` tensors `token_ids`,
     `segment_ids` and `padding_mask` (1 = real token). Outputs: a dict with
@@ -64,6 +66,7 @@ class HydraTextBackbone(keras_hub.models.Backbone):
         max_sequence_length=512,
         num_segments=2,
         attention_implementation="auto",
+        dtype=None,
         **kwargs,
     ):
         check_attention_implementation(attention_implementation)
@@ -83,22 +86,24 @@ class HydraTextBackbone(keras_hub.models.Backbone):
         # === Layers === (locals first for the torch backend)
         token_embedding = ReversibleEmbedding(
             vocabulary_size, hidden_dim, embeddings_initializer=init,
-            name="token_embedding",
+            dtype=dtype, name="token_embedding",
         )
         position_embedding = PositionEmbedding(
             sequence_length=max_sequence_length, initializer=init,
-            name="position_embedding",
+            dtype=dtype, name="position_embedding",
         )
         segment_embedding = keras.layers.Embedding(
             num_segments, hidden_dim, embeddings_initializer=init,
-            name="segment_embedding",
+            dtype=dtype, name="segment_embedding",
         )
-        embeddings_add = keras.layers.Add(name="embeddings_add")
+        embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
         embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, name="embeddings_layer_norm"
+            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
         )
-        embeddings_dropout = keras.layers.Dropout(dropout, name="embeddings_dropout")
-        broadcast = MemberBroadcast(num_members, name="member_broadcast")
+        embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
         blocks = [
             HydraEncoderBlock(
                 num_members,
@@ -114,12 +119,13 @@ class HydraTextBackbone(keras_hub.models.Backbone):
                 activation="gelu_approximate",
                 intermediate_dropout=False,
                 attention_implementation=attention_implementation,
+                dtype=dtype,
                 name=f"transformer_layer_{layer}",
             )
             for layer in range(num_layers)
         ]
         pooled_dense = GroupedDense(
-            hidden_dim, num_members, activation="tanh", name="pooled_dense"
+            hidden_dim, num_members, activation="tanh", dtype=dtype, name="pooled_dense"
         )
 
         # === Functional model ===
@@ -139,6 +145,7 @@ class HydraTextBackbone(keras_hub.models.Backbone):
         super().__init__(
             inputs=inputs,
             outputs={"sequence_output": x, "pooled_output": pooled},
+            dtype=dtype,
             **kwargs,
         )
         self.embedding_layers = [
@@ -163,23 +170,21 @@ class HydraTextBackbone(keras_hub.models.Backbone):
         self.attention_implementation = attention_implementation
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "num_members": self.num_members,
-            "member_num_heads": self.member_num_heads,
-            "mlp": self.mlp,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "attention_implementation": self.attention_implementation,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "num_members": self.num_members,
+                "member_num_heads": self.member_num_heads,
+                "mlp": self.mlp,
+                "dropout": self.dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "num_segments": self.num_segments,
+                "attention_implementation": self.attention_implementation,
+            }
+        )
+        return config

@@ -2,16 +2,20 @@ import keras
 import keras_hub
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, SubclassedEnsembleClassifier, keras_hub.models.TextClassifier):
+class HydraTextClassifier(
+    TextInputsMixin, HydraConversionsMixin, EnsembleClassifier, keras_hub.models.TextClassifier
+):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
     The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the
@@ -29,7 +33,10 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, SubclassedEnse
         num_classes: int.
         dropout: float, dropout before the classifier heads. Defaults to
             `0.1` (keras-hub's `BertTextClassifier`).
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
+            run on raw strings by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -58,46 +65,39 @@ class HydraTextClassifier(TextInputsMixin, HydraConversionsMixin, SubclassedEnse
     ```
     """
 
-    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
+    def __init__(self, backbone, num_classes, dropout=0.1, preprocessor=None, **kwargs):
         if not isinstance(backbone, HydraTextBackbone):
             raise ValueError(
                 f"`backbone` must be a HydraTextBackbone; got {type(backbone).__name__}."
             )
-        super().__init__(**kwargs)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
         # === Layers ===
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.head = GroupedDense(
-            check_positive_int(num_classes, "num_classes"),
-            backbone.num_members,
-            name="predictions",
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
         )
+        self.head = GroupedDense(
+            num_classes, backbone.num_members, dtype=backbone.dtype_policy, name="predictions"
+        )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        x = self.output_dropout(backbone(inputs)["pooled_output"])
+        outputs = member_logits(self.head(x))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = backbone.num_members
         self.num_classes = num_classes
         self.dropout = dropout
         self.member_input_shape = None  # dict inputs, see _check_inputs
-        self._build_text_inputs()
-        self.compile()
-
-    def build(self, input_shape):
-        self.head.build((None, self.num_members, self.backbone.hidden_dim))
-        self.built = True
-
-    def call_members(self, inputs, training=None):
-        pooled = self.backbone(inputs, training=training)["pooled_output"]
-        return self.head(self.output_dropout(pooled, training=training))
-
-    def compute_output_shape(self, input_shape):
-        return (None, self.num_members, self.num_classes)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config
 
     # === Conversions ===
 
