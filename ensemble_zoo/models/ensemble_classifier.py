@@ -130,35 +130,6 @@ class EnsembleClassifier(
         with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
             return super().call(inputs, training=training, mask=mask, **kwargs)
 
-    # === PyTorch parameters ===
-
-    def _track_variables(self):
-        """PyTorch backend only (Keras calls it there): registers every
-        variable as a parameter, keyed uniquely even where members share
-        variable paths. Keras tracks a functional model's variables while
-        `Functional.__init__` builds it, before keras-hub's `Task` lets
-        attributes reach `torch.nn.Module` (a keras-hub
-        `ViTImageClassifier` under keras 3.15.1 has no parameters at all):
-        `zero_grad()` then missed every variable and gradients piled up
-        across steps (`tests/models/test_torch_parameters.py`)."""
-        import torch
-
-        torch.nn.Module.__setattr__(
-            self, "_torch_params", backend_utils.torch_parameter_dict(self.variables)
-        )
-
-    def named_parameters(self, *args, **kwargs):
-        # PyTorch backend only: tracked afresh, so variables built or
-        # loaded after construction are parameters too. Not while dynamo
-        # traces (`zero_grad()` in a compiled train step): collecting
-        # `self.variables` there broke the graph ("sort with non-constant
-        # keys") and made each step guard on the previous step's tensors;
-        # the eager first call has tracked them already.
-        import torch
-
-        if not torch.compiler.is_compiling():
-            self._track_variables()
-        return super().named_parameters(*args, **kwargs)
 
     # === Input checks ===
 

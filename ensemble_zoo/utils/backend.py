@@ -243,6 +243,38 @@ class TorchCompileMixin:
         return self._make_step_function("predict", force)
 
 
+class TorchParametersMixin:
+    """Registers every variable of a functional zoo task as a PyTorch
+    parameter (a no-op under JAX and TensorFlow, where Keras never calls
+    these methods).
+
+    Keras tracks a functional model's variables while
+    `Functional.__init__` builds it, before keras-hub's `Task` lets
+    attributes reach `torch.nn.Module` (a keras-hub `ViTImageClassifier`
+    under keras 3.15.1 has no parameters at all): `zero_grad()` then missed
+    every variable and gradients piled up across steps
+    (`tests/models/test_torch_parameters.py`). Keys are unique even where
+    members share variable paths (`torch_parameter_dict`).
+    """
+
+    def _track_variables(self):
+        import torch
+
+        torch.nn.Module.__setattr__(self, "_torch_params", torch_parameter_dict(self.variables))
+
+    def named_parameters(self, *args, **kwargs):
+        # Tracked afresh, so variables built or loaded after construction
+        # are parameters too. Not while dynamo traces (`zero_grad()` in a
+        # compiled train step): collecting `self.variables` there broke the
+        # graph ("sort with non-constant keys") and made each step guard on
+        # the previous step's tensors; the eager first call tracked them.
+        import torch
+
+        if not torch.compiler.is_compiling():
+            self._track_variables()
+        return super().named_parameters(*args, **kwargs)
+
+
 def concrete_value(x):
     """`x` as a NumPy array when its values exist now, else `None`.
 

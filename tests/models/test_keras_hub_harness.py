@@ -247,3 +247,39 @@ class TestKerasHubHarnessText(ZooTestCase):
             init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=3),
             input_data=_text_inputs(2),
         )
+
+
+class TestKerasHubHarnessLossPrediction(ZooTestCase):
+    """Loss prediction (paper 003) is one model, not an ensemble: its task
+    returns `{"logits": (batch, classes), "uncertainty": (batch,)}`."""
+
+    def test_backbone_task_saving_and_preset(self):
+        from ensemble_zoo.models import LossPredictionImageClassifier
+        from ensemble_zoo.models import LossPredictionViTBackbone
+
+        kwargs = dict(VIT, num_heads=2)
+        self.run_backbone_test(
+            cls=LossPredictionViTBackbone, init_kwargs=kwargs,
+            input_data=keras.ops.ones((2, 8, 8, 1)), expected_output_shape=(2, TOKENS, 8),
+            run_mixed_precision_check=False,  # a keras-hub ViT: keras-hub tests it
+        )
+        images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
+        task_kwargs = dict(
+            backbone=LossPredictionViTBackbone(**kwargs), num_classes=4,
+            head_hidden_units=(4,), freeze_backbone=True,
+        )
+        self.run_task_test(
+            cls=LossPredictionImageClassifier,
+            init_kwargs=dict(task_kwargs, preprocessor=_preprocessor()),
+            train_data=(images, np.array([0, 3])),
+            expected_output_shape={"logits": (2, 4), "uncertainty": (2,)},
+        )
+        self.run_model_saving_test(
+            cls=LossPredictionImageClassifier, init_kwargs=task_kwargs,
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+        )
+        self.run_preset_test(
+            cls=LossPredictionImageClassifier, preset="loss_prediction_vit_tiny_digits",
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+            expected_output_shape={"logits": (2, 8), "uncertainty": (2,)},
+        )

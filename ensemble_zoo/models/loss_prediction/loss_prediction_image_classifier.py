@@ -5,14 +5,13 @@ from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
 from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
+from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
-from ensemble_zoo.utils.subclassed_task import SubclassedModelType
 from ensemble_zoo.utils.subclassed_task import TaskLoopsMixin
-from ensemble_zoo.utils.subclassed_task import init_subclassed
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -65,8 +64,8 @@ class LossPredictionImageClassifier(
     PresetWeightsMixin,
     TaskLoopsMixin,
     backend_utils.TorchCompileMixin,
+    backend_utils.TorchParametersMixin,
     keras_hub.models.ImageClassifier,
-    metaclass=SubclassedModelType,
 ):
     """A ViT classifier with a loss-prediction uncertainty head (paper 003).
 
@@ -168,20 +167,37 @@ class LossPredictionImageClassifier(
                 f"tokens, dim) features; its output has shape {output_shape} "
                 "(pass `pooling=None` for pooled embeddings)."
             )
-        init_subclassed(self, **kwargs)
-        self.preprocessor = preprocessor
         backbone = method_backbone(
             backbone, (LossPredictionViTBackbone,), {}, lambda b: None
         )
         # === Layers ===
         self.backbone = backbone
+        self.preprocessor = preprocessor
         self.classifier = keras.layers.Dense(
-            check_positive_int(num_classes, "num_classes"), name="predictions"
+            check_positive_int(num_classes, "num_classes"),
+            dtype=backbone.dtype_policy, name="predictions",
         )
         self.uncertainty_head = LossPredictionHead(
             hidden_units=head_hidden_units, stop_gradient=stop_gradient,
-            name="uncertainty_head",
+            dtype=backbone.dtype_policy, name="uncertainty_head",
         )
+
+        # === Functional Model ===
+        # Logits and uncertainty in float32 under any policy (the losses
+        # see float32).
+        inputs = backbone.input
+        x = backbone(inputs)
+        embeddings = x if pooling is None else pool_tokens(x, pooling)
+        outputs = {
+            "logits": keras.layers.Activation("linear", dtype="float32", name="logits")(
+                self.classifier(embeddings)
+            ),
+            "uncertainty": keras.layers.Activation(
+                "linear", dtype="float32", name="uncertainty"
+            )(self.uncertainty_head(embeddings)),
+        }
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_classes = num_classes
         self.pooling = pooling
@@ -195,17 +211,10 @@ class LossPredictionImageClassifier(
         self.freeze_classifier = bool(freeze_classifier)
         self.image_shape = tuple(backbone.inputs[0].shape[1:])
         self.embedding_dim = int(backbone.outputs[0].shape[-1])
-        self.build((None,) + self.image_shape)
         if self.freeze_backbone:
             set_trainable(self.backbone, False)
         if self.freeze_classifier:
             set_trainable(self.classifier, False)
-        self.compile()
-
-    def build(self, input_shape):
-        self.classifier.build((None, self.embedding_dim))
-        self.uncertainty_head.build((None, self.embedding_dim))
-        self.built = True
 
     def embed(self, images, training=None):
         """The pooled embedding `(batch, dim)` the classifier and head read."""
@@ -231,7 +240,11 @@ class LossPredictionImageClassifier(
             "uncertainty": ops.cast(self.uncertainty_head(embeddings), "float32"),
         }
 
-    def call(self, images, training=None):
+    def call(self, images, training=None, mask=None, **kwargs):
+        """The functional graph, after a shape check. With
+        `freeze_backbone=True` it runs in inference mode: the frozen
+        backbone must (its dropout off, as in the authors' code), and the
+        classifier and head have no layer that the mode changes."""
         shape = tuple(images.shape)
         if len(shape) != len(self.image_shape) + 1 or any(
             a is not None and b is not None and a != b
@@ -241,7 +254,10 @@ class LossPredictionImageClassifier(
                 f"{type(self).__name__} expects images of shape (batch,) + "
                 f"{self.image_shape}; got {shape}."
             )
-        return self.call_on_embeddings(self.embed(images, training=training))
+        if self.freeze_backbone:
+            training = False
+        with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
+            return super().call(images, training=training, mask=mask, **kwargs)
 
     def compile(self, optimizer="auto", **kwargs):
         """Configures training; the loss is the model's own objective.
@@ -290,9 +306,6 @@ class LossPredictionImageClassifier(
             loss = loss + extra
         return loss
 
-    def compute_output_shape(self, input_shape):
-        return {"logits": (input_shape[0], self.num_classes), "uncertainty": (input_shape[0],)}
-
     def export(self, filepath, format="tf_saved_model", verbose=None, **kwargs):
         """A SavedModel whose `serve(images)` returns `logits`,
         `probabilities` and `uncertainty` (TensorFlow and JAX backends).
@@ -312,24 +325,22 @@ class LossPredictionImageClassifier(
         backend_utils.write_saved_model(self, filepath, serve, signature, verbose=verbose)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "pooling": self.pooling,
-            "head_hidden_units": list(self.head_hidden_units),
-            "uncertainty_loss": self.uncertainty_loss,
-            "margin": self.margin,
-            "classification_weight": self.classification_weight,
-            "uncertainty_weight": self.uncertainty_weight,
-            "stop_gradient": self.stop_gradient,
-            "freeze_backbone": self.freeze_backbone,
-            "freeze_classifier": self.freeze_classifier,
-            **({} if self.preprocessor is None else {
-                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor)
-            }),
-        }
+        config = keras_hub.models.Task.get_config(self)
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "pooling": self.pooling,
+                "head_hidden_units": list(self.head_hidden_units),
+                "uncertainty_loss": self.uncertainty_loss,
+                "margin": self.margin,
+                "classification_weight": self.classification_weight,
+                "uncertainty_weight": self.uncertainty_weight,
+                "stop_gradient": self.stop_gradient,
+                "freeze_backbone": self.freeze_backbone,
+                "freeze_classifier": self.freeze_classifier,
+            }
+        )
+        return config
 
     @classmethod
     def from_config(cls, config):
@@ -337,6 +348,8 @@ class LossPredictionImageClassifier(
         for key in ("backbone", "preprocessor"):
             if isinstance(config.get(key), dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
+        if config.get("trainable") is True:
+            del config["trainable"]  # see EnsembleClassifier.from_config
         return cls(**config)
 
     # === Presets ===
