@@ -30,6 +30,26 @@ def wrapped_models(value, backbone, name, backbone_cls):
     return getattr(backbone, name)
 
 
+def member_io_shapes(member, index):
+    """`(input_shape, num_classes)` of a wrapped single-input classifier
+    (`index` names it in errors: `members[index]`)."""
+    inputs = getattr(member, "inputs", None)
+    if not inputs or len(inputs) != 1:
+        raise ValueError(
+            f"`members[{index}]` must be a built Keras model with a single "
+            "input (e.g. a keras_hub ViTImageClassifier or a functional "
+            f"model); got {type(member).__name__}."
+        )
+    input_shape = tuple(inputs[0].shape[1:])
+    output = member(keras.KerasTensor((None,) + input_shape))
+    if isinstance(output, (dict, list, tuple)) or len(output.shape) != 2:
+        raise ValueError(
+            f"`members[{index}]` must map (batch, ...) inputs to logits of "
+            f"shape (batch, classes); its output is {output!r}."
+        )
+    return input_shape, int(output.shape[-1])
+
+
 class WrappedModelsBackbone(
     PresetWeightsMixin, keras_hub.models.Backbone, metaclass=SubclassedModelType
 ):

@@ -14,6 +14,8 @@ then read like a local preset directory.
 
 import os
 
+from ensemble_zoo.presets.preset_error import PresetError
+
 #: Files every preset has.
 REQUIRED_FILES = ("config.json", "metadata.json")
 #: Files a preset may have; each is fetched when the hub holds it.
@@ -33,8 +35,6 @@ def is_handle(preset):
 
 
 def _error(message):
-    from ensemble_zoo.presets.preset_io import PresetError
-
     return PresetError(message)
 
 

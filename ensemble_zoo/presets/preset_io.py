@@ -33,6 +33,7 @@ import keras
 import numpy as np
 
 from ensemble_zoo.presets import hub_handles
+from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets import keras_hub_layout
 from ensemble_zoo.presets.keras_hub_layout import PREPROCESSOR_FILES
 from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
@@ -45,11 +46,6 @@ from ensemble_zoo.utils.parameters import parameter_count
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
-
-
-class PresetError(ValueError):
-    """A preset could not be found or is damaged; the message says which
-    file is wrong and how."""
 
 
 def list_presets():
@@ -242,10 +238,12 @@ def _check_weights_file(write_reference, path, sha256=None, what="the model"):
 
 
 def _import_config_packages(config_text):
-    # Classes from keras-hub register themselves on import.
+    # Classes from keras-hub register themselves on import. The zoo's own
+    # registered when `ensemble_zoo` (whose `__init__` imports
+    # `ensemble_zoo.models`) was imported: this package never imports the
+    # models (they import it), so the two form no import cycle.
     if '"keras_hub>' in config_text or '"keras_nlp>' in config_text:
         import keras_hub  # noqa: F401
-    import ensemble_zoo.models  # noqa: F401
 
 
 _POLICY_CLASSES = ("DTypePolicy", "FloatDTypePolicy")

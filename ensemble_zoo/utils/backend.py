@@ -8,36 +8,12 @@ computes (`zoo_workarounds`, `ZooWorkaroundsMixin`, defined in
 
 import keras
 
+from ensemble_zoo.utils.devices import accelerator  # noqa: F401
+from ensemble_zoo.utils.devices import backend  # noqa: F401
 from ensemble_zoo.utils.workarounds import ZooWorkaroundsMixin  # noqa: F401
 from ensemble_zoo.utils.workarounds import installed_workarounds  # noqa: F401
 from ensemble_zoo.utils.workarounds import workarounds_for
 from ensemble_zoo.utils.workarounds import zoo_workarounds
-
-
-def backend():
-    """The active Keras backend name: `"jax"`, `"tensorflow"` or `"torch"`."""
-    return keras.config.backend()
-
-
-def accelerator():
-    """The kind of device the backend computes on: `"gpu"`, `"tpu"` or `"cpu"`."""
-    name = backend()
-    if name == "torch":
-        import torch
-
-        return "gpu" if torch.cuda.is_available() else "cpu"
-    if name == "jax":
-        import jax
-
-        kinds = {device.platform for device in jax.devices()}
-    else:
-        import tensorflow as tf
-
-        kinds = {d.device_type.lower() for d in tf.config.list_logical_devices()}
-    for kind in ("tpu", "gpu", "cuda", "rocm"):
-        if kind in kinds:
-            return "tpu" if kind == "tpu" else "gpu"
-    return "cpu"
 
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "fused")

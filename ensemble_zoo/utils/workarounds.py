@@ -72,6 +72,8 @@ import threading
 
 import keras
 
+from ensemble_zoo.utils.devices import accelerator
+
 
 class Workaround:
     """One Keras function replaced while a zoo model computes.
@@ -147,8 +149,6 @@ class Workaround:
 
 
 def _is_cpu():
-    from ensemble_zoo.utils.backend import accelerator
-
     return accelerator() == "cpu"
 
 

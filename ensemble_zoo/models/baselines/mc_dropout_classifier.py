@@ -1,7 +1,7 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
+from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
 from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
@@ -72,7 +72,7 @@ class MCDropoutClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
 
     def __init__(self, model=None, num_members=None, rate=None, seed=None, backbone=None, **kwargs):
         model = wrapped_models(model, backbone, "model", MCDropoutBackbone)
-        input_shape, num_classes = _member_io_shapes(model, 0)
+        input_shape, num_classes = member_io_shapes(model, 0)
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
         layers = model._flatten_layers(include_self=False)

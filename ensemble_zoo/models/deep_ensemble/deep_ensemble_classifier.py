@@ -5,26 +5,9 @@ from keras import ops
 from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
+from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.utils.validation import check_positive_int
-
-
-def _member_io_shapes(member, index):
-    inputs = getattr(member, "inputs", None)
-    if not inputs or len(inputs) != 1:
-        raise ValueError(
-            f"`members[{index}]` must be a built Keras model with a single "
-            "input (e.g. a keras_hub ViTImageClassifier or a functional "
-            f"model); got {type(member).__name__}."
-        )
-    input_shape = tuple(inputs[0].shape[1:])
-    output = member(keras.KerasTensor((None,) + input_shape))
-    if isinstance(output, (dict, list, tuple)) or len(output.shape) != 2:
-        raise ValueError(
-            f"`members[{index}]` must map (batch, ...) inputs to logits of "
-            f"shape (batch, classes); its output is {output!r}."
-        )
-    return input_shape, int(output.shape[-1])
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -90,7 +73,7 @@ class DeepEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
                 f"{members!r}."
             )
         members = list(members)
-        shapes = [_member_io_shapes(m, i) for i, m in enumerate(members)]
+        shapes = [member_io_shapes(m, i) for i, m in enumerate(members)]
         input_shape, num_classes = shapes[0]
         for i, (shape, classes) in enumerate(shapes[1:], start=1):
             if shape != input_shape or classes != num_classes:

@@ -4,7 +4,7 @@ from keras import ops
 
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
-from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import _member_io_shapes
+from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
 from ensemble_zoo.models.wrapped_models_backbone import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
@@ -96,7 +96,7 @@ class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.model
         **kwargs,
     ):
         model = wrapped_models(model, backbone, "model", SubnetworkEnsembleBackbone)
-        input_shape, num_classes = _member_io_shapes(model, 0)
+        input_shape, num_classes = member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")
         if not diversity_weight >= 0:
             raise ValueError(
