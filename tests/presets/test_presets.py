@@ -84,27 +84,6 @@ def check_agrees_with_float32(probs, probs32, policy):
     assert np.abs(probs - probs32).max() <= PROBABILITY_TOLERANCE[policy]
 
 
-def check_int8_agrees_with_float32(name, model, raw, probs32):
-    """`quantize("int8")` reaches every Dense / EinsumDense and predicts the
-    float32 argmax on >= 99% of the test set (the README's table), or is
-    refused with a clear error (subnetwork ensembles). MC dropout draws
-    other masks on its second `predict` (float32 against float32 agrees
-    on 98.96% of the images), so its bar is the sampling noise's."""
-    if name.startswith("subnetwork"):
-        with pytest.raises(ValueError, match="cannot be quantized"):
-            model.quantize("int8")
-        return
-    model.quantize("int8")
-    dense = [
-        layer for layer in model._flatten_layers()
-        if type(layer) in (keras.layers.Dense, keras.layers.EinsumDense)
-    ]
-    assert all(layer.quantization_mode == "int8" for layer in dense)
-    probs = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
-    agreement = np.mean(probs.argmax(-1) == probs32.argmax(-1))
-    assert agreement >= (0.98 if name.startswith("mc_dropout") else 0.99), agreement
-
-
 @pytest.mark.parametrize("name", TRAINED)
 def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     """... and under a mixed-precision policy every layer computes in low
@@ -150,9 +129,7 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     if BACKEND == "jax":
         # Test budget: the presets were trained under JAX; TensorFlow and
         # PyTorch alternate the two policies, so both still run per preset
-        # (and test_mixed_precision.py covers JAX's mixed policies). JAX
-        # checks int8 quantization instead.
-        check_int8_agrees_with_float32(name, model, raw, probs)
+        # (and test_mixed_precision.py covers JAX's mixed policies).
         return
     policy = low_precision_policy(TRAINED.index(name))
     low = EnsembleClassifier.from_preset(name, dtype=policy)
@@ -491,3 +468,28 @@ def test_failed_save_leaves_the_previous_preset_intact(saved):
     assert sorted(os.listdir(path)) == ["config.json", "metadata.json", "task.json"]
     assert ez.presets.preset_metadata(path)["kind"] == "architecture"
     EnsembleClassifier.from_preset(path)
+
+
+# Test budget: `quantize("int8")` takes 5-40 s per preset on the 2-core
+# machine (Keras quantizes layer by layer), so the tests check the
+# lowest-agreeing deterministic preset of the README's table and the
+# refusal; `benchmarks/int8_agreement.py` measures every trained preset
+# and prints the table.
+@pytest.mark.skipif(BACKEND != "jax", reason="the README's table is measured under JAX")
+def test_int8_quantization_reaches_every_dense_and_keeps_the_argmax():
+    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+    model = EnsembleClassifier.from_preset("hydra_circuit_vit_tiny_digits")
+    probs32 = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
+    model.quantize("int8")
+    dense = [
+        layer for layer in model._flatten_layers()
+        if type(layer) in (keras.layers.Dense, keras.layers.EinsumDense)
+    ]
+    assert dense and all(layer.quantization_mode == "int8" for layer in dense)
+    probs = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
+    assert np.mean(probs.argmax(-1) == probs32.argmax(-1)) >= 0.99
+    # A subnetwork ensemble refuses (quantized, it predicted 23% of the
+    # float32 model's classes).
+    subnetwork = EnsembleClassifier.from_preset("subnetwork_vit_tiny_digits")
+    with pytest.raises(ValueError, match="cannot be quantized"):
+        subnetwork.quantize("int8")
