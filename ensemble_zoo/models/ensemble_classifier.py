@@ -44,6 +44,7 @@ class EnsembleClassifier(
     PresetWeightsMixin,
     TaskLoopsMixin,
     backend_utils.TorchCompileMixin,
+    backend_utils.TorchParametersMixin,
 ):
     """Base class of every ensemble classifier in the zoo.
 
