@@ -29,7 +29,7 @@ from ensemble_zoo.models.packed_ensemble import PackedEnsembleBackbone
 from ensemble_zoo.models.packed_ensemble import PackedEnsembleImageClassifier
 from ensemble_zoo.models.vit_moe import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe import ViTMoEImageClassifier
-from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
-from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
-from ensemble_zoo.models.wrapped_models_backbone import SubnetworkEnsembleBackbone
-from ensemble_zoo.models.wrapped_models_backbone import TileEnsembleBackbone
+from ensemble_zoo.models.deep_ensemble import DeepEnsembleBackbone
+from ensemble_zoo.models.baselines import MCDropoutBackbone
+from ensemble_zoo.models.implicit import SubnetworkEnsembleBackbone
+from ensemble_zoo.models.implicit import TileEnsembleBackbone

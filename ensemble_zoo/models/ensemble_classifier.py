@@ -8,10 +8,8 @@ from ensemble_zoo.metrics import EnsembleAccuracy
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
-from ensemble_zoo.utils.subclassed_task import SubclassedModelType
-from ensemble_zoo.utils.subclassed_task import TaskLoopsMixin
-from ensemble_zoo.utils.subclassed_task import init_subclassed
+from ensemble_zoo.models.task_mixins import PresetWeightsMixin
+from ensemble_zoo.models.task_mixins import TaskLoopsMixin
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import static_shape
 
@@ -122,6 +120,13 @@ class EnsembleClassifier(
         object.__setattr__(
             self, "_member_input_shape", None if value is None else tuple(value)
         )
+
+    def __call__(self, inputs, *args, **kwargs):
+        # The zoo's input checks run before Keras' input-spec check too:
+        # Keras names a wrong image size with a squeezed shape ("expected
+        # shape=(None, 8, 8, 1), found shape=(2, 16, 16)" for 16 x 16 x 1).
+        self._check_inputs(inputs)
+        return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         """The functional graph, after the zoo's input checks (rank, shape,
@@ -389,50 +394,3 @@ class EnsembleClassifier(
         save_preset(
             self, preset_dir, metadata=metadata, include_weights=include_weights
         )
-
-
-class SubclassedEnsembleClassifier(
-    EnsembleClassifier, keras_hub.models.Task, metaclass=SubclassedModelType
-):
-    """The classifiers not yet rebuilt as functional keras-hub tasks.
-
-    A subclass implements `call_members(inputs, training=None)`, returning
-    per-member logits `(batch, members, classes)`, and sets
-    `num_members`, `num_classes` and `member_input_shape` in its
-    constructor; `call` checks the input and the member output. See
-    `ensemble_zoo.utils.subclassed_task` for why the metaclass exists;
-    it goes once every classifier is functional.
-    """
-
-    def __init__(self, *args, preprocessor=None, **kwargs):
-        init_subclassed(self, *args, **kwargs)
-        self.preprocessor = preprocessor
-
-    def get_config(self):
-        """The base of a subclassed classifier's config; subclasses add
-        their constructor arguments (`{**super().get_config(), ...}`)."""
-        config = {"name": self.name, "trainable": self.trainable}
-        if self.preprocessor is not None:
-            config["preprocessor"] = keras.saving.serialize_keras_object(
-                self.preprocessor
-            )
-        return config
-
-    def call_members(self, inputs, training=None):
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement call_members()."
-        )
-
-    def call(self, inputs, training=None):
-        self._check_inputs(inputs)
-        with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
-            logits = self.call_members(inputs, training=training)
-        shape = static_shape(logits)
-        if len(shape) != 3 or shape[1] != self.num_members:
-            raise ValueError(
-                f"{type(self).__name__}.call_members must return logits of "
-                f"shape (batch, {self.num_members}, classes); got {shape}."
-            )
-        # Under mixed precision the members compute in float16 / bfloat16;
-        # their combination, the uncertainty and the losses see float32.
-        return ops.cast(logits, "float32")

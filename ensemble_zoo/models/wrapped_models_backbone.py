@@ -1,33 +1,135 @@
-"""keras-hub backbones holding the whole Keras models an ensemble wraps."""
+"""keras-hub backbones made of whole Keras models: the one way to wrap models.
+
+Deep ensembles, MC dropout, subnetwork and tile ensembles are built from
+whole Keras models (typically keras-hub classifiers), not from a backbone
+config. Their backbone is a functional keras-hub `Backbone` whose graph
+calls those models; its config holds them serialized (their architecture,
+so a preset's `config.json` and `model.weights.h5` describe them) plus the
+method's own arguments, and keras-hub finds the ensemble's task class from
+the backbone's class. `WrappedModelsBackbone` is their base: it owns the
+wrapped models (copied under the `dtype` asked for), their serialization
+and their input shape.
+"""
+
+import contextlib
+import copy
+import contextvars
 
 import keras
 import keras_hub
-from keras import ops
 
-from ensemble_zoo.utils.model_copies import serialize_wrapped_model
-from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
-from ensemble_zoo.utils.subclassed_task import SubclassedModelType
-from ensemble_zoo.utils.subclassed_task import init_subclassed
+from ensemble_zoo.utils.naming import path_scope
+
+_ADOPT = contextvars.ContextVar("ensemble_zoo_adopt_wrapped", default=False)
+
+_REPLACED_POLICIES = ("DTypePolicy", "FloatDTypePolicy", "DTypePolicyMap")
 
 
-def wrapped_models(value, backbone, name, backbone_cls):
-    """The wrapped model(s) of a model-wrapping ensemble: the `name`
-    argument, or those of `backbone` (a classifier rebuilt from its
-    config); exactly one must be given."""
-    if (value is None) == (backbone is None):
+def policy_config(config, dtype):
+    """A serialized Keras object with every layer's dtype policy replaced.
+
+    Layer configs hold their policy as a serialized dtype policy; float
+    policies and policy maps become `dtype`. Quantized layers keep theirs
+    (their variables are the quantized ones), and input layers their
+    tensor dtype (a plain string). With `dtype` a `DTypePolicyMap`, every
+    layer looks its policy up by its path, as Keras does.
+
+    Args:
+        config: the output of `keras.saving.serialize_keras_object`.
+        dtype: a dtype policy or its name (e.g. `"mixed_bfloat16"`).
+    """
+    serialized = keras.dtype_policies.serialize(keras.dtype_policies.get(dtype))
+
+    def walk(value):
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        return {
+            key: serialized
+            if key == "dtype" and isinstance(item, dict)
+            and item.get("class_name") in _REPLACED_POLICIES
+            else walk(item)
+            for key, item in value.items()
+        }
+
+    return walk(config)
+
+
+def _is_policy_map(dtype):
+    return isinstance(dtype, keras.dtype_policies.DTypePolicyMap)
+
+
+def serialize_wrapped_model(model):
+    """`model`'s serialized config without its compile and build state,
+    which belong to the ensemble that trains it."""
+    config = keras.saving.serialize_keras_object(model)
+    config.pop("compile_config", None)
+    config.pop("build_config", None)
+    return config
+
+
+def copy_wrapped_model(model, dtype=None, scope=""):
+    """A copy of `model` (a Keras model or layer): same class, config and
+    weights, built under the name scope `scope` (so that the layer paths
+    of several copies differ). A keras-hub task's copy has no
+    preprocessor (the ensemble holds it).
+
+    With `dtype` a dtype policy, every layer of the copy uses it. With a
+    `keras.dtype_policies.DTypePolicyMap` (keras-hub's way of asking for a
+    quantized model, keyed by layer path), the float copy's layers whose
+    path maps to a quantized policy are quantized in that mode.
+    """
+    config = serialize_wrapped_model(model)
+    if "preprocessor" in config.get("config", {}):
+        config["config"]["preprocessor"] = None
+    if dtype is not None and not _is_policy_map(dtype):
+        config = policy_config(config, dtype)
+    with path_scope(scope):
+        clone = keras.saving.deserialize_keras_object(config)
+        if not clone.built and model.get_build_config() is not None:
+            clone.build_from_config(model.get_build_config())
+    sources, targets = model.weights, clone.weights
+    if [tuple(v.shape) for v in sources] != [tuple(v.shape) for v in targets]:
         raise ValueError(
-            f"Pass exactly one of `{name}` and `backbone` (a "
-            f"{backbone_cls.__name__}); got "
-            f"{'both' if value is not None else 'neither'}."
+            f"Cannot copy '{model.name}': its copy from config has other "
+            "variables (a model changed after it was built cannot be copied)."
         )
-    if backbone is None:
-        return value
-    if not isinstance(backbone, backbone_cls):
-        raise TypeError(
-            f"`backbone` must be a {backbone_cls.__name__}; got "
-            f"{type(backbone).__name__}."
-        )
-    return getattr(backbone, name)
+    for source, target in zip(sources, targets, strict=True):
+        target.assign(keras.ops.convert_to_numpy(source))
+    if _is_policy_map(dtype):
+        for layer in clone._flatten_layers(include_self=True):
+            mode = dtype[layer.path].quantization_mode if layer.path else None
+            if mode is not None and layer.quantization_mode is None:
+                layer.quantize(mode)
+    return clone
+
+
+def _uses_policy(model, dtype):
+    name = keras.dtype_policies.get(dtype).name
+    return all(
+        layer.dtype_policy.name == name
+        for layer in model._flatten_layers(include_self=True)
+        if not isinstance(layer, keras.layers.InputLayer)
+    )
+
+
+def own_wrapped_model(model, dtype=None, copy=False, scope=""):
+    """The model a wrapping backbone holds for `model`.
+
+    `model` itself when `copy` is False and `dtype` is None or already
+    every layer's policy (as a keras-hub task holds the backbone it is
+    given); else a copy built under the name scope `scope`
+    (`copy_wrapped_model`). Inside `WrappedModelsBackbone.from_config`
+    the models are fresh and always taken as they are.
+    """
+    if _ADOPT.get():
+        return model
+    if copy or _is_policy_map(dtype) or (
+        dtype is not None and not _uses_policy(model, dtype)
+    ):
+        return copy_wrapped_model(model, dtype, scope)
+    return model
 
 
 def member_io_shapes(member, index):
@@ -50,38 +152,73 @@ def member_io_shapes(member, index):
     return input_shape, int(output.shape[-1])
 
 
-class WrappedModelsBackbone(
-    PresetWeightsMixin, keras_hub.models.Backbone, metaclass=SubclassedModelType
-):
-    """Base of the backbones of the zoo's model-wrapping ensembles.
+def wrapped_scope(key, index=None):
+    """The name scope a wrapping backbone builds item `index` of its list
+    of models `key` in (`"members_0"`, ...), so that the layer paths of
+    members built from one config differ (keras-hub's quantization maps
+    and torch's parameter names are keyed by path); none for a single
+    model."""
+    return "" if index is None else f"{key}_{index}"
 
-    Deep ensembles, MC dropout, subnetwork and tile ensembles wrap whole
-    Keras models (typically keras-hub classifiers). Their keras-hub
-    backbone holds those models under the attribute names in `wrapped`:
-    the architecture the ensemble is made of, so `config.json` and
-    `model.weights.h5` of a preset describe them and keras-hub finds the
-    ensemble's task class from the backbone's class. The task keeps only
-    the method (sampling, masks, tiling).
 
-    A subclassed Keras model (see `ensemble_zoo.utils.subclassed_task`).
-    A subclass sets `wrapped` (constructor argument and attribute names;
-    each a Keras model or a list of them) and may implement `call`.
+def wrapping_backbone(backbone_cls, backbone, dtype=None, method_config=None, **wrapped):
+    """The backbone of a model-wrapping task.
+
+    Either the wrapped models (`wrapped`, the task's constructor arguments
+    of those names) or `backbone` (a `backbone_cls`, how the task is
+    rebuilt from its config) must be given, not both. From the models, a
+    new `backbone_cls` is built with `method_config` and `dtype`.
+    """
+    names = " and ".join(f"`{key}`" for key in wrapped)
+    given = [key for key, value in wrapped.items() if value is not None]
+    if backbone is None:
+        if len(given) != len(wrapped):
+            raise ValueError(
+                f"Pass {names}, or `backbone` (a {backbone_cls.__name__}); "
+                f"got {'only ' + given[0] if given else 'neither'}."
+            )
+        return backbone_cls(**wrapped, **(method_config or {}), dtype=dtype)
+    if given:
+        raise ValueError(
+            f"Pass {names} or `backbone` (a {backbone_cls.__name__}), not both."
+        )
+    if not isinstance(backbone, backbone_cls):
+        raise TypeError(
+            f"`backbone` must be a {backbone_cls.__name__}; got "
+            f"{type(backbone).__name__}."
+        )
+    return backbone
+
+
+def check_method_arguments(backbone, method_config):
+    """Refuses method arguments that differ from those `backbone` (a
+    wrapping backbone with a `method_config`) was built with."""
+    held = backbone.method_config
+    differing = {k: v for k, v in method_config.items() if held.get(k) != v}
+    if differing:
+        raise ValueError(
+            f"`backbone` ({type(backbone).__name__}) was built with {held}, "
+            f"but the classifier got {differing}; leave them `None` to use "
+            "the backbone's."
+        )
+
+
+class WrappedModelsBackbone(keras_hub.models.Backbone):
+    """Base of the functional backbones that wrap whole Keras models.
+
+    A subclass lists its model arguments in `wrapped` (each a Keras model
+    or layer, or a list of them), builds its graph in `__init__` and calls
+    `keras_hub.models.Backbone.__init__(self, inputs=..., outputs=...,
+    dtype=dtype, **kwargs)`; its `get_config` adds its other arguments to
+    this class's. `from_config` deserializes the wrapped models under the
+    config's `dtype` (so keras-hub's loader `dtype=` reaches every layer)
+    and hands them to the constructor without another copy.
     """
 
     wrapped = ()
 
-    def __init__(self, dtype=None, **kwargs):
-        missing = [key for key in self.wrapped if key not in kwargs]
-        if missing:
-            raise TypeError(f"{type(self).__name__} needs the argument(s) {missing}.")
-        models = {key: kwargs.pop(key) for key in self.wrapped}
-        init_subclassed(self, dtype=dtype, **kwargs)
-        for key, value in models.items():
-            setattr(self, key, list(value) if isinstance(value, (list, tuple)) else value)
-        self.built = True
-
     def get_config(self):
-        config = {"name": self.name, "trainable": self.trainable}
+        config = super().get_config()
         for key in self.wrapped:
             value = getattr(self, key)
             config[key] = (
@@ -93,70 +230,29 @@ class WrappedModelsBackbone(
     @classmethod
     def from_config(cls, config):
         config = dict(config)
+        dtype = config.get("dtype")
+        if isinstance(dtype, dict):
+            dtype = keras.dtype_policies.deserialize(dtype)
         for key in cls.wrapped:
             value = config[key]
-            config[key] = (
-                [keras.saving.deserialize_keras_object(m) for m in value]
-                if isinstance(value, list) else keras.saving.deserialize_keras_object(value)
-            )
-        return cls(**config)
+            items = value if isinstance(value, list) else [value]
+            if dtype is not None:
+                items = [policy_config(item, dtype) for item in items]
+            models = []
+            for index, item in enumerate(items):
+                with path_scope(wrapped_scope(key, index if isinstance(value, list) else None)):
+                    # A copy: keras-hub's `from_config`s replace nested
+                    # configs by objects in place.
+                    models.append(keras.saving.deserialize_keras_object(copy.deepcopy(item)))
+            config[key] = models if isinstance(value, list) else models[0]
+        with _adopting():
+            return cls(**config)
 
 
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class DeepEnsembleBackbone(WrappedModelsBackbone):
-    """The members of a `DeepEnsembleClassifier`, run one after another.
-
-    Args:
-        members: list of built single-input Keras classifiers.
-
-    Returns (call): member logits `(batch, members, classes)`.
-    """
-
-    wrapped = ("members",)
-
-    def call(self, inputs, training=None):
-        return ops.stack([m(inputs, training=training) for m in self.members], axis=1)
-
-
-class _OneModelBackbone(WrappedModelsBackbone):
-    wrapped = ("model",)
-
-    def call(self, inputs, training=None):
-        return self.model(inputs, training=training)
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MCDropoutBackbone(_OneModelBackbone):
-    """The network of an `MCDropoutClassifier` (its dropout layers set
-    by the classifier).
-
-    Args:
-        model: a built single-input Keras classifier.
-    """
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class SubnetworkEnsembleBackbone(_OneModelBackbone):
-    """The network of a `SubnetworkEnsembleClassifier`, its masked dense
-    layers included.
-
-    Args:
-        model: a built single-input Keras classifier.
-    """
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TileEnsembleBackbone(WrappedModelsBackbone):
-    """The feature model and head of a `TileEnsembleClassifier`.
-
-    Args:
-        feature_model: the classifier's layers up to its global pooling.
-        head: the layer after the pooling.
-
-    Returns (call): the feature map of `feature_model`.
-    """
-
-    wrapped = ("feature_model", "head")
-
-    def call(self, inputs, training=None):
-        return self.feature_model(inputs, training=training)
+@contextlib.contextmanager
+def _adopting():
+    token = _ADOPT.set(True)
+    try:
+        yield
+    finally:
+        _ADOPT.reset(token)

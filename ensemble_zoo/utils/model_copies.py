@@ -17,10 +17,3 @@ def copy_model(model):
     return clone
 
 
-def serialize_wrapped_model(model):
-    """`model`'s serialized config without its compile and build state,
-    which belong to the ensemble that trains it."""
-    config = keras.saving.serialize_keras_object(model)
-    config.pop("compile_config", None)
-    config.pop("build_config", None)
-    return config

@@ -283,3 +283,123 @@ class TestKerasHubHarnessLossPrediction(ZooTestCase):
             input_data=keras.ops.ones((2, 8, 8, 1)),
             expected_output_shape={"logits": (2, 8), "uncertainty": (2,)},
         )
+
+
+# === Model-wrapping ensembles: backbones built from whole Keras models ===
+
+
+def _vit_classifier(seed, pooling="token", dropout=0.0):
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.ViTBackbone(**dict(VIT, num_heads=2, dropout_rate=dropout))
+    return keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=4, pooling=pooling, dropout=dropout
+    )
+
+
+def _wrapped_models(name):
+    """(backbone class, its arguments, task class, task arguments beside
+    the backbone, backbone input, backbone output shape, task members,
+    shipped preset and its members)."""
+    from ensemble_zoo.models import DeepEnsembleBackbone
+    from ensemble_zoo.models import DeepEnsembleClassifier
+    from ensemble_zoo.models import MCDropoutBackbone
+    from ensemble_zoo.models import MCDropoutClassifier
+    from ensemble_zoo.models import SubnetworkEnsembleBackbone
+    from ensemble_zoo.models import SubnetworkEnsembleClassifier
+    from ensemble_zoo.models import TileEnsembleBackbone
+    from ensemble_zoo.models import TileEnsembleClassifier
+
+    images = keras.ops.ones((2, 8, 8, 1))
+    if name == "deep_ensemble":
+        return (DeepEnsembleBackbone, dict(members=[_vit_classifier(0), _vit_classifier(1)]),
+                DeepEnsembleClassifier, {}, images, (2, 2, 4), 2,
+                ("deep_ensemble_vit_tiny_digits", 3))
+    if name == "mc_dropout":
+        # Rate 0: the harness compares two calls, and MC dropout's samples
+        # differ from call to call (tests/models/test_mc_dropout_classifier.py
+        # checks the sampling).
+        return (MCDropoutBackbone, dict(model=_vit_classifier(0, dropout=0.1), rate=0.0, seed=0),
+                MCDropoutClassifier, dict(num_members=3), images, (2, 4), 3,
+                ("mc_dropout_vit_tiny_digits", 8))
+    if name == "subnetwork":
+        return (SubnetworkEnsembleBackbone, dict(model=_vit_classifier(0), num_members=2, seed=0),
+                SubnetworkEnsembleClassifier, {}, keras.ops.ones((4, 8, 8, 1)), (4, 4), 2,
+                ("subnetwork_vit_tiny_digits", 10))
+    vit = _vit_classifier(0, pooling="gap")
+    return (TileEnsembleBackbone, dict(feature_model=vit.backbone, head=vit.output_dense),
+            TileEnsembleClassifier, dict(grid_size=2, token_grid=[2, 2], class_token=True),
+            images, (2, TOKENS, 8), 4, ("tile_vit_tiny_digits", 4))
+
+
+WRAPPED_CASES = [(n, n) for n in ("deep_ensemble", "mc_dropout", "subnetwork", "tile")]
+
+
+class TestKerasHubHarnessWrapped(ZooTestCase):
+    @parameterized.named_parameters(*WRAPPED_CASES)
+    def test_backbone_task_and_saving(self, name):
+        backbone_cls, kwargs, task_cls, task_kwargs, inputs, shape, members, _ = (
+            _wrapped_models(name)
+        )
+        self.run_backbone_test(
+            cls=backbone_cls, init_kwargs=kwargs, input_data=inputs,
+            expected_output_shape=shape,
+            # A subnetwork ensemble refuses quantization (its masks multiply
+            # the float kernels; tests/presets/test_presets.py checks it).
+            # keras-hub's check compares the config of a backbone built
+            # with a quantization map with its copy's: a quantized
+            # keras-hub ViTImageClassifier (what deep ensembles and MC
+            # dropout wrap here) keeps its head's quantization out of its
+            # config, so that config does not round-trip (keras-hub's task
+            # config; test_wrapped_keras_hub_tasks_take_a_quantization_map
+            # checks the rest).
+            run_quantization_check=name == "tile",
+        )
+        # Fresh models: keras-hub's quantization check replaced the layers
+        # in `kwargs` by quantized ones.
+        kwargs = _wrapped_models(name)[1]
+        images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
+        self.run_task_test(
+            cls=task_cls,
+            init_kwargs=dict(task_kwargs, backbone=backbone_cls(**kwargs),
+                             preprocessor=_preprocessor()),
+            train_data=(images, np.array([0, 3])),
+            expected_output_shape=(2, members, 4),
+        )
+        self.run_model_saving_test(
+            cls=task_cls, init_kwargs=dict(task_kwargs, backbone=backbone_cls(**kwargs)),
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+        )
+
+    @parameterized.named_parameters(*WRAPPED_CASES)
+    def test_preset(self, name):
+        task_cls, (preset, members) = _wrapped_models(name)[2], _wrapped_models(name)[7]
+        self.run_preset_test(
+            cls=task_cls, preset=preset, input_data=keras.ops.ones((2, 8, 8, 1)),
+            expected_output_shape=(2, members, 8),
+        )
+
+
+def test_wrapped_keras_hub_tasks_take_a_quantization_map():
+    """keras-hub's quantization map (keyed by layer path) on a deep
+    ensemble of keras-hub tasks: it failed with "predictions already exist
+    in the DTypePolicyMap" (both members' heads had the path
+    `predictions`); the members are now built in the scopes `members_i`,
+    and every Dense / EinsumDense of both is quantized."""
+    from ensemble_zoo.models import DeepEnsembleBackbone
+
+    kinds = (keras.layers.Dense, keras.layers.EinsumDense)
+    backbone = DeepEnsembleBackbone([_vit_classifier(0), _vit_classifier(1)])
+    policy_map = keras.dtype_policies.DTypePolicyMap("float32")
+    for layer in backbone._flatten_layers():
+        if type(layer) in kinds:
+            policy_map[layer.path] = keras.dtype_policies.get("int8_from_float32")
+    assert len(policy_map) == 2 * 13  # 2 x (2 blocks x 6 + the head)
+    quantized = DeepEnsembleBackbone(
+        [_vit_classifier(0), _vit_classifier(1)], dtype=policy_map
+    )
+    images = np.random.default_rng(0).random((3, 8, 8, 1)).astype("float32")
+    modes = [l.quantization_mode for l in quantized._flatten_layers() if type(l) in kinds]
+    assert modes == ["int8"] * 26
+    reference = keras.ops.convert_to_numpy(backbone(images))
+    logits = keras.ops.convert_to_numpy(quantized(images))
+    assert np.abs(logits - reference).max() < 0.05 * np.abs(reference).max()

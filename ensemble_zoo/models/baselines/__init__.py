@@ -1,1 +1,2 @@
+from ensemble_zoo.models.baselines.mc_dropout_backbone import MCDropoutBackbone
 from ensemble_zoo.models.baselines.mc_dropout_classifier import MCDropoutClassifier

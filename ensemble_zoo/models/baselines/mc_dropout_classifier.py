@@ -1,29 +1,18 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
-from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
-from ensemble_zoo.models.wrapped_models_backbone import MCDropoutBackbone
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
+from ensemble_zoo.models.baselines.mc_dropout_backbone import MCDropoutBackbone
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.utils.model_copies import copy_model
-from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.validation import check_positive_int
 
 
-def dropout_layers(model):
-    """The `keras.layers.Dropout` layers of `model`, in a fixed order."""
-    return [
-        layer
-        for layer in model._flatten_layers(include_self=False)
-        if isinstance(layer, keras.layers.Dropout)
-    ]
-
-
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MCDropoutClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
+class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Monte Carlo dropout as an ensemble: M dropout samples in one pass.
 
     MC dropout (Gal & Ghahramani, 2016) keeps dropout on at test time and
@@ -36,25 +25,26 @@ class MCDropoutClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
     Every `keras.layers.Dropout` in the model is used (for a keras-hub ViT:
     the embedding, attention-probability, block and head dropouts); `rate`
     overrides their rates, which is needed when the model was trained
-    without dropout. The model runs in training mode, so models with
-    `BatchNormalization` (whose training mode uses batch statistics) are
-    refused. Each dropout layer draws from its own seed generator, seeded
-    from `seed`: two classifiers built with the same seed give the same
-    samples for the same sequence of calls; successive calls give fresh
-    samples.
+    without dropout. The network is an `MCDropoutBackbone`: a copy of
+    `model` (which is not changed) that always runs in training mode, so
+    models with `BatchNormalization` are refused. Each dropout layer draws
+    from its own seed generator, seeded from `seed`: two classifiers built
+    with the same seed give the same samples for the same sequence of
+    calls; successive calls give fresh samples.
 
     Args:
         model: a built single-input Keras classifier returning logits
-            `(batch, classes)` (e.g. a keras-hub `ViTImageClassifier`). Its
-            dropout layers are changed in place; use `from_model` to keep
-            the original.
+            `(batch, classes)` (e.g. a keras-hub `ViTImageClassifier`).
         num_members: int, the number of dropout samples M.
         rate: optional float in `[0, 1)`, the rate of every dropout layer;
-            `None` keeps the model's rates.
+            `None` keeps the model's rates (or the backbone's).
         seed: optional int. Dropout layer `i` gets seed `seed + i`.
         backbone: an `MCDropoutBackbone`, instead of `model` (how the
-            classifier is rebuilt from its config).
-        **kwargs: other `keras.Model` arguments.
+            classifier is rebuilt from its config); `rate` and `seed` are
+            then its own.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`, `dtype`,
+            `compile`).
 
     Example:
 
@@ -70,82 +60,54 @@ class MCDropoutClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageCl
 
     backbone_cls = MCDropoutBackbone
 
-    def __init__(self, model=None, num_members=None, rate=None, seed=None, backbone=None, **kwargs):
-        model = wrapped_models(model, backbone, "model", MCDropoutBackbone)
-        input_shape, num_classes = member_io_shapes(model, 0)
-        if rate is not None and not 0.0 <= rate < 1.0:
-            raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
-        layers = model._flatten_layers(include_self=False)
-        if any(isinstance(layer, keras.layers.BatchNormalization) for layer in layers):
-            raise ValueError(
-                "MCDropoutClassifier runs the model in training mode, which "
-                "changes BatchNormalization layers; `model` has some."
-            )
-        dropouts = dropout_layers(model)
-        if not dropouts:
-            raise ValueError(f"`model` '{model.name}' has no Dropout layer.")
-        super().__init__(**kwargs)
+    def __init__(
+        self, model=None, num_members=None, rate=None, seed=None, backbone=None,
+        preprocessor=None, **kwargs,
+    ):
+        if backbone is not None:
+            for key, value in (("rate", rate), ("seed", seed)):
+                held = getattr(backbone, key, None)
+                if value is not None and value != held:
+                    raise ValueError(
+                        f"`{key}`={value!r} differs from the backbone's "
+                        f"({held!r}); leave it `None` to use the backbone's."
+                    )
+        backbone = wrapping_backbone(
+            MCDropoutBackbone, backbone, kwargs.get("dtype"),
+            method_config={"rate": rate, "seed": seed}, model=model,
+        )
+        num_members = check_positive_int(num_members, "num_members")
         # === Layers ===
-        self.backbone = backbone or MCDropoutBackbone(model=model)
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+
+        # === Functional Model ===
+        # The M samples are one batched call on the member-major tiled batch.
+        inputs = backbone.input
+        logits = backbone(tile_members(inputs, num_members))
+        outputs = member_logits(untile_members(logits, num_members))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
-        self.num_members = check_positive_int(num_members, "num_members")
-        self.num_classes = num_classes
-        self.member_input_shape = input_shape
-        self.rate = rate
-        self.seed = seed
-        self._set_dropout(dropouts)
-        self.build((None,) + input_shape)
-        self.compile()
-
-    def _set_dropout(self, dropouts):
-        for index, layer in enumerate(dropouts):
-            if self.rate is not None:
-                layer.rate = float(self.rate)
-            current = getattr(layer, "seed_generator", None)
-            if layer.rate == 0 or (current is not None and self.seed is None):
-                continue
-            # A fresh generator: Keras creates none for a rate-0 layer, and
-            # under PyTorch an unseeded one draws from torch's global RNG.
-            layer._tracker.unlock()
-            if current is not None and current in layer._seed_generators:
-                layer._seed_generators.remove(current)
-            with path_scope(f"{self.name}/dropout_{index}"):  # unique paths
-                layer.seed_generator = keras.random.SeedGenerator(
-                    None if self.seed is None else self.seed + index
-                )
-            layer._tracker.lock()
-
-    def build(self, input_shape):
-        self.built = True
+        self.num_members = num_members
+        self.num_classes = backbone.num_classes
+        self.rate = backbone.rate
+        self.seed = backbone.seed
 
     @property
     def model(self):
-        """The wrapped network (held by `backbone`)."""
+        """The network that is sampled (a copy held by `backbone`)."""
         return self.backbone.model
 
-    def call_members(self, inputs, training=None):
-        tiled = tile_members(inputs, self.num_members)
-        logits = self.model(tiled, training=True)
-        return untile_members(logits, self.num_members)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
-
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_members": self.num_members,
-            "rate": self.rate,
-            "seed": self.seed,
-        }
+        config = super().get_config()
+        config.update({"num_members": self.num_members, "rate": self.rate, "seed": self.seed})
+        return config
 
     @classmethod
     def from_model(cls, model, num_members, rate=None, seed=None, **kwargs):
-        """MC dropout on a copy of `model` (same config and weights).
-
-        The copy of a keras-hub task loses its preprocessor and the
-        ensemble takes it over, as in `DeepEnsembleClassifier.from_model`.
-        """
+        """MC dropout on `model` (the backbone holds a copy). The copy of a
+        keras-hub task loses its preprocessor and the ensemble takes it
+        over, as in `DeepEnsembleClassifier.from_model`."""
         kwargs.setdefault("preprocessor", preprocessor_of(model))
-        return cls(copy_model(model), num_members, rate=rate, seed=seed, **kwargs)
+        return cls(model, num_members, rate=rate, seed=seed, **kwargs)

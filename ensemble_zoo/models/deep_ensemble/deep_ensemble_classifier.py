@@ -1,17 +1,16 @@
 import keras
 import keras_hub
-from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
+from ensemble_zoo.models.deep_ensemble.deep_ensemble_backbone import DeepEnsembleBackbone
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
-from ensemble_zoo.models.wrapped_models_backbone import DeepEnsembleBackbone
-from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
-from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class DeepEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
+class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """M independent classifiers stacked into one model: a deep ensemble.
 
     Deep Ensembles (Lakshminarayanan et al., 2017,
@@ -31,11 +30,15 @@ class DeepEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
     Args:
         members: list of Keras models, each mapping `(batch,) + input_shape`
             to logits `(batch, classes)`. Must be built (functional models
-            and keras-hub tasks are). They become the members of the
-            classifier's `backbone`, a `DeepEnsembleBackbone`.
+            and keras-hub tasks are). The classifier's `backbone`, a
+            `DeepEnsembleBackbone`, holds copies of them (`members` returns
+            those); the given models are not changed.
         backbone: a `DeepEnsembleBackbone`, instead of `members` (how the
             classifier is rebuilt from its config).
-        **kwargs: `keras.Model` arguments (`name`, `dtype`, `trainable`).
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
+            run on raw images by `fit`, `predict` and `evaluate`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`, `dtype`,
+            `compile`).
 
     Example:
 
@@ -64,51 +67,27 @@ class DeepEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
 
     backbone_cls = DeepEnsembleBackbone
 
-    def __init__(self, members=None, backbone=None, **kwargs):
-        super().__init__(**kwargs)
-        members = wrapped_models(members, backbone, "members", DeepEnsembleBackbone)
-        if isinstance(members, keras.Model) or not members:
-            raise ValueError(
-                "`members` must be a non-empty list of Keras models; got "
-                f"{members!r}."
-            )
-        members = list(members)
-        shapes = [member_io_shapes(m, i) for i, m in enumerate(members)]
-        input_shape, num_classes = shapes[0]
-        for i, (shape, classes) in enumerate(shapes[1:], start=1):
-            if shape != input_shape or classes != num_classes:
-                raise ValueError(
-                    "All members must share the input shape and the number "
-                    f"of classes: members[0] maps {input_shape} to "
-                    f"{num_classes} classes, members[{i}] maps {shape} to "
-                    f"{classes}."
-                )
+    def __init__(self, members=None, backbone=None, preprocessor=None, **kwargs):
+        backbone = wrapping_backbone(
+            DeepEnsembleBackbone, backbone, kwargs.get("dtype"), members=members
+        )
         # === Layers ===
-        self.backbone = backbone or DeepEnsembleBackbone(members=members)
-        # === Config ===
-        self.num_members = len(members)
-        self.num_classes = num_classes
-        self.member_input_shape = input_shape
-        self.build((None,) + input_shape)
-        self.compile()
+        self.backbone = backbone
+        self.preprocessor = preprocessor
 
-    def build(self, input_shape):
-        self.built = True
+        # === Functional Model ===
+        inputs = backbone.input
+        outputs = member_logits(backbone(inputs))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = backbone.num_classes
 
     @property
     def members(self):
         """The member models (held by `backbone`)."""
         return self.backbone.members
-
-    def call_members(self, inputs, training=None):
-        # What `backbone(inputs)` computes, one call level shallower:
-        # torch.compile's tracer inlines every Keras call level, and the
-        # extra one exceeded its recursion limit.
-        logits = [member(inputs, training=training) for member in self.members]
-        return ops.stack(logits, axis=1)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
 
     @classmethod
     def from_model(cls, model, num_members, seed=0, **kwargs):
@@ -172,12 +151,3 @@ class DeepEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
             for member in ensemble.members:
                 member.backbone.set_weights(weights)
         return ensemble
-
-    def get_config(self):
-        # Members are trained through the ensemble: their own compile and
-        # build state is not part of the architecture.
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
-

@@ -2,33 +2,20 @@ import keras
 import keras_hub
 from keras import ops
 
-from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
-from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
-from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
-from ensemble_zoo.models.wrapped_models_backbone import SubnetworkEnsembleBackbone
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
+from ensemble_zoo.models.implicit.subnetwork_ensemble_backbone import SubnetworkEnsembleBackbone
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.method_backbone import method_arguments
+from ensemble_zoo.models.wrapped_models_backbone import check_method_arguments
+from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.utils.model_copies import copy_model
-from ensemble_zoo.utils.naming import path_scope
-from ensemble_zoo.utils.sublayers import freeze_weights
-from ensemble_zoo.utils.sublayers import replace_sublayer
-from ensemble_zoo.utils.validation import check_positive_int
-
-
-def _vit_mlp_layers(model):
-    from keras_hub.src.models.vit.vit_layers import MLP
-
-    return [
-        layer for layer in model._flatten_layers(include_self=False)
-        if isinstance(layer, MLP)
-    ]
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
+class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Diverse masked sub-networks of one frozen network, as an ensemble.
 
     Implicit ensemble extraction A of Kirsch (paper 000, §4.1, App. A.4):
@@ -43,27 +30,26 @@ class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.model
     `(members * batch, ...)` and every masked layer applies its members'
     masks; `call` returns `(batch, members, classes)`.
 
-    Which layers are masked:
-    - a keras-hub `ViTImageClassifier`: both `Dense` layers of every
-      transformer MLP block (the patch embedding, attention and head stay
-      as they are);
-    - any other functional or `Sequential` Keras model (an MLP): every
-      `Dense` layer, without a row mask on the layer whose output is the
-      model's (class logits are never dropped).
+    The network is a `SubnetworkEnsembleBackbone`: a frozen copy of
+    `model` (which is not changed) with the masks on its Dense layers (see
+    there which ones).
 
     Decisions where the paper is silent: the row mask also masks the bias;
     masks stay soft (sigmoids) at inference; logits start `N(2, 1)`.
 
     Args:
         model: a built Keras classifier returning logits `(batch, classes)`.
-            Its weights are frozen in place (use `from_model` to copy).
         num_members: int. Defaults to `10` (the paper's).
         diversity_weight: float lambda. Defaults to `2.0`.
         logit_mean, logit_std: initial mask logits `N(mean, std)`.
+            Defaults to `2.0` and `1.0`.
         seed: optional int for the mask initialization.
         backbone: a `SubnetworkEnsembleBackbone`, instead of `model` (how
-            the classifier is rebuilt from its config).
-        **kwargs: other `keras.Model` arguments.
+            the classifier is rebuilt from its config). The mask arguments
+            left `None` are then the backbone's.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`, `dtype`,
+            `compile`).
 
     Example:
 
@@ -87,85 +73,67 @@ class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.model
     def __init__(
         self,
         model=None,
-        num_members=10,
+        num_members=None,
         diversity_weight=2.0,
-        logit_mean=2.0,
-        logit_std=1.0,
+        logit_mean=None,
+        logit_std=None,
         seed=None,
         backbone=None,
+        preprocessor=None,
         **kwargs,
     ):
-        model = wrapped_models(model, backbone, "model", SubnetworkEnsembleBackbone)
-        input_shape, num_classes = member_io_shapes(model, 0)
-        num_members = check_positive_int(num_members, "num_members")
         if not diversity_weight >= 0:
             raise ValueError(
                 f"`diversity_weight` must be >= 0; got {diversity_weight!r}."
             )
-        super().__init__(**kwargs)
-        mask_kwargs = dict(
-            num_members=num_members, logit_mean=logit_mean, logit_std=logit_std
+        method_config = method_arguments(
+            backbone, (SubnetworkEnsembleBackbone,),
+            {"num_members": 10, "logit_mean": 2.0, "logit_std": 1.0, "seed": None},
+            num_members=num_members, logit_mean=logit_mean, logit_std=logit_std,
+            seed=seed,
         )
-        freeze_weights(model)
-        network, masked = self._wrap(model, mask_kwargs, seed)
-        if not masked:
-            raise ValueError(f"`model` '{model.name}' has no Dense layer to mask.")
+        if backbone is not None:
+            check_method_arguments(backbone, method_config)
+            method_config = None
+        backbone = wrapping_backbone(
+            SubnetworkEnsembleBackbone, backbone, kwargs.get("dtype"),
+            method_config=method_config, model=model,
+        )
+        num_members = backbone.num_members
         # === Layers ===
-        self.backbone = backbone or SubnetworkEnsembleBackbone(model=model)
-        self.network = network
-        self.masked_layers = masked
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+
+        # === Functional Model ===
+        # One pass over the member-major batch: member m's rows go through
+        # its masks in every masked layer.
+        inputs = backbone.input
+        logits = backbone(tile_members(inputs, num_members))
+        outputs = member_logits(untile_members(logits, num_members))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.num_members = num_members
-        self.num_classes = num_classes
-        self.member_input_shape = input_shape
+        self.num_classes = backbone.num_classes
         self.diversity_weight = float(diversity_weight)
-        self.logit_mean = float(logit_mean)
-        self.logit_std = float(logit_std)
-        self.seed = seed
-        self.build((None,) + input_shape)
-        self.compile()
-
-    @staticmethod
-    def _wrap(model, mask_kwargs, seed):
-        def make(layer, index, mask_rows=True):
-            with path_scope(f"{model.name}/masks_{index}"):
-                return SubnetworkMaskedDense(
-                    layer,
-                    mask_rows=mask_rows,
-                    seed=None if seed is None else seed + 2 * index,
-                    **mask_kwargs,
-                )
-
-        blocks = _vit_mlp_layers(model)
-        if blocks:  # keras-hub ViT: swap the MLP blocks' Dense layers.
-            masked = []
-            for block in blocks:
-                for attribute in ("dense_1", "dense_2"):
-                    wrapper = make(getattr(block, attribute), len(masked))
-                    replace_sublayer(block, attribute, wrapper)
-                    masked.append(wrapper)
-            return model, masked
-        output_layers = {id(node.operation) for node in _output_operations(model)}
-        dense = [
-            layer for layer in getattr(model, "layers", [])
-            if isinstance(layer, keras.layers.Dense)
-        ]
-        wrappers = {
-            id(layer): make(layer, i, mask_rows=id(layer) not in output_layers)
-            for i, layer in enumerate(dense)
-        }
-        network = keras.models.clone_model(
-            model, clone_function=lambda layer: wrappers.get(id(layer), layer)
-        )
-        return network, [wrappers[id(layer)] for layer in dense]
-
-    def build(self, input_shape):
-        self.built = True
+        self.logit_mean = backbone.logit_mean
+        self.logit_std = backbone.logit_std
+        self.seed = backbone.seed
 
     @property
     def model(self):
-        """The wrapped network (held by `backbone`)."""
+        """The frozen network the masks act on (a copy held by `backbone`)."""
         return self.backbone.model
+
+    @property
+    def network(self):
+        """`model` with its masked layers (the graph that runs)."""
+        return self.backbone.network
+
+    @property
+    def masked_layers(self):
+        """Every `SubnetworkMaskedDense`, in the order they were made."""
+        return self.backbone.masked_layers
 
     def mask_mutual_information(self):
         """Mean I[mask; member] over every mask vector (a scalar tensor)."""
@@ -175,6 +143,18 @@ class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.model
             for logits in layer.mask_logits()
         ]
         return ops.mean(ops.stack(values))
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The compiled loss minus `diversity_weight` times the masks'
+        mutual information (it depends on the mask weights only)."""
+        loss = super().compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
+        )
+        if not self.diversity_weight:
+            return loss
+        return loss - self.diversity_weight * ops.cast(
+            self.mask_mutual_information(), loss.dtype
+        )
 
     def quantize(self, mode=None, **kwargs):
         """Refused: every member's masks multiply the shared float kernels
@@ -188,41 +168,24 @@ class SubnetworkEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.model
             "per-member masks, which quantized layers do not keep."
         )
 
-    def call_members(self, inputs, training=None):
-        tiled = tile_members(inputs, self.num_members)
-        logits = self.network(tiled, training=training)
-        if self.diversity_weight:
-            self.add_loss(-self.diversity_weight * self.mask_mutual_information())
-        return untile_members(logits, self.num_members)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
-
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_members": self.num_members,
-            "diversity_weight": self.diversity_weight,
-            "logit_mean": self.logit_mean,
-            "logit_std": self.logit_std,
-            "seed": self.seed,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "num_members": self.num_members,
+                "diversity_weight": self.diversity_weight,
+                "logit_mean": self.logit_mean,
+                "logit_std": self.logit_std,
+                "seed": self.seed,
+            }
+        )
+        return config
 
     @classmethod
     def from_model(cls, model, num_members=10, **kwargs):
-        """Masks on a copy of `model` (same config and weights); `model`
-        itself is left trainable and unchanged. The copy of a keras-hub
+        """Masks on `model` (the backbone holds a frozen copy; `model`
+        itself stays trainable and unchanged). The copy of a keras-hub
         task loses its preprocessor and the ensemble takes it over."""
         kwargs.setdefault("preprocessor", preprocessor_of(model))
-        return cls(copy_model(model), num_members, **kwargs)
+        return cls(model, num_members, **kwargs)
 
-
-def _output_operations(model):
-    """The nodes producing `model`'s outputs (functional models)."""
-    nodes = []
-    for output in getattr(model, "outputs", None) or []:
-        history = getattr(output, "_keras_history", None)
-        if history is not None:
-            nodes.append(history.operation._inbound_nodes[history.node_index])
-    return nodes

@@ -2,15 +2,16 @@ import keras
 import keras_hub
 from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import SubclassedEnsembleClassifier
-from ensemble_zoo.models.implicit.tile_pooling import tile_pooling_matrix
-from ensemble_zoo.models.wrapped_models_backbone import wrapped_models
-from ensemble_zoo.models.wrapped_models_backbone import TileEnsembleBackbone
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.implicit.tile_ensemble_backbone import TileEnsembleBackbone
+from ensemble_zoo.models.implicit.tile_pooling import TilePooling
+from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.utils.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.ImageClassifier):
+class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Spatial tiles of one average-pooled classifier, read as an ensemble.
 
     Implicit ensemble extraction B of Kirsch (paper 000, §4.1): a
@@ -42,7 +43,9 @@ class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
         class_token: bool, with `token_grid`: token 0 is a class token.
         backbone: a `TileEnsembleBackbone`, instead of `feature_model` and
             `head` (how the classifier is rebuilt from its config).
-        **kwargs: other `keras.Model` arguments.
+        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`, `dtype`,
+            `compile`).
 
     Example:
 
@@ -71,17 +74,15 @@ class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
         token_grid=None,
         class_token=False,
         backbone=None,
+        preprocessor=None,
         **kwargs,
     ):
-        feature_model = wrapped_models(feature_model, backbone, "feature_model", TileEnsembleBackbone)
-        if backbone is not None:
-            head = backbone.head
-        elif head is None:
-            raise ValueError("`head` is required with `feature_model`.")
+        backbone = wrapping_backbone(
+            TileEnsembleBackbone, backbone, kwargs.get("dtype"),
+            feature_model=feature_model, head=head,
+        )
         grid_size = check_positive_int(grid_size, "grid_size")
-        input_shape = tuple(feature_model.inputs[0].shape[1:])
-        features = feature_model(keras.KerasTensor((None,) + input_shape))
-        shape = tuple(features.shape)
+        shape = tuple(backbone.output.shape)
         if token_grid is None:
             if len(shape) != 4:
                 raise ValueError(
@@ -103,29 +104,36 @@ class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
                 f"`grid_size` must be at most the feature grid's sides {grid}; "
                 f"got {grid_size}."
             )
-        logits = head(keras.KerasTensor((None, shape[-1])))
+        logits = backbone.head(keras.KerasTensor((None, shape[-1])))
         if len(logits.shape) != 2:
             raise ValueError(
                 "`head` must map (n, channels) features to (n, classes) "
                 f"logits; its output has shape {tuple(logits.shape)}."
             )
-        super().__init__(**kwargs)
+        num_members = grid_size * grid_size
+        num_classes = int(logits.shape[-1])
         # === Layers ===
-        self.backbone = backbone or TileEnsembleBackbone(feature_model=feature_model, head=head)
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.tile_pooling = TilePooling(
+            grid, grid_size, class_token=bool(class_token),
+            dtype=backbone.dtype_policy, name="tile_pooling",
+        )
+
+        # === Functional Model ===
+        # The head runs once on every tile of every image: (batch * tiles, channels).
+        inputs = backbone.input
+        tiles = self.tile_pooling(backbone(inputs))
+        logits = backbone.head(ops.reshape(tiles, (-1, shape[-1])))
+        outputs = member_logits(ops.reshape(logits, (-1, num_members, num_classes)))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
         # === Config ===
         self.grid_size = grid_size
         self.token_grid = None if token_grid is None else list(grid)
         self.class_token = bool(class_token)
-        self.num_members = grid_size * grid_size
-        self.num_classes = int(logits.shape[-1])
-        self.member_input_shape = input_shape
-        self._channels = int(shape[-1])
-        self._pooling = tile_pooling_matrix(grid, grid_size, self.class_token)
-        self.build((None,) + input_shape)
-        self.compile()
-
-    def build(self, input_shape):
-        self.built = True
+        self.num_members = num_members
+        self.num_classes = num_classes
 
     @property
     def feature_model(self):
@@ -137,27 +145,16 @@ class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
         """The layer after the pooling (held by `backbone`)."""
         return self.backbone.head
 
-    def call_members(self, inputs, training=None):
-        features = self.feature_model(inputs, training=training)
-        positions = self._pooling.shape[1]
-        features = ops.reshape(features, (-1, positions, self._channels))
-        pooling = ops.convert_to_tensor(self._pooling, features.dtype)
-        tiles = ops.einsum("tp,bpc->btc", pooling, features)
-        flat = ops.reshape(tiles, (-1, self._channels))
-        logits = self.head(flat, training=training)
-        return ops.reshape(logits, (-1, self.num_members, self.num_classes))
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_members, self.num_classes)
-
     def get_config(self):
-        return {
-            **super().get_config(),
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "grid_size": self.grid_size,
-            "token_grid": self.token_grid,
-            "class_token": self.class_token,
-        }
+        config = super().get_config()
+        config.update(
+            {
+                "grid_size": self.grid_size,
+                "token_grid": self.token_grid,
+                "class_token": self.class_token,
+            }
+        )
+        return config
 
     # === Conversions ===
 
@@ -220,7 +217,7 @@ class TileEnsembleClassifier(SubclassedEnsembleClassifier, keras_hub.models.Imag
         )
         kwargs.setdefault("preprocessor", classifier.preprocessor)
         return cls(
-            backbone,
+            classifier.backbone,
             classifier.output_dense,
             grid_size,
             token_grid=grid,

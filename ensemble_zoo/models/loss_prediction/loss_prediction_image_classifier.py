@@ -10,8 +10,8 @@ from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.utils.subclassed_task import PresetWeightsMixin
-from ensemble_zoo.utils.subclassed_task import TaskLoopsMixin
+from ensemble_zoo.models.task_mixins import PresetWeightsMixin
+from ensemble_zoo.models.task_mixins import TaskLoopsMixin
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
