@@ -19,6 +19,7 @@ object is never changed, and its class is never swapped.
 """
 
 import contextvars
+import os
 
 import keras
 
@@ -116,9 +117,9 @@ class MethodBackbone:
 def copy_weights_by_path(source, target):
     """Assigns every variable of `source` to the variable of `target` with
     the same path (and shape); raises if one has no counterpart."""
-    targets = {variable.path: variable for variable in target.weights}
-    for variable in source.weights:
-        match = targets.get(variable.path)
+    targets = dict(zip(_relative_paths(target.weights), target.weights, strict=True))
+    for path, variable in zip(_relative_paths(source.weights), source.weights, strict=True):
+        match = targets.get(path)
         if match is None or tuple(match.shape) != tuple(variable.shape):
             raise ValueError(
                 f"Cannot start '{target.name}' from '{source.name}': variable "
@@ -126,6 +127,16 @@ def copy_weights_by_path(source, target):
                 "of that shape."
             )
         match.assign(keras.ops.convert_to_numpy(variable))
+
+
+def _relative_paths(variables):
+    """Variable paths without the name scope the model was built in (a
+    deep ensemble's member is built in `members_0/`, ...): the longest
+    whole-segment prefix all paths share."""
+    paths = [variable.path for variable in variables]
+    prefix = os.path.commonprefix(paths) if len(paths) > 1 else ""
+    prefix = prefix[: prefix.rfind("/") + 1]
+    return [path[len(prefix):] for path in paths]
 
 
 def method_arguments(backbone, classes, defaults, **given):

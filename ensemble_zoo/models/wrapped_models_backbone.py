@@ -86,7 +86,9 @@ def copy_wrapped_model(model, dtype=None, scope=""):
     if dtype is not None and not _is_policy_map(dtype):
         config = policy_config(config, dtype)
     with path_scope(scope):
-        clone = keras.saving.deserialize_keras_object(config)
+        # Not safe mode: the config comes from a model in memory (a Lambda
+        # layer's function is the user's own), not from a file.
+        clone = keras.saving.deserialize_keras_object(config, safe_mode=False)
         if not clone.built and model.get_build_config() is not None:
             clone.build_from_config(model.get_build_config())
     sources, targets = model.weights, clone.weights
