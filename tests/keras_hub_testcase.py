@@ -15,6 +15,18 @@ ensemble (listed here, and in ARCHITECTURE.md):
   float32 whatever the policy, as vmoe does: the top-k choice of experts
   from bfloat16 logits flips on near ties and changes the model. The
   check here is keras-hub's, with routers held to float32 instead.
+
+What the harness file (`tests/models/test_keras_hub_harness.py`) leaves
+out, and why:
+
+- MC dropout runs at rate 0 there: the harness compares two calls, and
+  MC dropout's samples differ from call to call by design.
+- The quantization check of a backbone built with a quantization map
+  compares its config with its copy's; a quantized keras-hub
+  `ViTImageClassifier` (what deep ensembles and MC dropout wrap there)
+  keeps its head's quantization out of its own config, so the two skip
+  that check (`test_wrapped_keras_hub_tasks_take_a_quantization_map`
+  tests the rest); subnetwork ensembles refuse quantization.
 """
 
 import sys
