@@ -6,6 +6,8 @@ computes (`zoo_workarounds`, `ZooWorkaroundsMixin`, defined in
 `ensemble_zoo.utils.workarounds`).
 """
 
+import functools
+
 import keras
 
 from ensemble_zoo.utils.devices import accelerator  # noqa: F401
@@ -205,7 +207,7 @@ class TorchCompileMixin:
         if self._torch_compiles():
             if train:
                 _prepare_torch_compiled_training(self)
-            step = _after_one_eager_call(self, step)
+            step = _with_tracing_depth(_after_one_eager_call(self, step))
         setattr(self, attribute, _in_zoo_workarounds(step))
         return getattr(self, attribute)
 
@@ -217,6 +219,35 @@ class TorchCompileMixin:
 
     def make_predict_function(self, force=False):
         return self._make_step_function("predict", force)
+
+
+_TRACING_RECURSION_LIMIT = 5000
+
+
+def _with_tracing_depth(step):
+    """`step` run with Python's recursion limit at least
+    `_TRACING_RECURSION_LIMIT`, restored after each call.
+
+    torch.compile's tracer (dynamo) inlines every nested call with Python
+    recursion, about ten frames per Keras call level; a deep ensemble of
+    keras-hub classifiers (task, member task, member backbone, encoder,
+    block, attention, ...) exceeded the default limit of 1000 while
+    tracing its predict step (`tests/models/test_torch_compile.py`).
+    Scoped to the zoo's compiled steps; dynamo has no depth setting of its
+    own to raise instead (torch 2.13).
+    """
+    import sys
+
+    @functools.wraps(step)
+    def run(*args, **kwargs):
+        previous = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(previous, _TRACING_RECURSION_LIMIT))
+        try:
+            return step(*args, **kwargs)
+        finally:
+            sys.setrecursionlimit(previous)
+
+    return run
 
 
 class TorchParametersMixin:

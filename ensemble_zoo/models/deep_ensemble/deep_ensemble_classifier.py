@@ -1,5 +1,6 @@
 import keras
 import keras_hub
+from keras import ops
 
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_backbone import DeepEnsembleBackbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
@@ -76,8 +77,12 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         self.preprocessor = preprocessor
 
         # === Functional Model ===
+        # The backbone's graph, one call level shallower (the members on
+        # the task's input): torch.compile's tracer inlines every Keras
+        # call level, and the extra one exceeded its recursion limit.
         inputs = backbone.input
-        outputs = member_logits(backbone(inputs))
+        logits = ops.stack([member(inputs) for member in backbone.members], axis=1)
+        outputs = member_logits(logits)
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
