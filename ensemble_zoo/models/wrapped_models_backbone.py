@@ -169,7 +169,9 @@ def wrapping_backbone(backbone_cls, backbone, dtype=None, method_config=None, **
     Either the wrapped models (`wrapped`, the task's constructor arguments
     of those names) or `backbone` (a `backbone_cls`, how the task is
     rebuilt from its config) must be given, not both. From the models, a
-    new `backbone_cls` is built with `method_config` and `dtype`.
+    new `backbone_cls` is built with `method_config` and `dtype`; a given
+    `backbone` must have been built with `method_config`'s non-`None`
+    arguments (`check_method_arguments`).
     """
     names = " and ".join(f"`{key}`" for key in wrapped)
     given = [key for key, value in wrapped.items() if value is not None]
@@ -189,14 +191,19 @@ def wrapping_backbone(backbone_cls, backbone, dtype=None, method_config=None, **
             f"`backbone` must be a {backbone_cls.__name__}; got "
             f"{type(backbone).__name__}."
         )
+    check_method_arguments(backbone, method_config or {})
     return backbone
 
 
 def check_method_arguments(backbone, method_config):
     """Refuses method arguments that differ from those `backbone` (a
-    wrapping backbone with a `method_config`) was built with."""
+    wrapping backbone with a `method_config`) was built with; an argument
+    left `None` takes the backbone's."""
     held = backbone.method_config
-    differing = {k: v for k, v in method_config.items() if held.get(k) != v}
+    differing = {
+        k: v for k, v in method_config.items()
+        if v is not None and held.get(k) != v
+    }
     if differing:
         raise ValueError(
             f"`backbone` ({type(backbone).__name__}) was built with {held}, "

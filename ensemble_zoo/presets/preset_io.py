@@ -19,7 +19,6 @@ directory and moves the finished files into place, so a failed save
 leaves the previous preset as it was.
 """
 
-import contextlib
 import datetime
 import hashlib
 import importlib
@@ -40,7 +39,6 @@ from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
 from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
-from ensemble_zoo.utils.backend import DeferredInitialization
 from ensemble_zoo.utils.parameters import parameter_count
 
 CONFIG_FILE = "config.json"
@@ -361,13 +359,10 @@ def load_preset(
     config = _with_dtype_policy(config, policy)
     previous = keras.config.dtype_policy()
     loads = load_weights and kind == "trained"
-    # Trained weights overwrite every variable: skip the initializers.
-    deferred = DeferredInitialization() if loads else None
     try:
         # Layers built without an explicit dtype take the global policy.
         keras.config.set_dtype_policy(policy)
-        with deferred or contextlib.nullcontext():
-            model = keras.saving.deserialize_keras_object(config, safe_mode=True)
+        model = keras.saving.deserialize_keras_object(config, safe_mode=True)
     except Exception as e:
         raise PresetError(
             f"Damaged preset: could not build the model from {config_path} "
@@ -378,14 +373,11 @@ def load_preset(
     if hub_layout:
         _check_backbone_config(model, backbone_config, directory)
     if loads:
-        try:
-            if hub_layout:
-                _load_keras_hub_weights(model, directory, metadata)
-            else:
-                target = _old_layout_weights_owner(model, weights_path, metadata)
-                _load_weights(target.load_weights, weights_path)
-        finally:
-            deferred.finish()
+        if hub_layout:
+            _load_keras_hub_weights(model, directory, metadata)
+        else:
+            target = _old_layout_weights_owner(model, weights_path, metadata)
+            _load_weights(target.load_weights, weights_path)
     if hub_layout:
         # The preset's own preprocessor reads its assets (a vocabulary); a
         # preprocessor passed in keeps its own. A hub preset's assets come

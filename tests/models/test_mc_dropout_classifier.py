@@ -72,6 +72,11 @@ def test_preset_round_trip_and_errors(tmp_path):
     np.testing.assert_allclose(
         loaded.predict(data(), verbose=0), mc.predict(data(), verbose=0), atol=1e-6
     )
+    # A backbone carries its rate and seed: `None` takes them, others clash.
+    again = MCDropoutClassifier(backbone=mc.backbone, num_members=2, seed=0)
+    assert (again.rate, again.seed) == (0.2, 0)
+    with pytest.raises(ValueError, match="was built with .*'rate': 0.5"):
+        MCDropoutClassifier(backbone=mc.backbone, num_members=2, rate=0.5)
     with pytest.raises(ValueError, match="BatchNormalization"):
         MCDropoutClassifier(mlp(batch_norm=True), num_members=2)
     with pytest.raises(ValueError, match="rate"):

@@ -12,7 +12,6 @@ there: those tests run under JAX and PyTorch.
 """
 
 import importlib
-import threading
 
 import keras
 import numpy as np
@@ -21,7 +20,6 @@ import pytest
 from conftest import BACKEND
 from conftest import run_python
 from ensemble_zoo.utils import workarounds
-from ensemble_zoo.utils.backend import DeferredInitialization
 from ensemble_zoo.utils.backend import ZooWorkaroundsMixin
 from ensemble_zoo.utils.backend import installed_workarounds
 from ensemble_zoo.utils.backend import zoo_workarounds
@@ -32,7 +30,8 @@ requires_workarounds = pytest.mark.skipif(
 )
 
 # Runs in a fresh interpreter: everything that the old import-time patches
-# replaced (and `DeferredInitialization`'s target), every function and
+# replaced (and `JaxVariable`'s initializer, which a preset loader once
+# swapped while it built), every function and
 # class in a loaded Keras / keras-hub module, and the outputs of a plain
 # keras-hub model and of seeded random ops, before and after importing
 # `ensemble_zoo`, and after running a zoo model and loading a preset.
@@ -200,31 +199,6 @@ def test_mixin_runs_call_inside_the_scope():
     model(np.ones((1, 3), "float32"))
     assert seen[-1] == tuple(w.name for w in workarounds.workarounds_for())
     assert installed_workarounds() == ()
-
-
-@pytest.mark.skipif(BACKEND != "jax", reason="DeferredInitialization: JAX only")
-def test_deferred_initialization_replaces_only_inside_for_its_thread():
-    """The one deliberate exception (see `DeferredInitialization`): Keras'
-    method is replaced only inside the context, and variables that other
-    threads create meanwhile initialize as usual."""
-    from keras.src.backend.jax.core import JaxVariable
-
-    original = JaxVariable._initialize_with_initializer
-    deferred = DeferredInitialization()
-    other = []
-    with deferred:
-        assert JaxVariable._initialize_with_initializer is not original
-        thread = threading.Thread(
-            target=lambda: other.append(keras.Variable("ones", shape=(3,)))
-        )
-        thread.start()
-        thread.join()
-        mine = keras.Variable("ones", shape=(3,))
-    assert JaxVariable._initialize_with_initializer is original
-    np.testing.assert_array_equal(to_np(other[0]), np.ones(3))
-    np.testing.assert_array_equal(to_np(mine), np.zeros(3))  # placeholder
-    deferred.finish()
-    np.testing.assert_array_equal(to_np(mine), np.ones(3))
 
 
 # === Each workaround is still needed ===

@@ -101,7 +101,12 @@ class MCDropoutBackbone(WrappedModelsBackbone):
         # Dropout on in every call (see the class docstring).
         return super().call(inputs, training=True, mask=mask)
 
+    @property
+    def method_config(self):
+        """The dropout arguments this backbone was built with."""
+        return {"rate": self.rate, "seed": self.seed}
+
     def get_config(self):
         config = super().get_config()
-        config.update({"rate": self.rate, "seed": self.seed})
+        config.update(self.method_config)
         return config

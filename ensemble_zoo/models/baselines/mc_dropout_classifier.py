@@ -64,14 +64,6 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         self, model=None, num_members=None, rate=None, seed=None, backbone=None,
         preprocessor=None, **kwargs,
     ):
-        if backbone is not None:
-            for key, value in (("rate", rate), ("seed", seed)):
-                held = getattr(backbone, key, None)
-                if value is not None and value != held:
-                    raise ValueError(
-                        f"`{key}`={value!r} differs from the backbone's "
-                        f"({held!r}); leave it `None` to use the backbone's."
-                    )
         backbone = wrapping_backbone(
             MCDropoutBackbone, backbone, kwargs.get("dtype"),
             method_config={"rate": rate, "seed": seed}, model=model,

@@ -8,7 +8,6 @@ from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.models.implicit.subnetwork_ensemble_backbone import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.method_backbone import method_arguments
-from ensemble_zoo.models.wrapped_models_backbone import check_method_arguments
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
@@ -92,9 +91,6 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
             num_members=num_members, logit_mean=logit_mean, logit_std=logit_std,
             seed=seed,
         )
-        if backbone is not None:
-            check_method_arguments(backbone, method_config)
-            method_config = None
         backbone = wrapping_backbone(
             SubnetworkEnsembleBackbone, backbone, kwargs.get("dtype"),
             method_config=method_config, model=model,
