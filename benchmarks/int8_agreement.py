@@ -5,9 +5,10 @@
 For each trained preset it loads the model, predicts the 289 raw digits
 test images (`predict_uncertainty`), calls `model.quantize("int8")`
 (Keras' quantization), predicts again, and prints one Markdown row: the
-Dense / EinsumDense layers quantized, the layers with kernels left in
-float (and how many), and the share of images whose argmax of the
-predictive distribution is float32's. A model that refuses quantization
+layers quantized among those that can be (Keras' Dense / EinsumDense and
+the zoo's member-axis layers, `Int8KernelsMixin`), the layers with
+kernels left in float (and how many), and the share of images whose
+argmax of the predictive distribution is float32's. A model that refuses quantization
 prints the refusal. The README's "int8 quantization" table is this
 output (JAX, CPU); `tests/presets/test_presets.py` checks its lowest
 deterministic row and the refusal.
@@ -19,8 +20,13 @@ import keras
 import numpy as np
 
 import ensemble_zoo as ez
+from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 
 DENSE = (keras.layers.Dense, keras.layers.EinsumDense)
+
+
+def quantizable(layer):
+    return type(layer) in DENSE or isinstance(layer, Int8KernelsMixin)
 
 
 def row(name, raw):
@@ -33,12 +39,14 @@ def row(name, raw):
             model.quantize("int8")
     except ValueError as error:
         return f"| `{name}` | refused (`ValueError`: {str(error).split(':')[0]}) | | |"
-    dense = [layer for layer in model._flatten_layers() if type(layer) in DENSE]
+    dense = [layer for layer in model._flatten_layers() if quantizable(layer)]
     quantized = sum(layer.quantization_mode == "int8" for layer in dense)
     left = {}
     for layer in model._flatten_layers():
         own = layer._trainable_variables + layer._non_trainable_variables
-        if type(layer) not in DENSE and any(v.name.endswith("kernel") for v in own):
+        if layer.quantization_mode is None and any(
+            v.name.endswith("kernel") for v in own
+        ):
             left[type(layer).__name__] = left.get(type(layer).__name__, 0) + 1
     probs = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
     agreement = np.mean(probs.argmax(-1) == probs32.argmax(-1))
@@ -47,11 +55,13 @@ def row(name, raw):
 
 
 def main():
+    import sys
+
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     print(f"backend: {keras.config.backend()}")
-    print("| preset | Dense / EinsumDense quantized | layers with kernels left in float | argmax = float32 |")
+    print("| preset | kernel layers quantized | layers with kernels left in float | argmax = float32 |")
     print("|---|---|---|---|")
-    for name in ez.evaluation.trained_presets():
+    for name in sys.argv[1:] or ez.evaluation.trained_presets():
         print(row(name, raw), flush=True)
 
 

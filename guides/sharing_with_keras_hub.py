@@ -126,14 +126,3 @@ np.testing.assert_array_equal(
 )
 print(ez.presets.preset_metadata(directory)["description"])
 
-"""
-## Presets in the old layout
-
-Until this release the zoo's `config.json` held the whole classifier.
-Such presets still load, with a `FutureWarning`, and
-`ez.presets.convert_preset(path)` rewrites one in keras-hub's layout (in
-place, or into `output_dir`), keeping its metadata. For a preset already
-in keras-hub's layout it changes nothing.
-"""
-
-assert ez.presets.convert_preset(directory) == directory

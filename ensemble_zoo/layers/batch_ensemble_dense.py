@@ -3,6 +3,7 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_choice
@@ -54,7 +55,7 @@ def _units_shape(units):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleDense(keras.layers.Layer):
+class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
     """A dense layer shared by M members, each with rank-1 fast weights.
 
     BatchEnsemble (Wen et al., 2020): member `m` uses the kernel
@@ -86,6 +87,10 @@ class BatchEnsembleDense(keras.layers.Layer):
     biases start equal (all `bias_initializer`, or the converted layer's
     bias).
 
+    `quantize("int8")` stores the shared kernel in int8 with one scale per
+    output unit; the fast weights and biases stay float (see
+    `Int8KernelsMixin`).
+
     Args:
         units: int or tuple of ints, the output's trailing shape.
         num_members: int, the number of members M.
@@ -114,6 +119,8 @@ class BatchEnsembleDense(keras.layers.Layer):
     # (16, 8), (4, 16), (4, 8)
     ```
     """
+
+    int8_kernels = {"kernel": (0,)}
 
     def __init__(
         self,
@@ -170,9 +177,7 @@ class BatchEnsembleDense(keras.layers.Layer):
         input_shape = self._check_shape(input_shape)
         self.input_features = tuple(int(d) for d in input_shape[-self.num_input_axes:])
         d_in, d_out = math.prod(self.input_features), math.prod(self.units)
-        self.kernel = self.add_weight(
-            name="kernel", shape=(d_in, d_out), initializer=self.kernel_initializer
-        )
+        self.kernel = self.add_kernel("kernel", (d_in, d_out), self.kernel_initializer)
         seed = self.seed
         self.fast_in = self.add_weight(
             name="fast_in",
@@ -198,6 +203,7 @@ class BatchEnsembleDense(keras.layers.Layer):
             )
         else:
             self.bias = None
+        self.build_int8_kernels()
 
     def call(self, inputs):
         shape = self._check_shape(static_shape(inputs))
@@ -216,7 +222,7 @@ class BatchEnsembleDense(keras.layers.Layer):
         # (M * B, ..., features) -> (M, B * ..., d_in): member m's rows.
         x = ops.reshape(inputs, (m, -1, d_in))
         x = x * ops.expand_dims(ops.cast(self.fast_in, x.dtype), 1)
-        y = ops.matmul(x, ops.cast(self.kernel, x.dtype))
+        y = ops.matmul(x, ops.cast(self.kernel_value("kernel"), x.dtype))
         y = y * ops.expand_dims(ops.cast(self.fast_out, y.dtype), 1)
         if self.use_bias:
             y = y + ops.expand_dims(ops.cast(self.bias, y.dtype), 1)
@@ -229,7 +235,7 @@ class BatchEnsembleDense(keras.layers.Layer):
         """The member kernels `W * outer(r_m, s_m)`, `(M, d_in, d_out)`: what
         member `m` computes, as M separate dense layers would hold it."""
         return (
-            self.kernel[None]
+            self.kernel_value("kernel")[None]
             * self.fast_in[:, :, None]
             * self.fast_out[:, None, :]
         )

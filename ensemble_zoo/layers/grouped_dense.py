@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_bool
@@ -10,7 +11,7 @@ from ensemble_zoo.utils.validation import static_shape
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class GroupedDense(keras.layers.Layer):
+class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
     """A separate dense layer per ensemble member, applied in one einsum.
 
     The input carries members on axis 1: `(batch, members, ..., d_in)`.
@@ -23,6 +24,8 @@ class GroupedDense(keras.layers.Layer):
 
     Each member's kernel and bias are initialized independently as a
     `Dense` layer's would be (see `MemberInitializer`).
+    `quantize("int8")` stores the kernel in int8 with one scale per member
+    and output unit (see `Int8KernelsMixin`).
 
     Args:
         units: int, output size per member.
@@ -49,6 +52,8 @@ class GroupedDense(keras.layers.Layer):
     heads.kernel.shape  # (4, 32, 10)
     ```
     """
+
+    int8_kernels = {"kernel": (1,)}
 
     def __init__(
         self,
@@ -79,10 +84,10 @@ class GroupedDense(keras.layers.Layer):
     def build(self, input_shape):
         input_shape = self._check_shape(input_shape)
         self.input_dim = int(input_shape[-1])
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(self.num_members, self.input_dim, self.units),
-            initializer=MemberInitializer(self.kernel_initializer),
+        self.kernel = self.add_kernel(
+            "kernel",
+            (self.num_members, self.input_dim, self.units),
+            MemberInitializer(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
         )
         if self.use_bias:
@@ -94,6 +99,7 @@ class GroupedDense(keras.layers.Layer):
             )
         else:
             self.bias = None
+        self.build_int8_kernels()
         self._equation = self._einsum_equation(len(input_shape))
 
     @staticmethod
@@ -111,7 +117,7 @@ class GroupedDense(keras.layers.Layer):
                 f"GroupedDense '{self.name}' was built for {self.input_dim} "
                 f"input features; got `inputs` of shape {shape}."
             )
-        outputs = ops.einsum(self._equation, inputs, self.kernel)
+        outputs = ops.einsum(self._equation, inputs, self.kernel_value("kernel"))
         if self.use_bias:
             bias_shape = (1, self.num_members) + (1,) * (len(shape) - 3)
             bias_shape += (self.units,)

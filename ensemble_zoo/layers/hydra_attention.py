@@ -3,6 +3,7 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.backend import resolve_attention_implementation
@@ -30,7 +31,7 @@ def _check_member_num_heads(member_num_heads, num_members, num_heads):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraAttention(keras.layers.Layer):
+class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
     """Multi-head self-attention for all ensemble members in one call.
 
     The input holds one residual stream per member, `(batch, members,
@@ -52,6 +53,9 @@ class HydraAttention(keras.layers.Layer):
     member with no heads outputs its output bias. Shapes stay static, so
     the layer compiles with XLA. Pruning code may also `assign` any 0/1
     pattern to `head_mask` to ablate heads.
+
+    `quantize("int8")` stores the four kernels in int8, one scale per
+    member and output unit (see `Int8KernelsMixin`).
 
     Args:
         num_members: int, the size of the member axis (axis 1).
@@ -84,6 +88,13 @@ class HydraAttention(keras.layers.Layer):
     ```
     """
 
+    int8_kernels = {
+        "query_kernel": (1,),
+        "key_kernel": (1,),
+        "value_kernel": (1,),
+        "output_kernel": (1, 2),
+    }
+
     def __init__(
         self,
         num_members,
@@ -111,8 +122,12 @@ class HydraAttention(keras.layers.Layer):
         self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        # A seed generator, not a `Dropout` sublayer: Keras' `quantize`
+        # only reaches layers without sublayers (as a `Dropout`, no
+        # generator at rate 0).
+        self.seed_generator = (
+            keras.random.SeedGenerator(name="attention_dropout_seed")
+            if self.dropout > 0.0 else None
         )
 
     def build(self, input_shape):
@@ -126,10 +141,7 @@ class HydraAttention(keras.layers.Layer):
             setattr(
                 self,
                 f"{name}_kernel",
-                self.add_weight(
-                    name=f"{name}_kernel", shape=(m, dim, h, k),
-                    initializer=kernel_init,
-                ),
+                self.add_kernel(f"{name}_kernel", (m, dim, h, k), kernel_init),
             )
             setattr(
                 self,
@@ -140,8 +152,8 @@ class HydraAttention(keras.layers.Layer):
                 if self.use_bias
                 else None,
             )
-        self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(m, h, k, dim), initializer=kernel_init
+        self.output_kernel = self.add_kernel(
+            "output_kernel", (m, h, k, dim), kernel_init
         )
         self.output_bias = (
             self.add_weight(name="output_bias", shape=(m, dim), initializer=bias_init)
@@ -158,13 +170,14 @@ class HydraAttention(keras.layers.Layer):
             initializer=keras.initializers.Constant(mask),
             trainable=False,
         )
+        self.build_int8_kernels()
 
     def _project(self, x, name):
         # Head-major (batch, members, heads, tokens, key_dim): every matmul
         # below has its batch axes first, which XLA runs ~25% faster on CPU
         # than the (batch, tokens, heads, key_dim) layout of
         # `ops.dot_product_attention` plus its transposes.
-        y = ops.einsum("bmtd,mdhk->bmhtk", x, getattr(self, f"{name}_kernel"))
+        y = ops.einsum("bmtd,mdhk->bmhtk", x, self.kernel_value(f"{name}_kernel"))
         if self.use_bias:
             y = y + getattr(self, f"{name}_bias")[None, :, :, None, :]
         return y
@@ -208,10 +221,10 @@ class HydraAttention(keras.layers.Layer):
                 )
         if self._implementation(training) == "fused":
             z = self._fused_attention(inputs, mask)
-            out = ops.einsum("btmhk,mhkd->bmtd", z, self.output_kernel)
+            out = ops.einsum("btmhk,mhkd->bmtd", z, self.kernel_value("output_kernel"))
         else:
             z = self._einsum_attention(inputs, mask, training)
-            out = ops.einsum("bmhtk,mhkd->bmtd", z, self.output_kernel)
+            out = ops.einsum("bmhtk,mhkd->bmtd", z, self.kernel_value("output_kernel"))
         if self.use_bias:
             out = out + self.output_bias[None, :, None, :]
         return out
@@ -227,8 +240,10 @@ class HydraAttention(keras.layers.Layer):
                 mask[:, None], scores, ops.cast(-1e9, scores.dtype)
             )
         probs = ops.softmax(scores, axis=-1)
-        if self.dropout > 0.0:
-            probs = self._dropout_layer(probs, training=training)
+        if self.dropout > 0.0 and training:
+            probs = keras.random.dropout(
+                probs, self.dropout, seed=self.seed_generator
+            )
         z = ops.einsum("bmhts,bmhsk->bmhtk", probs, value)
         return z * ops.cast(self.head_mask, z.dtype)[None, :, :, None, None]
 
@@ -239,7 +254,7 @@ class HydraAttention(keras.layers.Layer):
 
         def project(name):
             y = ops.einsum(
-                "bmtd,mdhk->btmhk", inputs, getattr(self, f"{name}_kernel")
+                "bmtd,mdhk->btmhk", inputs, self.kernel_value(f"{name}_kernel")
             )
             if self.use_bias:
                 y = y + getattr(self, f"{name}_bias")[None, None]

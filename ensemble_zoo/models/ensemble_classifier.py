@@ -12,6 +12,7 @@ from ensemble_zoo.models.task_mixins import PresetWeightsMixin
 from ensemble_zoo.models.task_mixins import TaskLoopsMixin
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import static_shape
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 def preprocessor_of(model):
@@ -39,6 +40,7 @@ def _is_tf_dataset(x):
 
 
 class EnsembleClassifier(
+    QuantizationModesMixin,
     PresetWeightsMixin,
     TaskLoopsMixin,
     backend_utils.TorchCompileMixin,

@@ -24,13 +24,14 @@ import os
 import keras
 
 from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 # The backbone whose weights `MethodBackbone.__init__` starts from, set by
 # `from_backbone` for the duration of one constructor call.
 _START_FROM = contextvars.ContextVar("ensemble_zoo_method_backbone_source", default=None)
 
 
-class MethodBackbone:
+class MethodBackbone(QuantizationModesMixin):
     """Mixin for a keras-hub backbone class changed by an ensemble method.
 
     A subclass lists `(MethodBackbone, <keras-hub backbone class>)` as

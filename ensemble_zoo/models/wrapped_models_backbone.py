@@ -19,6 +19,7 @@ import keras
 import keras_hub
 
 from ensemble_zoo.utils.naming import path_scope
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 _ADOPT = contextvars.ContextVar("ensemble_zoo_adopt_wrapped", default=False)
 
@@ -191,7 +192,8 @@ def wrapping_backbone(backbone_cls, backbone, dtype=None, method_config=None, **
             f"`backbone` must be a {backbone_cls.__name__}; got "
             f"{type(backbone).__name__}."
         )
-    check_method_arguments(backbone, method_config or {})
+    if method_config:
+        check_method_arguments(backbone, method_config)
     return backbone
 
 
@@ -212,7 +214,7 @@ def check_method_arguments(backbone, method_config):
         )
 
 
-class WrappedModelsBackbone(keras_hub.models.Backbone):
+class WrappedModelsBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     """Base of the functional backbones that wrap whole Keras models.
 
     A subclass lists its model arguments in `wrapped` (each a Keras model

@@ -11,7 +11,6 @@ model = ensemble_zoo.models.EnsembleClassifier.from_preset("vit_tiny_digits")
 """
 
 from ensemble_zoo.presets.preset_io import PresetError
-from ensemble_zoo.presets.preset_io import convert_preset
 from ensemble_zoo.presets.preset_io import get_preset_path
 from ensemble_zoo.presets.preset_io import list_presets
 from ensemble_zoo.presets.preset_io import load_preset

@@ -317,24 +317,18 @@ def load_preset(
             or weights that do not match the configuration.
     """
     directory = get_preset_path(preset)
-    hub_layout = keras_hub_layout.is_keras_hub_layout(directory)
-    config_file = TASK_CONFIG_FILE if hub_layout else CONFIG_FILE
-    config_path = os.path.join(directory, config_file)
-    config = _read_json(directory, config_file)
+    if not keras_hub_layout.is_keras_hub_layout(directory):
+        _refuse_without_task_config(directory)
+    config_path = os.path.join(directory, TASK_CONFIG_FILE)
+    config = _read_json(directory, TASK_CONFIG_FILE)
     metadata = _read_json(directory, METADATA_FILE)
     preset_cls = _preset_class(config, config_path)
-    if not hub_layout and _is_keras_hub_backbone(preset_cls):
-        raise PresetError(
-            f"Damaged preset: {config_path} holds a {preset_cls.__name__} "
-            f"(keras-hub's layout: the backbone), but "
-            f"{os.path.join(directory, TASK_CONFIG_FILE)} is missing."
-        )
     if cls is not None and not issubclass(preset_cls, cls):
         raise PresetError(
             f"Preset {preset!r} holds a {preset_cls.__name__}, not a "
             f"{cls.__name__}. Load it with {_loader_hint(preset, preset_cls)}."
         )
-    backbone_config = _read_json(directory, CONFIG_FILE) if hub_layout else None
+    backbone_config = _read_json(directory, CONFIG_FILE)
     kind = metadata.get("kind", "trained")
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     metadata_path = os.path.join(directory, METADATA_FILE)
@@ -370,38 +364,43 @@ def load_preset(
         ) from e
     finally:
         keras.config.set_dtype_policy(previous)
-    if hub_layout:
-        _check_backbone_config(model, backbone_config, directory)
+    _check_backbone_config(model, backbone_config, directory)
     if loads:
-        if hub_layout:
-            _load_keras_hub_weights(model, directory, metadata)
-        else:
-            target = _old_layout_weights_owner(model, weights_path, metadata)
-            _load_weights(target.load_weights, weights_path)
-    if hub_layout:
-        # The preset's own preprocessor reads its assets (a vocabulary); a
-        # preprocessor passed in keeps its own. A hub preset's assets come
-        # through keras-hub's file getter (into the same download cache).
-        preset_preprocessor = getattr(model, "preprocessor", None)
-        if (
-            isinstance(preprocessor, str)
-            and preset_preprocessor is not None
-            and hasattr(preset_preprocessor, "load_preset_assets")
-        ):
-            preset_preprocessor.load_preset_assets(
-                preset if hub_handles.is_handle(preset) else directory
-            )
-    elif keras_hub_layout.uses_keras_hub_layout(model):
-        warnings.warn(
-            f"The preset in {directory} is in the zoo's old layout "
-            "(config.json holds the whole classifier), which keras-hub's "
-            "loader and `keras_hub.upload_preset` do not read. Rewrite it "
-            "with `ensemble_zoo.presets.convert_preset(path)`; loading the "
-            "old layout will be removed in a future release.",
-            FutureWarning,
-            stacklevel=3,
+        _load_keras_hub_weights(model, directory, metadata)
+    # The preset's own preprocessor reads its assets (a vocabulary); a
+    # preprocessor passed in keeps its own. A hub preset's assets come
+    # through keras-hub's file getter (into the same download cache).
+    preset_preprocessor = getattr(model, "preprocessor", None)
+    if (
+        isinstance(preprocessor, str)
+        and preset_preprocessor is not None
+        and hasattr(preset_preprocessor, "load_preset_assets")
+    ):
+        preset_preprocessor.load_preset_assets(
+            preset if hub_handles.is_handle(preset) else directory
         )
     return model
+
+
+def _refuse_without_task_config(directory):
+    """The error for a preset directory without `task.json`: a keras-hub
+    backbone preset, a preset of the zoo's old layout, or a damaged one."""
+    task_path = os.path.join(directory, TASK_CONFIG_FILE)
+    config_path = os.path.join(directory, CONFIG_FILE)
+    config = _read_json(directory, CONFIG_FILE)
+    preset_cls = _preset_class(config, config_path)
+    if _is_keras_hub_backbone(preset_cls):
+        raise PresetError(
+            f"Damaged preset: {config_path} holds a {preset_cls.__name__} "
+            f"(keras-hub's layout: the backbone), but {task_path} is missing."
+        )
+    raise PresetError(
+        f"The preset in {directory} is in the zoo's old layout ({config_path} "
+        f"holds the whole {preset_cls.__name__}; {task_path} is missing), "
+        "which ensemble_zoo 0.1.0 no longer reads. Load it with an earlier "
+        "release and save it again with `save_to_preset`, which writes "
+        "keras-hub's layout."
+    )
 
 
 def _with_preprocessor(config, preprocessor, config_path):
@@ -437,28 +436,6 @@ def _accepts_preprocessor(config):
 
     cls = keras.saving.get_registered_object(config.get("registered_name") or "")
     return isinstance(cls, type) and "preprocessor" in inspect.signature(cls).parameters
-
-
-def _old_layout_weights_owner(model, weights_path, metadata):
-    """The object whose variable paths the weights file of an old-layout
-    preset matches: the model, or (for the model-wrapping ensembles, whose
-    wrapped models moved into a backbone under the same attribute names)
-    its backbone."""
-    sha256 = metadata.get("weights_sha256")
-    try:
-        _check_weights_file(model.save_weights, weights_path, sha256, "the model in its config.json")
-        return model
-    except PresetError:
-        backbone = getattr(model, "backbone", None)
-        if not keras_hub_layout.uses_keras_hub_layout(model):
-            raise
-        try:
-            _check_weights_file(backbone.save_weights, weights_path, sha256, "its backbone")
-        except PresetError:
-            pass
-        else:
-            return backbone
-        raise
 
 
 def _is_keras_hub_backbone(preset_cls):
@@ -595,17 +572,14 @@ def _strip_optimizer_state(path):
 def save_preset(model, preset_dir, metadata=None, include_weights=True):
     """Writes a model as a preset directory.
 
-    A classifier with a keras-hub backbone is written in keras-hub's
-    layout (`config.json` = backbone, `model.weights.h5`, `task.json`,
-    `task.weights.h5`, the preprocessor's files, `metadata.json`; see
-    `ensemble_zoo.presets.keras_hub_layout`), which
-    `keras_hub.models.ImageClassifier.from_preset` /
+    Every zoo classifier is a keras-hub task with a keras-hub backbone and
+    is written in keras-hub's layout (`config.json` = backbone,
+    `model.weights.h5`, `task.json`, `task.weights.h5`, the preprocessor's
+    files, `metadata.json`; see `ensemble_zoo.presets.keras_hub_layout`),
+    which `keras_hub.models.ImageClassifier.from_preset` /
     `TextClassifier.from_preset` load and `keras_hub.upload_preset`
-    accepts. Other models (deep ensembles, wrappers of whole models) are
-    written in the zoo layout: `config.json` = the model,
-    `model.weights.h5` = all its weights. `metadata.json` records the
-    layout, the method, the versions and the weights files' SHA-256,
-    which loading checks.
+    accepts. `metadata.json` records the layout, the method, the versions
+    and the weights files' SHA-256, which loading checks.
 
     With `include_weights=False` the preset is an *architecture* preset
     (`kind: "architecture"` in its metadata): `from_preset` builds it with
@@ -614,8 +588,13 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
     Every file is first written to a temporary directory next to
     `preset_dir` and moved into place only when all of them are complete:
     a save that fails (e.g. on metadata that is not JSON-serializable)
-    leaves an existing preset in `preset_dir` unchanged. Preset files of
-    the other layout left in `preset_dir` are removed.
+    leaves an existing preset in `preset_dir` unchanged. Other preset
+    files left in `preset_dir` (e.g. `task.weights.h5` of a task that has
+    no task weights now) are removed.
+
+    Raises:
+        TypeError: `model` is not a keras-hub task with a keras-hub
+            backbone, or `metadata` is not a JSON-serializable dict.
     """
     from ensemble_zoo.version import __version__
 
@@ -624,7 +603,22 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
         raise PresetError(f"`preset_dir` {preset_dir!r} exists and is not a directory.")
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"`metadata` must be a dict or None; got {type(metadata).__name__}.")
-    hub_layout = keras_hub_layout.uses_keras_hub_layout(model)
+    if not keras_hub_layout.uses_keras_hub_layout(model):
+        raise TypeError(
+            "`model` must be a keras-hub task with a keras-hub backbone (every "
+            f"zoo classifier is one); got {type(model).__name__}."
+        )
+    quantized = [l for l in model._flatten_layers() if l.quantization_mode]
+    if quantized:
+        # Keras 3.15.1 rebuilds a quantized `Embedding` (keras-hub's
+        # position embeddings) under a `DTypePolicyMap` whose
+        # `dtype_policy.quantization_mode` reads None, and then cannot save
+        # or check its weights: such a preset would not load.
+        raise NotImplementedError(
+            f"{type(model).__name__} is quantized ({quantized[0].path}: "
+            f"{quantized[0].quantization_mode}); presets hold float weights. "
+            "Save the float model and call `quantize` after `from_preset`."
+        )
     config = keras_hub_layout.strip_build_state(keras.saving.serialize_keras_object(model))
     parent = os.path.dirname(os.path.abspath(preset_dir))
     os.makedirs(parent, exist_ok=True)
@@ -633,7 +627,7 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
         content = {
             "name": os.path.basename(os.path.normpath(preset_dir)),
             "kind": "trained" if include_weights else "architecture",
-            "layout": "keras_hub" if hub_layout else "zoo",
+            "layout": "keras_hub",
             "class_name": type(model).__name__,
             "num_members": getattr(model, "num_members", None),
             "num_classes": getattr(model, "num_classes", None),
@@ -643,25 +637,19 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
             "backend": keras.config.backend(),
             "date_saved": datetime.date.today().isoformat(),
         }
-        if hub_layout:
-            content.update(keras_hub_layout.keras_hub_metadata(model))
-            _write_json(staging, TASK_CONFIG_FILE, config)
-            backbone_config = keras_hub_layout.strip_build_state(
-                keras.saving.serialize_keras_object(model.backbone)
-            )
-            _write_json(staging, CONFIG_FILE, backbone_config)
-            _save_preprocessor(model.preprocessor, staging)
-        else:
-            _write_json(staging, CONFIG_FILE, config)
+        content.update(keras_hub_layout.keras_hub_metadata(model))
+        _write_json(staging, TASK_CONFIG_FILE, config)
+        backbone_config = keras_hub_layout.strip_build_state(
+            keras.saving.serialize_keras_object(model.backbone)
+        )
+        _write_json(staging, CONFIG_FILE, backbone_config)
+        _save_preprocessor(model.preprocessor, staging)
         if include_weights:
             weights = [(WEIGHTS_FILE, "weights_sha256")]
-            if hub_layout:
-                model.backbone.save_weights(os.path.join(staging, WEIGHTS_FILE))
-                if model.has_task_weights():
-                    model.save_task_weights(os.path.join(staging, TASK_WEIGHTS_FILE))
-                    weights.append((TASK_WEIGHTS_FILE, "task_weights_sha256"))
-            else:
-                model.save_weights(os.path.join(staging, WEIGHTS_FILE))
+            model.backbone.save_weights(os.path.join(staging, WEIGHTS_FILE))
+            if model.has_task_weights():
+                model.save_task_weights(os.path.join(staging, TASK_WEIGHTS_FILE))
+                weights.append((TASK_WEIGHTS_FILE, "task_weights_sha256"))
             for filename, key in weights:
                 path = os.path.join(staging, filename)
                 _strip_optimizer_state(path)
@@ -691,7 +679,7 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-#: Every file a preset directory may hold, in either layout.
+#: Every file a preset directory may hold.
 PRESET_FILES = (
     CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE, TASK_CONFIG_FILE, TASK_WEIGHTS_FILE,
 ) + PREPROCESSOR_FILES
@@ -719,60 +707,3 @@ def _remove(path):
         shutil.rmtree(path)
     else:
         os.remove(path)
-
-
-def convert_preset(preset, output_dir=None):
-    """Rewrites a preset of the zoo's old layout in keras-hub's layout.
-
-    Before this release every preset's `config.json` held the whole
-    classifier; keras-hub's loader and `keras_hub.upload_preset` expect
-    the backbone there and the task in `task.json`. This loads the old
-    preset (checks included), saves it again with the same metadata
-    (description, metrics, recipe), and returns the output directory.
-
-    Args:
-        preset: a preset directory (or shipped name) in the old layout.
-        output_dir: where to write; defaults to `preset` itself (the
-            files are replaced only once the new ones are complete).
-
-    Raises:
-        PresetError: the preset is damaged, is already in keras-hub's
-            layout, or holds a model without a keras-hub backbone (deep
-            ensembles and the wrappers of whole models keep the zoo
-            layout).
-
-    Example:
-
-    ```python
-    import ensemble_zoo as ez
-
-    model = ez.models.PackedEnsembleImageClassifier.from_preset(
-        "packed_ensemble_vit_tiny_digits"
-    )
-    ez.presets.save_preset(model, "/tmp/packed_preset")
-    ez.presets.convert_preset("/tmp/packed_preset")  # already keras-hub's
-    ```
-    """
-    directory = get_preset_path(preset)
-    if keras_hub_layout.is_keras_hub_layout(directory):
-        return directory
-    metadata = _read_json(directory, METADATA_FILE)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning, message=".*old layout")
-        model = load_preset(directory, load_weights=metadata.get("kind", "trained") == "trained")
-    if not keras_hub_layout.uses_keras_hub_layout(model):
-        raise PresetError(
-            f"The preset in {directory} holds a {type(model).__name__}, which "
-            "has no keras-hub backbone; its zoo layout is current."
-        )
-    kept = {
-        k: v for k, v in metadata.items()
-        if k not in ("weights_sha256", "task_weights_sha256", "layout", "parameter_count")
-    }
-    output_dir = directory if output_dir is None else os.fspath(output_dir)
-    kept["name"] = metadata.get("name", os.path.basename(os.path.normpath(output_dir)))
-    save_preset(
-        model, output_dir, metadata=kept,
-        include_weights=metadata.get("kind", "trained") == "trained",
-    )
-    return output_dir

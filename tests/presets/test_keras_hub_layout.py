@@ -1,12 +1,11 @@
 """Presets in keras-hub's layout: what `save_to_preset` writes, what
-keras-hub's loader and `upload_preset` make of it, the old zoo layout's
-deprecation and its converter, and damaged keras-hub-layout files."""
+keras-hub's loader and `upload_preset` make of it, the refused old zoo
+layout, and damaged keras-hub-layout files."""
 
 import json
 import os
 import shutil
 import types
-import warnings
 
 import h5py
 import keras
@@ -36,18 +35,6 @@ def mlp(seed):
     inputs = keras.Input((8, 8, 1))
     x = keras.layers.Dense(8, activation="relu")(keras.layers.Flatten()(inputs))
     return keras.Model(inputs, keras.layers.Dense(4)(x))
-
-
-def write_old_layout(model, directory):
-    """A preset as the zoo wrote it before the keras-hub layout: the whole
-    classifier in config.json, all its weights in model.weights.h5."""
-    os.makedirs(directory)
-    config = keras.saving.serialize_keras_object(model)
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config, f)
-    model.save_weights(os.path.join(directory, "model.weights.h5"))
-    with open(os.path.join(directory, "metadata.json"), "w") as f:
-        json.dump({"kind": "trained", "description": "old", "metrics": {"a": 1}}, f)
 
 
 def images(n=6, size=8):
@@ -95,35 +82,21 @@ def test_keras_hub_layout_loads_through_keras_hub_and_uploads(tmp_path, monkeypa
     assert uploaded == {"zoo-user/lora-digits": sorted(os.listdir(path))}
 
 
-@pytest.mark.parametrize("kind", ["lora", "deep_ensemble"])
-def test_old_layout_loads_with_a_warning_and_converts(kind, tmp_path):
-    """The deep ensemble's members moved into its backbone: the old
-    weights file still loads (same variable paths, one level down)."""
-    if kind == "lora":
-        model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-            tiny_vit(), num_members=2, rank=1, seed=0
-        )
-    else:
-        model = ez.models.DeepEnsembleClassifier([mlp(0), mlp(1)])
+def test_old_layout_is_refused_by_name(tmp_path):
+    """The zoo's old layout (the whole classifier in config.json) is no
+    longer read; nothing shipped uses it. A `save_preset` of a model that
+    is not a keras-hub task says what it takes."""
+    model = ez.models.DeepEnsembleClassifier([mlp(0), mlp(1)])
     old = str(tmp_path / "old")
-    write_old_layout(model, old)
-    with pytest.warns(FutureWarning, match="convert_preset"):
-        loaded = ez.presets.load_preset(old)
-    x = images()
-    expected = model.predict(x, verbose=0)
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), expected)
-
-    assert ez.presets.convert_preset(old) == old
-    assert set(os.listdir(old)) >= {"task.json", "config.json", "model.weights.h5"}
-    metadata = ez.presets.preset_metadata(old)
-    assert metadata["description"] == "old" and metadata["metrics"] == {"a": 1}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)
-        converted = keras_hub.models.ImageClassifier.from_preset(old)
-        ours = ez.presets.load_preset(old)
-    assert type(converted) is type(model) and type(ours) is type(model)
-    np.testing.assert_array_equal(converted.predict(x, verbose=0), expected)
-    np.testing.assert_array_equal(ours.predict(x, verbose=0), expected)
+    os.makedirs(old)
+    with open(os.path.join(old, "config.json"), "w") as f:
+        json.dump(keras.saving.serialize_keras_object(model), f)
+    with open(os.path.join(old, "metadata.json"), "w") as f:
+        json.dump({"kind": "architecture"}, f)
+    with pytest.raises(PresetError, match="old layout .*DeepEnsembleClassifier.*task.json is missing"):
+        ez.presets.load_preset(old)
+    with pytest.raises(TypeError, match="keras-hub task .*got Functional"):
+        ez.presets.save_preset(mlp(0), str(tmp_path / "plain"))
 
 
 @pytest.fixture(scope="module")
@@ -167,9 +140,3 @@ def test_backbone_config_of_another_class_is_named(damaged):
         json.dump(config, f)
     with pytest.raises(PresetError, match="config.json names the backbone class 'keras_hub>ViTBackbone'"):
         ez.presets.load_preset(damaged)
-
-
-def test_converting_a_current_preset_changes_nothing(hub_preset):
-    before = {n: os.path.getmtime(os.path.join(hub_preset, n)) for n in os.listdir(hub_preset)}
-    assert ez.presets.convert_preset(hub_preset) == hub_preset
-    assert before == {n: os.path.getmtime(os.path.join(hub_preset, n)) for n in os.listdir(hub_preset)}

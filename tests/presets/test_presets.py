@@ -476,18 +476,26 @@ def test_failed_save_leaves_the_previous_preset_intact(saved):
 # refusal; `benchmarks/int8_agreement.py` measures every trained preset
 # and prints the table.
 @pytest.mark.skipif(BACKEND != "jax", reason="the README's table is measured under JAX")
-def test_int8_quantization_reaches_every_dense_and_keeps_the_argmax():
+def test_int8_quantization_reaches_every_kernel_and_keeps_the_argmax(tmp_path):
+    from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
+
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     model = EnsembleClassifier.from_preset("hydra_circuit_vit_tiny_digits")
-    probs32 = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
+    # Quantized before any predict (the preprocessor is left out).
     model.quantize("int8")
-    dense = [
+    kernels = [
         layer for layer in model._flatten_layers()
         if type(layer) in (keras.layers.Dense, keras.layers.EinsumDense)
+        or isinstance(layer, Int8KernelsMixin)
     ]
-    assert dense and all(layer.quantization_mode == "int8" for layer in dense)
+    assert {type(layer).__name__ for layer in kernels} >= {"GroupedDense", "HydraAttention"}
+    assert all(layer.quantization_mode == "int8" for layer in kernels)
     probs = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
+    float32 = EnsembleClassifier.from_preset("hydra_circuit_vit_tiny_digits")
+    probs32 = float32.predict_uncertainty(raw, batch_size=256)["probabilities"]
     assert np.mean(probs.argmax(-1) == probs32.argmax(-1)) >= 0.99
+    with pytest.raises(NotImplementedError, match="quantized .*after `from_preset`"):
+        model.save_to_preset(str(tmp_path / "q"))
     # A subnetwork ensemble refuses (quantized, it predicted 23% of the
     # float32 model's classes).
     subnetwork = EnsembleClassifier.from_preset("subnetwork_vit_tiny_digits")

@@ -13,6 +13,7 @@ from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads):
@@ -39,7 +40,7 @@ def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraBackbone(keras_hub.models.Backbone):
+class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     """A ViT whose members share the embedding and keep their own heads.
 
     The image is patched and embedded once (keras-hub's

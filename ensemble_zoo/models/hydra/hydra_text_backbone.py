@@ -11,10 +11,11 @@ from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
 from ensemble_zoo.models.text_inputs import TEXT_INPUTS
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextBackbone(keras_hub.models.Backbone):
+class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     """A BERT whose members share the embeddings and keep their own heads.
 
     Token, position and segment embeddings and their layer norm are those

@@ -11,6 +11,7 @@ from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma):
@@ -42,7 +43,7 @@ def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, g
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class PackedEnsembleBackbone(keras_hub.models.Backbone):
+class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     """A Packed-Ensembles ViT: M narrow ViTs in one grouped network.
 
     Packed-Ensembles (Laurent et al., ICLR 2023; the baseline of paper

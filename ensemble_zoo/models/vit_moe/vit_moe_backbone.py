@@ -12,6 +12,7 @@ from ensemble_zoo.models.vit_geometry import check_vit_geometry
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 def check_moe_layers(moe_layers, num_layers):
@@ -46,7 +47,7 @@ class ApproximateGELUViTEncoderBlock(ViTEncoderBlock):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class ViTMoEBackbone(keras_hub.models.Backbone):
+class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     """A ViT with sparse mixture-of-experts blocks: V-MoE and E³ (paper 004).
 
     keras-hub's ViT (patch embedding, pre-norm blocks, final layer norm)
