@@ -1,6 +1,5 @@
 """What the BatchEnsemble image and text classifiers share."""
 
-import keras
 import numpy as np
 from keras import ops
 
@@ -17,6 +16,7 @@ from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.models.task_head import task_head
 
 
 #: The method's arguments and their defaults.
@@ -65,17 +65,12 @@ class BatchEnsembleTask:
         seed = config["seed"]
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.head = BatchEnsembleDense(
-            num_classes,
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, BatchEnsembleDense, num_classes,
             config["num_members"],
             fast_weight_initializer=config["fast_weight_initializer"],
             fast_weight_stddev=config["fast_weight_stddev"],
             seed=None if seed is None else seed + 2 * len(batch_ensemble_layers(backbone)),
-            dtype=backbone.dtype_policy,
-            name="predictions",
         )
 
     def _member_logits(self, features):

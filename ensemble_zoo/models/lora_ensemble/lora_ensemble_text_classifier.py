@@ -13,6 +13,7 @@ from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -106,11 +107,8 @@ class LoRAEnsembleTextClassifier(
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.head = GroupedDense(
-            num_classes, num_members, dtype=backbone.dtype_policy, name="predictions"
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, GroupedDense, num_classes, num_members
         )
 
         # === Functional Model ===

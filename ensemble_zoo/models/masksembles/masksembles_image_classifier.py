@@ -24,6 +24,7 @@ from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -126,11 +127,8 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
             seed=None if seed is None else seed + len(mlp_sites(backbone)),
             dtype=backbone.dtype_policy, name="feature_masks",
         )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.head = keras.layers.Dense(
-            num_classes, dtype=backbone.dtype_policy, name="predictions"
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, keras.layers.Dense, num_classes
         )
 
         # === Functional Model ===

@@ -18,6 +18,7 @@ from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.models.task_head import task_head
 
 
 
@@ -113,11 +114,8 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.head = keras.layers.Dense(
-            num_members * num_classes, dtype=backbone.dtype_policy, name="predictions"
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, keras.layers.Dense, num_members * num_classes
         )
 
         # === Functional Model ===

@@ -15,6 +15,7 @@ from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.member_head import pool_member_tokens
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -75,14 +76,8 @@ class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCl
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.head = GroupedDense(
-            num_classes,
-            backbone.num_members,
-            dtype=backbone.dtype_policy,
-            name="predictions",
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, GroupedDense, num_classes, backbone.num_members
         )
 
         # === Functional Model ===

@@ -10,6 +10,7 @@ from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.member_head import pool_member_tokens
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -97,11 +98,8 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
                 dtype=backbone.dtype_policy,
                 name="pre_logits",
             )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.head = keras.layers.Dense(
-            num_classes, dtype=backbone.dtype_policy, name="predictions"
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, keras.layers.Dense, num_classes
         )
 
         # === Functional Model ===
