@@ -134,7 +134,13 @@ def test_matches_numpy_expert_loop(
         assert dropped.any()
     got = to_np(layer(x))
     assert got.shape == shape
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # bfloat16 dispatch: a dispatched value within float32 round-off of a
+    # bfloat16 rounding boundary may round the other way than NumPy's
+    # (PyTorch's CPU kernels vary their summation order between runs;
+    # about 1 run in 20 flipped one value, moving an output by 7e-5): one
+    # flip is allowed there, round-off everywhere else.
+    atol = 2e-4 if vmoe else 1e-5
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=atol)
 
 
 def test_dropped_tokens_give_zero_output():
