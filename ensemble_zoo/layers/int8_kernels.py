@@ -49,11 +49,14 @@ def int8_quantize(values, axes):
     q.tolist()  # [[32, -127], [-127, 32]]
     ```
     """
-    values = np.asarray(values, dtype="float64")
-    amax = np.max(np.abs(values), axis=tuple(axes), keepdims=True)
-    scale = 127.0 / (amax + keras.config.epsilon())
-    quantized = np.clip(np.round(values * scale), -127, 127).astype("int8")
-    return quantized, scale.astype("float32")
+    # Keras' own AbsMax quantizer (what `Dense.quantize` uses), on the host.
+    quantized, scale = keras.quantizers.abs_max_quantize(
+        np.asarray(values, dtype="float32"), axis=tuple(axes), to_numpy=True
+    )
+    return (
+        np.asarray(ops.convert_to_numpy(quantized)),
+        np.asarray(ops.convert_to_numpy(scale), dtype="float32"),
+    )
 
 
 def unsupported_mode_error(layer, mode):
