@@ -15,12 +15,15 @@ tiny ViT):
 - `single at M x 4`: the plain ViT, one pass of batch M x 4: the tiled
   batch without any method;
 - BatchEnsemble M, Masksembles M (scale 2) and LoRA-Ensemble (rank 8)
-  on batch 4, each with its own explicit baseline.
+  on batch 4, each with its own explicit baseline, in one tiled pass
+  (`member_batching="tiled"`) and member by member over the batch
+  (`"sequential"`, what `"auto"` picks for JAX on a CPU; see
+  `ensemble_zoo.models.member_passes`).
 
 The ratio of `single at M x 4` to `single x M` is the cost of the larger
-batch alone; a method's ratio minus it is what the method's own layers
-add. On 2 CPU cores under JAX (see the README) the batch is almost all of
-it.
+batch alone; a method's tiled ratio minus it is what the method's own
+layers add. On 2 CPU cores under JAX (see the README) the batch is almost
+all of it, and the sequential passes remove it.
 """
 
 import argparse
@@ -89,19 +92,23 @@ def main():
     single = single_vit(VIT["quick" if args.quick else "full"])
     m, lm = args.members, args.lora_members
     kwargs = dict(reuse_head=False, num_classes=10)
-    methods = {
-        f"BatchEnsemble {m}": (m, ez.models.BatchEnsembleImageClassifier.from_keras_hub(
-            single, num_members=m, seed=0, **kwargs)),
-        f"Masksembles {m}": (m, ez.models.MasksemblesImageClassifier.from_keras_hub(
-            single, num_members=m, scale=2.0, seed=0, **kwargs)),
-        f"LoRA-Ensemble {lm}": (lm, ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-            single, num_members=lm, rank=8, seed=0, **kwargs)),
+    builds = {
+        f"BatchEnsemble {m}": (m, lambda **kw: ez.models.BatchEnsembleImageClassifier.from_keras_hub(
+            single, num_members=m, seed=0, **kwargs, **kw)),
+        f"Masksembles {m}": (m, lambda **kw: ez.models.MasksemblesImageClassifier.from_keras_hub(
+            single, num_members=m, scale=2.0, seed=0, **kwargs, **kw)),
+        f"LoRA-Ensemble {lm}": (lm, lambda **kw: ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
+            single, num_members=lm, rank=8, seed=0, **kwargs, **kw)),
     }
+    methods = {}
+    for name, (members, build) in builds.items():
+        for batching in ("tiled", "sequential"):
+            methods[f"{name} {batching}"] = (members, build(member_batching=batching))
     x = np.random.default_rng(0).random((4,) + single.backbone.image_shape).astype("float32")
     print(f"backend: {keras.config.backend()}, device: {timing.device_name()}")
-    print(f"{'variant':<22} {'fwd ms':>9} {'/ explicit':>10}")
+    print(f"{'variant':<30} {'fwd ms':>9} {'/ explicit':>10}")
     for name, (ms, ratio) in measure(single, methods, x, args.repeats).items():
-        print(f"{name:<22} {ms:9.1f} {ratio:10.2f}")
+        print(f"{name:<30} {ms:9.1f} {ratio:10.2f}")
 
 
 if __name__ == "__main__":

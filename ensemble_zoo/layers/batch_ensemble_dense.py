@@ -3,6 +3,8 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.member_selection import selected_count
+from ensemble_zoo.layers.member_selection import selected_member
 from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.validation import check_bool
@@ -165,7 +167,8 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
         if None in features:
             raise ValueError(f"{owner} needs known feature axes; got `inputs` of shape {input_shape}.")
         rows = input_shape[0]
-        if rows is not None and rows % self.num_members:
+        members = selected_count(self.num_members)
+        if rows is not None and rows % members:
             raise ValueError(
                 f"{owner} has num_members={self.num_members}, but its `inputs` "
                 f"have {rows} rows, not a multiple of it: pass a member-major "
@@ -218,14 +221,25 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
         if None in middle:
             middle = tuple(ops.shape(inputs)[1 : -self.num_input_axes])
         d_in, d_out = self.kernel.shape
-        m = self.num_members
-        # (M * B, ..., features) -> (M, B * ..., d_in): member m's rows.
-        x = ops.reshape(inputs, (m, -1, d_in))
-        x = x * ops.expand_dims(ops.cast(self.fast_in, x.dtype), 1)
-        y = ops.matmul(x, ops.cast(self.kernel_value("kernel"), x.dtype))
-        y = y * ops.expand_dims(ops.cast(self.fast_out, y.dtype), 1)
-        if self.use_bias:
-            y = y + ops.expand_dims(ops.cast(self.bias, y.dtype), 1)
+        kernel = ops.cast(self.kernel_value("kernel"), inputs.dtype)
+        member = selected_member()
+        if member is None:
+            # (M * B, ..., features) -> (M, B * ..., d_in): member m's rows.
+            x = ops.reshape(inputs, (self.num_members, -1, d_in))
+            x = x * ops.expand_dims(ops.cast(self.fast_in, x.dtype), 1)
+            y = ops.matmul(x, kernel)
+            y = y * ops.expand_dims(ops.cast(self.fast_out, y.dtype), 1)
+            bias = ops.expand_dims(self.bias, 1) if self.use_bias else None
+        else:
+            # One member's rows (`single_member`): its kernel W * outer(r, s)
+            # costs d_in * d_out products, less than scaling every row.
+            fast_in = ops.cast(ops.take(self.fast_in, member, axis=0), kernel.dtype)
+            fast_out = ops.cast(ops.take(self.fast_out, member, axis=0), kernel.dtype)
+            kernel = kernel * fast_in[:, None] * fast_out[None, :]
+            y = ops.matmul(ops.reshape(inputs, (-1, d_in)), kernel)
+            bias = ops.take(self.bias, member, axis=0) if self.use_bias else None
+        if bias is not None:
+            y = y + ops.cast(bias, y.dtype)
         y = ops.reshape(y, (-1,) + middle + self.units)
         if self.activation is not None:
             y = self.activation(y)

@@ -4,28 +4,43 @@ import keras
 from keras import ops
 
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.layers.member_selection import selected_member
+from ensemble_zoo.layers.member_selection import selected_members
 from ensemble_zoo.utils.sublayers import set_trainable
+from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_positive_int
 
 
-def projection_layout(layer):
-    """`(d_in, d_out, in_axes, out_axes)` of a `Dense` / `EinsumDense` kernel.
+#: Row orders of the tiled batch an adapter accepts.
+MEMBER_LAYOUTS = ("member_major", "batch_major")
+
+
+def kernel_layout(layer):
+    """How a `Dense` / `EinsumDense` kernel maps to one `d_in x d_out` matrix.
 
     The LoRA-Ensemble paper treats each projection as one `d_in x d_out`
     matrix, whatever its head split: an `EinsumDense` kernel such as
     multi-head attention's query `(dim, heads, head_dim)` is read as
-    `(dim, heads * head_dim)`. This needs the contracted kernel axes to come
-    first and be the input's trailing axes, and the other kernel axes to be
-    the output's trailing axes (true of every projection in
-    `keras.layers.MultiHeadAttention`).
+    `(dim, heads * head_dim)`. This needs the contracted axes to be the
+    input's trailing axes and the other kernel axes the output's trailing
+    axes; the kernel may hold them in any order (Gemma's query kernel is
+    `(heads, dim, head_dim)`, equation `"btd,ndh->btnh"`; Llama's is
+    `(dim, heads, head_dim)`, `"bqm,muh->bquh"`).
+
+    Returns:
+        `(d_in, d_out, n_in, n_out, permutation)`: the matrix's sizes, the
+        numbers of contracted and produced axes, and the kernel axes in
+        matrix order (the contracted axes in the input's order, then the
+        produced axes in the output's order): `ops.transpose(kernel,
+        permutation)` reshaped to `(d_in, d_out)` is the matrix.
     """
     name = f"{type(layer).__name__} '{layer.name}'"
     if not getattr(layer, "built", False) or getattr(layer, "kernel", None) is None:
         raise ValueError(f"{name} must be built before it is adapted.")
     kernel_shape = tuple(layer.kernel.shape)
     if isinstance(layer, keras.layers.Dense):
-        return kernel_shape[0], kernel_shape[1], 1, 1
+        return kernel_shape[0], kernel_shape[1], 1, 1, (0, 1)
     if not isinstance(layer, keras.layers.EinsumDense):
         raise ValueError(
             f"Only Dense and EinsumDense layers can be adapted; got {name}."
@@ -35,26 +50,45 @@ def projection_layout(layer):
     kernel_spec, outputs_spec = rest.split("->")
     inputs_spec = inputs_spec.replace("...", "")
     outputs_spec = outputs_spec.replace("...", "")
-    contracted = "".join(c for c in kernel_spec if c in inputs_spec)
-    produced = "".join(c for c in kernel_spec if c in outputs_spec)
+    contracted = "".join(c for c in inputs_spec if c in kernel_spec)
+    produced = "".join(c for c in outputs_spec if c in kernel_spec)
     if (
-        kernel_spec != contracted + produced
+        sorted(kernel_spec) != sorted(contracted + produced)
         or not contracted
         or not produced
+        or any(c in outputs_spec for c in contracted)
         or not inputs_spec.endswith(contracted)
         or not outputs_spec.endswith(produced)
         or inputs_spec[: -len(contracted)] != outputs_spec[: -len(produced)]
     ):
         raise ValueError(
             f"{name} has equation {layer.equation!r}; adapting it (LoRA-"
-            "Ensemble, BatchEnsemble) needs the kernel's contracted axes first, as the input's "
-            "trailing axes, followed by the output's trailing axes (e.g. "
-            "'abc,cde->abde' or 'abcd,cde->abe')."
+            "Ensemble, BatchEnsemble) needs the kernel's contracted axes to "
+            "be the input's trailing axes and its other axes the output's "
+            "trailing axes (e.g. 'abc,cde->abde', 'abcd,cde->abe' or "
+            "'btd,ndh->btnh')."
         )
-    n_in = len(contracted)
-    d_in = math.prod(kernel_shape[:n_in])
-    d_out = math.prod(kernel_shape[n_in:])
-    return d_in, d_out, n_in, len(produced)
+    permutation = tuple(kernel_spec.index(c) for c in contracted + produced)
+    d_in = math.prod(kernel_shape[kernel_spec.index(c)] for c in contracted)
+    d_out = math.prod(kernel_shape[kernel_spec.index(c)] for c in produced)
+    return d_in, d_out, len(contracted), len(produced), permutation
+
+
+def projection_layout(layer):
+    """`(d_in, d_out, n_in, n_out)` of a `Dense` / `EinsumDense` kernel
+    whose axes are in matrix order (contracted first): a kernel that
+    reshapes to `(d_in, d_out)` as it is, which BatchEnsemble's shared
+    kernel needs. See `kernel_layout` for the general case."""
+    d_in, d_out, n_in, n_out, permutation = kernel_layout(layer)
+    if permutation != tuple(range(len(permutation))):
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' has equation "
+            f"{layer.equation!r}; this method needs the kernel's contracted "
+            "axes first, as the input's trailing axes, followed by the "
+            "output's trailing axes (e.g. 'abc,cde->abde' or "
+            "'abcd,cde->abe')."
+        )
+    return d_in, d_out, n_in, n_out
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -65,16 +99,21 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
     `W0 x + scale * B_m A_m x` with the frozen base weights `W0` (and bias)
     shared by all members and its own `A_m` `(d_in, rank)` and `B_m`
     `(rank, d_out)`. The input is a member-major batch
-    `(members * batch, ...)` (see `ensemble_zoo.ops.tile_members`), so the
-    unmodified network around the layer runs every member at once; the
-    adapters are two einsums over the member axis, never merged into the
-    kernel (which would materialize M full kernels) and never a loop.
+    `(members * batch, ...)` (see `ensemble_zoo.ops.tile_members`), or
+    with `member_layout="batch_major"` a batch-major one (row `b * members
+    + m` is sample `b` for member `m`, what a causal LM's samplers and KV
+    cache need), so the unmodified network around the layer runs every
+    member at once; the adapters are two einsums over the member axis,
+    never merged into the kernel (which would materialize M full kernels)
+    and never a loop.
 
     The base layer is a built `Dense` or `EinsumDense` with a linear
     activation; an `EinsumDense` kernel is read as one
     `(prod(contracted axes), prod(output axes))` matrix, as the paper does
     ("projections treated as single units, disregarding their partitioning
-    into heads"), which differs from Keras' built-in per-head LoRA.
+    into heads"), which differs from Keras' built-in per-head LoRA. The
+    kernel's axes may come in any order (`kernel_layout`): Gemma's
+    `"btd,ndh->btnh"` is adapted like Llama's `"bqm,muh->bquh"`.
 
     Initialization follows the authors' code: `B = 0`, so every member
     starts equal to the base layer, and each `A_m` is drawn independently
@@ -92,6 +131,8 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             paper's code has no scaling).
         a_gain: float, the Xavier-uniform gain of `A`. Defaults to `10.0`.
         seed: optional int; member `m`'s `A` uses seed `seed + m`.
+        member_layout: `"member_major"` (default; rows `m * batch + b`) or
+            `"batch_major"` (rows `b * members + m`).
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -121,6 +162,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         lora_alpha=None,
         a_gain=10.0,
         seed=None,
+        member_layout="member_major",
         **kwargs,
     ):
         if isinstance(base_layer, dict):
@@ -149,6 +191,9 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         self.lora_alpha = lora_alpha
         self.a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         self.seed = seed
+        self.member_layout = check_choice(
+            member_layout, "member_layout", MEMBER_LAYOUTS
+        )
         self.base_layer = base_layer
         set_trainable(self.base_layer, False)
         if base_layer.built:
@@ -164,9 +209,9 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             return  # built in __init__ from an already built base layer
         if not self.base_layer.built:
             self.base_layer.build(input_shape)
-        self.d_in, self.d_out, self.n_in, self.n_out = projection_layout(
-            self.base_layer
-        )
+        (
+            self.d_in, self.d_out, self.n_in, self.n_out, self.permutation
+        ) = kernel_layout(self.base_layer)
         a_init = keras.initializers.VarianceScaling(
             scale=self.a_gain**2,
             mode="fan_avg",
@@ -188,12 +233,33 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        member = selected_member()
+        if (
+            member is not None
+            and self.member_layout == "member_major"
+            and getattr(self.base_layer, "quantization_mode", None) is None
+        ):
+            return self._merged_call(inputs, member)
         outputs = self.base_layer(inputs)
-        # (M * batch, ..., d_in) -> (M, rows, d_in): member-major rows.
-        x = ops.reshape(inputs, (self.num_members, -1, self.d_in))
-        x = ops.cast(x, self.compute_dtype)
-        z = ops.einsum("mni,mir->mnr", x, ops.cast(self.lora_a, self.compute_dtype))
-        delta = ops.einsum("mnr,mro->mno", z, ops.cast(self.lora_b, self.compute_dtype))
+        x = ops.cast(inputs, self.compute_dtype)
+        a, members = selected_members(self.lora_a, self.num_members)
+        b, _ = selected_members(self.lora_b, self.num_members)
+        a = ops.cast(a, self.compute_dtype)
+        b = ops.cast(b, self.compute_dtype)
+        if self.member_layout == "member_major":
+            # (M * batch, ..., d_in) -> (M, rows, d_in): member-major rows.
+            x = ops.reshape(x, (members, -1, self.d_in))
+            z = ops.einsum("mni,mir->mnr", x, a)
+            delta = ops.einsum("mnr,mro->mno", z, b)
+        else:
+            # (batch * M, tokens, d_in) -> (batch, M, rest, d_in).
+            shape = ops.shape(x)
+            rest = 1
+            for size in shape[1 : len(shape) - self.n_in]:
+                rest = rest * size
+            x = ops.reshape(x, (-1, self.num_members, rest, self.d_in))
+            z = ops.einsum("bmni,mir->bmnr", x, a)
+            delta = ops.einsum("bmnr,mro->bmno", z, b)
         if self.scale != 1.0:
             delta = delta * self.scale
         delta = ops.reshape(delta, ops.shape(outputs))
@@ -205,12 +271,33 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
     def merged_kernel(self, member):
         """The kernel of member `member` merged: `W0 + scale * A_m B_m`.
 
-        Returned in the base kernel's shape, for reference comparisons and
-        for exporting one member as a plain model.
+        Returned in the base kernel's shape (and axis order), for
+        reference comparisons and for exporting one member as a plain
+        model. `member` may be an int or an integer scalar tensor.
         """
-        delta = ops.matmul(self.lora_a[member], self.lora_b[member]) * self.scale
+        a = ops.take(self.lora_a, member, axis=0)
+        b = ops.take(self.lora_b, member, axis=0)
+        delta = ops.matmul(a, b) * self.scale
         kernel = self.base_layer.kernel
-        return kernel + ops.reshape(ops.cast(delta, kernel.dtype), kernel.shape)
+        shape = tuple(kernel.shape)
+        delta = ops.reshape(delta, tuple(shape[i] for i in self.permutation))
+        inverse = [self.permutation.index(i) for i in range(len(shape))]
+        return kernel + ops.cast(ops.transpose(delta, inverse), kernel.dtype)
+
+    def _merged_call(self, inputs, member):
+        """One member's rows (`single_member`) through its merged kernel:
+        `d_in * rank * d_out` products for the merge instead of two
+        low-rank products per row."""
+        base = self.base_layer
+        kernel = ops.cast(self.merged_kernel(member), self.compute_dtype)
+        x = ops.cast(inputs, self.compute_dtype)
+        if isinstance(base, keras.layers.Dense):
+            y = ops.matmul(x, kernel)
+        else:
+            y = ops.einsum(base.equation, x, kernel)
+        if getattr(base, "bias", None) is not None:
+            y = y + ops.cast(base.bias, y.dtype)
+        return y
 
     def get_config(self):
         config = super().get_config()
@@ -222,6 +309,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
                 "lora_alpha": self.lora_alpha,
                 "a_gain": self.a_gain,
                 "seed": self.seed,
+                "member_layout": self.member_layout,
             }
         )
         return config

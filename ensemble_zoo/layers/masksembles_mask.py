@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.layers.member_selection import selected_members
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
@@ -129,8 +130,9 @@ class MasksemblesMask(keras.layers.Layer):
 
     def call(self, inputs):
         shape = ops.shape(inputs)
-        x = ops.reshape(inputs, (self.num_members, -1, shape[-1]))
-        x = x * self.member_factors()[:, None, :]
+        factors, members = selected_members(self.member_factors(), self.num_members)
+        x = ops.reshape(inputs, (members, -1, shape[-1]))
+        x = x * factors[:, None, :]
         return ops.reshape(x, shape)
 
     def compute_output_shape(self, input_shape):

@@ -136,8 +136,11 @@ class EnsembleClassifier(
         integer images silently."""
         self._check_inputs(inputs)
         with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
-            return super().call(inputs, training=training, mask=mask, **kwargs)
+            return self._run_graph(inputs, training=training, mask=mask, **kwargs)
 
+    def _run_graph(self, inputs, training=None, **kwargs):
+        """Runs the functional graph (`MemberPassesMixin` runs it in passes)."""
+        return super().call(inputs, training=training, **kwargs)
 
     # === Input checks ===
 

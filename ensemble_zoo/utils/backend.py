@@ -314,3 +314,25 @@ def concrete_value(x):
             return None
         return x.detach().cpu().numpy()
     return None
+
+
+def is_tracing(x):
+    """Whether `x` is being traced into a compiled program (a JAX tracer, a
+    TensorFlow graph tensor, a tensor under `torch.compile`) rather than
+    an eager value."""
+    if isinstance(x, keras.KerasTensor):
+        return True
+    module = type(x).__module__
+    if module.startswith("jax"):
+        import jax
+
+        return isinstance(x, jax.core.Tracer)
+    if module.startswith("tensorflow"):
+        import tensorflow as tf
+
+        return tf.is_symbolic_tensor(x) or not tf.executing_eagerly()
+    if module.startswith("torch"):
+        import torch
+
+        return torch.compiler.is_compiling()
+    return False

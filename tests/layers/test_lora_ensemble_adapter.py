@@ -26,13 +26,23 @@ def output_projection():
     return layer, np.random.default_rng(1).normal(size=(2, 5, 3, 4)).astype("float32")
 
 
+def gemma_query_projection():
+    """Gemma's query: heads before the contracted axis in the kernel
+    `(heads, dim, head_dim)`."""
+    layer = keras.layers.EinsumDense(
+        "btd,ndh->btnh", output_shape=(None, 3, 4), bias_axes="nh", name="query"
+    )
+    layer.build((None, 5, 6))
+    return layer, np.random.default_rng(3).normal(size=(2, 5, 6)).astype("float32")
+
+
 def dense_projection():
     layer = keras.layers.Dense(7, name="dense")
     layer.build((None, 6))
     return layer, np.random.default_rng(2).normal(size=(3, 6)).astype("float32")
 
 
-PROJECTIONS = [query_projection, output_projection, dense_projection]
+PROJECTIONS = [query_projection, output_projection, gemma_query_projection, dense_projection]
 
 
 def randomize(adapter, seed=0):
@@ -68,12 +78,20 @@ def test_batched_members_equal_merged_kernels(make, lora_alpha):
     randomize(adapter)
     out = to_np(untile_members(adapter(tile_members(x, 3)), 3))
     scale = 1.0 if lora_alpha is None else lora_alpha / 2
-    w0 = to_np(base.kernel)
     a, b = to_np(adapter.lora_a), to_np(adapter.lora_b)
+    base_out = to_np(base(x))
+    # The paper's update on the flattened projection: the input's
+    # contracted (trailing) axes times A_m B_m, into the output's trailing
+    # axes; the merged kernel, run through the layer's own equation, must
+    # give the same output whatever the kernel's axis order.
+    d_in, d_out = a.shape[1], b.shape[2]
+    rows = x.reshape(-1, d_in)
     for m in range(3):
-        merged = w0 + (scale * a[m] @ b[m]).reshape(w0.shape)
-        np.testing.assert_allclose(out[:, m], reference(base, x, merged), atol=1e-4)
-        np.testing.assert_allclose(to_np(adapter.merged_kernel(m)), merged, atol=1e-5)
+        expected = base_out + (scale * rows @ a[m] @ b[m]).reshape(base_out.shape)
+        np.testing.assert_allclose(out[:, m], expected, atol=1e-4)
+        merged = to_np(adapter.merged_kernel(m))
+        np.testing.assert_allclose(reference(base, x, merged), expected, atol=1e-4)
+    assert d_in * d_out == to_np(base.kernel).size
 
 
 def test_one_member_equals_keras_lora():
@@ -128,10 +146,12 @@ def test_bad_arguments_are_clear_errors():
     relu.build((None, 4))
     with pytest.raises(ValueError, match="linear"):
         LoRAEnsembleAdapter(relu, num_members=2, rank=1)
-    transposed = keras.layers.EinsumDense("ab,cb->ac", output_shape=3)
-    transposed.build((None, 4))
+    inner = keras.layers.EinsumDense("abc,bd->acd", output_shape=(4, 3))
+    inner.build((None, 5, 4))  # contracts an axis that is not trailing
     with pytest.raises(ValueError, match="equation"):
-        LoRAEnsembleAdapter(transposed, num_members=2, rank=1)
+        LoRAEnsembleAdapter(inner, num_members=2, rank=1)
+    with pytest.raises(ValueError, match="member_layout"):
+        LoRAEnsembleAdapter(base, num_members=2, rank=1, member_layout="rows")
     with pytest.raises(TypeError, match="`base_layer` must be a keras.layers.Dense or keras.layers.EinsumDense"):
         norm = keras.layers.LayerNormalization()
         norm.build((None, 4))
@@ -148,3 +168,20 @@ def test_tile_and_untile_members():
     np.testing.assert_array_equal(back[:, 1], 10 * x)
     with pytest.raises(ValueError, match="num_members"):
         tile_members(x, 0)
+
+
+@pytest.mark.parametrize("make", [gemma_query_projection, dense_projection], ids=lambda f: f.__name__)
+def test_batch_major_rows_equal_member_major_rows(make):
+    """Row `b * M + m` of a batch-major adapter is row `m * batch + b` of
+    the member-major one with the same weights."""
+    base, x = make()
+    member_major = LoRAEnsembleAdapter(base, num_members=3, rank=2, seed=0)
+    randomize(member_major)
+    batch_major = LoRAEnsembleAdapter(
+        base, num_members=3, rank=2, seed=0, member_layout="batch_major"
+    )
+    batch_major.set_weights(member_major.get_weights())
+    expected = to_np(untile_members(member_major(tile_members(x, 3)), 3))
+    out = to_np(batch_major(np.repeat(x, 3, axis=0)))
+    np.testing.assert_allclose(out.reshape(expected.shape), expected, atol=1e-5)
+    assert batch_major.get_config()["member_layout"] == "batch_major"

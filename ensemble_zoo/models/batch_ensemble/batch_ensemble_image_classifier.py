@@ -5,10 +5,12 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEns
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_passes import MemberPassesMixin
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import PooledTokensFeatures
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
@@ -16,7 +18,7 @@ from ensemble_zoo.utils.validation import check_rate
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class BatchEnsembleImageClassifier(
-    BatchEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
+    MemberPassesMixin, PooledTokensFeatures, BatchEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
 ):
     """BatchEnsemble on a keras-hub ViT: one shared network, rank-1 members.
 
@@ -52,6 +54,11 @@ class BatchEnsembleImageClassifier(
             here.
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
+        member_batching: `"auto"` (default), `"tiled"` or `"chunked"`: how
+            inference runs the member-major batch, in one pass or in passes
+            of at most the batch's rows (`"auto"`: chunked for JAX on a
+            CPU, where that is faster; see
+            `ensemble_zoo.models.member_passes`). Training runs one pass.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
 
@@ -82,8 +89,10 @@ class BatchEnsembleImageClassifier(
         fast_weight_stddev=None,
         seed=None,
         preprocessor=None,
+        member_batching="auto",
         **kwargs,
     ):
+        member_batching = check_member_batching(member_batching)
         check_image_backbone(backbone)
         pooling = check_pooling(pooling)
         num_classes = check_positive_int(num_classes, "num_classes")
@@ -100,9 +109,11 @@ class BatchEnsembleImageClassifier(
         # One pass over the member-major batch (members * batch): rows of
         # member m use W * outer(r_m, s_m) and b_m in every projection.
         inputs = backbone.input
-        x = backbone(tile_members(inputs, backbone.method_config["num_members"]))
-        outputs = self._member_logits(pool_tokens(x, pooling))
+        self._pooling = pooling
+        x = self._member_features(tile_members(inputs, backbone.method_config["num_members"]))
+        outputs = self._member_outputs(x)
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.member_batching = member_batching
 
         # === Config ===
         self._set_config(num_classes, dropout)

@@ -56,7 +56,7 @@ class BatchEnsembleTask:
 
     A subclass converts its backbone (`batch_ensemble_backbone`), calls
     `_make_layers`, builds its graph from the backbone's pooled features
-    of the member-major batch through `_member_logits`, and implements
+    of the member-major batch through `_member_outputs`, and implements
     `_plain_task(backbone)` (the keras-hub task of one member).
     """
 
@@ -73,7 +73,7 @@ class BatchEnsembleTask:
             seed=None if seed is None else seed + 2 * len(batch_ensemble_layers(backbone)),
         )
 
-    def _member_logits(self, features):
+    def _member_outputs(self, features):
         """Pooled features `(members * batch, dim)` of the member-major
         batch -> float32 member logits `(batch, members, classes)`."""
         x = self.output_dropout(features)

@@ -5,6 +5,9 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEns
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_passes import MemberPassesMixin
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import PooledOutputFeatures
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 from ensemble_zoo.ops.member_tiling import tile_members
@@ -14,7 +17,7 @@ from ensemble_zoo.utils.validation import check_rate
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class BatchEnsembleTextClassifier(
-    TextInputsMixin, BatchEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
+    TextInputsMixin, MemberPassesMixin, PooledOutputFeatures, BatchEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
 ):
     """BatchEnsemble on a keras-hub BERT: one shared network, rank-1 members.
 
@@ -46,6 +49,11 @@ class BatchEnsembleTextClassifier(
             when it is a BatchEnsemble backbone, else the defaults named
             here.
         preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`.
+        member_batching: `"auto"` (default), `"tiled"` or `"chunked"`: how
+            inference runs the member-major batch, in one pass or in passes
+            of at most the batch's rows (`"auto"`: chunked for JAX on a
+            CPU, where that is faster; see
+            `ensemble_zoo.models.member_passes`). Training runs one pass.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
 
@@ -84,8 +92,10 @@ class BatchEnsembleTextClassifier(
         fast_weight_stddev=None,
         seed=None,
         preprocessor=None,
+        member_batching="auto",
         **kwargs,
     ):
+        member_batching = check_member_batching(member_batching)
         if not isinstance(backbone, keras_hub.models.BertBackbone):
             raise TypeError(
                 "`backbone` must be a keras_hub.models.BertBackbone; got "
@@ -105,8 +115,9 @@ class BatchEnsembleTextClassifier(
         inputs = backbone.input
         num_members = backbone.method_config["num_members"]
         tiled = {name: tile_members(x, num_members) for name, x in inputs.items()}
-        outputs = self._member_logits(backbone(tiled)["pooled_output"])
+        outputs = self._member_outputs(self._member_features(tiled))
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.member_batching = member_batching
 
         # === Config ===
         self._set_config(num_classes, dropout)

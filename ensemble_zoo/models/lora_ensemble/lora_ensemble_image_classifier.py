@@ -3,16 +3,16 @@ import keras_hub
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_passes import MemberPassesMixin
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import PooledTokensFeatures
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
 from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.models.task_head import task_head
@@ -20,7 +20,7 @@ from ensemble_zoo.models.task_head import task_head
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LoRAEnsembleImageClassifier(
-    LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
+    MemberPassesMixin, PooledTokensFeatures, LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
 ):
     """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
 
@@ -62,6 +62,11 @@ class LoRAEnsembleImageClassifier(
         seed: optional int, seeds the adapters' `A` initialization.
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
+        member_batching: `"auto"` (default), `"tiled"` or `"chunked"`: how
+            inference runs the member-major batch, in one pass or in passes
+            of at most the batch's rows (`"auto"`: chunked for JAX on a
+            CPU, where that is faster; see
+            `ensemble_zoo.models.member_passes`). Training runs one pass.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
 
@@ -97,8 +102,10 @@ class LoRAEnsembleImageClassifier(
         dropout=0.0,
         seed=None,
         preprocessor=None,
+        member_batching="auto",
         **kwargs,
     ):
+        member_batching = check_member_batching(member_batching)
         check_image_backbone(backbone)
         pooling = check_pooling(pooling)
         num_classes = check_positive_int(num_classes, "num_classes")
@@ -120,11 +127,11 @@ class LoRAEnsembleImageClassifier(
         # One backbone pass over the member-major batch (members * batch):
         # rows of member m go through W0 + B_m A_m in every adapter.
         inputs = backbone.input
-        x = backbone(tile_members(inputs, num_members))
-        x = untile_members(pool_tokens(x, pooling), num_members)
-        x = self.output_dropout(x)
-        outputs = member_logits(self.head(x))
+        self._pooling = pooling
+        x = self._member_features(tile_members(inputs, num_members))
+        outputs = self._member_outputs(x)
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.member_batching = member_batching
 
         # === Config ===
         self._set_method_config(num_classes, dropout, method_config)

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from ensemble_zoo.models.head_reuse import resolve_head
+from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.lora_ensemble import adapter_weights
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
@@ -13,6 +14,7 @@ from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import BACKBONES
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
+from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -55,6 +57,12 @@ class LoRAEnsembleTask:
     """Behaviour shared by the LoRA-Ensemble image and text classifiers
     (no Keras base; listed before `EnsembleClassifier`): the adapters,
     config, adapter saving and the keras-hub conversions' head copy."""
+
+    def _member_outputs(self, features):
+        """Member-major pooled features -> member logits."""
+        num_members = self.backbone.method_config["num_members"]
+        x = self.output_dropout(untile_members(features, num_members))
+        return member_logits(self.head(x))
 
     def _set_method_config(self, num_classes, dropout, method_config):
         self.num_members = int(method_config["num_members"])

@@ -3,14 +3,15 @@ import keras_hub
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_passes import MemberPassesMixin
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import PooledOutputFeatures
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
-from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.models.task_head import task_head
@@ -18,7 +19,7 @@ from ensemble_zoo.models.task_head import task_head
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LoRAEnsembleTextClassifier(
-    TextInputsMixin, LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
+    TextInputsMixin, MemberPassesMixin, PooledOutputFeatures, LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
 ):
     """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
 
@@ -49,6 +50,11 @@ class LoRAEnsembleTextClassifier(
         seed: optional int, seeds the adapters' `A` initialization.
         preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
             run on raw strings by `fit`, `predict` and `evaluate`.
+        member_batching: `"auto"` (default), `"tiled"` or `"chunked"`: how
+            inference runs the member-major batch, in one pass or in passes
+            of at most the batch's rows (`"auto"`: chunked for JAX on a
+            CPU, where that is faster; see
+            `ensemble_zoo.models.member_passes`). Training runs one pass.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
 
@@ -89,8 +95,10 @@ class LoRAEnsembleTextClassifier(
         dropout=0.1,
         seed=None,
         preprocessor=None,
+        member_batching="auto",
         **kwargs,
     ):
+        member_batching = check_member_batching(member_batching)
         if not isinstance(backbone, keras_hub.models.BertBackbone):
             raise ValueError(
                 "`backbone` must be a keras_hub.models.BertBackbone; got "
@@ -114,10 +122,9 @@ class LoRAEnsembleTextClassifier(
         # === Functional Model ===
         inputs = backbone.input
         tiled = {name: tile_members(x, num_members) for name, x in inputs.items()}
-        x = backbone(tiled)["pooled_output"]
-        x = self.output_dropout(untile_members(x, num_members))
-        outputs = member_logits(self.head(x))
+        outputs = self._member_outputs(self._member_features(tiled))
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.member_batching = member_batching
 
         # === Config ===
         self._set_method_config(num_classes, dropout, method_config)

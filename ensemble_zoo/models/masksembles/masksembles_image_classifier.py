@@ -5,6 +5,9 @@ from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_passes import MemberPassesMixin
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import PooledTokensFeatures
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.head_reuse import resolve_head
@@ -14,7 +17,6 @@ from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembl
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
 from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
@@ -28,7 +30,7 @@ from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the
@@ -61,6 +63,11 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
             else the defaults named here.
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
+        member_batching: `"auto"` (default), `"tiled"` or `"chunked"`: how
+            inference runs the member-major batch, in one pass or in passes
+            of at most the batch's rows (`"auto"`: chunked for JAX on a
+            CPU, where that is faster; see
+            `ensemble_zoo.models.member_passes`). Training runs one pass.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
 
@@ -90,8 +97,10 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         dropout=0.0,
         seed=None,
         preprocessor=None,
+        member_batching="auto",
         **kwargs,
     ):
+        member_batching = check_member_batching(member_batching)
         check_image_backbone(backbone)
         pooling = check_pooling(pooling)
         method_config = method_arguments(
@@ -135,10 +144,12 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         # One pass over the member-major batch (members * batch): rows of
         # member m pass its mask in every MLP and before the head.
         inputs = backbone.input
-        x = backbone(tile_members(inputs, num_members))
-        x = self.output_dropout(self.feature_mask(pool_tokens(x, pooling)))
-        outputs = member_logits(untile_members(self.head(x), num_members))
+        self._pooling = pooling
+        self._num_members = num_members
+        x = self._member_features(tile_members(inputs, num_members))
+        outputs = self._member_outputs(x)
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.member_batching = member_batching
 
         # === Config ===
         self.num_members = num_members
@@ -147,6 +158,11 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         self.pooling = pooling
         self.dropout = dropout
         self.seed = seed
+
+    def _member_outputs(self, features):
+        """Member-major pooled features -> member logits."""
+        x = self.output_dropout(self.feature_mask(features))
+        return member_logits(untile_members(self.head(x), self._num_members))
 
     @property
     def mask_layers(self):
