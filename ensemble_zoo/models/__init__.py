@@ -33,3 +33,14 @@ from ensemble_zoo.models.deep_ensemble import DeepEnsembleBackbone
 from ensemble_zoo.models.baselines import MCDropoutBackbone
 from ensemble_zoo.models.implicit import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.implicit import TileEnsembleBackbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleCausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleGemmaBackbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleGemmaCausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleLlama3Backbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleLlama3CausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleLlamaBackbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleLlamaCausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleMistralBackbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleMistralCausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleQwenBackbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleQwenCausalLM

@@ -209,7 +209,17 @@ def uncertainty_decomposition(member_logits, from_logits=True):
 
 
 def _uncertainty_decomposition(member_logits, from_logits=True):
-    log_p = _member_log_probs(member_logits, from_logits)
+    return uncertainty_decomposition_on_axis(
+        _member_log_probs(member_logits, from_logits)
+    )
+
+
+def uncertainty_decomposition_on_axis(log_p):
+    """The decomposition of `uncertainty_decomposition` from member
+    log-probabilities `(batch, members, ..., classes)` of any rank (members
+    on axis 1, classes last), unchecked: the form compiled code calls (a
+    causal LM's decode loop, per position). Returns `total`, `aleatoric`
+    and `epistemic`, each `(batch, ...)`."""
     log_mean = ops.logsumexp(log_p, axis=1) - ops.log(
         ops.cast(ops.shape(log_p)[1], log_p.dtype)
     )

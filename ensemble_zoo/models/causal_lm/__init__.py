@@ -1,0 +1,13 @@
+"""Ensemble methods for keras-hub causal language models."""
+
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleGemmaCausalLM
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleLlama3CausalLM
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleLlamaCausalLM
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleMistralCausalLM
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleQwenCausalLM
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleGemmaBackbone
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleLlama3Backbone
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleLlamaBackbone
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleMistralBackbone
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleQwenBackbone

@@ -1,0 +1,606 @@
+"""LoRA-Ensemble for keras-hub causal language models (paper 002).
+
+M low-rank adapters on the attention projections of one frozen decoder
+(Gemma, Llama, Llama 3, Mistral, Qwen): the members share every weight of
+the keras-hub model, run in one batched pass, and keep one KV cache entry
+each. Generation samples from the ensemble's predictive distribution and
+reports, for every generated token, the ensemble's total, aleatoric and
+epistemic uncertainty, computed inside the compiled decode loop.
+"""
+
+import numpy as np
+import keras
+import keras_hub
+from keras import ops
+
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import DEFAULT_TARGETS
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import (
+    LoRAEnsembleGemmaBackbone,
+    LoRAEnsembleLlama3Backbone,
+    LoRAEnsembleLlamaBackbone,
+    LoRAEnsembleMistralBackbone,
+    LoRAEnsembleQwenBackbone,
+    _LoRAEnsembleDecoderBackbone,
+)
+from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
+from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
+from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_positive_int
+
+#: Samplers whose `__call__` is keras-hub's base loop (they only choose
+#: the next token): their per-token figures come from the decode loop.
+#: Others (beam, contrastive) run keras-hub's own loop on the ensemble's
+#: log-probabilities, and their figures come from one teacher-forced pass.
+LOOP_SAMPLERS = (
+    keras_hub.samplers.GreedySampler,
+    keras_hub.samplers.RandomSampler,
+    keras_hub.samplers.TopKSampler,
+    keras_hub.samplers.TopPSampler,
+)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class RepeatMembers(keras.layers.Layer):
+    """`(batch, ...)` -> batch-major `(batch * members, ...)`: row
+    `b * members + m` is member `m`'s copy of sample `b`.
+
+    Args:
+        num_members: int.
+        **kwargs: other `keras.layers.Layer` arguments.
+    """
+
+    def __init__(self, num_members, **kwargs):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+
+    def call(self, inputs):
+        return ops.repeat(inputs, self.num_members, axis=0)
+
+    def compute_output_shape(self, input_shape):
+        batch = input_shape[0]
+        batch = None if batch is None else batch * self.num_members
+        return (batch,) + tuple(input_shape[1:])
+
+    def get_config(self):
+        return {**super().get_config(), "num_members": self.num_members}
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class SplitMembers(keras.layers.Layer):
+    """Batch-major `(batch * members, ...)` -> `(batch, members, ...)`.
+
+    Args:
+        num_members: int.
+        **kwargs: other `keras.layers.Layer` arguments.
+    """
+
+    def __init__(self, num_members, **kwargs):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+
+    def call(self, inputs):
+        return split_members(inputs, self.num_members)
+
+    def compute_output_shape(self, input_shape):
+        batch = input_shape[0]
+        batch = None if batch is None else batch // self.num_members
+        return (batch, self.num_members) + tuple(input_shape[1:])
+
+    def get_config(self):
+        return {**super().get_config(), "num_members": self.num_members}
+
+
+def split_members(x, num_members):
+    """Batch-major `(batch * members, ...)` -> `(batch, members, ...)`."""
+    shape = ops.shape(x)
+    return ops.reshape(x, (-1, num_members) + tuple(shape[1:]))
+
+
+def merge_members(x):
+    """`(batch, members, ...)` -> batch-major `(batch * members, ...)`."""
+    shape = ops.shape(x)
+    return ops.reshape(x, (-1,) + tuple(shape[2:]))
+
+
+def member_token_cross_entropy(y_true, y_pred):
+    """Mean over members of the token cross-entropy, from member logits
+    `(batch, members, tokens, vocabulary)` and token ids `(batch, tokens)`:
+    `(batch, tokens)`, which the preprocessor's padding mask weights."""
+    num_members = ops.shape(y_pred)[1]
+    labels = ops.repeat(ops.expand_dims(ops.cast(y_true, "int32"), 1), num_members, axis=1)
+    losses = keras.losses.sparse_categorical_crossentropy(
+        labels, ops.cast(y_pred, "float32"), from_logits=True
+    )
+    return ops.mean(losses, axis=1)
+
+
+class LoRAEnsembleCausalLM:
+    """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
+
+    LoRA-Ensemble (Mühlematter et al., paper 002) gives each of `M`
+    members its own low-rank update `B_m A_m` of the attention projections
+    of one frozen pretrained model. Here the model is a keras-hub
+    `CausalLM`; the members run batch-major (row `b * M + m`), so that one
+    decode step computes every member and keras-hub's KV cache holds one
+    entry per member, `(batch, members, layers, 2, length, kv_heads,
+    head_dim)`.
+
+    `model(inputs)` returns member logits `(batch, members, tokens,
+    vocabulary)`. `generate()` samples from the ensemble's predictive
+    distribution `p̄ = mean_m softmax(z_m)`: the sampler sees `log p̄` as
+    its logits, so at `temperature` T it samples `p̄^(1/T)` renormalized,
+    which is not the mean of tempered members (at T = 1 both are `p̄`).
+    `generate(..., return_uncertainty=True)` also returns per-token
+    uncertainty (see `generate`), and `score_uncertainty` the same figures
+    for given text.
+
+    Build one with `LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)`,
+    which picks the family's class (`LoRAEnsembleGemmaCausalLM`, ...) and
+    never changes `causal_lm`. With `B = 0` (the initialization) every
+    member is the given model, and `generate` reproduces its output.
+
+    Args:
+        backbone: a LoRA-Ensemble decoder backbone of the family
+            (`LoRAEnsembleGemmaBackbone`, ...).
+        preprocessor: optional keras-hub `CausalLMPreprocessor` of the
+            family.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    gemma = keras_hub.models.GemmaCausalLM(
+        backbone=keras_hub.models.GemmaBackbone(
+            vocabulary_size=50, num_layers=2, num_query_heads=4,
+            num_key_value_heads=2, hidden_dim=32, intermediate_dim=64,
+            head_dim=8,
+        ),
+        preprocessor=None,
+    )
+    ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
+        gemma, num_members=3, rank=2, seed=0
+    )
+    prompt = {
+        "token_ids": np.array([[1, 5, 7, 0, 0, 0]]),
+        "padding_mask": np.array([[1, 1, 1, 0, 0, 0]], bool),
+    }
+    ensemble(prompt).shape  # (1, 3, 6, 50): member logits
+    out = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
+    out["epistemic"].shape  # (1, 6), zero outside the generated tokens
+    ```
+    """
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        if not isinstance(backbone, self.backbone_cls):
+            raise TypeError(
+                f"`backbone` must be a {self.backbone_cls.__name__}; got "
+                f"{type(backbone).__name__}. Build the model with "
+                "LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)."
+            )
+        num_members = backbone.num_members
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.repeat_members = RepeatMembers(num_members, name="repeat_members")
+        self.split_members = SplitMembers(num_members, name="split_members")
+
+        # === Functional Model ===
+        inputs = backbone.input
+        tiled = {name: self.repeat_members(x) for name, x in inputs.items()}
+        hidden = backbone(tiled)
+        logits = backbone.token_embedding(hidden, reverse=True)
+        outputs = self.split_members(logits)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.generate_function = None
+        self._flat_cache = False
+
+    # === Construction ===
+
+    @staticmethod
+    def from_keras_hub(
+        causal_lm,
+        num_members,
+        rank,
+        targets=DEFAULT_TARGETS,
+        lora_alpha=None,
+        a_gain=10.0,
+        seed=None,
+    ):
+        """A LoRA-Ensemble of `num_members` members on a keras-hub causal LM.
+
+        The new model holds a copy of `causal_lm`'s backbone (same config
+        and weights, frozen) with adapters on the attention projections,
+        and `causal_lm`'s preprocessor; `causal_lm` itself is not changed.
+
+        Args:
+            causal_lm: a `keras_hub.models.GemmaCausalLM`,
+                `LlamaCausalLM`, `Llama3CausalLM`, `MistralCausalLM` or
+                `QwenCausalLM`.
+            num_members: int, the number of members M.
+            rank: int, the adapters' rank.
+            targets: projections to adapt, among `"query"`, `"key"`,
+                `"value"` and `"attention_output"` (default: all four).
+            lora_alpha: optional float; updates are scaled by
+                `lora_alpha / rank` (`None`: 1).
+            a_gain: float, the Xavier-uniform gain of each `A_m` (the
+                paper's 10; `B = 0` keeps every member equal to the model
+                at the start whatever the gain).
+            seed: optional int for reproducible adapters.
+
+        Returns:
+            A `LoRAEnsembleCausalLM` of the family's class.
+        """
+        cls = TASKS.get(type(causal_lm))
+        if cls is None:
+            raise TypeError(
+                "`causal_lm` must be one of "
+                f"{sorted(t.__name__ for t in TASKS)}; got "
+                f"{type(causal_lm).__name__}."
+            )
+        backbone = cls.backbone_cls.from_backbone(
+            causal_lm.backbone,
+            num_members=num_members,
+            rank=rank,
+            targets=list(targets) if not isinstance(targets, str) else [targets],
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
+        )
+        return cls(backbone=backbone, preprocessor=causal_lm.preprocessor)
+
+    @property
+    def num_members(self):
+        return self.backbone.num_members
+
+    @property
+    def adapters(self):
+        """The backbone's `LoRAEnsembleAdapter`s."""
+        return self.backbone.adapters
+
+    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
+        """keras-hub's `CausalLM.compile`; the default loss is the mean over
+        members of the token cross-entropy (`member_token_cross_entropy`),
+        and there is no default metric (keras-hub's token accuracy expects
+        one model's logits)."""
+        if loss == "auto":
+            loss = member_token_cross_entropy
+        if weighted_metrics == "auto":
+            weighted_metrics = None
+        super().compile(
+            optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs
+        )
+
+    # === Decoding with a KV cache ===
+
+    def call_with_cache(self, token_ids, cache, cache_update_index):
+        """The family's `call_with_cache` on every member.
+
+        Args:
+            token_ids: int `(batch, tokens)`.
+            cache: `(batch, members, layers, 2, length, kv_heads,
+                head_dim)`.
+            cache_update_index: int, where `token_ids` start.
+
+        Returns:
+            `(log_probs, hidden_states, cache)`: the ensemble's predictive
+            log-probabilities `(batch, tokens, vocabulary)` (what
+            keras-hub's samplers take as logits), the members' mean final
+            hidden states `(batch, tokens, hidden_dim)` and the updated
+            cache.
+        """
+        if self._flat_cache:
+            return super().call_with_cache(token_ids, cache, cache_update_index)
+        member_logits, hidden, cache = self._member_step(token_ids, cache, cache_update_index)
+        return ensemble_log_probabilities(member_logits), ops.mean(hidden, axis=1), cache
+
+    def _member_step(self, token_ids, cache, cache_update_index):
+        """Member logits `(batch, members, tokens, vocabulary)`, member
+        hidden states and the cache, from the family's `call_with_cache`."""
+        self._flat_cache = True
+        try:
+            logits, hidden, cache = super().call_with_cache(
+                ops.repeat(token_ids, self.num_members, axis=0),
+                merge_members(cache),
+                cache_update_index,
+            )
+        finally:
+            self._flat_cache = False
+        m = self.num_members
+        return split_members(logits, m), split_members(hidden, m), split_members(cache, m)
+
+    def _build_cache(self, token_ids):
+        self._flat_cache = True
+        try:
+            hidden, cache = super()._build_cache(
+                ops.repeat(token_ids, self.num_members, axis=0)
+            )
+        finally:
+            self._flat_cache = False
+        m = self.num_members
+        return ops.mean(split_members(hidden, m), axis=1), split_members(cache, m)
+
+    def generate_step(self, inputs, stop_token_ids=None):
+        """One compiled generation of a batch, with per-token figures.
+
+        For the samplers of `LOOP_SAMPLERS` the decode loop computes, at
+        each position, the member logits once and from them the next
+        token and that token's figures (`token_figures`). Other samplers
+        (beam, contrastive) run the family's loop on the ensemble's
+        log-probabilities; their figures are then taken in one
+        teacher-forced pass over the result.
+
+        Returns:
+            dict: `token_ids`, `padding_mask` (as keras-hub returns them)
+            and `figures` `(batch, length, 4 + members)`.
+        """
+        if type(self.sampler) not in LOOP_SAMPLERS:
+            outputs = super().generate_step(inputs, stop_token_ids=stop_token_ids)
+            outputs["figures"] = self._teacher_forced_figures(
+                outputs["token_ids"], inputs["padding_mask"]
+            )
+            return outputs
+        sampler = self.sampler
+        token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
+        _, cache = self._build_cache(token_ids)
+        row_lengths = ops.sum(ops.cast(padding_mask, "int32"), axis=-1)
+        index = ops.cast(ops.min(row_lengths), "int32")
+        mask = ops.cast(padding_mask, "bool")
+        batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
+        figures = ops.zeros((batch, length, len(FIGURES) + self.num_members), "float32")
+
+        def cond(prompt, cache, index, figures):
+            if stop_token_ids is None:
+                return ops.convert_to_tensor(True, dtype="bool")
+            ends = _any_equal(prompt, stop_token_ids, ops.logical_not(mask))
+            return ops.logical_not(ops.all(ops.any(ends, axis=-1)))
+
+        def body(prompt, cache, index, figures):
+            step = ops.slice(prompt, [0, index - 1], [batch, 1])
+            member_logits, _, cache = self._member_step(step, cache, index - 1)
+            member_logits = member_logits[:, :, 0, :]
+            probabilities = sampler.compute_probabilities(
+                ensemble_log_probabilities(member_logits)
+            )
+            next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
+            next_token = ops.where(mask[:, index], prompt[:, index], next_token)
+            prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
+            row = token_figures(member_logits, next_token)
+            figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
+            return prompt, cache, index + 1, figures
+
+        token_ids, _, _, figures = sampler.run_loop(
+            cond,
+            body,
+            loop_vars=(token_ids, cache, index, figures),
+            maximum_iterations=(length - index),
+            model=self,
+        )
+        return {
+            "token_ids": token_ids,
+            "padding_mask": _output_padding_mask(token_ids, padding_mask, stop_token_ids),
+            "figures": figures,
+        }
+
+    def _teacher_forced_figures(self, token_ids, padding_mask):
+        """`(batch, length, 4 + members)`: position `t > 0` holds the
+        figures of token `t` given tokens `< t` (position 0: zeros)."""
+        inputs = {"token_ids": token_ids, "padding_mask": ops.ones_like(padding_mask)}
+        member_logits = self(inputs, training=False)
+        figures = token_figures(member_logits[:, :, :-1], token_ids[:, 1:])
+        return ops.pad(figures, [[0, 0], [1, 0], [0, 0]])
+
+    # === Public entry points ===
+
+    def generate(
+        self,
+        inputs,
+        max_length=None,
+        stop_token_ids="auto",
+        strip_prompt=False,
+        return_uncertainty=False,
+    ):
+        """keras-hub's `generate`, sampling from the ensemble.
+
+        Args:
+            inputs, max_length, stop_token_ids, strip_prompt: as for
+                keras-hub's `CausalLM.generate`.
+            return_uncertainty: bool. `False` (default): the same return
+                value as keras-hub's (text, or token ids and padding
+                mask). `True`: a dict of NumPy arrays with `output` (what
+                `False` returns), `token_ids` and `padding_mask` `(batch,
+                length)` (the whole sequences, prompt included, whatever
+                `strip_prompt`), `generated_mask` (the generated tokens),
+                and per position `total`, `aleatoric`, `epistemic` (nats),
+                `log_prob` (the token under the ensemble) and
+                `member_log_probs` `(batch, members, length)`, all zero
+                outside `generated_mask`; and per sequence
+                `log_likelihood` (sum of `log_prob`), `member_log_likelihoods`
+                `(batch, members)`, `mean_total`, `mean_aleatoric`,
+                `mean_epistemic` (means over the generated tokens) and
+                `sequence_epistemic`, `log mean_m exp(l_m) - mean_m l_m`
+                of the members' sequence log-likelihoods `l_m` (>= 0).
+
+        Returns:
+            As described for `return_uncertainty`.
+        """
+        return_uncertainty = check_bool(return_uncertainty, "return_uncertainty")
+        batches = []
+        compiled = self.make_generate_function()
+
+        def recording(batch, stop_token_ids=None):
+            outputs = compiled(batch, stop_token_ids=stop_token_ids)
+            batches.append(
+                {
+                    "prompt_mask": ops.convert_to_numpy(batch["padding_mask"]),
+                    **{k: ops.convert_to_numpy(v) for k, v in outputs.items()},
+                }
+            )
+            return {k: outputs[k] for k in ("token_ids", "padding_mask")}
+
+        self.generate_function = recording
+        try:
+            output = super().generate(
+                inputs, max_length=max_length, stop_token_ids=stop_token_ids,
+                strip_prompt=strip_prompt,
+            )
+        finally:
+            self.generate_function = compiled
+        if not return_uncertainty:
+            return output
+        merged = {
+            key: np.concatenate([b[key] for b in batches], axis=0) for key in batches[0]
+        }
+        return {"output": output, **_uncertainty_outputs(merged, self.num_members)}
+
+    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128):
+        """Per-token uncertainty of given text, teacher-forced.
+
+        The backbone runs once over the sequence; the vocabulary
+        projection and the figures are computed `chunk_size` positions at
+        a time, so that the member logits `(batch, members, tokens,
+        vocabulary)` are never held whole.
+
+        Args:
+            token_ids: int array `(batch, length)`.
+            padding_mask: optional bool array `(batch, length)` (default:
+                all true).
+            chunk_size: int, positions per chunk.
+
+        Returns:
+            dict of NumPy arrays: `total`, `aleatoric`, `epistemic`,
+            `log_prob` `(batch, length)` and `member_log_probs` `(batch,
+            members, length)`: position `t` holds the figures of token `t`
+            given tokens `< t` (position 0 and padded positions hold 0).
+        """
+        chunk_size = check_positive_int(chunk_size, "chunk_size")
+        token_ids = ops.convert_to_tensor(np.asarray(token_ids), "int32")
+        if padding_mask is None:
+            padding_mask = ops.ones_like(token_ids, dtype="bool")
+        padding_mask = ops.convert_to_tensor(np.asarray(padding_mask), "bool")
+        tiled = {
+            "token_ids": ops.repeat(token_ids, self.num_members, axis=0),
+            "padding_mask": ops.repeat(padding_mask, self.num_members, axis=0),
+        }
+        hidden = self.backbone(tiled, training=False)
+        length = int(token_ids.shape[1])
+        chunks = []
+        for start in range(0, length - 1, chunk_size):
+            stop = min(start + chunk_size, length - 1)
+            logits = self.backbone.token_embedding(hidden[:, start:stop], reverse=True)
+            member_logits = split_members(logits, self.num_members)
+            chunks.append(ops.convert_to_numpy(
+                token_figures(member_logits, token_ids[:, start + 1 : stop + 1])
+            ))
+        batch = int(token_ids.shape[0])
+        figures = np.concatenate(
+            [np.zeros((batch, 1, len(FIGURES) + self.num_members), "float32")] + chunks,
+            axis=1,
+        )
+        valid = np.asarray(ops.convert_to_numpy(padding_mask), bool)
+        valid[:, 0] = False
+        return _token_outputs(figures, valid)
+
+    def get_config(self):
+        # Task's config (backbone, preprocessor, name, trainable).
+        return keras_hub.models.Task.get_config(self)
+
+
+def _any_equal(inputs, values, padding_mask):
+    """Whether `inputs` equals any of `values` where `padding_mask` is true."""
+    output = ops.equal(inputs, values[0])
+    for value in values[1:]:
+        output = ops.logical_or(output, ops.equal(inputs, value))
+    return ops.logical_and(output, padding_mask)
+
+
+def _output_padding_mask(token_ids, padding_mask, stop_token_ids):
+    """keras-hub's output padding mask: everything up to and including the
+    first stop token after the prompt."""
+    if stop_token_ids is None:
+        return ops.ones_like(token_ids, dtype="bool")
+    ends = ops.cast(
+        _any_equal(token_ids, stop_token_ids, ops.logical_not(ops.cast(padding_mask, "bool"))),
+        "int32",
+    )
+    overflow = ops.cumsum(ends, axis=-1) - ends
+    return ops.logical_not(ops.cast(overflow, "bool"))
+
+
+def _token_outputs(figures, valid):
+    figures = np.where(valid[..., None], figures, 0.0).astype("float32")
+    out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
+    out["member_log_probs"] = np.moveaxis(figures[..., len(FIGURES):], -1, 1)
+    return out
+
+
+def _uncertainty_outputs(batch, num_members):
+    generated = np.logical_and(
+        np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
+    )
+    out = {
+        "token_ids": batch["token_ids"],
+        "padding_mask": batch["padding_mask"].astype(bool),
+        "generated_mask": generated,
+        **_token_outputs(batch["figures"], generated),
+    }
+    count = np.maximum(generated.sum(axis=1), 1)
+    member_ll = out["member_log_probs"].sum(axis=-1)
+    out["log_likelihood"] = out["log_prob"].sum(axis=-1)
+    out["member_log_likelihoods"] = member_ll
+    for name in ("total", "aleatoric", "epistemic"):
+        out[f"mean_{name}"] = out[name].sum(axis=-1) / count
+    peak = member_ll.max(axis=1, keepdims=True)
+    log_mean = np.log(np.mean(np.exp(member_ll - peak), axis=1)) + peak[:, 0]
+    out["sequence_epistemic"] = np.maximum(log_mean - member_ll.mean(axis=1), 0.0)
+    return out
+
+
+def _task(name, base, backbone_cls):
+    cls = type(
+        name,
+        (LoRAEnsembleCausalLM, base),
+        {
+            "backbone_cls": backbone_cls,
+            "__doc__": (
+                f"LoRA-Ensemble on a `keras_hub.models.{base.__name__}`; see "
+                "`LoRAEnsembleCausalLM`.\n\n    Args:\n        backbone: a "
+                f"`{backbone_cls.__name__}`.\n        preprocessor: optional, "
+                f"the family's preprocessor.\n        **kwargs: other "
+                "`keras_hub.models.Task` arguments.\n"
+            ),
+            "__module__": __name__,
+        },
+    )
+    return keras.saving.register_keras_serializable(package="ensemble_zoo")(cls)
+
+
+LoRAEnsembleGemmaCausalLM = _task(
+    "LoRAEnsembleGemmaCausalLM", keras_hub.models.GemmaCausalLM, LoRAEnsembleGemmaBackbone
+)
+LoRAEnsembleLlamaCausalLM = _task(
+    "LoRAEnsembleLlamaCausalLM", keras_hub.models.LlamaCausalLM, LoRAEnsembleLlamaBackbone
+)
+LoRAEnsembleLlama3CausalLM = _task(
+    "LoRAEnsembleLlama3CausalLM", keras_hub.models.Llama3CausalLM, LoRAEnsembleLlama3Backbone
+)
+LoRAEnsembleMistralCausalLM = _task(
+    "LoRAEnsembleMistralCausalLM", keras_hub.models.MistralCausalLM, LoRAEnsembleMistralBackbone
+)
+LoRAEnsembleQwenCausalLM = _task(
+    "LoRAEnsembleQwenCausalLM", keras_hub.models.QwenCausalLM, LoRAEnsembleQwenBackbone
+)
+
+#: keras-hub causal LM class -> the LoRA-Ensemble task class for it.
+TASKS = {
+    keras_hub.models.GemmaCausalLM: LoRAEnsembleGemmaCausalLM,
+    keras_hub.models.LlamaCausalLM: LoRAEnsembleLlamaCausalLM,
+    keras_hub.models.Llama3CausalLM: LoRAEnsembleLlama3CausalLM,
+    keras_hub.models.MistralCausalLM: LoRAEnsembleMistralCausalLM,
+    keras_hub.models.QwenCausalLM: LoRAEnsembleQwenCausalLM,
+}

@@ -1,0 +1,167 @@
+"""LoRA-Ensemble on keras-hub causal LMs (issue 32): member logits against
+the keras-hub model with each member's merged kernels, generation with
+zero adapters against the keras-hub model's own, and the decode loop's
+per-token uncertainty against a NumPy decomposition of teacher-forced
+member logits. Tiny Gemma and Llama models (random weights)."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import ensemble_zoo as ez
+from ensemble_zoo.models import LoRAEnsembleCausalLM
+from ensemble_zoo.models import LoRAEnsembleGemmaCausalLM
+from zoo_testing import to_np
+
+TINY = dict(
+    vocabulary_size=50, num_layers=2, num_query_heads=4, num_key_value_heads=2,
+    hidden_dim=32, intermediate_dim=64,
+)
+FAMILIES = {
+    "gemma": (keras_hub.models.GemmaCausalLM, keras_hub.models.GemmaBackbone,
+              dict(TINY, head_dim=8), ("attention", "query_dense")),
+    "llama": (keras_hub.models.LlamaCausalLM, keras_hub.models.LlamaBackbone,
+              TINY, ("_self_attention_layer", "_query_dense")),
+}
+ATTRIBUTES = {
+    "gemma": ("attention", ("query_dense", "key_dense", "value_dense", "output_dense")),
+    "llama": ("_self_attention_layer",
+              ("_query_dense", "_key_dense", "_value_dense", "_output_dense")),
+}
+PROMPT = {
+    "token_ids": np.array([[1, 5, 7, 0, 0, 0, 0], [1, 9, 4, 3, 0, 0, 0]], "int32"),
+    "padding_mask": np.array([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0]], bool),
+}
+
+
+def base_model(family, seed=0):
+    task_cls, backbone_cls, config, _ = FAMILIES[family]
+    keras.utils.set_random_seed(seed)
+    return task_cls(backbone=backbone_cls(**config), preprocessor=None)
+
+
+def randomize_adapters(model, scale=0.5, seed=3):
+    rng = np.random.default_rng(seed)
+    for adapter in model.adapters:
+        adapter.lora_b.assign(rng.normal(size=adapter.lora_b.shape) * scale)
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def pair(request):
+    """(family, the keras-hub model, a 3-member ensemble on it)."""
+    base = base_model(request.param)
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=3, rank=2, a_gain=1.0, seed=0)
+    return request.param, base, ensemble
+
+
+def test_zero_adapters_generate_what_the_model_generates_and_leave_it_unchanged(pair):
+    family, base, ensemble = pair
+    before = [to_np(w) for w in base.weights]
+    base.compile(sampler="greedy")  # Llama's default is top-k sampling
+    ensemble.compile(sampler="greedy")
+    expected = base.generate(PROMPT, stop_token_ids=None)
+    out = ensemble.generate(PROMPT, stop_token_ids=None)
+    np.testing.assert_array_equal(to_np(out["token_ids"]), to_np(expected["token_ids"]))
+    # The user's model: same class, same weights, no adapter inside.
+    attention_attr, projection = FAMILIES[family][3]
+    block = base.backbone.transformer_layers[0]
+    assert type(getattr(getattr(block, attention_attr), projection)) is keras.layers.EinsumDense
+    assert type(base.backbone) is FAMILIES[family][1]
+    for old, new in zip(before, base.weights):
+        np.testing.assert_array_equal(old, to_np(new))
+    assert len(ensemble.adapters) == 4 * TINY["num_layers"]
+    assert all(not w.trainable for w in ensemble.backbone.weights if "lora" not in w.path)
+
+
+def merged_copy(family, base, ensemble, member):
+    """The keras-hub model with member `member`'s merged kernels."""
+    copy = type(base).from_config(base.get_config())
+    copy.set_weights(base.get_weights())
+    attention_attr, attributes = ATTRIBUTES[family]
+    adapters = iter(ensemble.adapters)
+    for block in copy.backbone.transformer_layers:
+        attention = getattr(block, attention_attr)
+        for attribute in attributes:
+            getattr(attention, attribute).kernel.assign(next(adapters).merged_kernel(member))
+    return copy
+
+
+def test_member_logits_equal_the_model_with_each_members_merged_kernels(pair):
+    family, base, ensemble = pair
+    randomize_adapters(ensemble)
+    inputs = {"token_ids": PROMPT["token_ids"], "padding_mask": np.ones((2, 7), bool)}
+    logits = to_np(ensemble(inputs))
+    assert logits.shape == (2, 3, 7, 50)
+    for member in range(3):
+        expected = to_np(merged_copy(family, base, ensemble, member)(inputs))
+        np.testing.assert_allclose(logits[:, member], expected, atol=1e-4)
+    assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-2
+
+
+def reference_figures(member_logits, tokens):
+    """NumPy: per position, total / aleatoric / epistemic of the mean of
+    the member softmaxes, and log p of `tokens` under it and each member."""
+    z = member_logits.astype("float64")
+    log_p = z - z.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    p = np.exp(log_p)
+    mean = p.mean(axis=1)
+    total = -(mean * np.log(mean)).sum(-1)
+    aleatoric = -(p * log_p).sum(-1).mean(axis=1)
+    idx = tokens[:, None, :, None]
+    member = np.take_along_axis(log_p, np.broadcast_to(idx, log_p.shape[:-1] + (1,)), -1)[..., 0]
+    log_prob = np.log(np.take_along_axis(mean, tokens[..., None], -1)[..., 0])
+    return dict(total=total, aleatoric=aleatoric, epistemic=total - aleatoric,
+                log_prob=log_prob, member_log_probs=member)
+
+
+def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
+    """The figures computed inside the compiled decode loop, and
+    `score_uncertainty` in chunks of 2 positions, equal a NumPy
+    decomposition of one teacher-forced pass over the generated text."""
+    family, base, ensemble = pair
+    randomize_adapters(ensemble)
+    ensemble.compile(sampler="greedy")
+    out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+    tokens = out["token_ids"]
+    generated = out["generated_mask"]
+    np.testing.assert_array_equal(generated, ~PROMPT["padding_mask"])
+    member_logits = to_np(ensemble({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
+    ref = reference_figures(member_logits[:, :, :-1], tokens[:, 1:])
+    scored = ensemble.score_uncertainty(tokens, chunk_size=2)
+    for name in ("total", "aleatoric", "epistemic", "log_prob"):
+        expected = np.where(generated[:, 1:], ref[name], 0.0)
+        np.testing.assert_allclose(out[name][:, 1:], expected, atol=2e-4, err_msg=name)
+        np.testing.assert_allclose(scored[name][:, 1:], ref[name], atol=2e-4, err_msg=name)
+    member_expected = np.where(generated[:, None, 1:], ref["member_log_probs"], 0.0)
+    np.testing.assert_allclose(out["member_log_probs"][:, :, 1:], member_expected, atol=2e-4)
+    assert out["epistemic"][generated].min() > 0.0
+    # Sequence level: sums over the generated tokens.
+    np.testing.assert_allclose(out["log_likelihood"], out["log_prob"].sum(-1), rtol=1e-6)
+    ll = out["member_log_likelihoods"].astype("float64")
+    seq = np.log(np.exp(ll).mean(axis=1)) - ll.mean(axis=1)
+    np.testing.assert_allclose(out["sequence_epistemic"], seq, atol=1e-4)
+    # Greedy from the ensemble: every generated token is the argmax of p̄.
+    mean = np.exp(member_logits - member_logits.max(-1, keepdims=True))
+    mean = (mean / mean.sum(-1, keepdims=True)).mean(axis=1)
+    np.testing.assert_array_equal(mean.argmax(-1)[:, :-1][generated[:, 1:]], tokens[:, 1:][generated[:, 1:]])
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="config arithmetic is backend-independent")
+def test_config_round_trip_and_clear_errors(pair):
+    family, base, ensemble = pair
+    restored = type(ensemble).from_config(ensemble.get_config())
+    restored.set_weights(ensemble.get_weights())
+    inputs = {"token_ids": PROMPT["token_ids"], "padding_mask": PROMPT["padding_mask"]}
+    np.testing.assert_allclose(to_np(restored(inputs)), to_np(ensemble(inputs)), atol=1e-6)
+    assert restored.backbone.method_config == ensemble.backbone.method_config
+    with pytest.raises(TypeError, match="causal_lm"):
+        LoRAEnsembleCausalLM.from_keras_hub(base.backbone, num_members=2, rank=2)
+    with pytest.raises(ValueError, match="targets"):
+        LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, targets=["gate"])
+    with pytest.raises(TypeError, match="backbone"):
+        LoRAEnsembleGemmaCausalLM(backbone=base.backbone)
+    with pytest.raises(TypeError, match="return_uncertainty"):
+        ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty="yes")
+    assert ez.models.LoRAEnsembleCausalLM is LoRAEnsembleCausalLM
