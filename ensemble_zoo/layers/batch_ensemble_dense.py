@@ -226,18 +226,26 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
         if member is None:
             # (M * B, ..., features) -> (M, B * ..., d_in): member m's rows.
             x = ops.reshape(inputs, (self.num_members, -1, d_in))
-            x = x * ops.expand_dims(ops.cast(self.fast_in, x.dtype), 1)
-            y = ops.matmul(x, kernel)
-            y = y * ops.expand_dims(ops.cast(self.fast_out, y.dtype), 1)
+            fast_in, fast_out = self.fast_in, self.fast_out
             bias = ops.expand_dims(self.bias, 1) if self.use_bias else None
         else:
-            # One member's rows (`single_member`): its kernel W * outer(r, s)
-            # costs d_in * d_out products, less than scaling every row.
-            fast_in = ops.cast(ops.take(self.fast_in, member, axis=0), kernel.dtype)
-            fast_out = ops.cast(ops.take(self.fast_out, member, axis=0), kernel.dtype)
-            kernel = kernel * fast_in[:, None] * fast_out[None, :]
-            y = ops.matmul(ops.reshape(inputs, (-1, d_in)), kernel)
+            # One member's rows (`single_member`).
+            x = ops.reshape(inputs, (1, -1, d_in))
+            fast_in, fast_out = (
+                ops.expand_dims(ops.take(w, member, axis=0), 0)
+                for w in (self.fast_in, self.fast_out)
+            )
             bias = ops.take(self.bias, member, axis=0) if self.use_bias else None
+        rows = math.prod(shape[:-self.num_input_axes]) if None not in shape else None
+        if member is not None and rows is not None and rows * (d_in + d_out) > 2 * d_in * d_out:
+            # Scaling the kernel (2 d_in d_out products) is cheaper than
+            # scaling every row (rows (d_in + d_out)).
+            kernel = kernel * ops.cast(fast_in[0][:, None] * fast_out[0][None, :], kernel.dtype)
+            y = ops.matmul(x, kernel)
+        else:
+            x = x * ops.expand_dims(ops.cast(fast_in, x.dtype), 1)
+            y = ops.matmul(x, kernel)
+            y = y * ops.expand_dims(ops.cast(fast_out, y.dtype), 1)
         if bias is not None:
             y = y + ops.cast(bias, y.dtype)
         y = ops.reshape(y, (-1,) + middle + self.units)

@@ -234,11 +234,16 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
 
     def call(self, inputs):
         member = selected_member()
+        shape = tuple(inputs.shape)
+        rows = math.prod(shape[: len(shape) - self.n_in]) if None not in shape else 0
         if (
             member is not None
             and self.member_layout == "member_major"
             and getattr(self.base_layer, "quantization_mode", None) is None
+            and rows * (self.d_in + self.d_out) > self.d_in * self.d_out
         ):
+            # One member's rows: merging its kernel (d_in * rank * d_out
+            # products) is cheaper than two low-rank products per row.
             return self._merged_call(inputs, member)
         outputs = self.base_layer(inputs)
         x = ops.cast(inputs, self.compute_dtype)

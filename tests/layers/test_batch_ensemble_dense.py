@@ -76,3 +76,19 @@ def test_config_round_trip_and_errors():
         layer(np.zeros((5, 5), "float32"))
     with pytest.raises(ValueError, match="was built for input features \\(5,\\)"):
         layer(np.zeros((4, 6), "float32"))
+
+
+@pytest.mark.parametrize("rows", [1, 40])  # row scaling, then the merged kernel
+def test_single_member_equals_its_rows_of_the_tiled_pass(rows):
+    """Within `single_member(m)` the layer takes member m's rows alone;
+    few rows scale rows, many rows scale the kernel, with the same result."""
+    from ensemble_zoo.layers.member_selection import single_member
+
+    layer = BatchEnsembleDense(6, num_members=3, fast_weight_stddev=0.5, seed=0)
+    x = np.random.default_rng(0).normal(size=(3 * rows, 5)).astype("float32")
+    layer.build(x.shape)
+    layer.bias.assign(np.random.default_rng(1).normal(size=layer.bias.shape))
+    tiled = numpy(layer(x)).reshape(3, rows, 6)
+    for m in range(3):
+        with single_member(m):
+            np.testing.assert_allclose(numpy(layer(x[m * rows:(m + 1) * rows])), tiled[m], atol=1e-5)

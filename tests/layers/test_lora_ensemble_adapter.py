@@ -185,3 +185,18 @@ def test_batch_major_rows_equal_member_major_rows(make):
     out = to_np(batch_major(np.repeat(x, 3, axis=0)))
     np.testing.assert_allclose(out.reshape(expected.shape), expected, atol=1e-5)
     assert batch_major.get_config()["member_layout"] == "batch_major"
+
+
+@pytest.mark.parametrize("rows", [1, 30])  # low-rank products, then the merged kernel
+def test_single_member_equals_its_rows_of_the_tiled_pass(rows):
+    from ensemble_zoo.layers.member_selection import single_member
+
+    base = keras.layers.EinsumDense("btd,ndh->btnh", output_shape=(None, 3, 4), bias_axes="nh")
+    base.build((None, 2, 6))
+    adapter = LoRAEnsembleAdapter(base, num_members=3, rank=2, seed=0)
+    randomize(adapter)
+    x = np.random.default_rng(4).normal(size=(rows, 2, 6)).astype("float32")
+    tiled = to_np(untile_members(adapter(tile_members(x, 3)), 3))
+    for m in range(3):
+        with single_member(m):
+            np.testing.assert_allclose(to_np(adapter(x)), tiled[:, m], atol=1e-5)
