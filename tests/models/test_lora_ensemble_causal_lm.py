@@ -165,3 +165,45 @@ def test_config_round_trip_and_clear_errors(pair):
     with pytest.raises(TypeError, match="return_uncertainty"):
         ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty="yes")
     assert ez.models.LoRAEnsembleCausalLM is LoRAEnsembleCausalLM
+
+
+def test_beam_search_figures_come_from_a_teacher_forced_pass(pair):
+    """Beam search runs keras-hub's own loop on the ensemble's
+    log-probabilities; its figures are those of one teacher-forced pass."""
+    family, base, ensemble = pair
+    if family != "gemma":
+        pytest.skip("one family suffices: the path is family-independent")
+    randomize_adapters(ensemble)
+    ensemble.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=2))
+    try:
+        out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+    finally:
+        ensemble.compile(sampler="greedy")
+    tokens = out["token_ids"]
+    member_logits = to_np(ensemble({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
+    ref = reference_figures(member_logits[:, :, :-1], tokens[:, 1:])
+    generated = out["generated_mask"][:, 1:]
+    np.testing.assert_allclose(out["epistemic"][:, 1:], np.where(generated, ref["epistemic"], 0.0), atol=2e-4)
+    np.testing.assert_allclose(out["log_prob"][:, 1:], np.where(generated, ref["log_prob"], 0.0), atol=2e-4)
+
+
+OTHER_FAMILIES = {
+    "llama3": (keras_hub.models.Llama3CausalLM, keras_hub.models.Llama3Backbone),
+    "mistral": (keras_hub.models.MistralCausalLM, keras_hub.models.MistralBackbone),
+    "qwen": (keras_hub.models.QwenCausalLM, keras_hub.models.QwenBackbone),
+}
+
+
+@pytest.mark.parametrize("family", sorted(OTHER_FAMILIES))
+def test_other_families_members_equal_their_merged_keras_hub_models(family):
+    task_cls, backbone_cls = OTHER_FAMILIES[family]
+    keras.utils.set_random_seed(0)
+    base = task_cls(backbone=backbone_cls(**TINY), preprocessor=None)
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, a_gain=1.0, seed=0)
+    assert type(ensemble.backbone).__mro__[1:].count(backbone_cls) == 1
+    inputs = {"token_ids": PROMPT["token_ids"], "padding_mask": np.ones((2, 7), bool)}
+    randomize_adapters(ensemble)
+    logits = to_np(ensemble(inputs))
+    expected = to_np(merged_copy("llama", base, ensemble, 1)(inputs))
+    np.testing.assert_allclose(logits[:, 1], expected, atol=1e-4)
+    assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-2
