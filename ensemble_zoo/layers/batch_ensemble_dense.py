@@ -236,7 +236,8 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
                 for w in (self.fast_in, self.fast_out)
             )
             bias = ops.take(self.bias, member, axis=0) if self.use_bias else None
-        rows = math.prod(shape[:-self.num_input_axes]) if None not in shape else None
+        known = all(isinstance(size, int) for size in shape)  # not None or symbolic
+        rows = math.prod(shape[:-self.num_input_axes]) if known else None
         if member is not None and rows is not None and rows * (d_in + d_out) > 2 * d_in * d_out:
             # Scaling the kernel (2 d_in d_out products) is cheaper than
             # scaling every row (rows (d_in + d_out)).

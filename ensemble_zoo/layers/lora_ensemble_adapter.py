@@ -235,7 +235,8 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
     def call(self, inputs):
         member = selected_member()
         shape = tuple(inputs.shape)
-        rows = math.prod(shape[: len(shape) - self.n_in]) if None not in shape else 0
+        known = all(isinstance(size, int) for size in shape)  # not None or symbolic
+        rows = math.prod(shape[: len(shape) - self.n_in]) if known else 0
         if (
             member is not None
             and self.member_layout == "member_major"

@@ -21,7 +21,8 @@ computes in the tiled pass, row for row (same numbers up to float
 round-off). `"auto"` (the default) picks `"sequential"` for JAX on a CPU
 and `"tiled"` everywhere else. Training always runs the tiled pass, so
 that the dropout draws and the gradients are those of the whole tiled
-batch.
+batch, and so does a batch whose size is unknown when the graph is
+traced (an exported model's `serve`, for any batch size).
 
 A task using this implements `_member_features(tiled_inputs)` (the
 backbone and pooling: member-major rows -> member-major pooled features)
@@ -112,7 +113,10 @@ class MemberPassesMixin:
 
     def _run_graph(self, inputs, training=None, **kwargs):
         batching = resolve_member_batching(self.member_batching)
-        if training or batching == "tiled":
+        batch = tuple(keras.tree.flatten(inputs)[0].shape)[0]
+        if training or batching == "tiled" or not isinstance(batch, int):
+            # A batch of unknown size (a SavedModel's `serve`, traced for
+            # any batch) runs the tiled pass too.
             return super()._run_graph(inputs, training=training, **kwargs)
         return run_members_sequentially(
             lambda x: self._member_features(x, training=False),
