@@ -98,6 +98,10 @@ class MemberPassesMixin:
     `resolve_member_batching` says.
     """
 
+    # A class default, so that `dir()` lists it whether or not an instance
+    # set its own (keras-hub's harness compares `dir` of revived models).
+    _member_batching = "auto"
+
     @property
     def member_batching(self):
         """`"auto"`, `"tiled"` or `"sequential"` (see the module docstring)."""
