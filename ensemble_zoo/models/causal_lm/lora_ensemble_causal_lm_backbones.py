@@ -13,37 +13,23 @@ the batch on axis 0, and its KV cache work unchanged). Build one through
 import keras
 import keras_hub
 
-from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import ATTENTION_PROJECTIONS
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.method_backbone import MethodBackbone
-from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import freeze_weights
-from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_positive_int
 
 #: Projection names (keras-hub's layer names) and, per family, the
 #: attribute of the decoder block that holds the attention layer and the
 #: attributes of the attention layer that hold each projection.
-PROJECTIONS = ("query", "key", "value", "attention_output")
+PROJECTIONS = tuple(ATTENTION_PROJECTIONS)  # the names apply_lora_ensemble uses
 GEMMA_SITES = ("attention", ("query_dense", "key_dense", "value_dense", "output_dense"))
 LLAMA_SITES = (
     "_self_attention_layer",
     ("_query_dense", "_key_dense", "_value_dense", "_output_dense"),
 )
 DEFAULT_TARGETS = PROJECTIONS
-
-
-def check_causal_targets(targets):
-    """Validates `targets` (distinct names among `PROJECTIONS`)."""
-    if isinstance(targets, str):
-        targets = (targets,)
-    targets = tuple(targets)
-    unknown = [t for t in targets if t not in PROJECTIONS]
-    if not targets or unknown or len(set(targets)) != len(targets):
-        raise ValueError(
-            f"`targets` must be distinct names among {list(PROJECTIONS)}; "
-            f"got {list(targets)}."
-        )
-    return targets
 
 
 class _LoRAEnsembleDecoderBackbone(MethodBackbone):
@@ -56,28 +42,17 @@ class _LoRAEnsembleDecoderBackbone(MethodBackbone):
     def apply_method(self, num_members, rank, targets, lora_alpha, a_gain, seed):
         num_members = check_positive_int(num_members, "num_members")
         rank = check_positive_int(rank, "rank")
-        targets = check_causal_targets(targets)
+        targets = check_targets([targets] if isinstance(targets, str) else targets)
         freeze_weights(self)
         block_attribute, attributes = self.sites
-        adapters = []
-        for block in self.transformer_layers:
-            attention = getattr(block, block_attribute)
-            for target in targets:
-                attribute = attributes[PROJECTIONS.index(target)]
-                base = getattr(attention, attribute)
-                with path_scope(attention.path):
-                    adapter = LoRAEnsembleAdapter(
-                        base,
-                        num_members=num_members,
-                        rank=rank,
-                        lora_alpha=lora_alpha,
-                        a_gain=a_gain,
-                        seed=None if seed is None else seed + len(adapters) * num_members,
-                        member_layout="batch_major",
-                        dtype=base.dtype_policy,
-                    )
-                replace_sublayer(attention, attribute, adapter)
-                adapters.append(adapter)
+        sites = [
+            (getattr(block, block_attribute), attributes[PROJECTIONS.index(target)])
+            for block in self.transformer_layers
+            for target in targets
+        ]
+        adapters = adapt_projections(
+            sites, num_members, rank, lora_alpha, a_gain, seed, member_layout="batch_major"
+        )
         object.__setattr__(self, "_adapters", adapters)
 
     @property

@@ -125,24 +125,38 @@ def apply_lora_ensemble(
     # Freeze every weight; containers stay trainable so that the adapters
     # added below are.
     freeze_weights(backbone)
+    sites = [
+        (attention, ATTENTION_PROJECTIONS[target])
+        for attention in attentions
+        for target in targets
+    ]
+    return adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed)
+
+
+def adapt_projections(
+    sites, num_members, rank, lora_alpha, a_gain, seed, member_layout="member_major"
+):
+    """Replaces each projection `getattr(parent, attribute)` of `sites`
+    (`(parent, attribute)` pairs, in order) by a `LoRAEnsembleAdapter` on
+    it; adapter `i` seeds its members with `seed + i * num_members + m`.
+    Returns the adapters."""
     adapters = []
-    for attention in attentions:
-        for target in targets:
-            attribute = ATTENTION_PROJECTIONS[target]
-            base = getattr(attention, attribute)
-            # Under the attention layer's name scope, so that variable
-            # paths are unique (`.../mha/query_lora_ensemble/lora_a`): the
-            # PyTorch backend keys parameters by path.
-            with path_scope(attention.path):
-                adapter = LoRAEnsembleAdapter(
-                    base,
-                    num_members=num_members,
-                    rank=rank,
-                    lora_alpha=lora_alpha,
-                    a_gain=a_gain,
-                    seed=None if seed is None else seed + len(adapters) * num_members,
-                    dtype=base.dtype_policy,
-                )
-            replace_sublayer(attention, attribute, adapter)
-            adapters.append(adapter)
+    for parent, attribute in sites:
+        base = getattr(parent, attribute)
+        # Under the parent layer's name scope, so that variable paths are
+        # unique (`.../mha/query_lora_ensemble/lora_a`): the PyTorch
+        # backend keys parameters by path.
+        with path_scope(parent.path):
+            adapter = LoRAEnsembleAdapter(
+                base,
+                num_members=num_members,
+                rank=rank,
+                lora_alpha=lora_alpha,
+                a_gain=a_gain,
+                seed=None if seed is None else seed + len(adapters) * num_members,
+                member_layout=member_layout,
+                dtype=base.dtype_policy,
+            )
+        replace_sublayer(parent, attribute, adapter)
+        adapters.append(adapter)
     return adapters
