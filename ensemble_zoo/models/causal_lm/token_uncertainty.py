@@ -32,11 +32,9 @@ def token_figures(member_logits, tokens):
         log-probability under it, then the token's log-probability under
         each member.
     """
-    logits = ops.cast(member_logits, "float32")
-    log_p = ops.log_softmax(logits, axis=-1)
+    log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
     parts = uncertainty_decomposition_on_axis(log_p)
-    num_members = ops.shape(log_p)[1]
-    log_mean = ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, "float32"))
+    log_mean = _log_mean(log_p)
     index = ops.expand_dims(ops.cast(tokens, "int32"), -1)
     log_prob = ops.take_along_axis(log_mean, index, axis=-1)[..., 0]
     member_index = ops.expand_dims(index, 1)
@@ -53,6 +51,10 @@ def token_figures(member_logits, tokens):
 
 def ensemble_log_probabilities(member_logits):
     """`log mean_m softmax(z_m)` over the member axis 1 (float32)."""
-    log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
+    return _log_mean(ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1))
+
+
+def _log_mean(log_p):
+    """`log mean_m p_m` from member log-probabilities (members on axis 1)."""
     num_members = ops.shape(log_p)[1]
-    return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, "float32"))
+    return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
