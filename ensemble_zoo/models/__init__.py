@@ -34,6 +34,8 @@ from ensemble_zoo.models.baselines import MCDropoutBackbone
 from ensemble_zoo.models.implicit import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.implicit import TileEnsembleBackbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleCausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleGemma3Backbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleGemma3CausalLM
 from ensemble_zoo.models.causal_lm import LoRAEnsembleGemmaBackbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleGemmaCausalLM
 from ensemble_zoo.models.causal_lm import LoRAEnsembleLlama3Backbone
@@ -42,5 +44,7 @@ from ensemble_zoo.models.causal_lm import LoRAEnsembleLlamaBackbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleLlamaCausalLM
 from ensemble_zoo.models.causal_lm import LoRAEnsembleMistralBackbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleMistralCausalLM
+from ensemble_zoo.models.causal_lm import LoRAEnsembleQwen3Backbone
+from ensemble_zoo.models.causal_lm import LoRAEnsembleQwen3CausalLM
 from ensemble_zoo.models.causal_lm import LoRAEnsembleQwenBackbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleQwenCausalLM

@@ -1,7 +1,8 @@
 """LoRA-Ensemble for keras-hub causal language models (paper 002).
 
-M low-rank adapters on the attention projections of one frozen decoder
-(Gemma, Llama, Llama 3, Mistral, Qwen): the members share every weight of
+M low-rank adapters on the attention (and optionally MLP) projections of
+one frozen decoder (Gemma, Gemma 2, Gemma 3 text, Llama, Llama 3, Mistral,
+Qwen, Qwen 3): the members share every weight of
 the keras-hub model, run in one batched pass, and keep one KV cache entry
 each. Generation samples from the ensemble's predictive distribution and
 reports, for every generated token, the ensemble's total, aleatoric and
@@ -15,12 +16,13 @@ from keras import ops
 
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import DEFAULT_TARGETS
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import (
+    LoRAEnsembleGemma3Backbone,
     LoRAEnsembleGemmaBackbone,
     LoRAEnsembleLlama3Backbone,
     LoRAEnsembleLlamaBackbone,
     LoRAEnsembleMistralBackbone,
+    LoRAEnsembleQwen3Backbone,
     LoRAEnsembleQwenBackbone,
-    _LoRAEnsembleDecoderBackbone,
 )
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
@@ -219,13 +221,16 @@ class LoRAEnsembleCausalLM:
         and `causal_lm`'s preprocessor; `causal_lm` itself is not changed.
 
         Args:
-            causal_lm: a `keras_hub.models.GemmaCausalLM`,
-                `LlamaCausalLM`, `Llama3CausalLM`, `MistralCausalLM` or
-                `QwenCausalLM`.
+            causal_lm: a `keras_hub.models.GemmaCausalLM` (Gemma, Gemma 2),
+                `Gemma3CausalLM` (text only), `LlamaCausalLM`,
+                `Llama3CausalLM`, `MistralCausalLM`, `QwenCausalLM` or
+                `Qwen3CausalLM`.
             num_members: int, the number of members M.
-            rank: int, the adapters' rank.
+            rank: int, the adapters' rank, or a dict target -> rank.
             targets: projections to adapt, among `"query"`, `"key"`,
-                `"value"` and `"attention_output"` (default: all four).
+                `"value"`, `"attention_output"` (the default: these four,
+                as the paper) and the MLP's `"mlp_gate"`, `"mlp_up"`,
+                `"mlp_down"`.
             lora_alpha: optional float; updates are scaled by
                 `lora_alpha / rank` (`None`: 1).
             a_gain: float, the Xavier-uniform gain of each `A_m` (the
@@ -247,7 +252,7 @@ class LoRAEnsembleCausalLM:
             causal_lm.backbone,
             num_members=num_members,
             rank=rank,
-            targets=list(targets) if not isinstance(targets, str) else [targets],
+            targets=[targets] if isinstance(targets, str) else list(targets),
             lora_alpha=lora_alpha,
             a_gain=a_gain,
             seed=seed,
@@ -278,14 +283,18 @@ class LoRAEnsembleCausalLM:
 
     # === Decoding with a KV cache ===
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
+    def call_with_cache(self, token_ids, cache, cache_update_index, **kwargs):
         """The family's `call_with_cache` on every member.
 
         Args:
             token_ids: int `(batch, tokens)`.
-            cache: `(batch, members, layers, 2, length, kv_heads,
-                head_dim)`.
+            cache: the family's cache with a member axis after the batch:
+                `(batch, members, layers, 2, length, kv_heads, head_dim)`
+                (Gemma 3: per layer a `(key, value)` pair of `(batch,
+                members, length, kv_heads, head_dim)`).
             cache_update_index: int, where `token_ids` start.
+            **kwargs: the family's other arguments (Gemma 3's
+                `cache_update_mask`, `padding_mask`), per prompt row.
 
         Returns:
             `(log_probs, hidden_states, cache)`: the ensemble's predictive
@@ -295,35 +304,60 @@ class LoRAEnsembleCausalLM:
             cache.
         """
         if self._flat_cache:
-            return super().call_with_cache(token_ids, cache, cache_update_index)
-        member_logits, hidden, cache = self._member_step(token_ids, cache, cache_update_index)
+            return super().call_with_cache(token_ids, cache, cache_update_index, **kwargs)
+        member_logits, hidden, cache = self._member_step(
+            token_ids, cache, cache_update_index, **kwargs
+        )
         return ensemble_log_probabilities(member_logits), ops.mean(hidden, axis=1), cache
 
-    def _member_step(self, token_ids, cache, cache_update_index):
+    def _member_step(self, token_ids, cache, cache_update_index, **kwargs):
         """Member logits `(batch, members, tokens, vocabulary)`, member
         hidden states and the cache, from the family's `call_with_cache`."""
+        repeat = self._repeat_rows
         self._flat_cache = True
         try:
             logits, hidden, cache = super().call_with_cache(
-                ops.repeat(token_ids, self.num_members, axis=0),
-                merge_members(cache),
+                repeat(token_ids),
+                keras.tree.map_structure(merge_members, cache),
                 cache_update_index,
+                **{k: repeat(v) for k, v in kwargs.items()},
             )
         finally:
             self._flat_cache = False
-        m = self.num_members
-        return split_members(logits, m), split_members(hidden, m), split_members(cache, m)
+        return self._split(logits), self._split(hidden), self._split(cache)
 
-    def _build_cache(self, token_ids):
+    def _build_cache(self, token_ids, *args, **kwargs):
+        """The family's `_build_cache` on every member: `(mean hidden
+        states, cache with a member axis)`."""
+        repeat = self._repeat_rows
         self._flat_cache = True
         try:
             hidden, cache = super()._build_cache(
-                ops.repeat(token_ids, self.num_members, axis=0)
+                repeat(token_ids),
+                *[repeat(a) for a in args],
+                **{k: repeat(v) for k, v in kwargs.items()},
             )
         finally:
             self._flat_cache = False
+        return ops.mean(self._split(hidden), axis=1), self._split(cache)
+
+    def _repeat_rows(self, x):
+        """Each prompt row `num_members` times (batch-major); `None` stays."""
+        return None if x is None else ops.repeat(x, self.num_members, axis=0)
+
+    def _split(self, structure):
         m = self.num_members
-        return ops.mean(split_members(hidden, m), axis=1), split_members(cache, m)
+        return keras.tree.map_structure(lambda x: split_members(x, m), structure)
+
+    def _seed_cache(self, token_ids, padding_mask):
+        """The member cache of a prompt batch (Gemma 3 also reads the
+        prompt's padding mask)."""
+        return self._build_cache(token_ids)[1]
+
+    def _step_kwargs(self, padding_mask, index):
+        """The family's extra `call_with_cache` arguments for the decode
+        step at `index` (none but Gemma 3's)."""
+        return {}
 
     def generate_step(self, inputs, stop_token_ids=None):
         """One compiled generation of a batch, with per-token figures.
@@ -347,7 +381,7 @@ class LoRAEnsembleCausalLM:
             return outputs
         sampler = self.sampler
         token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
-        _, cache = self._build_cache(token_ids)
+        cache = self._seed_cache(token_ids, padding_mask)
         row_lengths = ops.sum(ops.cast(padding_mask, "int32"), axis=-1)
         index = ops.cast(ops.min(row_lengths), "int32")
         mask = ops.cast(padding_mask, "bool")
@@ -362,7 +396,9 @@ class LoRAEnsembleCausalLM:
 
         def body(prompt, cache, index, figures):
             step = ops.slice(prompt, [0, index - 1], [batch, 1])
-            member_logits, _, cache = self._member_step(step, cache, index - 1)
+            member_logits, _, cache = self._member_step(
+                step, cache, index - 1, **self._step_kwargs(padding_mask, index)
+            )
             member_logits = member_logits[:, :, 0, :]
             probabilities = sampler.compute_probabilities(
                 ensemble_log_probabilities(member_logits)
@@ -561,10 +597,24 @@ def _uncertainty_outputs(batch, num_members):
     return out
 
 
-def _task(name, base, backbone_cls):
+class _Gemma3Steps:
+    """Gemma 3's cache seeding reads the prompt's padding mask, and each
+    decode step its `cache_update_mask` (prompt positions keep their
+    cache), as `Gemma3CausalLM.generate_step` passes them."""
+
+    def _seed_cache(self, token_ids, padding_mask):
+        return self._build_cache(token_ids, None, None, padding_mask, None)[1]
+
+    def _step_kwargs(self, padding_mask, index):
+        batch = ops.shape(padding_mask)[0]
+        not_prompt = ops.logical_not(ops.cast(padding_mask, "bool"))
+        return {"cache_update_mask": ops.slice(not_prompt, [0, index - 1], [batch, 1])}
+
+
+def _task(name, base, backbone_cls, mixins=()):
     cls = type(
         name,
-        (LoRAEnsembleCausalLM, base),
+        (*mixins, LoRAEnsembleCausalLM, base),
         {
             "backbone_cls": backbone_cls,
             "__doc__": (
@@ -583,6 +633,12 @@ def _task(name, base, backbone_cls):
 LoRAEnsembleGemmaCausalLM = _task(
     "LoRAEnsembleGemmaCausalLM", keras_hub.models.GemmaCausalLM, LoRAEnsembleGemmaBackbone
 )
+LoRAEnsembleGemma3CausalLM = _task(
+    "LoRAEnsembleGemma3CausalLM",
+    keras_hub.models.Gemma3CausalLM,
+    LoRAEnsembleGemma3Backbone,
+    mixins=(_Gemma3Steps,),
+)
 LoRAEnsembleLlamaCausalLM = _task(
     "LoRAEnsembleLlamaCausalLM", keras_hub.models.LlamaCausalLM, LoRAEnsembleLlamaBackbone
 )
@@ -595,6 +651,9 @@ LoRAEnsembleMistralCausalLM = _task(
 LoRAEnsembleQwenCausalLM = _task(
     "LoRAEnsembleQwenCausalLM", keras_hub.models.QwenCausalLM, LoRAEnsembleQwenBackbone
 )
+LoRAEnsembleQwen3CausalLM = _task(
+    "LoRAEnsembleQwen3CausalLM", keras_hub.models.Qwen3CausalLM, LoRAEnsembleQwen3Backbone
+)
 
 #: keras-hub causal LM class -> the LoRA-Ensemble task class for it.
 TASKS = {
@@ -603,4 +662,6 @@ TASKS = {
     keras_hub.models.Llama3CausalLM: LoRAEnsembleLlama3CausalLM,
     keras_hub.models.MistralCausalLM: LoRAEnsembleMistralCausalLM,
     keras_hub.models.QwenCausalLM: LoRAEnsembleQwenCausalLM,
+    keras_hub.models.Gemma3CausalLM: LoRAEnsembleGemma3CausalLM,
+    keras_hub.models.Qwen3CausalLM: LoRAEnsembleQwen3CausalLM,
 }

@@ -40,13 +40,15 @@ def lora_ensemble_adapters(model):
     ]
 
 
-def check_targets(targets):
-    targets = tuple(targets)
-    unknown = [t for t in targets if t not in ATTENTION_PROJECTIONS]
+def check_targets(targets, allowed=tuple(ATTENTION_PROJECTIONS)):
+    """`targets` as a tuple of distinct names among `allowed`, or a
+    `ValueError` that names them."""
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    unknown = [t for t in targets if t not in allowed]
     if not targets or unknown or len(set(targets)) != len(targets):
         raise ValueError(
             "`targets` must be distinct names among "
-            f"{list(ATTENTION_PROJECTIONS)}; got {list(targets)}."
+            f"{list(allowed)}; got {list(targets)}."
         )
     return targets
 
@@ -139,9 +141,10 @@ def adapt_projections(
     """Replaces each projection `getattr(parent, attribute)` of `sites`
     (`(parent, attribute)` pairs, in order) by a `LoRAEnsembleAdapter` on
     it; adapter `i` seeds its members with `seed + i * num_members + m`.
-    Returns the adapters."""
+    `rank` is one int or one per site. Returns the adapters."""
+    ranks = list(rank) if isinstance(rank, (list, tuple)) else [rank] * len(sites)
     adapters = []
-    for parent, attribute in sites:
+    for (parent, attribute), rank in zip(sites, ranks, strict=True):
         base = getattr(parent, attribute)
         # Under the parent layer's name scope, so that variable paths are
         # unique (`.../mha/query_lora_ensemble/lora_a`): the PyTorch
