@@ -14,7 +14,10 @@ import keras
 import keras_hub
 from keras import ops
 
+from ensemble_zoo.models.causal_lm import adapter_files
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import DEFAULT_TARGETS
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import TARGETS
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import target_site
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import (
     LoRAEnsembleGemma3Backbone,
     LoRAEnsembleGemmaBackbone,
@@ -241,13 +244,7 @@ class LoRAEnsembleCausalLM:
         Returns:
             A `LoRAEnsembleCausalLM` of the family's class.
         """
-        cls = TASKS.get(type(causal_lm))
-        if cls is None:
-            raise TypeError(
-                "`causal_lm` must be one of "
-                f"{sorted(t.__name__ for t in TASKS)}; got "
-                f"{type(causal_lm).__name__}."
-            )
+        cls = _task_class(causal_lm)
         backbone = cls.backbone_cls.from_backbone(
             causal_lm.backbone,
             num_members=num_members,
@@ -258,6 +255,95 @@ class LoRAEnsembleCausalLM:
             seed=seed,
         )
         return cls(backbone=backbone, preprocessor=causal_lm.preprocessor)
+
+    @staticmethod
+    def from_keras_hub_lora(causal_lm, filepaths):
+        """A LoRA-Ensemble whose members are keras-hub LoRA adapters.
+
+        Each file, written by keras-hub's `Backbone.save_lora_weights`
+        after `enable_lora(rank)` on `causal_lm`'s architecture, becomes
+        one member; member `m` then equals `causal_lm` with file `m`'s
+        adapter loaded (`backbone.load_lora_weights`), exactly. keras-hub
+        factors each head of an attention projection separately (see
+        `adapter_files`), so an imported adapter has rank `heads * rank`
+        on those projections (`rank` on `Dense` ones).
+
+        Args:
+            causal_lm: the keras-hub causal LM the adapters were trained
+                on (without `enable_lora`; it is not changed).
+            filepaths: the `.lora.h5` files, one per member; all must
+                adapt the same layers with the same rank.
+
+        Returns:
+            A `LoRAEnsembleCausalLM` of the family's class with
+            `len(filepaths)` members.
+        """
+        cls = _task_class(causal_lm)
+        filepaths = [filepaths] if isinstance(filepaths, str) else list(filepaths)
+        if not filepaths:
+            raise ValueError("`filepaths` must name at least one `.lora.h5` file.")
+        files = [adapter_files.read_keras_hub_lora(path) for path in filepaths]
+        layers = [
+            layer for layer in causal_lm.backbone._flatten_layers(include_self=False)
+            if layer.weights
+        ]  # keras-hub's indexing of adapted layers
+        blocks = causal_lm.backbone.transformer_layers
+        where = {}
+        for block_index, block in enumerate(blocks):
+            for target, path in cls.backbone_cls.sites.items():
+                parent, attribute = target_site(block, path)
+                where[id(getattr(parent, attribute))] = (block_index, target)
+        first_rank, first_layers = files[0]
+        adapted = {}
+        for index in sorted(first_layers):
+            site = where.get(id(layers[index])) if index < len(layers) else None
+            if site is None:
+                raise ValueError(
+                    f"'{filepaths[0]}' adapts layer {index}, which is not a "
+                    f"projection LoRA-Ensemble adapts (targets {list(TARGETS)})."
+                )
+            adapted[site] = layers[index]
+        for path, (rank, file_layers) in zip(filepaths[1:], files[1:]):
+            if rank != first_rank or sorted(file_layers) != sorted(first_layers):
+                raise ValueError(
+                    f"'{path}' adapts other layers or has another rank than "
+                    f"'{filepaths[0]}'; the members must share them."
+                )
+        targets = [t for t in TARGETS if any(site[1] == t for site in adapted)]
+        if len(adapted) != len(blocks) * len(targets):
+            raise ValueError(
+                f"'{filepaths[0]}' adapts {sorted(set(s[1] for s in adapted))} "
+                "in some blocks only; LoRA-Ensemble adapts the same "
+                "projections in every block."
+            )
+        factors = {
+            site: [
+                adapter_files.keras_hub_lora_factors(layer, *file_layers[layers.index(layer)])
+                for _, file_layers in files
+            ]
+            for site, layer in adapted.items()
+        }
+        ranks = {t: factors[(0, t)][0][0].shape[1] for t in targets}
+        ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+            causal_lm, num_members=len(files), rank=ranks, targets=targets, seed=0
+        )
+        sites = [(b, t) for b in range(len(blocks)) for t in targets]
+        for adapter, site in zip(ensemble.adapters, sites, strict=True):
+            adapter.lora_a.assign(np.stack([a for a, _ in factors[site]]))
+            adapter.lora_b.assign(np.stack([b for _, b in factors[site]]))
+        return ensemble
+
+    def save_adapters(self, filepath):
+        """Writes the members' adapters only (`*.lora_ensemble.h5`); the
+        frozen model is not written. `load_adapters` reads them back into
+        an ensemble built alike (`from_keras_hub` with the same
+        arguments)."""
+        adapter_files.save_adapters(self, filepath)
+
+    def load_adapters(self, filepath):
+        """Assigns the adapters of a file written by `save_adapters`; a
+        `ValueError` names what differs when the file does not fit."""
+        adapter_files.load_adapters(self, filepath)
 
     @property
     def num_members(self):
@@ -545,6 +631,27 @@ class LoRAEnsembleCausalLM:
     def get_config(self):
         # Task's config (backbone, preprocessor, name, trainable).
         return keras_hub.models.Task.get_config(self)
+
+
+def _task_class(causal_lm):
+    """The LoRA-Ensemble task class for a keras-hub causal LM."""
+    cls = TASKS.get(type(causal_lm))
+    if cls is None:
+        raise TypeError(
+            "`causal_lm` must be one of "
+            f"{sorted(t.__name__ for t in TASKS)}; got "
+            f"{type(causal_lm).__name__}."
+        )
+    if any(
+        getattr(layer, "lora_enabled", False)
+        for layer in causal_lm.backbone._flatten_layers(include_self=False)
+    ):
+        raise ValueError(
+            "`causal_lm` has keras-hub LoRA enabled (`enable_lora`). Pass the "
+            "model without it; save its adapter with `save_lora_weights` and "
+            "import it with `LoRAEnsembleCausalLM.from_keras_hub_lora`."
+        )
+    return cls
 
 
 def _any_equal(inputs, values, padding_mask):
