@@ -1,4 +1,5 @@
-"""Uncertainty, calibration, OOD, selective-prediction and retrieval metrics.
+"""Uncertainty, calibration, OOD, selective-prediction, retrieval and
+generated-answer metrics.
 
 Plain functions on arrays (NumPy, float64, exact sorting-based
 computations) and `keras.metrics.Metric` classes for
@@ -31,6 +32,9 @@ from ensemble_zoo.metrics.diversity import disagreement
 from ensemble_zoo.metrics.diversity import entropy
 from ensemble_zoo.metrics.diversity import mutual_information
 from ensemble_zoo.metrics.ensemble_accuracy import EnsembleAccuracy
+from ensemble_zoo.metrics.generation import accuracy_rejection_curve
+from ensemble_zoo.metrics.generation import answer_auroc
+from ensemble_zoo.metrics.generation import prediction_rejection_ratio
 from ensemble_zoo.metrics.ood import fpr_at_95_tpr
 from ensemble_zoo.metrics.ood import ood_aupr
 from ensemble_zoo.metrics.ood import ood_auroc

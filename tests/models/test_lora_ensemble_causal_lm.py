@@ -311,3 +311,27 @@ def test_fit_trains_the_adapters_only(pair):
     assert {w.path for w in model.trainable_weights} == {
         w.path for a in model.adapters for w in (a.lora_a, a.lora_b)
     }
+
+
+def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):
+    """At temperature T the sampler draws from `p̄^(1/T)` renormalized: with
+    equal members (zero adapters) that is the model's own tempered
+    sampling, so a seeded `RandomSampler` draws the same tokens as
+    keras-hub's; the figures stay those of `p̄` at T = 1."""
+    family, base, _ = pair
+    if family != "gemma":
+        pytest.skip("one family suffices: the sampler path is family-independent")
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, seed=0)
+    base.compile(sampler=keras_hub.samplers.RandomSampler(temperature=0.3, seed=7))
+    ensemble.compile(sampler=keras_hub.samplers.RandomSampler(temperature=0.3, seed=7))
+    expected = base.generate(PROMPT, stop_token_ids=None)
+    out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+    np.testing.assert_array_equal(out["token_ids"], to_np(expected["token_ids"]))
+    tokens = out["token_ids"]
+    logits = to_np(base({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
+    ref = reference_figures(logits[:, None, :-1], tokens[:, 1:])  # one member, T = 1
+    generated = out["generated_mask"][:, 1:]
+    np.testing.assert_allclose(out["total"][:, 1:], np.where(generated, ref["total"], 0.0), atol=2e-4)
+    np.testing.assert_allclose(out["log_prob"][:, 1:], np.where(generated, ref["log_prob"], 0.0), atol=2e-4)
+    np.testing.assert_allclose(out["epistemic"], 0.0, atol=1e-6)
+    ensemble.compile(sampler="greedy")
