@@ -15,7 +15,9 @@ class LossPredictionHead(keras.layers.Layer):
     Dense(1) -> softplus (+ epsilon)`, one positive score per sample. Its
     input passes through `stop_gradient`, so the head can never change the
     backbone or the classifier that produced the embedding (the paper's
-    fix for the "gradient conflict"). The ranking loss it is trained with
+    fix for the "gradient conflict"). Embeddings `(batch, ..., dim)` (a
+    language model's hidden state per token) give one score per position,
+    `(batch, ...)`. The ranking loss it is trained with
     is scale-free, so the score is an ordering, not a calibrated loss.
 
     The kernels use Keras' default Glorot-uniform initialization: a
@@ -66,10 +68,10 @@ class LossPredictionHead(keras.layers.Layer):
         self.score = keras.layers.Dense(1, name="score")
 
     def build(self, input_shape):
-        if len(input_shape) != 2 or input_shape[-1] is None:
+        if len(input_shape) < 2 or input_shape[-1] is None:
             raise ValueError(
-                "LossPredictionHead expects `inputs` (embeddings) of shape (batch, dim); "
-                f"got {tuple(input_shape)}."
+                "LossPredictionHead expects `inputs` (embeddings) of shape (batch, dim) "
+                f"or (batch, ..., dim), e.g. per token; got {tuple(input_shape)}."
             )
         shape = tuple(input_shape)
         for layer in self.hidden:
@@ -82,10 +84,10 @@ class LossPredictionHead(keras.layers.Layer):
         x = ops.stop_gradient(embeddings) if self.stop_gradient else embeddings
         for layer in self.hidden:
             x = ops.leaky_relu(layer(x), negative_slope=self.negative_slope)
-        return ops.softplus(self.score(x))[:, 0] + self.epsilon
+        return ops.softplus(self.score(x))[..., 0] + self.epsilon
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0],)
+        return tuple(input_shape[:-1])
 
     def get_config(self):
         config = super().get_config()

@@ -48,3 +48,4 @@ from ensemble_zoo.models.causal_lm import LoRAEnsembleQwen3Backbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleQwen3CausalLM
 from ensemble_zoo.models.causal_lm import LoRAEnsembleQwenBackbone
 from ensemble_zoo.models.causal_lm import LoRAEnsembleQwenCausalLM
+from ensemble_zoo.models.causal_lm import TokenLossPredictor

@@ -13,7 +13,7 @@ def numpy_head(head, x):
     for layer in head.hidden:
         x = x @ to_np(layer.kernel) + to_np(layer.bias)
         x = np.where(x > 0, x, 0.01 * x)
-    z = (x @ to_np(head.score.kernel) + to_np(head.score.bias))[:, 0]
+    z = (x @ to_np(head.score.kernel) + to_np(head.score.bias))[..., 0]
     return np.log1p(np.exp(z)) + 1e-6
 
 
@@ -25,6 +25,10 @@ def test_equals_a_numpy_mlp_and_is_positive():
     assert out.shape == (5,) and (out > 0).all()
     np.testing.assert_allclose(out, numpy_head(head, x), rtol=1e-5, atol=1e-6)
     assert [tuple(w.shape) for w in head.weights] == [(4, 8), (8,), (8, 6), (6,), (6, 1), (1,)]
+    # Per token: (batch, tokens, dim) -> (batch, tokens), also after build.
+    tokens = np.random.default_rng(1).normal(size=(2, 3, 4)).astype("float32")
+    np.testing.assert_allclose(to_np(head(tokens)), numpy_head(head, tokens), rtol=1e-5, atol=1e-6)
+    assert head.compute_output_shape((2, 3, 4)) == (2, 3)
 
 
 def test_default_sizes_match_the_paper():
@@ -64,4 +68,4 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="negative_slope"):
         LossPredictionHead(negative_slope=-1.0)
     with pytest.raises(ValueError, match=r"\(batch, dim\)"):
-        LossPredictionHead()(np.zeros((2, 3, 4), "float32"))
+        LossPredictionHead()(np.zeros((4,), "float32"))

@@ -335,3 +335,52 @@ def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):
     np.testing.assert_allclose(out["log_prob"][:, 1:], np.where(generated, ref["log_prob"], 0.0), atol=2e-4)
     np.testing.assert_allclose(out["epistemic"], 0.0, atol=1e-6)
     ensemble.compile(sampler="greedy")
+
+
+def test_token_loss_predictor_trains_on_its_own_models_losses_and_joins_the_figures(pair):
+    """The predictor's targets are keras-hub's own per-token losses
+    (`score(scoring_mode="loss")`), `fit` trains its head only, and
+    attached to an ensemble its prediction is a figure of the decode loop
+    (equal to the predictor's own with zero adapters) and of
+    `score_uncertainty` (equal to the loop's with trained adapters)."""
+    family, base, _ = pair
+    if family != "gemma":
+        pytest.skip("one family suffices: the head reads any backbone's hidden states")
+    predictor = ez.models.TokenLossPredictor.from_keras_hub(base, hidden_units=(16,))
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(4, 50, size=(8, 7)).astype("int32")
+    mask = np.ones((8, 7), bool)
+    mask[:4, 5:] = False
+    x = {"token_ids": tokens, "padding_mask": mask}
+    out = predictor.predict(x, verbose=0)
+    expected = to_np(base.score(
+        tokens, padding_mask=mask, scoring_mode="loss", target_ids=np.roll(tokens, -1, axis=1)
+    ))
+    valid = mask[:, 1:]
+    np.testing.assert_allclose(out["token_loss"][:, :-1][valid], expected[:, :-1][valid], atol=1e-5)
+    np.testing.assert_array_equal(out["token_loss"][:, :-1][~valid], 0.0)
+    frozen = [to_np(w) for w in predictor.backbone.weights]
+    predictor.compile(optimizer=keras.optimizers.Adam(1e-2))
+    history = predictor.fit(x, batch_size=8, epochs=20, verbose=0).history["loss"]
+    assert history[-1] < history[0]
+    for old, new in zip(frozen, predictor.backbone.weights):
+        np.testing.assert_array_equal(old, to_np(new))
+
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, a_gain=1.0, seed=0)
+    ensemble.attach_loss_predictor(predictor)
+    ensemble.compile(sampler="greedy")
+    out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+    generated = out["generated_mask"]
+    full = {"token_ids": out["token_ids"], "padding_mask": np.ones_like(generated)}
+    own = predictor.predict(full, verbose=0)["predicted_loss"]
+    np.testing.assert_allclose(out["loss_prediction"][:, 1:][generated[:, 1:]], own[:, :-1][generated[:, 1:]], atol=1e-5)
+    assert out["mean_loss_prediction"].shape == (2,)
+    randomize_adapters(ensemble)
+    out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+    scored = ensemble.score_uncertainty(out["token_ids"], chunk_size=3)
+    generated = out["generated_mask"]
+    np.testing.assert_allclose(out["loss_prediction"][generated], scored["loss_prediction"][generated], atol=1e-5)
+    with pytest.raises(TypeError, match="TokenLossPredictor"):
+        ensemble.attach_loss_predictor(base)
+    ensemble.attach_loss_predictor(None)
+    assert "loss_prediction" not in ensemble.score_uncertainty(out["token_ids"])

@@ -457,7 +457,7 @@ class LoRAEnsembleCausalLM:
 
         Returns:
             dict: `token_ids`, `padding_mask` (as keras-hub returns them)
-            and `figures` `(batch, length, 4 + members)`.
+            and `figures` `(batch, length, 4 + members [+ 1])`.
         """
         if type(self.sampler) not in LOOP_SAMPLERS:
             outputs = super().generate_step(inputs, stop_token_ids=stop_token_ids)
@@ -472,7 +472,7 @@ class LoRAEnsembleCausalLM:
         index = ops.cast(ops.min(row_lengths), "int32")
         mask = ops.cast(padding_mask, "bool")
         batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
-        figures = ops.zeros((batch, length, len(FIGURES) + self.num_members), "float32")
+        figures = ops.zeros((batch, length, self._num_figures), "float32")
 
         def cond(prompt, cache, index, figures):
             if stop_token_ids is None:
@@ -482,7 +482,7 @@ class LoRAEnsembleCausalLM:
 
         def body(prompt, cache, index, figures):
             step = ops.slice(prompt, [0, index - 1], [batch, 1])
-            member_logits, _, cache = self._member_step(
+            member_logits, member_hidden, cache = self._member_step(
                 step, cache, index - 1, **self._step_kwargs(padding_mask, index)
             )
             member_logits = member_logits[:, :, 0, :]
@@ -492,7 +492,7 @@ class LoRAEnsembleCausalLM:
             next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
             next_token = ops.where(mask[:, index], prompt[:, index], next_token)
             prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
-            row = token_figures(member_logits, next_token)
+            row = self._figures(member_logits, next_token, member_hidden[:, :, 0])
             figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
             return prompt, cache, index + 1, figures
 
@@ -510,12 +510,73 @@ class LoRAEnsembleCausalLM:
         }
 
     def _teacher_forced_figures(self, token_ids, padding_mask):
-        """`(batch, length, 4 + members)`: position `t > 0` holds the
-        figures of token `t` given tokens `< t` (position 0: zeros)."""
-        inputs = {"token_ids": token_ids, "padding_mask": ops.ones_like(padding_mask)}
-        member_logits = self(inputs, training=False)
-        figures = token_figures(member_logits[:, :, :-1], token_ids[:, 1:])
+        """`(batch, length, figures)`: position `t > 0` holds the figures
+        of token `t` given tokens `< t` (position 0: zeros)."""
+        tiled = {
+            "token_ids": self._repeat_rows(token_ids),
+            "padding_mask": self._repeat_rows(ops.ones_like(padding_mask)),
+        }
+        hidden = self.backbone(tiled, training=False)[:, :-1]
+        member_logits = self._split(self.backbone.token_embedding(hidden, reverse=True))
+        figures = self._figures(member_logits, token_ids[:, 1:], self._split(hidden))
         return ops.pad(figures, [[0, 0], [1, 0], [0, 0]])
+
+    @property
+    def _num_figures(self):
+        """Figures per position: `FIGURES`, one log-probability per member,
+        and the predicted loss when a loss predictor is attached."""
+        return len(FIGURES) + self.num_members + (self.loss_predictor is not None)
+
+    def _figures(self, member_logits, tokens, member_hidden):
+        """`token_figures`, and the attached loss predictor's prediction
+        (the mean over members of its head on each member's hidden state)."""
+        figures = token_figures(member_logits, tokens)
+        if self.loss_predictor is None:
+            return figures
+        predicted = ops.mean(self.loss_predictor.head(member_hidden), axis=1)
+        return ops.concatenate([figures, ops.expand_dims(predicted, -1)], axis=-1)
+
+    # === Loss prediction ===
+
+    @property
+    def loss_predictor(self):
+        """The attached `TokenLossPredictor`, or `None`."""
+        return getattr(self, "_loss_predictor", None)
+
+    def attach_loss_predictor(self, predictor):
+        """Adds a trained `TokenLossPredictor`'s prediction to the figures
+        of `generate` and `score_uncertainty` (`loss_prediction`, a fourth
+        uncertainty: the predicted loss of each token, before it is seen).
+
+        Its head reads each member's final hidden state and the members'
+        predictions are averaged; with zero adapters that is the
+        predictor on the frozen model. The predictor is kept by reference,
+        not saved with the ensemble (save it on its own). `None` detaches.
+
+        Args:
+            predictor: a `TokenLossPredictor` trained on this ensemble's
+                base model (same backbone class and hidden size), or
+                `None`.
+        """
+        from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
+
+        if predictor is not None:
+            if not isinstance(predictor, TokenLossPredictor):
+                raise TypeError(
+                    "`predictor` must be a TokenLossPredictor or None; got "
+                    f"{type(predictor).__name__}."
+                )
+            base = type(self.backbone).base_cls()
+            if type(predictor.backbone) is not base or (
+                predictor.backbone.hidden_dim != self.backbone.hidden_dim
+            ):
+                raise ValueError(
+                    f"`predictor` was built on a {type(predictor.backbone).__name__} "
+                    f"of hidden_dim {predictor.backbone.hidden_dim}; this ensemble's "
+                    f"base is a {base.__name__} of hidden_dim {self.backbone.hidden_dim}."
+                )
+        object.__setattr__(self, "_loss_predictor", predictor)
+        self.generate_function = None  # the compiled loop changes
 
     # === Public entry points ===
 
@@ -547,6 +608,9 @@ class LoRAEnsembleCausalLM:
                 `mean_epistemic` (means over the generated tokens) and
                 `sequence_epistemic`, `log mean_m exp(l_m) - mean_m l_m`
                 of the members' sequence log-likelihoods `l_m` (>= 0).
+                With a loss predictor attached (`attach_loss_predictor`),
+                also `loss_prediction` per position and its mean
+                `mean_loss_prediction`.
 
         Returns:
             As described for `return_uncertainty`.
@@ -597,8 +661,9 @@ class LoRAEnsembleCausalLM:
         Returns:
             dict of NumPy arrays: `total`, `aleatoric`, `epistemic`,
             `log_prob` `(batch, length)` and `member_log_probs` `(batch,
-            members, length)`: position `t` holds the figures of token `t`
-            given tokens `< t` (position 0 and padded positions hold 0).
+            members, length)` (and `loss_prediction` with a loss
+            predictor attached): position `t` holds the figures of token
+            `t` given tokens `< t` (position 0 and padded positions hold 0).
         """
         chunk_size = check_positive_int(chunk_size, "chunk_size")
         token_ids = ops.convert_to_tensor(np.asarray(token_ids), "int32")
@@ -616,17 +681,18 @@ class LoRAEnsembleCausalLM:
             stop = min(start + chunk_size, length - 1)
             logits = self.backbone.token_embedding(hidden[:, start:stop], reverse=True)
             member_logits = split_members(logits, self.num_members)
-            chunks.append(ops.convert_to_numpy(
-                token_figures(member_logits, token_ids[:, start + 1 : stop + 1])
-            ))
+            chunks.append(ops.convert_to_numpy(self._figures(
+                member_logits,
+                token_ids[:, start + 1 : stop + 1],
+                self._split(hidden[:, start:stop]),
+            )))
         batch = int(token_ids.shape[0])
         figures = np.concatenate(
-            [np.zeros((batch, 1, len(FIGURES) + self.num_members), "float32")] + chunks,
-            axis=1,
+            [np.zeros((batch, 1, self._num_figures), "float32")] + chunks, axis=1
         )
         valid = np.asarray(ops.convert_to_numpy(padding_mask), bool)
         valid[:, 0] = False
-        return _token_outputs(figures, valid)
+        return _token_outputs(figures, valid, self.num_members)
 
     def get_config(self):
         # Task's config (backbone, preprocessor, name, trainable).
@@ -675,10 +741,13 @@ def _output_padding_mask(token_ids, padding_mask, stop_token_ids):
     return ops.logical_not(ops.cast(overflow, "bool"))
 
 
-def _token_outputs(figures, valid):
+def _token_outputs(figures, valid, num_members):
     figures = np.where(valid[..., None], figures, 0.0).astype("float32")
     out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
-    out["member_log_probs"] = np.moveaxis(figures[..., len(FIGURES):], -1, 1)
+    members = figures[..., len(FIGURES) : len(FIGURES) + num_members]
+    out["member_log_probs"] = np.moveaxis(members, -1, 1)
+    if figures.shape[-1] > len(FIGURES) + num_members:
+        out["loss_prediction"] = figures[..., -1]
     return out
 
 
@@ -690,13 +759,15 @@ def _uncertainty_outputs(batch, num_members):
         "token_ids": batch["token_ids"],
         "padding_mask": batch["padding_mask"].astype(bool),
         "generated_mask": generated,
-        **_token_outputs(batch["figures"], generated),
+        **_token_outputs(batch["figures"], generated, num_members),
     }
     count = np.maximum(generated.sum(axis=1), 1)
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)
     out["member_log_likelihoods"] = member_ll
-    for name in ("total", "aleatoric", "epistemic"):
+    for name in ("total", "aleatoric", "epistemic", "loss_prediction"):
+        if name not in out:
+            continue
         out[f"mean_{name}"] = out[name].sum(axis=-1) / count
     peak = member_ll.max(axis=1, keepdims=True)
     log_mean = np.log(np.mean(np.exp(member_ll - peak), axis=1)) + peak[:, 0]

@@ -1,0 +1,188 @@
+"""Per-token loss prediction on a frozen keras-hub causal LM (paper 003).
+
+Kirchhof et al. train a small MLP on a frozen classifier's embedding to
+rank samples by the classifier's own loss. For a language model the
+sample is a token: from the final hidden state at position `t` (what the
+model knows before it sees token `t + 1`) the head predicts the loss of
+token `t + 1`, `-log p(x_{t+1} | x_{<=t})`. The targets come from the
+same frozen model, so a `CausalLM` alone, with text, trains it.
+"""
+
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.sublayers import freeze_weights
+from ensemble_zoo.utils.validation import check_real
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class NextTokenLoss(keras.layers.Layer):
+    """`-log p(token t + 1 | tokens <= t)` at position `t`, from logits
+    `(batch, tokens, vocabulary)` and token ids: `(batch, tokens)`, 0 at
+    the last position and where token `t + 1` is padding."""
+
+    def call(self, logits, token_ids, padding_mask):
+        logits = ops.cast(logits[:, :-1], "float32")
+        targets = ops.cast(token_ids[:, 1:], "int32")
+        losses = keras.losses.sparse_categorical_crossentropy(
+            targets, logits, from_logits=True
+        )
+        losses = ops.where(ops.cast(padding_mask[:, 1:], "bool"), losses, 0.0)
+        return ops.pad(losses, [[0, 0], [0, 1]])
+
+    def compute_output_shape(self, logits_shape, token_ids_shape, padding_mask_shape):
+        return tuple(token_ids_shape)
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class TokenLossPredictor(keras.Model):
+    """A loss-prediction head per token on a frozen keras-hub causal LM.
+
+    The head (`LossPredictionHead`, paper 003's MLP, with `stop_gradient`)
+    reads the frozen backbone's final hidden state at each position `t`
+    and predicts the loss of the next token. The model returns a dict:
+    `predicted_loss` and `token_loss` (the frozen model's actual loss of
+    the next token, the training target), both `(batch, tokens)`; position
+    `t` refers to token `t + 1`, and the last position holds 0.
+
+    Training (`compile` then `fit` on token ids; labels, if the data has
+    any, are ignored) minimises paper 003's pairwise ranking loss over
+    pairs of tokens whose next token is not padding: the flattened batch's
+    position `j` is paired with `j + n // 2`, so that a pair joins tokens
+    of different sequences or far apart in one. Only the head trains; the
+    backbone is a frozen copy (the given model is not changed).
+
+    `LoRAEnsembleCausalLM.attach_loss_predictor(predictor)` makes the
+    predicted loss a fourth uncertainty of `generate` and
+    `score_uncertainty`.
+
+    Args:
+        backbone: the keras-hub decoder backbone (it is frozen).
+        hidden_units: the head's hidden layer sizes.
+        margin: float, the ranking loss's margin.
+        **kwargs: other `keras.Model` arguments (`name`).
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    gemma = keras_hub.models.GemmaCausalLM(
+        backbone=keras_hub.models.GemmaBackbone(
+            vocabulary_size=50, num_layers=2, num_query_heads=4,
+            num_key_value_heads=2, hidden_dim=32, intermediate_dim=64,
+            head_dim=8,
+        ),
+        preprocessor=None,
+    )
+    predictor = ez.models.TokenLossPredictor.from_keras_hub(
+        gemma, hidden_units=(32,)
+    )
+    tokens = np.random.default_rng(0).integers(1, 50, size=(4, 8))
+    x = {"token_ids": tokens, "padding_mask": np.ones((4, 8), bool)}
+    predictor.compile(optimizer="adam")
+    predictor.fit(x, epochs=1, verbose=0)
+    predictor.predict(x, verbose=0)["predicted_loss"].shape  # (4, 8)
+    ```
+    """
+
+    def __init__(self, backbone, hidden_units=(512, 512), margin=0.1, **kwargs):
+        margin = check_real(margin, "margin", low=0.0)
+        freeze_weights(backbone)
+        head = LossPredictionHead(hidden_units=hidden_units, name="loss_prediction_head")
+        next_token_loss = NextTokenLoss(name="next_token_loss")
+
+        # === Functional Model ===
+        inputs = backbone.input
+        hidden = backbone(inputs)
+        predicted = head(hidden)
+        logits = backbone.token_embedding(hidden, reverse=True)
+        token_loss = next_token_loss(logits, inputs["token_ids"], inputs["padding_mask"])
+        super().__init__(
+            inputs=inputs,
+            outputs={"predicted_loss": predicted, "token_loss": token_loss},
+            **kwargs,
+        )
+        # After the functional constructor (PyTorch's Module must exist
+        # before layers are assigned).
+        self.backbone = backbone
+        self.head = head
+        self.next_token_loss = next_token_loss
+        self.margin = margin
+        self.hidden_units = tuple(head.hidden_units)
+
+    @classmethod
+    def from_keras_hub(cls, causal_lm, hidden_units=(512, 512), margin=0.1):
+        """A predictor on a frozen copy of `causal_lm`'s backbone (which is
+        not changed)."""
+        if not isinstance(causal_lm, _causal_lm_classes()):
+            raise TypeError(
+                "`causal_lm` must be a keras-hub CausalLM (Gemma, Gemma 3, "
+                f"Llama, Llama 3, Mistral, Qwen, Qwen 3); got {type(causal_lm).__name__}."
+            )
+        backbone = copy_model(causal_lm.backbone)
+        return cls(backbone=backbone, hidden_units=hidden_units, margin=margin)
+
+    def compile(self, optimizer="adam", **kwargs):
+        """`keras.Model.compile` with the ranking loss built in (no `loss`
+        argument)."""
+        if "loss" in kwargs:
+            raise ValueError(
+                "TokenLossPredictor trains with its built-in ranking loss; "
+                "do not pass `loss`."
+            )
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        valid = ops.cast(x["padding_mask"][:, 1:], "float32")
+        valid = ops.pad(valid, [[0, 0], [0, 1]])
+        return token_ranking_loss(
+            y_pred["token_loss"], y_pred["predicted_loss"], valid, self.margin
+        )
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "hidden_units": list(self.hidden_units),
+            "margin": self.margin,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
+    """Paper 003's pairwise ranking loss over the valid tokens of a batch.
+
+    The flattened `(batch * tokens)` position `j` is paired with `j + n //
+    2` (`n` the number of positions; an odd last one is left out), and a
+    pair counts when both its tokens are valid; the result is the mean
+    over counted pairs (0 when none). The hinge is that of
+    `ensemble_zoo.losses.pairwise_ranking_loss` (ties count -1).
+    """
+    token_loss = ops.reshape(ops.stop_gradient(ops.cast(token_loss, "float32")), (-1,))
+    predicted = ops.reshape(ops.cast(predicted_loss, "float32"), (-1,))
+    valid = ops.reshape(ops.cast(valid, "float32"), (-1,))
+    n = token_loss.shape[0]
+    half = n // 2
+    first, second = slice(0, half), slice(half, 2 * half)
+    pair_valid = valid[first] * valid[second]
+    sign = ops.where(token_loss[first] > token_loss[second], 1.0, -1.0)
+    hinge = ops.relu(-sign * (predicted[first] - predicted[second]) + margin)
+    return ops.sum(hinge * pair_valid) / ops.maximum(ops.sum(pair_valid), 1.0)
+
+
+def _causal_lm_classes():
+    from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import TASKS
+
+    return tuple(TASKS)
+
