@@ -409,3 +409,56 @@ def test_wrapped_keras_hub_tasks_take_a_quantization_map():
     reference = keras.ops.convert_to_numpy(backbone(images))
     logits = keras.ops.convert_to_numpy(quantized(images))
     assert np.abs(logits - reference).max() < 0.05 * np.abs(reference).max()
+
+
+def _gemma_tokenizer():
+    """A Gemma tokenizer from a SentencePiece model trained in memory."""
+    import io
+
+    import sentencepiece
+
+    proto = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(["the quick brown fox", "the earth is round", "one plus two"]),
+        model_writer=proto, model_type="WORD", vocab_size=14, hard_vocab_limit=False,
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="<pad>", bos_piece="<bos>",
+        eos_piece="<eos>", unk_piece="<unk>", minloglevel=2,
+    )
+    return keras_hub.models.GemmaTokenizer(proto=proto.getvalue())
+
+
+class TestKerasHubHarnessCausalLM(ZooTestCase):
+    """LoRA-Ensemble on a keras-hub causal LM (issue 32). Its backbone takes
+    batch-major rows (batch * members); the task returns member logits
+    `(batch, members, tokens, vocabulary)` and trains on text through
+    keras-hub's `GemmaCausalLMPreprocessor`."""
+
+    def test_backbone_task_and_saving(self):
+        from ensemble_zoo.models import LoRAEnsembleGemmaBackbone
+        from ensemble_zoo.models import LoRAEnsembleGemmaCausalLM
+
+        tokenizer = _gemma_tokenizer()
+        vocabulary = tokenizer.vocabulary_size()
+        kwargs = dict(
+            vocabulary_size=vocabulary, num_layers=2, num_query_heads=4,
+            num_key_value_heads=2, hidden_dim=16, intermediate_dim=32, head_dim=4,
+            num_members=2, rank=2, targets=["query", "value"], lora_alpha=None,
+            a_gain=1.0, seed=0,
+        )
+        inputs = {"token_ids": np.full((4, 5), 5, "int32"), "padding_mask": np.ones((4, 5), "int32")}
+        self.run_backbone_test(
+            cls=LoRAEnsembleGemmaBackbone, init_kwargs=kwargs, input_data=inputs,
+            expected_output_shape=(4, 5, 16),
+        )
+        preprocessor = keras_hub.models.GemmaCausalLMPreprocessor(tokenizer, sequence_length=6)
+        self.run_task_test(
+            cls=LoRAEnsembleGemmaCausalLM,
+            init_kwargs=dict(backbone=LoRAEnsembleGemmaBackbone(**kwargs), preprocessor=preprocessor),
+            train_data=(["the quick brown fox", "the earth is round"],),
+            expected_output_shape=(2, 2, 6, vocabulary),
+        )
+        self.run_model_saving_test(
+            cls=LoRAEnsembleGemmaCausalLM,
+            init_kwargs=dict(backbone=LoRAEnsembleGemmaBackbone(**kwargs), preprocessor=None),
+            input_data={k: v[:2] for k, v in inputs.items()},
+        )
