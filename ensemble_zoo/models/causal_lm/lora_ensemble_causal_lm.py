@@ -27,6 +27,7 @@ from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import (
     LoRAEnsembleQwen3Backbone,
     LoRAEnsembleQwenBackbone,
 )
+from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
@@ -558,8 +559,6 @@ class LoRAEnsembleCausalLM:
                 base model (same backbone class and hidden size), or
                 `None`.
         """
-        from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
-
         if predictor is not None:
             if not isinstance(predictor, TokenLossPredictor):
                 raise TypeError(

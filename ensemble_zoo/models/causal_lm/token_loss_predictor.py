@@ -9,6 +9,7 @@ same frozen model, so a `CausalLM` alone, with text, trains it.
 """
 
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
@@ -119,10 +120,13 @@ class TokenLossPredictor(keras.Model):
     def from_keras_hub(cls, causal_lm, hidden_units=(512, 512), margin=0.1):
         """A predictor on a frozen copy of `causal_lm`'s backbone (which is
         not changed)."""
-        if not isinstance(causal_lm, _causal_lm_classes()):
+        if not isinstance(causal_lm, keras_hub.models.CausalLM) or not hasattr(
+            causal_lm.backbone, "token_embedding"
+        ):
             raise TypeError(
-                "`causal_lm` must be a keras-hub CausalLM (Gemma, Gemma 3, "
-                f"Llama, Llama 3, Mistral, Qwen, Qwen 3); got {type(causal_lm).__name__}."
+                "`causal_lm` must be a keras-hub CausalLM with a token "
+                "embedding (Gemma, Gemma 3, Llama, Llama 3, Mistral, Qwen, "
+                f"Qwen 3); got {type(causal_lm).__name__}."
             )
         backbone = copy_model(causal_lm.backbone)
         return cls(backbone=backbone, hidden_units=hidden_units, margin=margin)
@@ -179,10 +183,4 @@ def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
     sign = ops.where(token_loss[first] > token_loss[second], 1.0, -1.0)
     hinge = ops.relu(-sign * (predicted[first] - predicted[second]) + margin)
     return ops.sum(hinge * pair_valid) / ops.maximum(ops.sum(pair_valid), 1.0)
-
-
-def _causal_lm_classes():
-    from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import TASKS
-
-    return tuple(TASKS)
 
