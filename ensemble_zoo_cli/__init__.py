@@ -156,7 +156,9 @@ def trained_preset_names():
 def dataset_names():
     """The dataset names (`ensemble_zoo.datasets.list_datasets()`)."""
     digits = _static_module("datasets/digits.py").NAME
-    return [digits] + list(_static_module("datasets/tfds_datasets.py").TFDS_SPLITS)
+    arithmetic = _static_module("datasets/arithmetic.py").NAME
+    tfds = list(_static_module("datasets/tfds_datasets.py").TFDS_SPLITS)
+    return [digits, arithmetic] + tfds
 
 
 def _parser():
@@ -170,13 +172,13 @@ def _parser():
         func=cmd_list
     )
 
-    def common(p):
+    def common(p, dataset_help="the bundled digits", default="digits"):
         p.add_argument(
             "--dataset",
-            default="digits",
+            default=default,
             choices=datasets,
             metavar="NAME",
-            help="dataset (default: the bundled digits); one of: "
+            help=f"dataset (default: {dataset_help}); one of: "
             + ", ".join(datasets),
         )
         p.add_argument("--batch-size", type=_positive_int, default=256)
@@ -195,7 +197,7 @@ def _parser():
         "--output", default=None, metavar="DIR",
         help="write report.json, report.md and plots here",
     )
-    common(evaluate)
+    common(evaluate, dataset_help="the preset's own", default=None)
     evaluate.set_defaults(func=cmd_evaluate)
 
     compare = sub.add_parser(

@@ -13,12 +13,17 @@ train = ensemble_zoo.datasets.load("digits", "train", batch_size=32)
 images, labels = next(iter(train))  # (32, 8, 8, 1) float32, (32,) int32
 ```
 
+`arithmetic` (a module: `ez.datasets.arithmetic.load_questions(split)`)
+is the bundled text task with checkable answers of the language-model
+presets (two-number sums; see its docstring).
+
 The trained digits presets carry an image converter (like every
 keras-hub task): their `predict`, `evaluate` and `predict_uncertainty`
 take raw images (`raw=True`: the digits' 0-16 pixel scale, any size),
 while calling the model, `model(images)`, takes the [0, 1] images.
 """
 
+from ensemble_zoo.datasets import arithmetic
 from ensemble_zoo.datasets import digits as _digits
 from ensemble_zoo.datasets.tfds_datasets import TFDS_SPLITS as _TFDS_SPLITS
 from ensemble_zoo.datasets.tfds_datasets import load_tfds as _load_tfds

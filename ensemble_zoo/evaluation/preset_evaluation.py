@@ -19,6 +19,9 @@ OOD_SPLITS = {"near": "near_ood", "far": "far_ood"}
 SHIFT_SPLITS = {"shifted": "test_shifted"}
 
 
+ARITHMETIC = "arithmetic"
+
+
 def trained_presets():
     """Names of the trained ensemble-classifier presets: those the
     leaderboard ranks.
@@ -78,7 +81,7 @@ def _split_data(model, dataset, split, batch_size, data_dir):
 
 
 def evaluate_preset(
-    preset, dataset="digits", batch_size=256, progress=True, data_dir=None
+    preset, dataset=None, batch_size=256, progress=True, data_dir=None
 ):
     """Loads a preset and evaluates it on a dataset's splits.
 
@@ -86,22 +89,74 @@ def evaluate_preset(
     scaling, `near_ood` / `far_ood` as OOD sets and `test_shifted` as a
     shift set, where the dataset has them.
 
+    A language-model preset of the bundled `"arithmetic"` task is
+    evaluated on its answers instead
+    (`ensemble_zoo.evaluation.answer_evaluation`): accuracy, and how well
+    each uncertainty ranks wrong answers and OOD questions.
+
     Args:
         preset: str, a name from `ensemble_zoo.presets.list_presets()`.
-        dataset: str, a name from `ensemble_zoo.datasets.list_datasets()`.
-            Defaults to the bundled `"digits"`; tfds datasets must already
-            be prepared in `data_dir` (nothing is downloaded).
+        dataset: str, a name from `ensemble_zoo.datasets.list_datasets()`
+            or `"arithmetic"`. Defaults to the preset's own (its
+            metadata's `dataset`; the digits otherwise); tfds datasets
+            must already be prepared in `data_dir` (nothing is
+            downloaded).
         batch_size: int. Defaults to `256`.
         progress: bool, show progress bars.
         data_dir: optional tfds data directory.
 
     Returns:
-        An `EvaluationReport` named after the preset.
+        An `EvaluationReport` named after the preset (an `AnswerReport`
+        for the arithmetic presets).
     """
+    _check_preset(preset)
+    own = preset_registry.preset_metadata(preset).get("dataset", "digits")
+    dataset = own if dataset is None else dataset
+    if ARITHMETIC in (own, dataset):
+        if own != dataset:
+            raise ValueError(
+                f"Preset {preset!r} is evaluated on {own!r}, not {dataset!r}."
+            )
+        return _evaluate_answers_preset(preset)
     return _evaluate_model(
         _load_model(preset, dataset), preset, dataset, batch_size, progress,
         data_dir,
     )
+
+
+def _evaluate_answers_preset(preset):
+    """The answer evaluation of an arithmetic preset: an ensemble (with
+    its loss predictor preset attached, member 0 as the single model), or
+    one keras-hub causal LM (its entropy)."""
+    import keras_hub
+
+    from ensemble_zoo.evaluation.answer_evaluation import evaluate_answers
+    from ensemble_zoo.models import LoRAEnsembleCausalLM
+    from ensemble_zoo.models import TokenLossPredictor
+
+    metadata = preset_registry.preset_metadata(preset)
+    model = _load_model(preset, ARITHMETIC)
+    if isinstance(model, TokenLossPredictor):
+        # A loss predictor ranks the answers of the model it was trained on.
+        predictor, model = model, _load_model(metadata["base_preset"], ARITHMETIC)
+    elif metadata.get("loss_predictor_preset"):
+        predictor = preset_registry.load_preset(metadata["loss_predictor_preset"])
+    else:
+        predictor = None
+    if isinstance(model, LoRAEnsembleCausalLM):
+        single = model.member_causal_lm(0)
+    elif isinstance(model, keras_hub.models.CausalLM):
+        # One model: a one-member ensemble with zero adapters is the model.
+        model = LoRAEnsembleCausalLM.from_keras_hub(model, num_members=1, rank=1, seed=0)
+        single = None
+    else:
+        raise ValueError(
+            f"Preset {preset!r} ({type(model).__name__}) generates no answers."
+        )
+    model.attach_loss_predictor(predictor)
+    report = evaluate_answers(model, single_model=single)
+    report.name = preset
+    return report
 
 
 def _load_model(preset, dataset):
@@ -117,7 +172,7 @@ def _load_model(preset, dataset):
             f"{', '.join(p for p in preset_registry.list_presets() if preset_registry.preset_metadata(p).get('kind') == 'trained')}."
         )
     return preset_registry.load_preset(
-        preset, preprocessor="auto" if dataset == "digits" else None
+        preset, preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None
     )
 
 

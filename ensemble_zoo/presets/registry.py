@@ -228,4 +228,28 @@ PRESETS = {
             "token, 1000 classes; the same parameters as the V-MoE."
         ),
     },
+    "gemma_tiny_arithmetic": {
+        "path": "gemma_tiny_arithmetic",
+        "description": (
+            "A 4-layer keras-hub GemmaCausalLM (hidden 64, character-level "
+            "tokenizer) pretrained on 1,000 of the bundled arithmetic task's "
+            "sums (a + b, a and b in 0-49); one model."
+        ),
+    },
+    "lora_ensemble_gemma_tiny_arithmetic": {
+        "path": "lora_ensemble_gemma_tiny_arithmetic",
+        "description": (
+            "LoRA-Ensemble of 4 rank-8 members on every attention and MLP "
+            "projection of the frozen gemma_tiny_arithmetic, fine-tuned on "
+            "the 2,000 training sums; generates with per-token uncertainty."
+        ),
+    },
+    "loss_prediction_gemma_tiny_arithmetic": {
+        "path": "loss_prediction_gemma_tiny_arithmetic",
+        "description": (
+            "Paper 003's loss-prediction head per token on the frozen "
+            "gemma_tiny_arithmetic, trained to rank answer tokens by that "
+            "model's own loss; attach it to the LoRA-Ensemble preset."
+        ),
+    },
 }

@@ -95,6 +95,12 @@ def test_member_logits_equal_the_model_with_each_members_merged_kernels(pair):
         expected = to_np(merged_copy(base, ensemble, member)(inputs))
         np.testing.assert_allclose(logits[:, member], expected, atol=1e-4)
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-2
+    # One member as a plain keras-hub model of the family.
+    single = ensemble.member_causal_lm(2)
+    assert type(single) is type(base) and type(single.backbone) is type(base.backbone)
+    np.testing.assert_allclose(to_np(single(inputs)), logits[:, 2], atol=1e-4)
+    with pytest.raises(ValueError, match="member"):
+        ensemble.member_causal_lm(3)
 
 
 def reference_figures(member_logits, tokens):

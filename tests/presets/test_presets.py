@@ -43,7 +43,7 @@ def test_list_presets_matches_shipped_directories():
         assert ("model.weights.h5" in files) == trained, name
         assert files <= {
             "config.json", "metadata.json", "task.json", "model.weights.h5", "task.weights.h5",
-            "preprocessor.json", "image_converter.json",
+            "preprocessor.json", "image_converter.json", "tokenizer.json", "assets",
         }, name
 
 

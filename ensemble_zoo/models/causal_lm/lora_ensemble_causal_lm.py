@@ -15,6 +15,7 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.causal_lm import adapter_files
+from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import DEFAULT_TARGETS
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import TARGETS
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import target_site
@@ -31,6 +32,7 @@ from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredicto
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
+from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -121,7 +123,7 @@ def member_token_cross_entropy(y_true, y_pred):
     return ops.mean(losses, axis=1)
 
 
-class LoRAEnsembleCausalLM:
+class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
     """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
 
     LoRA-Ensemble (Mühlematter et al., paper 002) gives each of `M`
@@ -333,6 +335,46 @@ class LoRAEnsembleCausalLM:
             adapter.lora_a.assign(np.stack([a for a, _ in factors[site]]))
             adapter.lora_b.assign(np.stack([b for _, b in factors[site]]))
         return ensemble
+
+    def member_causal_lm(self, member):
+        """Member `member` as a plain keras-hub causal LM of the base
+        family (its adapter merged into the kernels, `W0 + B_m A_m`), with
+        this ensemble's preprocessor: to serve or compare one member alone.
+
+        Args:
+            member: int in `[0, num_members)`.
+
+        Returns:
+            A new `keras_hub.models.<Family>CausalLM`; this ensemble is not
+            changed.
+        """
+        if not isinstance(member, (int, np.integer)) or isinstance(member, bool) or not (
+            0 <= member < self.num_members
+        ):
+            raise ValueError(
+                f"`member` must be an int in [0, {self.num_members}); got {member!r}."
+            )
+        base_cls = next(
+            c for c in type(self).__mro__[1:]
+            if issubclass(c, keras_hub.models.CausalLM)
+            and not issubclass(c, LoRAEnsembleCausalLM)
+        )
+        base_backbone = type(self.backbone).base_cls()
+        config = {
+            k: v for k, v in self.backbone.get_config().items()
+            if k not in self.backbone.method_config
+        }
+        backbone = base_backbone.from_config(config)
+        sources = dict(zip(_relative_paths(self.backbone.weights), self.backbone.weights))
+        for path, target in zip(_relative_paths(backbone.weights), backbone.weights):
+            target.assign(sources[path])
+        for block, source_block in zip(backbone.transformer_layers, self.backbone.transformer_layers):
+            for target in self.backbone.targets:
+                parent, attribute = target_site(block, self.backbone.sites[target])
+                source_parent, _ = target_site(source_block, self.backbone.sites[target])
+                adapter = getattr(source_parent, attribute)
+                getattr(parent, attribute).kernel.assign(adapter.merged_kernel(member))
+        return base_cls(backbone=backbone, preprocessor=self.preprocessor)
 
     def save_adapters(self, filepath):
         """Writes the members' adapters only (`*.lora_ensemble.h5`); the

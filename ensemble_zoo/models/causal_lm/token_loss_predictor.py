@@ -13,6 +13,7 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.validation import check_real
@@ -38,7 +39,7 @@ class NextTokenLoss(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TokenLossPredictor(keras.Model):
+class TokenLossPredictor(backend_utils.TorchParametersMixin, keras_hub.models.Task):
     """A loss-prediction head per token on a frozen keras-hub causal LM.
 
     The head (`LossPredictionHead`, paper 003's MLP, with `stop_gradient`)
@@ -50,7 +51,9 @@ class TokenLossPredictor(keras.Model):
 
     Training (`compile` then `fit` on token ids; labels, if the data has
     any, are ignored) minimises paper 003's pairwise ranking loss over
-    pairs of tokens whose next token is not padding: the flattened batch's
+    pairs of tokens whose next token is not padding, or, given a
+    `sample_weight` `(batch, tokens)` (what a `CausalLMPreprocessor`
+    gives, or weights on the answer tokens only), whose weight is positive: the flattened batch's
     position `j` is paired with `j + n // 2`, so that a pair joins tokens
     of different sequences or far apart in one. Only the head trains; the
     backbone is a frozen copy (the given model is not changed).
@@ -59,11 +62,16 @@ class TokenLossPredictor(keras.Model):
     predicted loss a fourth uncertainty of `generate` and
     `score_uncertainty`.
 
+    It is a keras-hub `Task` (saved in keras-hub's preset layout; with
+    the causal LM's preprocessor, `fit` and `predict` take text).
+
     Args:
         backbone: the keras-hub decoder backbone (it is frozen).
+        preprocessor: optional, the causal LM's `CausalLMPreprocessor`.
         hidden_units: the head's hidden layer sizes.
         margin: float, the ranking loss's margin.
-        **kwargs: other `keras.Model` arguments (`name`).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -91,35 +99,33 @@ class TokenLossPredictor(keras.Model):
     ```
     """
 
-    def __init__(self, backbone, hidden_units=(512, 512), margin=0.1, **kwargs):
+    def __init__(self, backbone, preprocessor=None, hidden_units=(512, 512), margin=0.1, **kwargs):
         margin = check_real(margin, "margin", low=0.0)
         freeze_weights(backbone)
-        head = LossPredictionHead(hidden_units=hidden_units, name="loss_prediction_head")
-        next_token_loss = NextTokenLoss(name="next_token_loss")
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.head = LossPredictionHead(hidden_units=hidden_units, name="loss_prediction_head")
+        self.next_token_loss = NextTokenLoss(name="next_token_loss")
 
         # === Functional Model ===
         inputs = backbone.input
         hidden = backbone(inputs)
-        predicted = head(hidden)
+        predicted = self.head(hidden)
         logits = backbone.token_embedding(hidden, reverse=True)
-        token_loss = next_token_loss(logits, inputs["token_ids"], inputs["padding_mask"])
+        token_loss = self.next_token_loss(logits, inputs["token_ids"], inputs["padding_mask"])
+        self.margin = margin
+        self.hidden_units = tuple(self.head.hidden_units)
         super().__init__(
             inputs=inputs,
             outputs={"predicted_loss": predicted, "token_loss": token_loss},
             **kwargs,
         )
-        # After the functional constructor (PyTorch's Module must exist
-        # before layers are assigned).
-        self.backbone = backbone
-        self.head = head
-        self.next_token_loss = next_token_loss
-        self.margin = margin
-        self.hidden_units = tuple(head.hidden_units)
 
     @classmethod
     def from_keras_hub(cls, causal_lm, hidden_units=(512, 512), margin=0.1):
         """A predictor on a frozen copy of `causal_lm`'s backbone (which is
-        not changed)."""
+        not changed), with `causal_lm`'s preprocessor."""
         if not isinstance(causal_lm, keras_hub.models.CausalLM) or not hasattr(
             causal_lm.backbone, "token_embedding"
         ):
@@ -129,7 +135,12 @@ class TokenLossPredictor(keras.Model):
                 f"Qwen 3); got {type(causal_lm).__name__}."
             )
         backbone = copy_model(causal_lm.backbone)
-        return cls(backbone=backbone, hidden_units=hidden_units, margin=margin)
+        return cls(
+            backbone=backbone,
+            preprocessor=causal_lm.preprocessor,
+            hidden_units=hidden_units,
+            margin=margin,
+        )
 
     def compile(self, optimizer="adam", **kwargs):
         """`keras.Model.compile` with the ranking loss built in (no `loss`
@@ -142,26 +153,22 @@ class TokenLossPredictor(keras.Model):
         super().compile(optimizer=optimizer, **kwargs)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        valid = ops.cast(x["padding_mask"][:, 1:], "float32")
-        valid = ops.pad(valid, [[0, 0], [0, 1]])
+        if sample_weight is not None:
+            # The preprocessor's (or the caller's) weights of the next-token
+            # predictions: position t counts when it weighs token t + 1.
+            valid = ops.cast(ops.greater(sample_weight, 0), "float32")
+        else:
+            valid = ops.cast(x["padding_mask"][:, 1:], "float32")
+            valid = ops.pad(valid, [[0, 0], [0, 1]])
         return token_ranking_loss(
             y_pred["token_loss"], y_pred["predicted_loss"], valid, self.margin
         )
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "hidden_units": list(self.hidden_units),
-            "margin": self.margin,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        # Task's config (backbone, preprocessor, name, trainable).
+        config = super().get_config()
+        config.update({"hidden_units": list(self.hidden_units), "margin": self.margin})
+        return config
 
 
 def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):

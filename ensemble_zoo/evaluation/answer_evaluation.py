@@ -1,0 +1,150 @@
+"""Evaluation of generated answers: accuracy, and how well each
+uncertainty ranks wrong answers and out-of-distribution questions.
+
+For a `LoRAEnsembleCausalLM` on a task with checkable answers (the
+bundled `arithmetic`): greedy answers to the in-distribution `test` and
+the `ood` questions, and per answer the mean over its generated tokens
+(answer and end token) of the ensemble's epistemic and total
+uncertainty, of the attached loss predictor's prediction, and of a single
+model's entropy on its own answers (`single_model`, scored on its own
+correctness). Each uncertainty gets the AUROC for wrong answers and the
+prediction rejection ratio on `test` (`ez.metrics.answer_auroc`,
+`prediction_rejection_ratio`), and the AUROC for telling `ood` from
+`test` questions (`ez.metrics.ood_auroc`).
+"""
+
+import json
+import os
+
+import numpy as np
+
+from ensemble_zoo.datasets import arithmetic
+from ensemble_zoo.evaluation.tables import text_table
+from ensemble_zoo.metrics.generation import answer_auroc
+from ensemble_zoo.metrics.generation import prediction_rejection_ratio
+from ensemble_zoo.metrics.ood import ood_auroc
+
+#: Per-answer uncertainty scores: the key of `generate`'s output whose
+#: mean over the answer's tokens is the score.
+SCORES = {
+    "epistemic": "mean_epistemic",
+    "total": "mean_total",
+    "loss_prediction": "mean_loss_prediction",
+}
+
+
+def answer_scores(model, questions, answers, max_length=12):
+    """Greedy answers of `model` and their uncertainty scores.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` with its preprocessor.
+        questions, answers: lists of strings.
+        max_length: int, the generation length (prompt included, in
+            tokens).
+
+    Returns:
+        dict: `answers` (the parsed answers), `correct` (bool array) and
+        one float array per available score of `SCORES`.
+    """
+    model.compile(sampler="greedy")
+    out = model.generate(list(questions), max_length=max_length, return_uncertainty=True)
+    given = [arithmetic.parse_answer(text) for text in out["output"]]
+    result = {
+        "answers": given,
+        "correct": np.array([g == a for g, a in zip(given, answers)]),
+    }
+    for name, key in SCORES.items():
+        if key in out:
+            result[name] = np.asarray(out[key], "float64")
+    return result
+
+
+def _ranking(scores_test, correct, scores_ood=None):
+    row = {}
+    if 0 < correct.sum() < correct.size:
+        row["wrong_answer_auroc"] = answer_auroc(scores_test, correct)
+        row["prr"] = prediction_rejection_ratio(scores_test, correct)
+    if scores_ood is not None:
+        row["ood_auroc"] = ood_auroc(scores_test, scores_ood)
+    return row
+
+
+def evaluate_answers(model, single_model=None, max_length=12):
+    """Answers and uncertainty rankings on the arithmetic task.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` with the task's preprocessor
+            (optionally with a loss predictor attached).
+        single_model: optional keras-hub `CausalLM` (one model) whose
+            entropy on its own answers is the baseline.
+        max_length: int, generation length in tokens.
+
+    Returns:
+        An `AnswerReport`.
+    """
+    from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
+
+    test_q, test_a = arithmetic.load_questions("test")
+    ood_q, ood_a = arithmetic.load_questions("ood")
+    test = answer_scores(model, test_q, test_a, max_length)
+    ood = answer_scores(model, ood_q, ood_a, max_length)
+    metrics = {
+        "num_test": len(test_q),
+        "num_ood": len(ood_q),
+        "test_accuracy": float(test["correct"].mean()),
+        "ood_accuracy": float(ood["correct"].mean()),
+        "uncertainty": {},
+    }
+    for name in SCORES:
+        if name == "epistemic" and model.num_members == 1:
+            continue  # zero for one model
+        if name in test:
+            metrics["uncertainty"][name] = _ranking(test[name], test["correct"], ood[name])
+    if single_model is not None:
+        # One model as a one-member ensemble with zero adapters (its own
+        # generate, bit for bit): its total uncertainty is its entropy.
+        single = LoRAEnsembleCausalLM.from_keras_hub(single_model, num_members=1, rank=1, seed=0)
+        single_test = answer_scores(single, test_q, test_a, max_length)
+        single_ood = answer_scores(single, ood_q, ood_a, max_length)
+        metrics["single_model_test_accuracy"] = float(single_test["correct"].mean())
+        metrics["uncertainty"]["single_model_entropy"] = _ranking(
+            single_test["total"], single_test["correct"], single_ood["total"]
+        )
+    return AnswerReport(metrics)
+
+
+class AnswerReport:
+    """The metrics of `evaluate_answers`, printable and savable.
+
+    Attributes:
+        metrics: dict (`test_accuracy`, `ood_accuracy`, and per
+            uncertainty `wrong_answer_auroc`, `prr`, `ood_auroc`).
+    """
+
+    def __init__(self, metrics, name="answers"):
+        self.metrics = metrics
+        self.name = name
+
+    def __str__(self):
+        m = self.metrics
+        lines = [
+            f"{self.name}: test accuracy {m['test_accuracy']:.3f} "
+            f"({m['num_test']} questions), OOD accuracy {m['ood_accuracy']:.3f} "
+            f"({m['num_ood']} questions)",
+        ]
+        if "single_model_test_accuracy" in m:
+            lines.append(f"single model test accuracy {m['single_model_test_accuracy']:.3f}")
+        rows = [
+            [name, row.get("wrong_answer_auroc"), row.get("prr"), row.get("ood_auroc")]
+            for name, row in m["uncertainty"].items()
+        ]
+        lines.append(text_table(rows, ["uncertainty", "wrong-answer AUROC", "PRR", "OOD AUROC"]))
+        return "\n".join(lines)
+
+    def save(self, directory):
+        """Writes `report.json` to `directory`; returns its path."""
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "report.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"name": self.name, "metrics": self.metrics}, f, indent=2, sort_keys=True)
+        return [path]
