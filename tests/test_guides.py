@@ -25,6 +25,7 @@ HOME_BACKEND = {
     "evaluating_uncertainty.py": "tensorflow",  # 138 / 97 / 270
     "hydra_ensembles.py": "tensorflow",  # 237 / 182 / 688
     "implicit_ensembles.py": "jax",  # 90 / 214 / 219
+    "llm_uncertainty.py": "jax",  # 34 (local) / - / -
     "lora_ensemble.py": "jax",  # 152 / 163 / 262
     "loss_prediction.py": "tensorflow",  # 71 / 56 / 331
     "sharing_with_keras_hub.py": "torch",  # - / - / 55
