@@ -2,7 +2,8 @@
 
     KERAS_BACKEND=jax python benchmarks/run_all.py [--quick]
         [--dtype float32|bfloat16] [--batch-size 4] [--repeats 5]
-        [--only hydra lora moe sparse_moe baselines metrics] [--json PATH]
+        [--only hydra lora moe sparse_moe baselines metrics decoding]
+        [--json PATH]
         [--isolation section|run|none] [--memory-limit MIB]
         [--ignore-memory-check]
     KERAS_BACKEND=torch python benchmarks/run_all.py --torch-compile
@@ -48,6 +49,15 @@ Sections (each row's ratio is against the first row of its section):
   each one pass over all members.
 - `metrics`: ECE and OOD AUROC on 10^6 samples (10^4 with `--quick`)
   against scikit-learn-based references; the largest difference is printed.
+- `decoding`: a keras-hub Gemma with Gemma-2B's layer shapes (2 layers,
+  vocabulary 16,384) generating 16 tokens after a 32-token prompt at batch
+  1: the base model, LoRA-Ensembles of 1, 4 and 8 members (with their
+  per-token uncertainty) and 4 and 8 separate models; prefill ms, decode
+  ms per token, tokens per second and the weights plus KV cache held, in a
+  table of its own (`benchmarks/llm_decoding.py`, which also runs alone
+  and with `--full` takes all 18 layers and the 256k vocabulary for a
+  GPU). Goal on a GPU in bf16 at batch 1 (full size): 8 members decode at
+  <= 1.3x the base model's time per token.
 
 Columns: forward ms (median of `--repeats` compiled calls: XLA under JAX
 and TensorFlow, eager under PyTorch unless `--torch-compile`, which
@@ -137,6 +147,8 @@ except ImportError:  # not on Windows: no rusage, no peak memory measured
 # the processes that run sections only: the collecting process stays small
 # and starts in a fraction of a second.
 np = keras = keras_hub = ez = timing = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llm_decoding  # noqa: E402  (imports its backend on first use only)
 
 MIB, GIB = 2**20, 2**30
 
@@ -656,6 +668,15 @@ def _cell(value, fmt):
 
 
 def print_table(rows):
+    """The methods' table, then the decoding section's own (its columns
+    differ: `llm_decoding.print_decoding_table`)."""
+    decoding = [r for r in rows if r["section"] == "decoding"]
+    rows = [r for r in rows if r["section"] != "decoding"]
+    _print_methods_table(rows)
+    llm_decoding.print_decoding_table(decoding)
+
+
+def _print_methods_table(rows):
     header = (
         f"{'section':<10} {'variant':<34} {'fwd ms':>9} {'ratio':>6} {'fwd MiB':>9} "
         f"{'train ms':>9} {'ratio':>6} {'train MiB':>9}"
@@ -670,7 +691,14 @@ def print_table(rows):
         )
 
 
-SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "baselines", "metrics")
+SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "baselines", "metrics", "decoding")
+
+
+def decoding_bytes(quick):
+    """The decoding section's largest state: the base model and one
+    ensemble's copy of it (Gemma-2B's layer shapes, 2 layers, vocabulary
+    16,384: about 253M parameters each, float32) and their KV caches."""
+    return 2 * 4 * 1_000 if quick else 2 * 4 * 253_000_000
 
 
 def _memory_line(name, estimate, args, budget, source):
@@ -787,6 +815,9 @@ def run_sections(names, args, isolated, on_record=None):
             sections, (images, tokens, width) = sparse_moe_sections(size)
             inputs = rng.normal(size=(images, tokens, width)).astype("float32"), None
             extra = None
+        elif name == "decoding":
+            sections = []
+            extra = (decoding_bytes(args.quick), "the decoders' weights and KV caches")
         else:
             sections = []
             extra = (metrics_bytes(size), "the metrics' arrays")
@@ -812,6 +843,8 @@ def run_sections(names, args, isolated, on_record=None):
         if sections:
             for section in sections:
                 record["rows"] += section.run(*inputs, repeats)
+        elif name == "decoding":
+            record["rows"] += llm_decoding.decoding_rows(quick=args.quick, repeats=repeats)
         else:
             record["rows"] += metrics_rows(size, repeats)
         del sections

@@ -80,7 +80,7 @@ def test_moe_benchmark_runs_and_e3_members_are_vmoes():
     assert re.search(r"^SparseMoE / dense MLP throughput: [0-9.]+ ", out, re.M), out
 
 
-SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "baselines", "metrics")
+SECTIONS = ("hydra", "lora", "moe", "sparse_moe", "baselines", "metrics", "decoding")
 #: TensorFlow's C++ start-up lines (keras-hub imports TensorFlow under
 #: every backend).
 TF_START_UP = re.compile(
@@ -124,7 +124,7 @@ def test_run_all_quick_measures_every_method(tmp_path):
     for name in SECTIONS:
         held = (
             r"held once the models are built \([\d.]+ (MiB|GiB) runtime \+ [\d.]+ MiB weights"
-            r" of [\d,]+ parameters.*\)" if name != "metrics" else r"runtime"
+            r" of [\d,]+ parameters.*\)" if name not in ("metrics", "decoding") else r"runtime"
         )
         needs = next(
             i for i, line in enumerate(lines)
@@ -164,12 +164,25 @@ def test_run_all_quick_measures_every_method(tmp_path):
         ("baselines", "Packed-Ensembles 3 (alpha 3)"), ("baselines", "MIMO 3"),
     ]:
         assert expected in variants, expected
+    decoding = [r for r in report["rows"] if r["section"] == "decoding"]
+    assert [r["variant"] for r in decoding] == [
+        "base", "LoRA-Ensemble 1", "LoRA-Ensemble 2", "2 separate models"
+    ]
+    for row in decoding:
+        assert row["prefill_ms"] > 0 and row["decode_ms_per_token"] > 0, row
+        assert re.search(rf"^{re.escape(row['variant'])}\s+[\d.]+\s", out, re.M), row
+    # Separate models hold M times the weights and cache; the ensemble
+    # holds them once (plus its adapters).
+    assert decoding[3]["held_ratio"] == pytest.approx(2.0)
+    assert decoding[2]["held_ratio"] < 2.0
     for row in report["rows"]:
+        if row["section"] == "decoding":
+            continue
         assert row["forward_ms"] > 0 and row["forward_ratio"] > 0, row
         assert re.search(rf"^{row['section']}\s+{re.escape(row['variant'])}\s", out, re.M), row
         if row["section"] == "metrics":
             assert row["max_abs_difference"] <= 1e-6, row
-    trained = {r["variant"] for r in report["rows"] if r["train_ms"] is not None}
+    trained = {r["variant"] for r in report["rows"] if r.get("train_ms") is not None}
     assert {"single", "fused", "LoRA-Ensemble 4", "E³ K=1 M=2 (one-hot)", "Masksembles 3"} <= trained
 
 
