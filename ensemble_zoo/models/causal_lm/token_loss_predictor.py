@@ -183,11 +183,16 @@ def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
     token_loss = ops.reshape(ops.stop_gradient(ops.cast(token_loss, "float32")), (-1,))
     predicted = ops.reshape(ops.cast(predicted_loss, "float32"), (-1,))
     valid = ops.reshape(ops.cast(valid, "float32"), (-1,))
-    n = token_loss.shape[0]
-    half = n // 2
-    first, second = slice(0, half), slice(half, 2 * half)
-    pair_valid = valid[first] * valid[second]
-    sign = ops.where(token_loss[first] > token_loss[second], 1.0, -1.0)
-    hinge = ops.relu(-sign * (predicted[first] - predicted[second]) + margin)
+    half = ops.shape(token_loss)[0] // 2  # a tensor where the batch is unknown (TF)
+
+    def pairs(x):
+        return x[:half], x[half : 2 * half]
+
+    (loss_a, loss_b), (pred_a, pred_b), (valid_a, valid_b) = map(
+        pairs, (token_loss, predicted, valid)
+    )
+    pair_valid = valid_a * valid_b
+    sign = ops.where(loss_a > loss_b, 1.0, -1.0)
+    hinge = ops.relu(-sign * (pred_a - pred_b) + margin)
     return ops.sum(hinge * pair_valid) / ops.maximum(ops.sum(pair_valid), 1.0)
 
