@@ -15,13 +15,14 @@ Rows (ratios against the base model, measured in this run):
 - `LoRA-Ensemble M`: M members of rank 8 on query, key, value and
   output, one batched decode (`generate(..., return_uncertainty=True)`,
   so the per-token figures are included);
-- `M separate models`: M decodes of the base model one after another (M
-  fine-tuned models of the base's size cost that, and hold M times its
-  weights and cache).
+- `M separate models`: M times the base model's row (not run: M
+  fine-tuned models of the base's size decode one after another and hold
+  M times its weights and cache).
 
 Columns: prefill ms (the prompt through the model, filling the KV
 cache: `_build_cache`, compiled), decode ms per generated token (the rest
-of a `generate` call, divided by the tokens), tokens per second (batch /
+of a call of the compiled generate function that `generate` runs,
+divided by the tokens; the ensemble's includes its per-token figures), tokens per second (batch /
 decode time per token) and the memory held while decoding: the weights
 plus the KV cache (`(batch, members, layers, 2, length, kv_heads,
 head_dim)`), counted from the arrays' shapes (XLA's buffers for
@@ -147,16 +148,19 @@ def weight_bytes(model):
     return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
-def measure(model, inputs, new, repeats, members, ensemble):
+def measure(model, inputs, new, repeats, members):
     """Prefill ms, decode ms per token and held bytes of one model."""
     tokens = keras.ops.convert_to_tensor(inputs["token_ids"])
     prefill = _compiled_prefill(model)
     prefill_ms = _median_ms(lambda: _block(prefill(tokens)), repeats)
-    if ensemble:
-        call = lambda: model.generate(inputs, stop_token_ids=None, return_uncertainty=True)  # noqa: E731
-    else:
-        call = lambda: _block(model.generate(inputs, stop_token_ids=None)["token_ids"])  # noqa: E731
-    total_ms = _median_ms(call, repeats)
+    # Both through the compiled generate function `generate` runs (the
+    # ensemble's computes the per-token figures too), waiting for the
+    # token ids only: no copies to the host or NumPy post-processing.
+    generate = model.make_generate_function()
+    batch_inputs = {k: keras.ops.convert_to_tensor(v) for k, v in inputs.items()}
+    total_ms = _median_ms(
+        lambda: _block(generate(batch_inputs, stop_token_ids=None)["token_ids"]), repeats
+    )
     decode = max(total_ms - prefill_ms, 0.0) / new
     batch, length = inputs["token_ids"].shape
     dtype_bytes = np.dtype(keras.config.dtype_policy().compute_dtype).itemsize
@@ -178,12 +182,12 @@ def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, rep
     base = build_base(layers, vocabulary, quick)
     base.compile(sampler="greedy")
     rows = []
-    prefill, decode, held = measure(base, inputs, new, repeats, 1, ensemble=False)
+    prefill, decode, held = measure(base, inputs, new, repeats, 1)
     rows.append(("base", prefill, decode, held))
     for m in members:
         model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=m, rank=8, seed=0)
         model.compile(sampler="greedy")
-        rows.append((f"LoRA-Ensemble {m}",) + measure(model, inputs, new, repeats, m, ensemble=True))
+        rows.append((f"LoRA-Ensemble {m}",) + measure(model, inputs, new, repeats, m))
         del model
     for m in members:
         if m > 1:

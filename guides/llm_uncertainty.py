@@ -182,9 +182,9 @@ report = evaluate_answers(ensemble, single_model=ensemble.member_causal_lm(0))
 print(report)
 
 """
-The ensemble is more accurate than any of its members, and its
+The ensemble is more accurate than its member 0 alone, and its
 uncertainty ranks both its errors and the unfamiliar questions better
-than one model's entropy does. (No model answers the OOD sums right:
+than that single model's entropy does. (No model answers the OOD sums right:
 their three-digit answers never occur in training.) Rejecting the most
 uncertain answers trades coverage for accuracy:
 """
@@ -194,7 +194,7 @@ out = ensemble.generate(test_q, max_length=12, return_uncertainty=True)
 correct = np.array([arithmetic.parse_answer(t) == a for t, a in zip(out["output"], test_a)])
 rejected, accuracy = ez.metrics.accuracy_rejection_curve(out["mean_epistemic"], correct)
 for rate in (0.0, 0.05, 0.1):
-    index = np.searchsorted(rejected, rate)
+    index = min(np.searchsorted(rejected, rate), len(rejected) - 1)
     print(f"reject {rejected[index]:.0%}: accuracy {accuracy[index]:.3f}")
 
 """

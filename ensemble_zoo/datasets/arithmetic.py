@@ -5,8 +5,9 @@ Generated with a fixed seed (nothing is downloaded): a question is
 
 - In-distribution: `a, b` in 0-49. The 2,500 pairs are split, with a
   fixed seed, into 2,000 `train` and 500 `test` pairs (no pair in both).
-- Out-of-distribution (`ood`): 500 pairs with `a, b` in 50-99, larger
-  operands and (mostly) three-digit sums that no training answer has.
+- Out-of-distribution (`ood`): 500 distinct pairs with `a, b` in 50-99:
+  larger operands, and three-digit sums (100-198) that no training
+  answer has.
 
 `tokenizer()` builds the character-level Gemma tokenizer the arithmetic
 presets use, from a SentencePiece model trained in memory (the presets
@@ -51,7 +52,8 @@ def load_questions(split):
     order = rng.permutation(len(pairs))
     if split == "ood":
         low, high = OOD_RANGE
-        chosen = rng.integers(low, high, size=(NUM_OOD, 2)).tolist()
+        grid = [(a, b) for a in range(low, high) for b in range(low, high)]
+        chosen = [grid[i] for i in rng.choice(len(grid), NUM_OOD, replace=False)]
     else:
         index = order[:NUM_TRAIN] if split == "train" else order[NUM_TRAIN:]
         chosen = [pairs[i] for i in index]

@@ -37,7 +37,8 @@ def answer_scores(model, questions, answers, max_length=12):
     """Greedy answers of `model` and their uncertainty scores.
 
     Args:
-        model: a `LoRAEnsembleCausalLM` with its preprocessor.
+        model: a `LoRAEnsembleCausalLM` with its preprocessor (it answers
+            greedily here; its compiled state is left as it was).
         questions, answers: lists of strings.
         max_length: int, the generation length (prompt included, in
             tokens).
@@ -46,8 +47,18 @@ def answer_scores(model, questions, answers, max_length=12):
         dict: `answers` (the parsed answers), `correct` (bool array) and
         one float array per available score of `SCORES`.
     """
-    model.compile(sampler="greedy")
-    out = model.generate(list(questions), max_length=max_length, return_uncertainty=True)
+    import keras_hub
+
+    # Greedy answers, without `compile` (which would reset the caller's
+    # optimizer and loss): the sampler is swapped and put back.
+    previous = model.sampler
+    model.sampler = keras_hub.samplers.get("greedy")
+    model.generate_function = None
+    try:
+        out = model.generate(list(questions), max_length=max_length, return_uncertainty=True)
+    finally:
+        model.sampler = previous
+        model.generate_function = None
     given = [arithmetic.parse_answer(text) for text in out["output"]]
     result = {
         "answers": given,

@@ -3,7 +3,7 @@ answers, the accuracy-rejection curve and the prediction rejection ratio.
 
 A language model's answer is right or wrong (or has a quality in [0, 1]);
 a good uncertainty is higher on the wrong ones. These are the measures
-of LM-uncertainty work (Malinin and Gales 2021; lm-polygraph), exact and
+of LM-uncertainty work (Malinin and Gales 2021; lm-polygraph's PRR), exact and
 independent of the sample order: answers with tied uncertainty are
 rejected together (curve) or in random order in expectation (ratio).
 
@@ -98,7 +98,14 @@ def accuracy_rejection_curve(uncertainty, correct):
 
 
 def prediction_rejection_ratio(uncertainty, quality):
-    """Prediction rejection ratio (PRR; Malinin and Gales 2021).
+    """Prediction rejection ratio (PRR), as LM-uncertainty work computes it.
+
+    Malinin and Gales (2021) define PRR on the rejection curve of errors
+    over all `n` answers, rejected answers counted as corrected by an
+    oracle; lm-polygraph (Fadeeva et al. 2023), which LM-uncertainty
+    papers report, uses the mean quality of the kept answers instead, and
+    takes graded qualities. This is that kept-quality form (the two differ
+    in value, not in which ranking is better).
 
     Reject answers from the most uncertain; after keeping the `k` most
     certain, the kept mean quality is `Q_u(k)`. With `A_u = mean_k

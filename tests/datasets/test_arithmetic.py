@@ -28,6 +28,7 @@ def test_splits_are_seeded_disjoint_and_in_their_ranges():
             a, b = operands(question)
             assert low <= a < high and low <= b < high and answer == str(a + b)
     assert not set(splits["train"][0]) & set(splits["test"][0])
+    assert len(set(splits["ood"][0])) == 500  # distinct
     assert len(set(splits["train"][0]) | set(splits["test"][0])) == 2500
     with pytest.raises(ValueError, match="split"):
         arithmetic.load_questions("validation")

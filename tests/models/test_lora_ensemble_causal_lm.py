@@ -172,6 +172,17 @@ def test_config_round_trip_and_clear_errors(pair):
     with pytest.raises(TypeError, match="return_uncertainty"):
         ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty="yes")
     assert ez.models.LoRAEnsembleCausalLM is LoRAEnsembleCausalLM
+    tokens = PROMPT["token_ids"]
+    for bad, match in [
+        (tokens + 50, r"\[0, 50\)"), (tokens[0], r"shape \(batch, length\)"),
+        (tokens[:, :1], "length >= 2"), (tokens + 0.5, "integer"), ("abc", "token_ids"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            ensemble.score_uncertainty(bad)
+    with pytest.raises(ValueError, match="padding_mask"):
+        ensemble.score_uncertainty(tokens, np.ones((2, 3), bool))
+    with pytest.raises(ValueError, match="chunk_size"):
+        ensemble.score_uncertainty(tokens, chunk_size=0)
 
 
 def test_beam_search_figures_come_from_a_teacher_forced_pass(pair):
@@ -416,3 +427,28 @@ def test_token_ranking_loss_equals_a_loop_over_pairs():
     value = to_np(token_ranking_loss(losses, predicted, valid, margin=0.1))
     np.testing.assert_allclose(value, np.mean(terms), rtol=1e-5)
     assert to_np(token_ranking_loss(losses, predicted, np.zeros((3, 5)))) == 0.0
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="file reading is backend-independent")
+def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
+    """Keras writes bfloat16 variables as tagged 2-byte opaque data; the
+    keras-hub LoRA reader and the ensemble's own files give their values."""
+    from ensemble_zoo.models.causal_lm import adapter_files
+
+    keras.utils.set_random_seed(0)
+    lm = keras_hub.models.GemmaCausalLM(
+        backbone=keras_hub.models.GemmaBackbone(**TINY, head_dim=8, dtype="bfloat16"),
+        preprocessor=None,
+    )
+    lm.backbone.enable_lora(2)
+    for variable in lm.backbone.trainable_weights:
+        variable.assign(np.random.default_rng(0).normal(size=variable.shape))
+    path = str(tmp_path / "bf16.lora.h5")
+    lm.backbone.save_lora_weights(path)
+    rank, layers = adapter_files.read_keras_hub_lora(path)
+    first = lm.backbone.trainable_weights[0]
+    a = next(a for a, _ in layers.values() if a.shape == tuple(first.shape))
+    assert rank == 2 and a.dtype == np.float32
+    values = {tuple(np.round(to_np(keras.ops.cast(w, "float32")).ravel()[:3], 4))
+              for w in lm.backbone.trainable_weights}
+    assert tuple(np.round(a.ravel()[:3], 4)) in values

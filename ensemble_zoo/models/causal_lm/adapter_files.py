@@ -44,8 +44,10 @@ def save_adapters(model, filepath):
         for i, adapter in enumerate(backbone.adapters):
             group = f.create_group(f"adapters/{i}")
             group.attrs["base_layer"] = adapter.base_layer.path
-            group["lora_a"] = ops.convert_to_numpy(adapter.lora_a)
-            group["lora_b"] = ops.convert_to_numpy(adapter.lora_b)
+            # float32 whatever the variables' dtype: exact for bfloat16 and
+            # float16, which h5py cannot tag.
+            group["lora_a"] = ops.convert_to_numpy(ops.cast(adapter.lora_a, "float32"))
+            group["lora_b"] = ops.convert_to_numpy(ops.cast(adapter.lora_b, "float32"))
 
 
 def load_adapters(model, filepath):
@@ -111,8 +113,8 @@ def read_keras_hub_lora(filepath):
             rank = int(f["lora/vars/rank"][()])
             layers = {
                 int(key): (
-                    f[f"lora/{key}/vars/lora_kernel_a"][()],
-                    f[f"lora/{key}/vars/lora_kernel_b"][()],
+                    _float32(f[f"lora/{key}/vars/lora_kernel_a"]),
+                    _float32(f[f"lora/{key}/vars/lora_kernel_b"]),
                 )
                 for key in f["lora"]
                 if key != "vars"
@@ -166,6 +168,18 @@ def keras_hub_lora_factors(base_layer, lora_kernel_a, lora_kernel_b):
     blocks = np.transpose(blocks, [0, 1] + [2 + i for i in order])
     b_matrix = blocks.reshape(heads * rank, d_out)
     return a_matrix, b_matrix
+
+
+def _float32(dataset):
+    """An h5py dataset as float32. Keras' `H5IOStore` writes bfloat16 as
+    2-byte opaque data tagged `dtype="bfloat16"`, which h5py reads as raw
+    bytes."""
+    values = dataset[()]
+    if dataset.attrs.get("dtype") == "bfloat16" or values.dtype.kind == "V":
+        import ml_dtypes
+
+        values = np.asarray(values).view(ml_dtypes.bfloat16)
+    return np.asarray(values, "float32")
 
 
 def _check_path(filepath, suffix):

@@ -33,6 +33,7 @@ from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -555,14 +556,29 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
     def _teacher_forced_figures(self, token_ids, padding_mask):
         """`(batch, length, figures)`: position `t > 0` holds the figures
         of token `t` given tokens `< t` (position 0: zeros)."""
+        return self._chunked_figures(token_ids, ops.ones_like(padding_mask))
+
+    def _chunked_figures(self, token_ids, padding_mask, chunk_size=128):
+        """Teacher-forced figures `(batch, length, figures)` (position 0:
+        zeros): the backbone runs once over the sequence, the vocabulary
+        projection and the figures `chunk_size` positions at a time, so
+        that the member logits `(batch, members, tokens, vocabulary)` are
+        never held whole."""
         tiled = {
             "token_ids": self._repeat_rows(token_ids),
-            "padding_mask": self._repeat_rows(ops.ones_like(padding_mask)),
+            "padding_mask": self._repeat_rows(padding_mask),
         }
-        hidden = self.backbone(tiled, training=False)[:, :-1]
-        member_logits = self._split(self.backbone.token_embedding(hidden, reverse=True))
-        figures = self._figures(member_logits, token_ids[:, 1:], self._split(hidden))
-        return ops.pad(figures, [[0, 0], [1, 0], [0, 0]])
+        hidden = self.backbone(tiled, training=False)
+        length = int(token_ids.shape[1])
+        chunks = [ops.zeros((ops.shape(token_ids)[0], 1, self._num_figures), "float32")]
+        for start in range(0, length - 1, chunk_size):
+            stop = min(start + chunk_size, length - 1)
+            part = hidden[:, start:stop]
+            member_logits = self._split(self.backbone.token_embedding(part, reverse=True))
+            chunks.append(
+                self._figures(member_logits, token_ids[:, start + 1 : stop + 1], self._split(part))
+            )
+        return ops.concatenate(chunks, axis=1)
 
     @property
     def _num_figures(self):
@@ -595,6 +611,8 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
         predictions are averaged; with zero adapters that is the
         predictor on the frozen model. The predictor is kept by reference,
         not saved with the ensemble (save it on its own). `None` detaches.
+        Attach it again after training it further: the compiled decode
+        loop (JAX) holds the weights it had when it was compiled.
 
         Args:
             predictor: a `TokenLossPredictor` trained on this ensemble's
@@ -707,37 +725,54 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """
         chunk_size = check_positive_int(chunk_size, "chunk_size")
-        token_ids = ops.convert_to_tensor(np.asarray(token_ids), "int32")
-        if padding_mask is None:
-            padding_mask = ops.ones_like(token_ids, dtype="bool")
-        padding_mask = ops.convert_to_tensor(np.asarray(padding_mask), "bool")
-        tiled = {
-            "token_ids": ops.repeat(token_ids, self.num_members, axis=0),
-            "padding_mask": ops.repeat(padding_mask, self.num_members, axis=0),
-        }
-        hidden = self.backbone(tiled, training=False)
-        length = int(token_ids.shape[1])
-        chunks = []
-        for start in range(0, length - 1, chunk_size):
-            stop = min(start + chunk_size, length - 1)
-            logits = self.backbone.token_embedding(hidden[:, start:stop], reverse=True)
-            member_logits = split_members(logits, self.num_members)
-            chunks.append(ops.convert_to_numpy(self._figures(
-                member_logits,
-                token_ids[:, start + 1 : stop + 1],
-                self._split(hidden[:, start:stop]),
-            )))
-        batch = int(token_ids.shape[0])
-        figures = np.concatenate(
-            [np.zeros((batch, 1, self._num_figures), "float32")] + chunks, axis=1
+        token_ids, padding_mask = _check_token_batch(
+            token_ids, padding_mask, self.backbone.vocabulary_size
         )
-        valid = np.asarray(ops.convert_to_numpy(padding_mask), bool)
+        valid = np.array(padding_mask, bool)
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        padding_mask = ops.convert_to_tensor(padding_mask, "bool")
+        figures = ops.convert_to_numpy(
+            self._chunked_figures(token_ids, padding_mask, chunk_size)
+        )
         valid[:, 0] = False
         return _token_outputs(figures, valid, self.num_members)
 
     def get_config(self):
         # Task's config (backbone, preprocessor, name, trainable).
         return keras_hub.models.Task.get_config(self)
+
+
+def _check_token_batch(token_ids, padding_mask, vocabulary_size):
+    """`(token_ids, padding_mask)` as NumPy arrays, or a `ValueError` /
+    `TypeError` naming the argument: integer ids in `[0, vocabulary_size)`
+    of shape `(batch, length)` with `length >= 2`, and a boolean (or 0 / 1)
+    mask of the same shape (default: all true)."""
+    ids = as_numeric_array(token_ids, "token_ids", allow_bool=False)
+    if ids.dtype.kind == "f":
+        if not np.all(np.isfinite(ids)) or not np.all(ids == np.round(ids)):
+            raise ValueError("`token_ids` must hold integer token ids; got fractional or non-finite values.")
+        ids = ids.astype("int64")
+    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] < 2:
+        raise ValueError(
+            "`token_ids` must have shape (batch, length) with batch >= 1 and "
+            f"length >= 2 (a token and one to score); got shape {ids.shape}."
+        )
+    if ids.min() < 0 or ids.max() >= vocabulary_size:
+        raise ValueError(
+            f"`token_ids` must lie in [0, {vocabulary_size}) (the vocabulary); "
+            f"got values in [{ids.min()}, {ids.max()}]."
+        )
+    if padding_mask is None:
+        return ids, np.ones(ids.shape, bool)
+    mask = as_numeric_array(padding_mask, "padding_mask", allow_bool=True)
+    if mask.shape != ids.shape:
+        raise ValueError(
+            f"`padding_mask` must have the shape of `token_ids`, {ids.shape}; "
+            f"got {mask.shape}."
+        )
+    if not np.isin(mask, (0, 1)).all():
+        raise ValueError("`padding_mask` must hold booleans (or 0 / 1).")
+    return ids, mask.astype(bool)
 
 
 def _task_class(causal_lm):
@@ -748,6 +783,12 @@ def _task_class(causal_lm):
             "`causal_lm` must be one of "
             f"{sorted(t.__name__ for t in TASKS)}; got "
             f"{type(causal_lm).__name__}."
+        )
+    if getattr(causal_lm.backbone, "vision_encoder", None) is not None:
+        raise ValueError(
+            f"`causal_lm` is a multimodal {type(causal_lm).__name__} (its backbone "
+            "has a vision encoder); LoRA-Ensemble supports text-only models "
+            "(`vision_encoder=None`): image inputs would be dropped."
         )
     if any(
         getattr(layer, "lora_enabled", False)
