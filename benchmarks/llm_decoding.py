@@ -20,9 +20,10 @@ Rows (ratios against the base model, measured in this run):
   M times its weights and cache).
 
 Columns: prefill ms (the prompt through the model, filling the KV
-cache: `_build_cache`, compiled), decode ms per generated token (the rest
-of a call of the compiled generate function that `generate` runs,
-divided by the tokens; the ensemble's includes its per-token figures), tokens per second (batch /
+cache: `_build_cache`, compiled), decode ms per generated token (from
+calls of the compiled generate function that `generate` runs, for `--new`
+and `--new // 2` tokens: their difference over the extra tokens; the
+ensemble's includes its per-token figures), tokens per second (batch /
 decode time per token) and the memory held while decoding: the weights
 plus the KV cache (`(batch, members, layers, 2, length, kv_heads,
 head_dim)`), counted from the arrays' shapes (XLA's buffers for
@@ -148,8 +149,14 @@ def weight_bytes(model):
     return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
-def measure(model, inputs, new, repeats, members):
-    """Prefill ms, decode ms per token and held bytes of one model."""
+def measure(model, prompt, new, vocabulary, repeats, members):
+    """Prefill ms, decode ms per token and held bytes of one model.
+
+    Decode time per token is the difference between two generations from
+    the same prompt, `new` and `new // 2` tokens, divided by the extra
+    tokens: the prompt's pass and the call's fixed costs cancel.
+    """
+    inputs = prompt_inputs(prompt, new, vocabulary)
     tokens = keras.ops.convert_to_tensor(inputs["token_ids"])
     prefill = _compiled_prefill(model)
     prefill_ms = _median_ms(lambda: _block(prefill(tokens)), repeats)
@@ -157,18 +164,26 @@ def measure(model, inputs, new, repeats, members):
     # ensemble's computes the per-token figures too), waiting for the
     # token ids only: no copies to the host or NumPy post-processing.
     generate = model.make_generate_function()
-    batch_inputs = {k: keras.ops.convert_to_tensor(v) for k, v in inputs.items()}
-    total_ms = _median_ms(
-        lambda: _block(generate(batch_inputs, stop_token_ids=None)["token_ids"]), repeats
-    )
-    decode = max(total_ms - prefill_ms, 0.0) / new
+
+    def total_ms(count):
+        batch = {
+            k: keras.ops.convert_to_tensor(v)
+            for k, v in prompt_inputs(prompt, count, vocabulary).items()
+        }
+        return _median_ms(
+            lambda: _block(generate(batch, stop_token_ids=None)["token_ids"]), repeats
+        )
+
+    # Timing noise can make the difference of two tiny (--quick) calls
+    # negative: a floor of 1 µs keeps the ratios finite.
+    decode = max(total_ms(new) - total_ms(new // 2), 1e-3) / (new - new // 2)
     batch, length = inputs["token_ids"].shape
     dtype_bytes = np.dtype(keras.config.dtype_policy().compute_dtype).itemsize
     held = weight_bytes(model) + cache_bytes(model, batch, length, members, dtype_bytes)
     return prefill_ms, decode, held
 
 
-def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, repeats=3,
+def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, repeats=5,
                   members=(1, 4, 8), full=False):
     """The section's rows (see the module docstring)."""
     _imports()
@@ -178,16 +193,17 @@ def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, rep
         layers, vocabulary, prompt, new, repeats = 2, 64, 8, 4, min(repeats, 2)
         members = (1, 2)
     vocabulary = vocabulary or 16_384
-    inputs = prompt_inputs(prompt, new, vocabulary)
     base = build_base(layers, vocabulary, quick)
     base.compile(sampler="greedy")
     rows = []
-    prefill, decode, held = measure(base, inputs, new, repeats, 1)
+    prefill, decode, held = measure(base, prompt, new, vocabulary, repeats, 1)
     rows.append(("base", prefill, decode, held))
     for m in members:
         model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=m, rank=8, seed=0)
         model.compile(sampler="greedy")
-        rows.append((f"LoRA-Ensemble {m}",) + measure(model, inputs, new, repeats, m))
+        rows.append(
+            (f"LoRA-Ensemble {m}",) + measure(model, prompt, new, vocabulary, repeats, m)
+        )
         del model
     for m in members:
         if m > 1:
@@ -235,7 +251,7 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args(argv)
     _imports()

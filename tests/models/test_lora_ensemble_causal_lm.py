@@ -243,6 +243,18 @@ def test_other_families_members_equal_their_merged_keras_hub_models(family):
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-2
 
 
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="a check before anything is built")
+def test_multimodal_gemma3_is_refused():
+    task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
+    encoder = keras_hub.models.Gemma3VisionEncoder(
+        image_size=16, patch_size=4, num_heads=2, hidden_dim=8, num_layers=1,
+        intermediate_dim=16, output_dim=32, pool_size=2,
+    )
+    base = task_cls(backbone=backbone_cls(**dict(config, vision_encoder=encoder)), preprocessor=None)
+    with pytest.raises(ValueError, match="multimodal"):
+        LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2)
+
+
 def test_gemma3_zero_adapters_decode_as_its_own_generate_step():
     """Gemma 3's decode step differs (its cache is per-layer pairs and a
     step keeps prompt positions' cache): zero adapters reproduce its
