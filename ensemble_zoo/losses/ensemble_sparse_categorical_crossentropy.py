@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.metrics.prediction_inputs import check_eager_inputs
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_same_batch
 from ensemble_zoo.utils.validation import check_rank
@@ -19,6 +20,10 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
     what deep ensembles, Hydra, LoRA-Ensemble and the other zoo methods do;
     it is *not* the cross-entropy of the averaged prediction (which would
     couple the members and reduce their diversity).
+
+    In eager calls, labels that are not integer-valued or outside
+    `[0, classes)` (other than `ignore_class`) and NaN or infinite outputs
+    raise a `ValueError`; a compiled training step does not check them.
 
     Because of the mean, each member's gradient is `1/M` of the gradient it
     would get if trained alone; with Adam-type optimizers (the defaults)
@@ -59,6 +64,9 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
         self.ignore_class = ignore_class
 
     def call(self, y_true, y_pred):
+        check_eager_inputs(
+            type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class
+        )
         y_pred = ops.convert_to_tensor(y_pred)
         shape = check_rank(y_pred, 3, "y_pred", "(batch, members, classes)")
         y_true = ops.convert_to_tensor(y_true)

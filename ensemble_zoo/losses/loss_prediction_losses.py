@@ -23,6 +23,11 @@ def _loss_pair(target_losses, predicted):
         )
     check_floating(target_losses, "target_losses")
     check_floating(predicted, "predicted")
+    if shape[0] == 0:
+        raise ValueError(
+            "`target_losses` and `predicted` are empty; the loss needs at least "
+            "one pair of samples."
+        )
     return target_losses, ops.cast(predicted, target_losses.dtype), shape
 
 

@@ -5,8 +5,12 @@ Each accepts the zoo classifiers' output, member logits
 `(batch, classes)` output: predictive probabilities by default, logits with
 `from_logits=True` (2-D inputs are not checked, so pass `from_logits=True`
 for a plain Keras classifier that outputs logits). Labels are integer
-class indices `(batch,)` or `(batch, 1)` in `[0, classes)`; other values
-(such as the OOD label -1) are not checked and count as probability 0. They accumulate exact sums over batches, so after a pass over
+class indices `(batch,)` or `(batch, 1)` in `[0, classes)`. In eager
+calls (`update_state` on arrays) labels that are not integer-valued or
+outside `[0, classes)`, NaN or infinite predictions, and a 2-D `y_pred`
+that is not probabilities without `from_logits=True` raise a
+`ValueError`; inside a compiled `fit` / `evaluate` step nothing is
+checked (as for Keras' own metrics): validate the data before. They accumulate exact sums over batches, so after a pass over
 a dataset they equal the array functions of the same name (up to float32
 round-off).
 """
@@ -17,12 +21,23 @@ import keras
 from keras import ops
 
 from ensemble_zoo.metrics.classification import NLL_EPSILON
+from ensemble_zoo.metrics.prediction_inputs import check_eager_inputs
 from ensemble_zoo.metrics.prediction_inputs import log_probabilities_and_labels
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import is_integer
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
 
 _LOG_FLOOR = math.log(NLL_EPSILON)
+
+
+def _check(metric, y_true, y_pred):
+    """Eager calls: `check_eager_inputs` (a 2-D `y_pred` is read as
+    probabilities unless `from_logits`)."""
+    rank = len(getattr(y_pred, "shape", ()) or ())
+    check_eager_inputs(
+        type(metric).__name__, y_true, y_pred,
+        probabilities=rank == 2 and not metric.from_logits,
+    )
 
 
 class _SumMetric(keras.metrics.Metric):
@@ -38,6 +53,7 @@ class _SumMetric(keras.metrics.Metric):
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        _check(self, y_true, y_pred)
         log_probs, labels = log_probabilities_and_labels(
             type(self).__name__, y_true, y_pred, _LOG_FLOOR, self.from_logits
         )
@@ -178,6 +194,7 @@ class ExpectedCalibrationError(keras.metrics.Metric):
         )
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        _check(self, y_true, y_pred)
         log_probs, labels = log_probabilities_and_labels(
             "ExpectedCalibrationError", y_true, y_pred, _LOG_FLOOR,
             self.from_logits,

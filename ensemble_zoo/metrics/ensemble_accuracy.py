@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.metrics.prediction_inputs import check_eager_inputs
 from ensemble_zoo.metrics.prediction_inputs import sample_weights
 from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
 from ensemble_zoo.utils.validation import check_same_batch
@@ -16,7 +17,10 @@ class EnsembleAccuracy(keras.metrics.Metric):
     predictive probabilities `(batch, classes)`. Labels are integer class
     indices `(batch,)` or `(batch, 1)`. With per-member labels `(batch,
     members)` (MIMO training, each member on its own input) it is the mean
-    over members of each member's accuracy on its own labels.
+    over members of each member's accuracy on its own labels. Eager calls
+    check their values (`prediction_inputs.check_eager_inputs`: integer
+    labels in `[0, classes)`, finite predictions); a compiled step does
+    not.
 
     Args:
         name: str. Defaults to `"accuracy"`.
@@ -45,6 +49,7 @@ class EnsembleAccuracy(keras.metrics.Metric):
         )
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        check_eager_inputs("EnsembleAccuracy", y_true, y_pred)
         y_pred = ops.convert_to_tensor(y_pred)
         rank = len(y_pred.shape)
         if rank == 3:

@@ -1,6 +1,9 @@
 """Turns a classifier's output into what the streaming metrics need."""
 
+import numpy as np
 from keras import ops
+
+from ensemble_zoo.utils.backend import concrete_value
 
 from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
 from ensemble_zoo.utils.validation import check_same_batch
@@ -45,3 +48,54 @@ def sample_weights(sample_weight, labels, dtype):
     if len(weight.shape) == 0:
         return ops.broadcast_to(weight, ops.shape(labels))
     return ops.reshape(weight, (-1,))
+
+
+def check_eager_inputs(name, y_true, y_pred, probabilities=False, ignore_class=None):
+    """Checks labels and predictions whose values exist now (eager calls),
+    as scikit-learn checks arrays; in a compiled graph (`fit`, `evaluate`
+    with `jit_compile`) nothing here runs, as for Keras' own metrics.
+
+    Raises a `ValueError` naming the class and the argument for: NaN or
+    infinite predictions; labels that are not integer-valued, or outside
+    `[0, classes)` (`classes` is `y_pred`'s last axis; `ignore_class` is
+    allowed); and, with `probabilities=True` (a 2-D `y_pred` read as
+    probabilities), values outside [0, 1] or rows that do not sum to 1 (a
+    hint to pass `from_logits=True`).
+    """
+    predictions = concrete_value(y_pred)
+    if predictions is not None and predictions.dtype.kind == "f":
+        bad = int(np.size(predictions) - np.isfinite(predictions).sum())
+        if bad:
+            raise ValueError(f"{name}: `y_pred` holds {bad} NaN or infinite values.")
+        if probabilities:
+            rows = predictions.sum(axis=-1)
+            if predictions.min() < 0 or predictions.max() > 1 or np.abs(rows - 1).max() > 1e-3:
+                raise ValueError(
+                    f"{name} reads a 2-D `y_pred` as probabilities, but its rows "
+                    f"are not distributions (values in [{predictions.min():.3g}, "
+                    f"{predictions.max():.3g}], row sums up to "
+                    f"{np.abs(rows - 1).max() + 1:.3g}). For logits pass "
+                    "`from_logits=True`."
+                )
+    labels = concrete_value(y_true)
+    if labels is None or np.size(labels) == 0:
+        return
+    classes = y_pred.shape[-1]
+    if labels.dtype.kind == "f":
+        if not np.isfinite(labels).all() or not np.all(labels == np.round(labels)):
+            bad = labels[~np.isfinite(labels) | (labels != np.round(labels))].ravel()[0]
+            raise ValueError(
+                f"{name}: `y_true` must hold integer class labels; got {bad.item()!r}."
+            )
+    elif labels.dtype.kind not in "iub":
+        raise ValueError(
+            f"{name}: `y_true` must hold integer class labels; got dtype {labels.dtype}."
+        )
+    outside = (labels < 0) | (labels >= classes)
+    if ignore_class is not None:
+        outside &= labels != ignore_class
+    if classes is not None and outside.any():
+        raise ValueError(
+            f"{name}: `y_true` labels must lie in [0, {classes}) (the classes "
+            f"of `y_pred`); got {labels[outside].ravel()[0].item()!r}."
+        )

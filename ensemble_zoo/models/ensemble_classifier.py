@@ -10,6 +10,7 @@ from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.models.task_mixins import PresetWeightsMixin
 from ensemble_zoo.models.task_mixins import TaskLoopsMixin
+from ensemble_zoo.models.task_mixins import check_raw_image_batch
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import static_shape
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
@@ -223,6 +224,11 @@ class EnsembleClassifier(
 
     def _check_loop_data(self, x, y=None):
         self._check_data(x)
+        self._check_labels(y)
+
+    def _check_raw_loop_data(self, x, y=None):
+        if getattr(self.preprocessor, "image_converter", None) is not None:
+            check_raw_image_batch(x, self.member_input_shape[-1])
         self._check_labels(y)
 
     def fit(self, x=None, *args, **kwargs):

@@ -53,11 +53,22 @@ class TaskLoopsMixin:
         """Checks array data before Keras builds a compiled step; models
         override it (the default accepts everything)."""
 
+    def _check_raw_loop_data(self, x, y=None):
+        """Checks the raw array data a preprocessor will take, before
+        Keras builds a compiled step (what the model can check without
+        preprocessing them: labels, the images' rank, channels and
+        values); models override it (the default accepts everything)."""
+
     def _run(self, method, x, *args, labels=False, **kwargs):
+        y = (args[0] if args else kwargs.get("y")) if labels else None
+        position = 1 if labels else 0  # fit(x, y, batch_size), predict(x, batch_size)
+        _check_batch_size(
+            kwargs.get("batch_size", args[position] if len(args) > position else None)
+        )
         if self.preprocessor is not None:
             check_raw_images(self, x)
+            self._check_raw_loop_data(x, y)
             return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
-        y = (args[0] if args else kwargs.get("y")) if labels else None
         self._check_loop_data(x, y)
         return getattr(keras.Model, method)(self, x, *args, **kwargs)
 
@@ -90,6 +101,7 @@ class TaskLoopsMixin:
             self._check_loop_data(x, y)
             return x
         check_raw_images(self, x)
+        self._check_raw_loop_data(x, y)
         if getattr(self.preprocessor, "image_converter", None) is None:
             return x
         if isinstance(x, np.ndarray) and x.dtype.kind in "iu":
@@ -99,3 +111,41 @@ class TaskLoopsMixin:
             if dtype.startswith(("int", "uint")):
                 return keras.ops.cast(x, "float32")
         return x
+
+
+def _check_batch_size(batch_size):
+    """`batch_size` of the loops: None or a positive int (a string failed
+    deep inside TensorFlow's data pipeline)."""
+    if batch_size is None:
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise TypeError(f"`batch_size` must be a positive int or None; got {batch_size!r}.")
+
+
+def check_raw_image_batch(x, channels):
+    """Raw images for an image converter: a non-empty batch `(batch,
+    height, width, channels)` of finite numbers with the model's channel
+    count (any height and width: the converter resizes). Arrays whose
+    values exist now are checked; datasets and graph tensors are not."""
+    from ensemble_zoo.utils.backend import concrete_value
+
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return
+    values = concrete_value(x)
+    if values is None:
+        return
+    if values.dtype.kind not in "iubf":
+        raise TypeError(f"`x` must hold numeric images; got dtype {values.dtype}.")
+    if values.ndim != 4 or values.shape[0] == 0:
+        raise ValueError(
+            "`x` must be a non-empty batch of images (batch, height, width, "
+            f"{channels}); got shape {values.shape}."
+        )
+    if channels is not None and values.shape[-1] != channels:
+        raise ValueError(
+            f"`x` must have {channels} channel(s) (batch, height, width, "
+            f"{channels}); got shape {values.shape}."
+        )
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        bad = int(values.size - np.isfinite(values).sum())
+        raise ValueError(f"`x` holds {bad} NaN or infinite pixel values.")

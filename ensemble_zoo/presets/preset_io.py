@@ -40,6 +40,7 @@ from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.parameters import parameter_count
+from ensemble_zoo.utils.validation import check_bool
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -316,6 +317,7 @@ def load_preset(
         PresetError: unknown name, missing or invalid file, wrong class,
             or weights that do not match the configuration.
     """
+    load_weights = check_bool(load_weights, "load_weights")  # "no" is truthy
     directory = get_preset_path(preset)
     if not keras_hub_layout.is_keras_hub_layout(directory):
         _refuse_without_task_config(directory)
