@@ -68,9 +68,15 @@ def pairwise_ranking_loss(target_losses, predicted, margin=0.1):
         )
     target = ops.reshape(target_losses, (-1, 2))
     pred = ops.reshape(predicted, (-1, 2))
-    sign = ops.where(target[:, 0] > target[:, 1], 1.0, -1.0)
-    sign = ops.cast(sign, pred.dtype)
-    return ops.mean(ops.relu(-sign * (pred[:, 0] - pred[:, 1]) + margin))
+    return ops.mean(pair_hinge(target[:, 0], target[:, 1], pred[:, 0], pred[:, 1], margin))
+
+
+def pair_hinge(loss_a, loss_b, predicted_a, predicted_b, margin):
+    """Per pair, `max(0, -s * (u_a - u_b) + margin)` with `s = +1` where
+    `loss_a > loss_b`, else -1 (ties count -1, as in the authors' code):
+    the hinge of `pairwise_ranking_loss`, for any pairing."""
+    sign = ops.cast(ops.where(loss_a > loss_b, 1.0, -1.0), predicted_a.dtype)
+    return ops.relu(-sign * (predicted_a - predicted_b) + margin)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")

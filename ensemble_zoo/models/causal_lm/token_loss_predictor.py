@@ -13,6 +13,7 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.losses.loss_prediction_losses import pair_hinge
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.sublayers import freeze_weights
@@ -177,8 +178,8 @@ def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
     The flattened `(batch * tokens)` position `j` is paired with `j + n //
     2` (`n` the number of positions; an odd last one is left out), and a
     pair counts when both its tokens are valid; the result is the mean
-    over counted pairs (0 when none). The hinge is that of
-    `ensemble_zoo.losses.pairwise_ranking_loss` (ties count -1).
+    over counted pairs (0 when none). The hinge is
+    `pairwise_ranking_loss`'s (`pair_hinge`; ties count -1).
     """
     token_loss = ops.reshape(ops.stop_gradient(ops.cast(token_loss, "float32")), (-1,))
     predicted = ops.reshape(ops.cast(predicted_loss, "float32"), (-1,))
@@ -192,7 +193,6 @@ def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
         pairs, (token_loss, predicted, valid)
     )
     pair_valid = valid_a * valid_b
-    sign = ops.where(loss_a > loss_b, 1.0, -1.0)
-    hinge = ops.relu(-sign * (pred_a - pred_b) + margin)
+    hinge = pair_hinge(loss_a, loss_b, pred_a, pred_b, margin)
     return ops.sum(hinge * pair_valid) / ops.maximum(ops.sum(pair_valid), 1.0)
 
