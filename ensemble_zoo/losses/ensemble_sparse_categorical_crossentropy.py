@@ -63,6 +63,15 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
         self.from_logits = check_bool(from_logits, "from_logits")
         self.ignore_class = ignore_class
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras' `Loss.__call__` converts `y_true` to the loss's float
+        # dtype first (strings "1" and complex labels became numbers):
+        # the eager checks see the arrays as given.
+        check_eager_inputs(
+            type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class
+        )
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
     def call(self, y_true, y_pred):
         check_eager_inputs(
             type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class

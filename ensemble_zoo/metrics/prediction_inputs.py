@@ -55,14 +55,32 @@ def check_eager_inputs(name, y_true, y_pred, probabilities=False, ignore_class=N
     as scikit-learn checks arrays; in a compiled graph (`fit`, `evaluate`
     with `jit_compile`) nothing here runs, as for Keras' own metrics.
 
-    Raises a `ValueError` naming the class and the argument for: NaN or
-    infinite predictions; labels that are not integer-valued, or outside
+    Raises a `TypeError` naming the class and the argument for `None`,
+    strings and complex numbers, and a `ValueError` for: an empty axis of
+    `y_pred`; NaN or infinite predictions; labels that are not integer-valued, or outside
     `[0, classes)` (`classes` is `y_pred`'s last axis; `ignore_class` is
     allowed); and, with `probabilities=True` (a 2-D `y_pred` read as
     probabilities), values outside [0, 1] or rows that do not sum to 1 (a
     hint to pass `from_logits=True`).
     """
+    for argument, value in (("y_true", y_true), ("y_pred", y_pred)):
+        if value is None:
+            raise TypeError(f"{name}: `{argument}` must be an array; got None.")
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "iubf":
+            raise TypeError(
+                f"{name}: `{argument}` must hold real numbers; got dtype {value.dtype}."
+            )
     predictions = concrete_value(y_pred)
+    if predictions is not None and predictions.dtype.kind not in "f":
+        raise TypeError(
+            f"{name}: `y_pred` must hold floating-point values; got dtype "
+            f"{predictions.dtype}."
+        )
+    if predictions is not None and 0 in predictions.shape:
+        raise ValueError(
+            f"{name}: `y_pred` must be non-empty on every axis (batch, members, "
+            f"classes); got shape {predictions.shape}."
+        )
     if predictions is not None and predictions.dtype.kind == "f":
         bad = int(np.size(predictions) - np.isfinite(predictions).sum())
         if bad:

@@ -10,9 +10,6 @@ from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.models.task_mixins import PresetWeightsMixin
 from ensemble_zoo.models.task_mixins import TaskLoopsMixin
-from ensemble_zoo.models.task_mixins import check_raw_image_batch
-from ensemble_zoo.utils.validation import check_finite
-from ensemble_zoo.utils.validation import static_shape
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
@@ -142,94 +139,6 @@ class EnsembleClassifier(
     def _run_graph(self, inputs, training=None, **kwargs):
         """Runs the functional graph (`MemberPassesMixin` runs it in passes)."""
         return super().call(inputs, training=training, **kwargs)
-
-    # === Input checks ===
-
-    def _check_inputs(self, inputs, expected=None):
-        expected = tuple(self.member_input_shape if expected is None else expected)
-        if isinstance(inputs, (dict, list, tuple)):
-            raise ValueError(
-                f"{type(self).__name__} expects a single tensor of shape "
-                f"(batch,) + {expected}; got a {type(inputs).__name__}."
-            )
-        shape = static_shape(inputs)
-        layout = "(batch, " + ", ".join(str(d) for d in expected) + ")"
-        if len(shape) != len(expected) + 1 or any(
-            e is not None and s is not None and e != s
-            for s, e in zip(shape[1:], expected)
-        ):
-            raise ValueError(
-                f"{type(self).__name__} expects inputs of shape {layout}; "
-                f"got shape {shape}."
-            )
-        dtype = keras.backend.standardize_dtype(inputs.dtype)
-        if "float" not in dtype:
-            raise ValueError(
-                f"{type(self).__name__} expects floating-point inputs (images "
-                "scaled to [0, 1], as `ensemble_zoo.datasets` returns them); "
-                f"got dtype {dtype}."
-            )
-
-    def _check_data(self, x):
-        """Checks the array inputs of `fit` / `evaluate` / `predict` before
-        Keras builds or reuses a compiled step. Checking inside `call` is
-        not enough there: under JAX a step that raised leaves the model
-        unusable (every later `predict` fails), and a retraced TensorFlow
-        step sees an unknown batch shape and lets a wrong image size reach
-        the backend. Datasets and generators are checked in `call`."""
-        if isinstance(x, dict):
-            if x and all(hasattr(v, "shape") for v in x.values()):
-                self._check_inputs(x)
-        elif hasattr(x, "shape") and hasattr(x, "dtype"):
-            self._check_inputs(x)
-
-    def _check_labels(self, y):
-        """Checks array labels of `fit` / `evaluate`: integer class indices
-        `(batch,)` or `(batch, 1)` in `[0, num_classes)` (the loss's
-        `ignore_class` allowed). Out-of-range labels gave a silent number
-        under JAX and a runtime error under TensorFlow; fractional labels
-        were truncated."""
-        if y is None or isinstance(y, dict) or not hasattr(y, "shape"):
-            return
-        values = backend_utils.concrete_value(y)
-        if values is None:
-            return
-        if values.ndim == 2 and values.shape[1] == 1:
-            values = values[:, 0]
-        if values.ndim != 1:
-            raise ValueError(
-                "`y` must hold class indices of shape (batch,) or (batch, 1); "
-                f"got shape {values.shape}."
-            )
-        if values.dtype.kind not in "iuf":
-            raise TypeError(
-                f"`y` must hold integer class indices; got dtype {values.dtype}."
-            )
-        if values.dtype.kind == "f":
-            check_finite(values, "y")
-            if not np.all(values == np.round(values)):
-                raise ValueError(
-                    "`y` must hold integer class indices; got fractional "
-                    f"values such as {values[values != np.round(values)][0].item()!r}."
-                )
-        ignore = getattr(getattr(self, "loss", None), "ignore_class", None)
-        valid = (values >= 0) & (values < self.num_classes)
-        if ignore is not None:
-            valid |= values == ignore
-        if values.size and not valid.all():
-            raise ValueError(
-                f"`y` must hold class indices in [0, {self.num_classes - 1}]; "
-                f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
-            )
-
-    def _check_loop_data(self, x, y=None):
-        self._check_data(x)
-        self._check_labels(y)
-
-    def _check_raw_loop_data(self, x, y=None):
-        if getattr(self.preprocessor, "image_converter", None) is not None:
-            check_raw_image_batch(x, self.member_input_shape[-1])
-        self._check_labels(y)
 
     def fit(self, x=None, *args, **kwargs):
         if len(args) < 8 and "shuffle" not in kwargs and _is_tf_dataset(x):

@@ -2,13 +2,17 @@
 the input checks of the training and inference loops."""
 
 import contextlib
+import inspect
 import warnings
 
 import keras
 import keras_hub
 import numpy as np
 
+from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import check_raw_images
+from ensemble_zoo.utils.validation import static_shape
 
 
 class PresetWeightsMixin:
@@ -38,45 +42,161 @@ def _optimizer_skip_quiet():
 
 
 class TaskLoopsMixin:
-    """`fit`, `evaluate`, `predict` and the `*_on_batch` methods of a zoo task.
+    """`fit`, `evaluate`, `predict` and the `*_on_batch` methods of a zoo
+    task, with one validation path that all of them take before Keras
+    builds or reuses a compiled step.
 
     With a preprocessor, the data go through keras-hub's pipeline (as for
     every keras-hub task), after `check_raw_images` rejected images already
-    scaled to [0, 1]. Without one, the model takes preprocessed data and
-    runs `keras.Model`'s loops on them as given, after the
-    `_check_loop_data(x, y)` hook (the labels `y` are `None` for `predict`
-    or when the data carry them). Both checks run before Keras builds or
-    reuses a compiled step, in every one of these methods.
+    scaled to [0, 1] and `_check_raw_loop_data(x, y)` checked what the
+    model can see without preprocessing (labels; the images' rank,
+    channels and finite values). Without one, the model takes
+    preprocessed data and runs `keras.Model`'s loops on them as given,
+    after `_check_loop_data(x, y)` (shape, dtype, a non-empty batch,
+    finite values, labels). The labels `y` are `None` for `predict` or
+    when the data carry them; datasets and generators are checked in
+    `call` (shapes) only.
+
+    Checking inside `call` is not enough: under JAX a compiled step that
+    raised leaves the model unusable (every later `predict` fails), and a
+    retraced TensorFlow step sees an unknown batch shape and lets a wrong
+    image size reach the backend.
+
+    The checks read `member_input_shape` (one example's shape; `None` for
+    dict inputs, which `_check_inputs` overrides check) and `num_classes`.
     """
 
+    # === Input checks ===
+
+    def _check_inputs(self, inputs, expected=None):
+        """Rank, shape and floating dtype of one input tensor (also run in
+        `call`, where the tensor may be symbolic)."""
+        expected = tuple(self.member_input_shape if expected is None else expected)
+        if isinstance(inputs, (dict, list, tuple)):
+            raise ValueError(
+                f"{type(self).__name__} expects a single tensor of shape "
+                f"(batch,) + {expected}; got a {type(inputs).__name__}."
+            )
+        shape = static_shape(inputs)
+        layout = "(batch, " + ", ".join(str(d) for d in expected) + ")"
+        if len(shape) != len(expected) + 1 or any(
+            e is not None and s is not None and e != s
+            for s, e in zip(shape[1:], expected)
+        ):
+            raise ValueError(
+                f"{type(self).__name__} expects inputs of shape {layout}; "
+                f"got shape {shape}."
+            )
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if "float" not in dtype:
+            raise ValueError(
+                f"{type(self).__name__} expects floating-point inputs (images "
+                "scaled to [0, 1], as `ensemble_zoo.datasets` returns them); "
+                f"got dtype {dtype}."
+            )
+
+    def _check_data(self, x):
+        """Checks the array inputs of the loops: `_check_inputs`, then, for
+        values that exist now, a non-empty batch of finite numbers (NaN
+        images gave NaN predictions and an accuracy of 0.1)."""
+        if isinstance(x, dict):
+            if x and all(hasattr(v, "shape") for v in x.values()):
+                self._check_inputs(x)
+            return
+        if isinstance(x, (list, tuple)):
+            self._check_inputs(x)  # a single tensor (or dict) is expected
+            return
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            return
+        _check_real_dtype(x)
+        self._check_inputs(x)
+        values = backend_utils.concrete_value(x)
+        if values is None:
+            return
+        if values.shape[0] == 0:
+            raise ValueError(f"`x` must be a non-empty batch; got shape {values.shape}.")
+        if values.dtype.kind == "f":
+            check_finite(values, "x")
+
+    def _check_labels(self, y):
+        """Checks array labels: integer class indices `(batch,)` or `(batch,
+        1)` in `[0, num_classes)` (the loss's `ignore_class` allowed).
+        Out-of-range labels gave a silent number under JAX and a runtime
+        error under TensorFlow; fractional labels were truncated."""
+        if y is None or isinstance(y, dict) or not hasattr(y, "shape"):
+            return
+        values = backend_utils.concrete_value(y)
+        if values is None:
+            return
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.ndim != 1:
+            raise ValueError(
+                "`y` must hold class indices of shape (batch,) or (batch, 1); "
+                f"got shape {values.shape}."
+            )
+        if values.dtype.kind not in "iuf":
+            raise TypeError(
+                f"`y` must hold integer class indices; got dtype {values.dtype}."
+            )
+        if values.dtype.kind == "f":
+            check_finite(values, "y")
+            if not np.all(values == np.round(values)):
+                raise ValueError(
+                    "`y` must hold integer class indices; got fractional "
+                    f"values such as {values[values != np.round(values)][0].item()!r}."
+                )
+        ignore = getattr(getattr(self, "loss", None), "ignore_class", None)
+        valid = (values >= 0) & (values < self.num_classes)
+        if ignore is not None:
+            valid |= values == ignore
+        if values.size and not valid.all():
+            raise ValueError(
+                f"`y` must hold class indices in [0, {self.num_classes - 1}]; "
+                f"got {values[~valid][0].item()!r} (at index {int(np.argmin(valid))})."
+            )
+
     def _check_loop_data(self, x, y=None):
-        """Checks array data before Keras builds a compiled step; models
-        override it (the default accepts everything)."""
+        """The checks of the loops without a preprocessor."""
+        self._check_data(x)
+        self._check_labels(y)
 
     def _check_raw_loop_data(self, x, y=None):
-        """Checks the raw array data a preprocessor will take, before
-        Keras builds a compiled step (what the model can check without
-        preprocessing them: labels, the images' rank, channels and
-        values); models override it (the default accepts everything)."""
+        """The checks of the loops with a preprocessor: what the model can
+        check without preprocessing (the raw images' rank, channels and
+        values; labels)."""
+        if getattr(self.preprocessor, "image_converter", None) is not None:
+            shape = self.member_input_shape
+            check_raw_image_batch(x, None if shape is None else shape[-1])
+        self._check_labels(y)
 
-    def _run(self, method, x, *args, labels=False, **kwargs):
-        y = (args[0] if args else kwargs.get("y")) if labels else None
-        position = 1 if labels else 0  # fit(x, y, batch_size), predict(x, batch_size)
-        _check_batch_size(
-            kwargs.get("batch_size", args[position] if len(args) > position else None)
-        )
+    def _check_loop_call(self, x, y=None, batch_size=None, epochs=None, sample_weight=None):
+        """Every check of a loop call: its arguments, the agreement of `x`,
+        `y` and `sample_weight`, then the data on the preprocessor path
+        (`_check_raw_loop_data`) or without one (`_check_loop_data`)."""
+        check_loop_arguments(x, y, sample_weight, batch_size, epochs)
         if self.preprocessor is not None:
             check_raw_images(self, x)
             self._check_raw_loop_data(x, y)
-            return getattr(keras_hub.models.Task, method)(self, x, *args, **kwargs)
-        self._check_loop_data(x, y)
-        return getattr(keras.Model, method)(self, x, *args, **kwargs)
+        else:
+            self._check_loop_data(x, y)
+
+    def _run(self, method, x, *args, **kwargs):
+        base = keras_hub.models.Task if self.preprocessor is not None else keras.Model
+        function = getattr(base, method)
+        given = named_loop_arguments(function, self, x, *args, **kwargs)
+        self._check_loop_call(
+            x, given.get("y"), batch_size=given.get("batch_size"),
+            epochs=given.get("epochs", 1) if method == "fit" else None,
+            sample_weight=given.get("sample_weight"),
+        )
+        return function(self, x, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        return self._run("fit", x, *args, labels=True, **kwargs)
+        return self._run("fit", x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        return self._run("evaluate", x, *args, labels=True, **kwargs)
+        return self._run("evaluate", x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         return self._run("predict", x, *args, **kwargs)
@@ -86,17 +206,24 @@ class TaskLoopsMixin:
     def predict_on_batch(self, x):
         return super().predict_on_batch(self._batch_inputs(x))
 
-    def test_on_batch(self, x, y=None, *args, **kwargs):
-        return super().test_on_batch(self._batch_inputs(x, y), y, *args, **kwargs)
+    def test_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
+        _check_samples(x, y, sample_weight)
+        return super().test_on_batch(
+            self._batch_inputs(x, y), y, sample_weight, *args, **kwargs
+        )
 
-    def train_on_batch(self, x, y=None, *args, **kwargs):
-        return super().train_on_batch(self._batch_inputs(x, y), y, *args, **kwargs)
+    def train_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
+        _check_samples(x, y, sample_weight)
+        return super().train_on_batch(
+            self._batch_inputs(x, y), y, sample_weight, *args, **kwargs
+        )
 
     def _batch_inputs(self, x, y=None):
         """The checks of `_run` for one batch, and integer images (uint8
         pixels) cast to float32 for the image converter: it runs eagerly
         here and would resize them in uint8, rounding to whole pixel
         values, where `predict`'s pipeline resizes in float."""
+        _check_samples(x, y)
         if self.preprocessor is None:
             self._check_loop_data(x, y)
             return x
@@ -111,6 +238,84 @@ class TaskLoopsMixin:
             if dtype.startswith(("int", "uint")):
                 return keras.ops.cast(x, "float32")
         return x
+
+
+def _check_real_dtype(x):
+    """A `TypeError` naming `x` for strings, complex numbers and objects
+    (Keras' dtype parsing failed on them with "Invalid dtype")."""
+    if isinstance(x, np.ndarray):
+        kind, name = x.dtype.kind, str(x.dtype)
+    else:
+        name = str(getattr(x.dtype, "name", x.dtype))
+        kind = "c" if "complex" in name else "U" if name in ("string", "object") else "f"
+    if kind not in "iubf":
+        raise TypeError(f"`x` must hold real numbers; got dtype {name}.")
+
+
+def named_loop_arguments(function, *args, **kwargs):
+    """The arguments of a call of `function` by name (those in its
+    `**kwargs` too): keras-hub's loops take `fit(x, y, batch_size,
+    sample_weight, ...)`, Keras' `fit(x, y, batch_size, epochs, ...)`."""
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}  # the call itself raises Keras' own error
+    named = dict(bound)
+    for key, value in bound.items():
+        if inspect.signature(function).parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+    return named
+
+
+def check_loop_arguments(x, y=None, sample_weight=None, batch_size=None, epochs=None):
+    """The arguments of a loop call (`fit`, `evaluate`, `predict`, the
+    `*_on_batch` methods), for every zoo task: `batch_size` and `epochs`
+    (when given), and `x`, `y` and `sample_weight` that agree."""
+    _check_batch_size(batch_size)
+    if epochs is not None:
+        _check_epochs(epochs)
+    _check_samples(x, y, sample_weight)
+
+
+def _check_epochs(epochs):
+    """`epochs` of `fit`: a non-negative int (Keras ran no epoch for -1
+    and failed comparing a string)."""
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+        raise TypeError(f"`epochs` must be a non-negative int; got {epochs!r}.")
+
+
+def _check_samples(x, y=None, sample_weight=None):
+    """`x` is given, and the arrays of a loop call agree: as many labels
+    and sample weights as examples, and sample weights finite and
+    non-negative (NaN or negative weights trained silently)."""
+    if x is None:
+        raise TypeError(
+            "`x` must be an array, a tensor or a dataset of inputs; got None."
+        )
+    counts = {}
+    for name, value in (("x", x), ("y", y), ("sample_weight", sample_weight)):
+        if value is None or isinstance(value, dict):
+            continue
+        values = backend_utils.concrete_value(value) if hasattr(value, "shape") else None
+        if values is None or values.ndim == 0:
+            continue
+        counts[name] = values.shape[0]
+        if name == "sample_weight":
+            if values.dtype.kind not in "iuf":
+                raise TypeError(
+                    f"`sample_weight` must hold real numbers; got dtype {values.dtype}."
+                )
+            check_finite(values, "sample_weight")
+            if (values < 0).any():
+                raise ValueError(
+                    "`sample_weight` must be non-negative; got "
+                    f"{values[values < 0].ravel()[0].item()!r}."
+                )
+    if len(set(counts.values())) > 1:
+        raise ValueError(
+            "`x`, `y` and `sample_weight` must hold the same number of "
+            "examples; got " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "."
+        )
 
 
 def _check_batch_size(batch_size):
@@ -129,12 +334,13 @@ def check_raw_image_batch(x, channels):
     values exist now are checked; datasets and graph tensors are not."""
     from ensemble_zoo.utils.backend import concrete_value
 
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(x, list):
         return
     values = concrete_value(x)
     if values is None:
         return
-    if values.dtype.kind not in "iubf":
+    if values.dtype.kind not in "iuf":
+        # bool images would become pixel values 0 and 1 silently.
         raise TypeError(f"`x` must hold numeric images; got dtype {values.dtype}.")
     if values.ndim != 4 or values.shape[0] == 0:
         raise ValueError(

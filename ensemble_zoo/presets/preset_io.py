@@ -11,7 +11,8 @@ A preset directory holds:
   versions and optional `metrics`.
 
 Loading checks every file before it builds anything it returns: valid
-JSON objects, a registered `keras.Model` class, `kind` consistent with the
+JSON objects, a registered `keras.Model` class, configs held twice that
+agree (`config_copies`: keras-hub's loader reads the other copy), `kind` consistent with the
 presence of weights, the weights file's checksum, variable paths, shapes
 and dtypes against the model, and finite values; each failure is a
 `PresetError` that names the file. Saving writes into a temporary
@@ -34,6 +35,7 @@ import numpy as np
 from ensemble_zoo.presets import hub_handles
 from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets import keras_hub_layout
+from ensemble_zoo.presets.config_copies import check_config_copies
 from ensemble_zoo.presets.keras_hub_layout import PREPROCESSOR_FILES
 from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
 from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
@@ -331,6 +333,7 @@ def load_preset(
             f"{cls.__name__}. Load it with {_loader_hint(preset, preset_cls)}."
         )
     backbone_config = _read_json(directory, CONFIG_FILE)
+    check_config_copies(directory, config, backbone_config, _read_json)
     kind = metadata.get("kind", "trained")
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     metadata_path = os.path.join(directory, METADATA_FILE)

@@ -15,6 +15,7 @@ import pytest
 
 import ensemble_zoo as ez
 import zoo_testing
+from conftest import BACKEND
 from ensemble_zoo.presets import PresetError
 
 LAYOUT = ["config.json", "metadata.json", "model.weights.h5", "task.json", "task.weights.h5"]
@@ -138,5 +139,68 @@ def test_backbone_config_of_another_class_is_named(damaged):
     config["registered_name"] = "keras_hub>ViTBackbone"
     with open(path, "w") as f:
         json.dump(config, f)
-    with pytest.raises(PresetError, match="config.json names the backbone class 'keras_hub>ViTBackbone'"):
+    with pytest.raises(PresetError, match="config.json and the backbone in task.json differ at /registered_name"):
         ez.presets.load_preset(damaged)
+
+
+@pytest.fixture(scope="module")
+def preprocessor_preset(tmp_path_factory):
+    """A BatchEnsemble whose ViT carries an image converter: every config
+    that keras-hub's layout holds twice (backbone, preprocessor, image
+    converter)."""
+    model = ez.models.BatchEnsembleImageClassifier.from_keras_hub(
+        tiny_vit(preprocessor=True), num_members=2, seed=0
+    )
+    path = str(tmp_path_factory.mktemp("presets") / "batch_ensemble")
+    model.save_to_preset(path)
+    return path
+
+
+def _edit_json(path, edit):
+    with open(path) as f:
+        content = json.load(f)
+    edit(content)
+    with open(path, "w") as f:
+        json.dump(content, f)
+
+
+@pytest.mark.parametrize(
+    "filename, edit, match",
+    [
+        ("config.json", lambda c: c["config"].update(num_layers=2),
+         r"config.json and the backbone in task.json differ at /config/num_layers \(2 in config.json, 1 in task.json\)"),
+        ("preprocessor.json", lambda c: c["config"]["image_converter"]["config"].update(scale=0.5),
+         r"preprocessor.json and the preprocessor in task.json differ at /config/image_converter/config/scale"),
+        ("image_converter.json", lambda c: c["config"].update(image_size=[4, 4]),
+         r"image_converter.json and the image converter in preprocessor.json differ at /config/image_size"),
+        ("task.json", lambda c: c["config"].pop("preprocessor"),
+         r"preprocessor.json exists, but the task in task.json has no preprocessor"),
+    ],
+    ids=["backbone", "preprocessor", "image_converter", "task_without_preprocessor"],
+)
+def test_config_copies_that_differ_are_named(preprocessor_preset, tmp_path, filename, edit, match):
+    """Issue 33: each config the layout holds twice is compared at load
+    time; before, damaging the copy that the zoo's loader does not read
+    (keras-hub's loader does) went unnoticed."""
+    path = str(tmp_path / "damaged")
+    shutil.copytree(preprocessor_preset, path)
+    _edit_json(os.path.join(path, filename), edit)
+    with pytest.raises(PresetError, match=match):
+        ez.presets.load_preset(path)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JSON only: backend-independent")
+def test_every_shipped_preset_holds_one_version_of_each_config():
+    """Both loaders build the same model from every shipped preset: the
+    configs keras-hub reads (config.json, preprocessor.json and its
+    components) equal the copies the zoo reads (task.json), entry by
+    entry; test_presets.py loads the trained presets through both."""
+    from ensemble_zoo.presets.config_copies import check_config_copies
+    from ensemble_zoo.presets.preset_io import _read_json
+
+    for name in ez.presets.list_presets():
+        directory = ez.presets.get_preset_path(name)
+        check_config_copies(
+            directory, _read_json(directory, "task.json"),
+            _read_json(directory, "config.json"), _read_json,
+        )

@@ -61,3 +61,49 @@ def test_ignore_class_is_allowed_and_empty_ranking_batches_are_refused():
     assert np.isfinite(value)
     with pytest.raises(ValueError, match="empty"):
         ez.losses.pairwise_ranking_loss(np.zeros((0,), "float32"), np.zeros((0,), "float32"))
+
+
+def _with(array, index, value, dtype=None):
+    array = np.array(array, dtype=dtype or array.dtype)
+    array[index] = value
+    return array
+
+
+BAD_Y_TRUE = {
+    "fractional": LABELS + 0.5, "too_large": _with(LABELS, 2, 5), "negative": _with(LABELS, 1, -1),
+    "nan": _with(LABELS, 0, np.nan, "float64"), "string": LABELS.astype(str),
+    "complex": LABELS.astype(np.complex64), "short": LABELS[:-1], "empty": LABELS[:0], "none": None,
+}
+BAD_Y_PRED = {
+    "nan": _with(LOGITS, (0, 0, 0), np.nan), "inf": _with(LOGITS, (0, 0, 0), np.inf),
+    "string": np.full(LOGITS.shape, "a"), "complex": LOGITS.astype(np.complex64),
+    "rank_1": LOGITS[0, 0], "rank_4": LOGITS[None], "zero_classes": LOGITS[..., :0],
+    "zero_members": LOGITS[:, :0], "empty": LOGITS[:0], "none": None,
+}
+
+
+def test_fuzz_metric_and_loss_classes():
+    """Every metric class and the loss, in eager use, with one bad argument
+    at a time: a `ValueError` or `TypeError` naming `y_true` / `y_pred` (or
+    a shape error), never a number (strings and complex labels were cast
+    to numbers by Keras' `Loss.__call__`; no members gave NaN)."""
+    makers = metric_classes() + [ez.losses.EnsembleSparseCategoricalCrossentropy()]
+    problems = []
+    for obj in makers:
+        for argument, table in (("y_true", BAD_Y_TRUE), ("y_pred", BAD_Y_PRED)):
+            for case, bad in table.items():
+                y_true, y_pred = (bad, LOGITS) if argument == "y_true" else (LABELS, bad)
+                fresh = type(obj)()
+                try:
+                    if isinstance(fresh, ez.losses.EnsembleSparseCategoricalCrossentropy):
+                        fresh(y_true, y_pred)
+                    else:
+                        fresh.update_state(y_true, y_pred)
+                except (ValueError, TypeError) as e:
+                    if f"`{argument}`" not in str(e) and "batch" not in str(e):
+                        problems.append(f"{type(obj).__name__} {argument}={case}: {e}")
+                except Exception as e:
+                    problems.append(f"{type(obj).__name__} {argument}={case}: {type(e).__name__}: {e}")
+                else:
+                    problems.append(f"{type(obj).__name__} {argument}={case}: no error")
+    assert not problems, "\n".join(problems)

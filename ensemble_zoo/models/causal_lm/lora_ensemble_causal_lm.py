@@ -15,6 +15,9 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.causal_lm import adapter_files
+from ensemble_zoo.models.causal_lm.input_checks import CausalLMLoopsMixin
+from ensemble_zoo.models.causal_lm.input_checks import check_generate_call
+from ensemble_zoo.models.causal_lm.input_checks import check_token_batch
 from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import DEFAULT_TARGETS
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import TARGETS
@@ -33,7 +36,6 @@ from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -124,7 +126,7 @@ def member_token_cross_entropy(y_true, y_pred):
     return ops.mean(losses, axis=1)
 
 
-class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
+class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
     """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
 
     LoRA-Ensemble (Mühlematter et al., paper 002) gives each of `M`
@@ -675,6 +677,7 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
             As described for `return_uncertainty`.
         """
         return_uncertainty = check_bool(return_uncertainty, "return_uncertainty")
+        check_generate_call(self, inputs, max_length, stop_token_ids, strip_prompt)
         batches = []
         compiled = self.make_generate_function()
 
@@ -694,6 +697,15 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
                 inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                 strip_prompt=strip_prompt,
             )
+        except Exception as e:
+            if not _is_out_of_memory(e):
+                raise
+            raise ValueError(
+                f"Generation ran out of memory (`max_length`={max_length}): the "
+                "KV cache holds (batch, members, layers, 2, max_length, "
+                "key-value heads, head size) values. Pass a smaller "
+                f"`max_length` or fewer prompts. ({type(e).__name__})"
+            ) from e
         finally:
             self.generate_function = compiled
         if not return_uncertainty:
@@ -725,8 +737,8 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """
         chunk_size = check_positive_int(chunk_size, "chunk_size")
-        token_ids, padding_mask = _check_token_batch(
-            token_ids, padding_mask, self.backbone.vocabulary_size
+        token_ids, padding_mask = check_token_batch(
+            token_ids, padding_mask, self.backbone.vocabulary_size, min_length=2
         )
         valid = np.array(padding_mask, bool)
         token_ids = ops.convert_to_tensor(token_ids, "int32")
@@ -742,37 +754,17 @@ class LoRAEnsembleCausalLM(backend_utils.TorchParametersMixin):
         return keras_hub.models.Task.get_config(self)
 
 
-def _check_token_batch(token_ids, padding_mask, vocabulary_size):
-    """`(token_ids, padding_mask)` as NumPy arrays, or a `ValueError` /
-    `TypeError` naming the argument: integer ids in `[0, vocabulary_size)`
-    of shape `(batch, length)` with `length >= 2`, and a boolean (or 0 / 1)
-    mask of the same shape (default: all true)."""
-    ids = as_numeric_array(token_ids, "token_ids", allow_bool=False)
-    if ids.dtype.kind == "f":
-        if not np.all(np.isfinite(ids)) or not np.all(ids == np.round(ids)):
-            raise ValueError("`token_ids` must hold integer token ids; got fractional or non-finite values.")
-        ids = ids.astype("int64")
-    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] < 2:
-        raise ValueError(
-            "`token_ids` must have shape (batch, length) with batch >= 1 and "
-            f"length >= 2 (a token and one to score); got shape {ids.shape}."
+def _is_out_of_memory(error):
+    """Whether a backend error is an allocation failure (JAX's
+    RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError, PyTorch's
+    OutOfMemoryError or a failed CPU allocation)."""
+    text = f"{type(error).__name__}: {error}"
+    return isinstance(error, MemoryError) or any(
+        marker in text for marker in (
+            "RESOURCE_EXHAUSTED", "ResourceExhausted", "OutOfMemory",
+            "out of memory", "Out of memory", "can't allocate memory",
         )
-    if ids.min() < 0 or ids.max() >= vocabulary_size:
-        raise ValueError(
-            f"`token_ids` must lie in [0, {vocabulary_size}) (the vocabulary); "
-            f"got values in [{ids.min()}, {ids.max()}]."
-        )
-    if padding_mask is None:
-        return ids, np.ones(ids.shape, bool)
-    mask = as_numeric_array(padding_mask, "padding_mask", allow_bool=True)
-    if mask.shape != ids.shape:
-        raise ValueError(
-            f"`padding_mask` must have the shape of `token_ids`, {ids.shape}; "
-            f"got {mask.shape}."
-        )
-    if not np.isin(mask, (0, 1)).all():
-        raise ValueError("`padding_mask` must hold booleans (or 0 / 1).")
-    return ids, mask.astype(bool)
+    )
 
 
 def _task_class(causal_lm):

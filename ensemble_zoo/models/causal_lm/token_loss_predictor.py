@@ -13,6 +13,7 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.models.causal_lm.input_checks import CausalLMLoopsMixin
 from ensemble_zoo.losses.loss_prediction_losses import pair_hinge
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
@@ -40,7 +41,9 @@ class NextTokenLoss(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TokenLossPredictor(backend_utils.TorchParametersMixin, keras_hub.models.Task):
+class TokenLossPredictor(
+    CausalLMLoopsMixin, backend_utils.TorchParametersMixin, keras_hub.models.Task
+):
     """A loss-prediction head per token on a frozen keras-hub causal LM.
 
     The head (`LossPredictionHead`, paper 003's MLP, with `stop_gradient`)

@@ -170,9 +170,16 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         if isinstance(x, MIMOBatches):
             data = x
         else:
+            self._check_loop_call(
+                x, y, batch_size=batch_size, epochs=epochs,
+                sample_weight=kwargs.get("sample_weight"),
+            )
             x = self._preprocessed(x)
+            if hasattr(x, "shape"):
+                # Plain images: `MIMOBatches` stacks them (a stacked
+                # `(batch, H, W, M * C)` array is not a training input).
+                EnsembleClassifier._check_inputs(self, x)
             self._check_data(x)
-            self._check_labels(y)
             data = MIMOBatches(
                 x, y, self.num_members, self.input_repetition, self.batch_repetition,
                 batch_size=batch_size or 32, seed=self.seed,
