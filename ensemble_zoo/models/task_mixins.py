@@ -296,7 +296,11 @@ def _check_samples(x, y=None, sample_weight=None):
     for name, value in (("x", x), ("y", y), ("sample_weight", sample_weight)):
         if value is None or isinstance(value, dict):
             continue
-        values = backend_utils.concrete_value(value) if hasattr(value, "shape") else None
+        if isinstance(value, list):  # a list of examples (texts, rows)
+            counts[name] = len(value)
+            if name != "sample_weight":
+                continue
+        values = backend_utils.concrete_value(value) if hasattr(value, "shape") or isinstance(value, list) else None
         if values is None or values.ndim == 0:
             continue
         counts[name] = values.shape[0]

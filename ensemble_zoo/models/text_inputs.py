@@ -1,7 +1,9 @@
 """keras-hub BERT-style text inputs, shared by the zoo's text classifiers."""
 
 import keras
+import numpy as np
 
+from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import static_shape
 
 #: The keys of a `keras_hub.models.BertTextClassifierPreprocessor` output.
@@ -45,6 +47,54 @@ class TextInputsMixin:
                 f"Sequences of {first[1]} tokens exceed max_sequence_length="
                 f"{maximum}."
             )
+
+    def _check_data(self, x):
+        """The loops' check of dict inputs whose values exist now: the
+        shapes (`_check_inputs`), a non-empty batch, integer `token_ids` in
+        the vocabulary, `segment_ids` in `[0, num_segments)` and a 0 / 1
+        `padding_mask`. Out-of-range ids were gathered silently (JAX
+        clamps them; an out-of-range segment gave NaN)."""
+        if not isinstance(x, dict):
+            return super()._check_data(x)
+        self._check_inputs(x)
+        limits = {
+            "token_ids": self.backbone.vocabulary_size,
+            "segment_ids": getattr(self.backbone, "num_segments", None),
+            "padding_mask": 2,
+        }
+        for name in TEXT_INPUTS:
+            values = concrete_value(x[name])
+            if values is None:
+                continue
+            if values.shape[0] == 0:
+                raise ValueError(f"`{name}` must be a non-empty batch; got shape {values.shape}.")
+            if values.dtype.kind not in "iub":
+                raise TypeError(f"`{name}` must hold integers; got dtype {values.dtype}.")
+            limit = limits[name]
+            if limit is not None and (values.min() < 0 or values.max() >= limit):
+                raise ValueError(
+                    f"`{name}` must lie in [0, {limit}); got values in "
+                    f"[{values.min()}, {values.max()}]."
+                )
+
+    def _check_raw_loop_data(self, x, y=None):
+        """Raw text for the preprocessor: a string, or a non-empty list,
+        tuple or array of strings (a tuple of two such for sentence pairs);
+        datasets and tensors are left to the preprocessor. Numbers failed
+        deep in the tokenizer's data pipeline."""
+        if isinstance(x, (list, tuple, np.ndarray, str)):
+            segments = x if isinstance(x, tuple) and x and not isinstance(x[0], str) else (x,)
+            for segment in segments:
+                texts = np.asarray(segment, dtype=object).reshape(-1) if not isinstance(segment, str) else [segment]
+                if len(texts) == 0:
+                    raise ValueError("`x` must hold at least one text; got an empty list.")
+                bad = [t for t in texts if not isinstance(t, (str, bytes))]
+                if bad:
+                    raise TypeError(
+                        "`x` must hold strings (the preprocessor tokenizes them); "
+                        f"got a {type(bad[0]).__name__}."
+                    )
+        self._check_labels(y)
 
     def _export_input_signature(self):
         # JAX export cannot compare a symbolic sequence length with the

@@ -171,3 +171,61 @@ def test_wrong_channels_after_a_retrace_and_no_layout_warning(preset):
         plain = ez.presets.load_preset("vit_tiny_digits", preprocessor=None)
     assert plain.preprocessor is None
     assert not [w for w in caught if "layout" in str(w.message)]
+
+
+def test_fuzz_text_task_loops():
+    """A text task, with a BERT preprocessor (raw strings) and without
+    (token dicts): numbers or an empty list for texts failed in the
+    tokenizer's pipeline ("in user code"); out-of-range token and segment
+    ids were gathered silently (NaN for a segment id) and an empty batch
+    left the JAX model unusable."""
+    import keras_hub
+    import zoo_testing
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", ".", "slow"]
+    bert = zoo_testing.tiny_bert(vocabulary_size=len(vocabulary))
+    model = ez.models.LoRAEnsembleTextClassifier.from_keras_hub(bert, num_members=2, rank=2, seed=0)
+    texts, y = ["the quick brown fox.", "the slow brown fox."], np.array([0, 2])
+    ids = zoo_testing.text_inputs(4, length=6, vocabulary_size=len(vocabulary))
+    before = model.predict(ids, verbose=0)
+
+    def replaced(name, value):
+        return {**ids, name: value}
+
+    plain_cases = [
+        ("token_ids", replaced("token_ids", ids["token_ids"] + 100)),
+        ("token_ids", replaced("token_ids", ids["token_ids"] * 0 - 1)),
+        ("token_ids", replaced("token_ids", ids["token_ids"].astype("float32") + 0.5)),
+        ("segment_ids", replaced("segment_ids", ids["segment_ids"] + 5)),
+        ("padding_mask", replaced("padding_mask", ids["padding_mask"] * 3)),
+        ("token_ids", {k: v[:0] for k, v in ids.items()}),
+    ]
+    problems = []
+    for argument, inputs in plain_cases:
+        try:
+            model.predict(inputs, verbose=0)
+            problems.append(f"plain {argument}: no error")
+        except (ValueError, TypeError) as e:
+            if f"`{argument}`" not in str(e):
+                problems.append(f"plain {argument}: {e}")
+    model.preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub.models.BertTokenizer(vocabulary=vocabulary), sequence_length=6
+    )
+    raw_cases = [
+        ("x", lambda: model.predict(np.array([1.0, 2.0]), verbose=0)),
+        ("x", lambda: model.predict([], verbose=0)),
+        ("x", lambda: model.predict([1, 2], verbose=0)),
+        ("y", lambda: model.evaluate(texts, np.array([0, 3]), verbose=0)),
+        ("y", lambda: model.fit(texts, np.array([0, 1.5]), verbose=0)),
+        ("y", lambda: model.evaluate(texts, np.array([0, 1, 2]), verbose=0)),
+    ]
+    for argument, call in raw_cases:
+        try:
+            call()
+            problems.append(f"raw {argument}: no error")
+        except (ValueError, TypeError) as e:
+            if f"`{argument}`" not in str(e):
+                problems.append(f"raw {argument}: {e}")
+    assert not problems, "\n".join(problems)
+    model.preprocessor = None
+    np.testing.assert_allclose(model.predict(ids, verbose=0), before, atol=1e-6)
