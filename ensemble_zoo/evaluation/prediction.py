@@ -209,8 +209,8 @@ def _warm_up(fn, min_calls=10, min_seconds=0.5, max_seconds=5.0):
             break
 
 
-def _median_seconds(fn, min_repeats=5, max_repeats=50, min_total=0.5):
-    _warm_up(fn)
+def _median_seconds(fn, min_repeats=5, max_repeats=50, min_total=0.5, warm_up_calls=10):
+    _warm_up(fn, min_calls=warm_up_calls, min_seconds=min(0.5, min_total))
     times = []
     while len(times) < max_repeats and (
         len(times) < min_repeats or sum(times) < min_total
@@ -230,15 +230,20 @@ def measure_speed(model, x, batch_size, latency_batch_size):
     """Median latency (ms per batch of `latency_batch_size`) and
     throughput (samples/s at `batch_size`), measured on the same `x`.
 
-    Each timing warms up (compilation, then at least 10 calls and 0.5 s),
-    then repeats one call until it has run at least 5 times and 0.5 s, at
-    most 50 times, and takes the median. Outputs are copied to NumPy, so
-    the time includes finishing the computation on the device.
+    The latency timing warms up (compilation, then at least 10 calls and
+    0.5 s), then repeats one call until it has run at least 5 times and
+    0.5 s, at most 50 times, and takes the median. The throughput timing
+    (large batches, each call long enough to time alone) warms up with 3
+    calls and takes the median of at least 3 calls and 0.3 s. Outputs are
+    copied to NumPy, so the time includes finishing the computation on
+    the device.
     """
     full = _repeat_to(x, batch_size)
     small = _repeat_to(x, latency_batch_size)
     latency = _median_seconds(lambda: _call(model, small))
-    per_batch = _median_seconds(lambda: _call(model, full))
+    per_batch = _median_seconds(
+        lambda: _call(model, full), min_repeats=3, min_total=0.3, warm_up_calls=3
+    )
     return {
         "latency_ms": latency * 1000.0,
         "latency_batch_size": int(latency_batch_size),

@@ -58,7 +58,7 @@ def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False
     return order
 
 
-def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", batch_size=256):
+def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", batch_size=None):
     """A `score_fn` for `circuit_head_ranking` that ablates heads of a model.
 
     The mask is written into the head masks of a one-member
@@ -73,7 +73,10 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
         criterion: `"accuracy"` (S_acc), `"ood"` (AUROC of
             `1 - max softmax probability`, OOD positive: S_ood) or
             `"average"` (their mean: S_avg).
-        batch_size: int.
+        batch_size: optional int. Defaults to each set's size, at most
+            1024: one batch per set and no padding (the compiled step sees
+            one static shape per set; a validation set of 288 padded to
+            batches of 256 computed 512 rows per score).
     """
     if criterion not in CRITERIA:
         raise ValueError(f"`criterion` must be one of {CRITERIA}; got {criterion!r}.")
@@ -87,7 +90,8 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
     x_id, y_id = id_data
 
     def msp(x):
-        logits, _ = predict_member_logits(model, x, batch_size, "data", progress=False)
+        size = batch_size or max(1, min(len(x), 1024))
+        logits, _ = predict_member_logits(model, x, size, "data", progress=False)
         return as_member_probabilities(logits, from_logits=True)[:, 0]
 
     def score_fn(mask):
