@@ -20,6 +20,7 @@ directory and moves the finished files into place, so a failed save
 leaves the previous preset as it was.
 """
 
+import copy
 import datetime
 import hashlib
 import importlib
@@ -333,7 +334,8 @@ def load_preset(
             f"{cls.__name__}. Load it with {_loader_hint(preset, preset_cls)}."
         )
     backbone_config = _read_json(directory, CONFIG_FILE)
-    check_config_copies(directory, config, backbone_config, _read_json)
+    # Deserializing replaces nested configs with objects: compare a copy.
+    copies = (directory, copy.deepcopy(config), backbone_config, _read_json)
     kind = metadata.get("kind", "trained")
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     metadata_path = os.path.join(directory, METADATA_FILE)
@@ -369,6 +371,9 @@ def load_preset(
         ) from e
     finally:
         keras.config.set_dtype_policy(previous)
+    # After building in safe mode (which refuses unsafe configs by name;
+    # a Lambda's marshalled code differs between two serializations).
+    check_config_copies(*copies)
     _check_backbone_config(model, backbone_config, directory)
     if loads:
         _load_keras_hub_weights(model, directory, metadata)

@@ -137,6 +137,8 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
             )
     if inputs is None:
         raise TypeError("`inputs` must be a string, a list of strings or a dict of token arrays; got None.")
+    if isinstance(inputs, dict) and "token_ids" not in inputs and "prompts" in inputs:
+        inputs = inputs["prompts"]  # Gemma 3's preprocessor takes {"prompts": ...}
     if isinstance(inputs, dict):
         mask = _token_dict(inputs, vocabulary_size, require_mask=True)
         if mask is not None and not mask[:, 0].all():
