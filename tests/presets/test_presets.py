@@ -54,13 +54,18 @@ LOW_PRECISION = ("mixed_bfloat16", "mixed_float16")
 PROBABILITY_TOLERANCE = {"mixed_bfloat16": 0.05, "mixed_float16": 0.01}
 
 
-def low_precision_policy(index):
-    """One policy per preset and backend, alternating, so that over
-    TensorFlow and PyTorch every preset runs under both."""
+def second_check(index):
+    """Which extra check a preset gets under this backend (test budget):
+    TensorFlow and PyTorch split the presets, so that each preset is
+    loaded through keras-hub's loader on one of them and predicts under a
+    low-precision policy on the other. The policy alternates over the
+    presets, so both policies run on both backends."""
     from conftest import ALL_BACKENDS
     from conftest import BACKEND
 
-    return LOW_PRECISION[(index + ALL_BACKENDS.index(BACKEND)) % 2]
+    if (index + ALL_BACKENDS.index(BACKEND)) % 2:
+        return "keras_hub_loader", None
+    return "low_precision", LOW_PRECISION[(index // 2) % 2]
 
 
 def check_layers_compute_in(model, policy):
@@ -91,19 +96,20 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
     test set, probabilities within `PROBABILITY_TOLERANCE`)."""
     x, y = ez.datasets.load_arrays("digits", "test")
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
-    if BACKEND == "jax":
-        # Test budget: one loader per preset under JAX, where building a
-        # model runs its initializers through XLA (seconds per new shape).
-        # TensorFlow and PyTorch check keras-hub's loader against the zoo's
-        # on every preset, test_keras_hub_tasks.py and
-        # test_keras_hub_layout.py under JAX too.
-        model = EnsembleClassifier.from_preset(name)
-    else:
+    check, policy = second_check(TRAINED.index(name)) if BACKEND != "jax" else (None, None)
+    if check == "keras_hub_loader":
         # keras-hub's own loader finds our class from the preset's
         # config.json, and builds the zoo loader's model bit for bit.
         model = keras_hub.models.ImageClassifier.from_preset(ez.presets.get_preset_path(name))
         ours = EnsembleClassifier.from_preset(name)
         np.testing.assert_array_equal(to_np(model(x[:32])), to_np(ours(x[:32])))
+    else:
+        # Test budget: one loader per preset under JAX, where building a
+        # model runs its initializers through XLA (seconds per new shape),
+        # and on the backend that checks low precision (see second_check;
+        # test_keras_hub_tasks.py and test_keras_hub_layout.py check the
+        # loaders under JAX too, and every preset's config copies agree).
+        model = EnsembleClassifier.from_preset(name)
     metadata = ez.presets.preset_metadata(name)
     assert model.num_members == metadata["num_members"] and model.num_classes == 8
     assert type(model).__name__ == metadata["class_name"]
@@ -126,12 +132,10 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
         recorded["test_nll"], abs=tolerance
     )
     assert recorded["test_accuracy"] > 0.9
-    if BACKEND == "jax":
-        # Test budget: the presets were trained under JAX; TensorFlow and
-        # PyTorch alternate the two policies, so both still run per preset
-        # (and test_mixed_precision.py covers JAX's mixed policies).
+    if check != "low_precision":
+        # Test budget: the presets were trained under JAX (and
+        # test_mixed_precision.py covers JAX's mixed policies).
         return
-    policy = low_precision_policy(TRAINED.index(name))
     low = EnsembleClassifier.from_preset(name, dtype=policy)
     check_layers_compute_in(low, policy)
     out = low.predict_uncertainty(raw, batch_size=256)
@@ -337,7 +341,11 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     with pytest.raises(ValueError, match="LossPredictionImageClassifier"):
         EnsembleClassifier.from_preset("loss_prediction_vit_tiny_digits")
     # The global policy reaches every layer too (no `dtype` argument).
-    policy = low_precision_policy(len(TRAINED))
+    # One policy per backend (JAX bfloat16, TensorFlow float16, PyTorch bfloat16).
+    from conftest import ALL_BACKENDS
+    from conftest import BACKEND as backend
+
+    policy = LOW_PRECISION[ALL_BACKENDS.index(backend) % 2]
     keras.config.set_dtype_policy(policy)
     try:
         low = ez.models.LossPredictionImageClassifier.from_preset(
