@@ -111,14 +111,14 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
     """The checks of `generate` (see the module docstring)."""
     check_bool(strip_prompt, "strip_prompt")
     vocabulary_size = model.backbone.vocabulary_size
-    if max_length is not None and (
-        isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer))
-        or max_length < 2
-    ):
-        raise TypeError(
-            "`max_length` must be None or an int >= 2 (a start token and one "
-            f"generated token); got {max_length!r}."
-        )
+    if max_length is not None:
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+            raise TypeError(f"`max_length` must be None or an int; got {max_length!r}.")
+        if max_length < 2:
+            raise ValueError(
+                "`max_length` must be >= 2 (a start token and one generated "
+                f"token); got {max_length}."
+            )
     if not (isinstance(stop_token_ids, str) and stop_token_ids == "auto") and stop_token_ids is not None:
         if isinstance(stop_token_ids, str) or not hasattr(stop_token_ids, "__iter__"):
             raise TypeError(
