@@ -3,6 +3,9 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.moe.member_router import MemberRouter
+from ensemble_zoo.layers.moe.member_router import check_capacity_factor
+from ensemble_zoo.layers.moe.member_router import check_non_negative
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
@@ -60,30 +63,8 @@ def check_dispatcher(dispatcher):
     return dispatcher
 
 
-def _check_capacity_factor(value, name):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not value > 0
-        or math.isinf(value)
-    ):
-        raise ValueError(
-            f"`{name}` must be a finite number > 0; got {value!r}."
-        )
-    return float(value)
-
-
-def _check_non_negative(value, name):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not value >= 0
-        or math.isinf(value)
-    ):
-        raise ValueError(
-            f"`{name}` must be a finite number >= 0; got {value!r}."
-        )
-    return float(value)
+_check_capacity_factor = check_capacity_factor
+_check_non_negative = check_non_negative
 
 
 def _squared_cv(values):
@@ -93,7 +74,7 @@ def _squared_cv(values):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TopKRouter(keras.layers.Layer):
+class TopKRouter(MemberRouter):
     """Noisy top-K token router of V-MoE, partitioned per member for E³.
 
     A linear router without bias, kernel `(dim, num_experts)` (the layout of
@@ -238,25 +219,20 @@ class TopKRouter(keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_experts = check_positive_int(num_experts, "num_experts")
-        self.num_members = check_positive_int(num_members, "num_members")
-        if self.num_experts % self.num_members:
-            raise ValueError(
-                f"`num_experts` ({num_experts}) must be divisible by "
-                f"`num_members` ({num_members}): each member routes to its "
-                "own contiguous group of num_experts / num_members experts."
-            )
-        self.experts_per_member = self.num_experts // self.num_members
+        super().__init__(
+            num_experts=num_experts,
+            num_members=num_members,
+            group_size=group_size,
+            noise_std=noise_std,
+            seed=seed,
+            **kwargs,
+        )
         self.top_k = check_positive_int(top_k, "top_k")
         if self.top_k > self.experts_per_member:
             raise ValueError(
                 f"`top_k` ({top_k}) must be at most the experts per member, "
                 f"num_experts / num_members = {self.experts_per_member}."
             )
-        if group_size is not None:
-            group_size = check_positive_int(group_size, "group_size")
-        self.group_size = group_size
         self.capacity_factor = _check_capacity_factor(
             capacity_factor, "capacity_factor"
         )
@@ -273,9 +249,6 @@ class TopKRouter(keras.layers.Layer):
                 f"`batch_priority` must be a bool; got {batch_priority!r}."
             )
         self.batch_priority = batch_priority
-        if noise_std is not None:
-            noise_std = _check_non_negative(noise_std, "noise_std")
-        self.noise_std = noise_std
         self.importance_loss_weight = _check_non_negative(
             importance_loss_weight, "importance_loss_weight"
         )
@@ -283,12 +256,6 @@ class TopKRouter(keras.layers.Layer):
             load_loss_weight, "load_loss_weight"
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int)
-        ):
-            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
 
     # ----------------------------------------------------------- shapes
 
@@ -312,78 +279,6 @@ class TopKRouter(keras.layers.Layer):
             self.capacity_multiple_of,
         )
 
-    def _check_input_shape(self, input_shape):
-        """Validates `(num_members * batch, ..., dim)`; returns the shape,
-        the tokens per example and the group size (static ints)."""
-        shape = tuple(input_shape)
-        owner = f"{type(self).__name__} '{self.name}'"
-        if len(shape) < 2:
-            raise ValueError(
-                f"{owner} expects `inputs` (num_members * batch, ..., dim) with "
-                f"at least 2 axes; got shape {shape}."
-            )
-        if any(d is None for d in shape[1:]):
-            raise ValueError(
-                f"{owner} needs static token and feature axes; got input "
-                f"shape {shape}."
-            )
-        built_dim = getattr(self, "input_dim", None)
-        if built_dim is not None and shape[-1] != built_dim:
-            raise ValueError(
-                f"{owner} was built for inputs with {built_dim} features; got "
-                f"input shape {shape}."
-            )
-        tokens = math.prod(shape[1:-1])
-        group_size = self.group_size if self.group_size is not None else tokens
-        rows = shape[0]
-        if rows is not None:
-            if rows % self.num_members:
-                raise ValueError(
-                    f"{owner}: the input's first axis ({rows}) must be "
-                    f"num_members * batch with `num_members`="
-                    f"{self.num_members} (member-major tiling, see "
-                    "`ensemble_zoo.ops.tile_members`); got input shape "
-                    f"{shape}."
-                )
-            per_member = rows // self.num_members * tokens
-            if per_member % group_size:
-                raise ValueError(
-                    f"{owner}: `group_size`={group_size} must divide the "
-                    f"tokens of each member, batch * tokens = {per_member} "
-                    f"(input shape {shape}, num_members={self.num_members})."
-                )
-        return shape, tokens, group_size
-
-    def group_tokens(self, x):
-        """Reshapes `(num_members * batch, ..., dim)` to routing groups
-        `(num_members, num_groups, group_size, dim)`."""
-        shape, _, group_size = self._check_input_shape(static_shape(x))
-        return ops.reshape(x, (self.num_members, -1, group_size, shape[-1]))
-
-    def ungroup_tokens(self, y, input_shape):
-        """Inverse of `group_tokens`: back to `input_shape` (its first axis
-        may be unknown)."""
-        return ops.reshape(y, (-1,) + tuple(input_shape[1:]))
-
-    def _output_shape(self, input_shape, training=False):
-        shape, tokens, group_size = self._check_input_shape(input_shape)
-        groups = None
-        if shape[0] is not None:
-            groups = shape[0] // self.num_members * tokens // group_size
-        return (
-            self.num_members,
-            groups,
-            group_size,
-            self.experts_per_member,
-            self.capacity(group_size, training),
-        )
-
-    def compute_output_shape(self, input_shape):
-        """Shapes of `dispatch` and `combine` at inference (with
-        `eval_capacity_factor`)."""
-        shape = self._output_shape(input_shape, training=False)
-        return {"dispatch": shape, "combine": shape}
-
     def compute_output_spec(
         self, inputs, training=None, dispatcher="einsum", **kwargs
     ):
@@ -405,13 +300,7 @@ class TopKRouter(keras.layers.Layer):
     # ---------------------------------------------------------- weights
 
     def build(self, input_shape):
-        shape = tuple(input_shape)
-        if len(shape) < 2 or shape[-1] is None:
-            raise ValueError(
-                f"{type(self).__name__} '{self.name}' expects `inputs` "
-                "(num_members * batch, ..., dim) with at least 2 axes and a "
-                f"known last axis; got shape {shape}."
-            )
+        shape = self._check_build_shape(input_shape)
         self.input_dim = int(shape[-1])
         self.kernel = self.add_weight(
             name="kernel",
@@ -433,9 +322,7 @@ class TopKRouter(keras.layers.Layer):
         sigma = self.sigma
         noisy = training and sigma > 0
         if noisy:
-            noisy_logits = logits + keras.random.normal(
-                ops.shape(logits), stddev=sigma, seed=self.seed_generator
-            )
+            noisy_logits = self._noise(logits, sigma)
         else:
             noisy_logits = logits
         gates = ops.softmax(noisy_logits, axis=-1)  # (M, G, S, E/M)
@@ -587,20 +474,8 @@ class TopKRouter(keras.layers.Layer):
         result["aux_loss"] = self._aux_loss(result)
         if dispatcher == "indices":
             return result
-        shape = static_shape(x)
-        m, e_m = self.num_members, self.experts_per_member
-        # blocks[m, e, f] = 1 when member m's expert e is global expert f.
-        blocks = ops.reshape(
-            ops.eye(self.num_experts, dtype="float32"),
-            (m, e_m, self.num_experts),
-        )
-        dispatch = ops.reshape(
-            result["dispatch"], (m, -1, e_m, result["capacity"])
-        )
-        token_dispatch = ops.einsum("mtec,mef->mtfc", dispatch, blocks)
-        result["token_dispatch"] = ops.reshape(
-            token_dispatch,
-            (-1,) + shape[1:-1] + (self.num_experts, result["capacity"]),
+        result["token_dispatch"] = self.token_dispatch(
+            result["dispatch"], static_shape(x)
         )
         return result
 
@@ -608,21 +483,16 @@ class TopKRouter(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "num_experts": self.num_experts,
                 "top_k": self.top_k,
-                "num_members": self.num_members,
-                "group_size": self.group_size,
                 "capacity_factor": self.capacity_factor,
                 "eval_capacity_factor": self.eval_capacity_factor,
                 "capacity_multiple_of": self.capacity_multiple_of,
                 "batch_priority": self.batch_priority,
-                "noise_std": self.noise_std,
                 "importance_loss_weight": self.importance_loss_weight,
                 "load_loss_weight": self.load_loss_weight,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
-                "seed": self.seed,
             }
         )
         return config

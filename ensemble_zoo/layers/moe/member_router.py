@@ -1,0 +1,214 @@
+import math
+
+import keras
+from keras import ops
+
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+def check_capacity_factor(value, name):
+    """A finite float > 0, or a `ValueError` naming the argument."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value > 0
+        or math.isinf(value)
+    ):
+        raise ValueError(
+            f"`{name}` must be a finite number > 0; got {value!r}."
+        )
+    return float(value)
+
+
+def check_non_negative(value, name):
+    """A finite float >= 0, or a `ValueError` naming the argument."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value >= 0
+        or math.isinf(value)
+    ):
+        raise ValueError(
+            f"`{name}` must be a finite number >= 0; got {value!r}."
+        )
+    return float(value)
+
+
+class MemberRouter(keras.layers.Layer):
+    """Base of the zoo's MoE routers: routing groups and the E³ partition.
+
+    Holds what every router shares (`TopKRouter`, `ExpertsChoiceRouter`,
+    `SoftRouter`): the `num_experts` experts split into `num_members`
+    contiguous partitions (member `m` routes only to experts
+    `[m * E / M, (m + 1) * E / M)`), the member-major input layout of
+    `ensemble_zoo.ops.tile_members`, routing groups of `group_size` tokens
+    per member (`None`: one example's tokens), the router noise's seed, and
+    the `(M, G, S, E / M, C)` layout of the `dispatch` / `combine` tensors
+    that `SparseMoE` consumes. Subclasses build their weights and
+    implement `_route`.
+
+    Args:
+        num_experts: int, the total number of experts `E`.
+        num_members: int, the E³ ensemble size `M`; must divide
+            `num_experts`. Defaults to 1.
+        group_size: int or `None`, tokens per routing group per member.
+            Defaults to `None`, one example's tokens.
+        noise_std: float >= 0 or `None`, the standard deviation of the
+            training noise on the router logits (`None`: the subclass'
+            default).
+        seed: int or `None`, seed of the routing noise.
+        **kwargs: other `keras.layers.Layer` arguments.
+    """
+
+    def __init__(
+        self,
+        num_experts,
+        num_members=1,
+        group_size=None,
+        noise_std=None,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_experts = check_positive_int(num_experts, "num_experts")
+        self.num_members = check_positive_int(num_members, "num_members")
+        if self.num_experts % self.num_members:
+            raise ValueError(
+                f"`num_experts` ({num_experts}) must be divisible by "
+                f"`num_members` ({num_members}): each member routes to its "
+                "own contiguous group of num_experts / num_members experts."
+            )
+        self.experts_per_member = self.num_experts // self.num_members
+        if group_size is not None:
+            group_size = check_positive_int(group_size, "group_size")
+        self.group_size = group_size
+        if noise_std is not None:
+            noise_std = check_non_negative(noise_std, "noise_std")
+        self.noise_std = noise_std
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int)
+        ):
+            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def _check_input_shape(self, input_shape):
+        """Validates `(num_members * batch, ..., dim)`; returns the shape,
+        the tokens per example and the group size (static ints)."""
+        shape = tuple(input_shape)
+        owner = f"{type(self).__name__} '{self.name}'"
+        if len(shape) < 2:
+            raise ValueError(
+                f"{owner} expects `inputs` (num_members * batch, ..., dim) with "
+                f"at least 2 axes; got shape {shape}."
+            )
+        if any(d is None for d in shape[1:]):
+            raise ValueError(
+                f"{owner} needs static token and feature axes; got input "
+                f"shape {shape}."
+            )
+        built_dim = getattr(self, "input_dim", None)
+        if built_dim is not None and shape[-1] != built_dim:
+            raise ValueError(
+                f"{owner} was built for inputs with {built_dim} features; got "
+                f"input shape {shape}."
+            )
+        tokens = math.prod(shape[1:-1])
+        group_size = self.group_size if self.group_size is not None else tokens
+        rows = shape[0]
+        if rows is not None:
+            if rows % self.num_members:
+                raise ValueError(
+                    f"{owner}: the input's first axis ({rows}) must be "
+                    f"num_members * batch with `num_members`="
+                    f"{self.num_members} (member-major tiling, see "
+                    "`ensemble_zoo.ops.tile_members`); got input shape "
+                    f"{shape}."
+                )
+            per_member = rows // self.num_members * tokens
+            if per_member % group_size:
+                raise ValueError(
+                    f"{owner}: `group_size`={group_size} must divide the "
+                    f"tokens of each member, batch * tokens = {per_member} "
+                    f"(input shape {shape}, num_members={self.num_members})."
+                )
+        return shape, tokens, group_size
+
+    def _check_build_shape(self, input_shape):
+        shape = tuple(input_shape)
+        if len(shape) < 2 or shape[-1] is None:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' expects `inputs` "
+                "(num_members * batch, ..., dim) with at least 2 axes and a "
+                f"known last axis; got shape {shape}."
+            )
+        return shape
+
+    def group_tokens(self, x):
+        """Reshapes `(num_members * batch, ..., dim)` to routing groups
+        `(num_members, num_groups, group_size, dim)`."""
+        shape, _, group_size = self._check_input_shape(static_shape(x))
+        return ops.reshape(x, (self.num_members, -1, group_size, shape[-1]))
+
+    def ungroup_tokens(self, y, input_shape):
+        """Inverse of `group_tokens`: back to `input_shape` (its first axis
+        may be unknown)."""
+        return ops.reshape(y, (-1,) + tuple(input_shape[1:]))
+
+    def capacity(self, group_size, training=False):
+        """The slots per expert and routing group (a static int)."""
+        raise NotImplementedError
+
+    def _output_shape(self, input_shape, training=False):
+        shape, tokens, group_size = self._check_input_shape(input_shape)
+        groups = None
+        if shape[0] is not None:
+            groups = shape[0] // self.num_members * tokens // group_size
+        return (
+            self.num_members,
+            groups,
+            group_size,
+            self.experts_per_member,
+            self.capacity(group_size, training),
+        )
+
+    def compute_output_shape(self, input_shape):
+        """Shapes of `dispatch` and `combine` at inference."""
+        shape = self._output_shape(input_shape, training=False)
+        return {"dispatch": shape, "combine": shape}
+
+    def _noise(self, logits, sigma):
+        return logits + keras.random.normal(
+            ops.shape(logits), stddev=sigma, seed=self.seed_generator
+        )
+
+    def token_dispatch(self, dispatch, input_shape):
+        """`(M, G, S, E/M, C)` dispatch in the input's row order with
+        global expert ids: `(num_members * batch, ..., num_experts, C)`."""
+        m, e_m = self.num_members, self.experts_per_member
+        capacity = static_shape(dispatch)[-1]
+        # blocks[m, e, f] = 1 when member m's expert e is global expert f.
+        blocks = ops.reshape(
+            ops.eye(self.num_experts, dtype="float32"),
+            (m, e_m, self.num_experts),
+        )
+        dispatch = ops.reshape(ops.cast(dispatch, "float32"), (m, -1, e_m, capacity))
+        token_dispatch = ops.einsum("mtec,mef->mtfc", dispatch, blocks)
+        return ops.reshape(
+            token_dispatch,
+            (-1,) + tuple(input_shape[1:-1]) + (self.num_experts, capacity),
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_experts": self.num_experts,
+                "num_members": self.num_members,
+                "group_size": self.group_size,
+                "noise_std": self.noise_std,
+                "seed": self.seed,
+            }
+        )
+        return config
