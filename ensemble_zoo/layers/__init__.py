@@ -13,6 +13,9 @@ from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
 from ensemble_zoo.layers.masksembles_mask import masksembles_masks
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
-from ensemble_zoo.layers.moe import SparseMoE, TopKRouter
+from ensemble_zoo.layers.moe import ExpertsChoiceRouter
+from ensemble_zoo.layers.moe import SoftRouter
+from ensemble_zoo.layers.moe import SparseMoE
+from ensemble_zoo.layers.moe import TopKRouter
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers

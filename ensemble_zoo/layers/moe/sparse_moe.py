@@ -3,8 +3,11 @@ from keras import ops
 
 from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.layers.moe.experts_choice_router import ExpertsChoiceRouter
+from ensemble_zoo.layers.moe.soft_router import SoftRouter
 from ensemble_zoo.layers.moe.top_k_router import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import _check_non_negative
+from ensemble_zoo.layers.moe.top_k_router import check_capacity_rounding
 from ensemble_zoo.layers.moe.top_k_router import check_dispatcher
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -39,6 +42,22 @@ class SparseMoE(keras.layers.Layer):
     token's chosen gates sum to 1, i.e. `top_k = num_experts / num_members`
     with ample capacity (`capacity_factor >= 1`).
 
+    **Routers.** `router="top_k"` (the default) is V-MoE's noisy top-K
+    router above. `router="experts_choice"` is Experts Choice routing
+    (`ExpertsChoiceRouter`, vmoe's `NoisyTopItemsPerExpertRouter`): each
+    expert takes its top-`C` tokens of every group, so buffers are always
+    full and a token may get 0 to `E / M` experts. `router="soft"` is Soft
+    MoE (`SoftRouter`, vmoe's `SoftRouter`): each of an expert's `num_slots`
+    slots is a softmax mix of all tokens of the group and each token a
+    softmax mix of all slots' outputs; nothing is dropped. All three give
+    the same `(M, G, S, E/M, C)` dispatch and combine tensors, so the
+    experts, the E³ partition, bfloat16 dispatch, mixed precision and
+    int8 quantization are shared. `top_k`, `batch_priority`, the
+    `"indices"` dispatcher and the auxiliary losses belong to the top-K
+    router: the other two take `top_k=1`, `batch_priority=False` and
+    `dispatcher="einsum"` (anything else is an error) and add no auxiliary
+    loss (vmoe reports theirs as 0), whatever the loss weights.
+
     **Input layout.** `(num_members * batch, ..., dim)`, member-major as
     produced by `ensemble_zoo.ops.tile_members` (rows `m * batch : (m + 1)
     * batch` are member `m`), typically `(M * batch, tokens, dim)`; the
@@ -50,10 +69,11 @@ class SparseMoE(keras.layers.Layer):
 
     **bfloat16 dispatch.** `bfloat16_dispatch=True` reproduces vmoe's
     `Bfloat16Dispatcher` (`dispatcher.bfloat16=True` in every paper
-    config): each token is rounded to bfloat16 (round to nearest even)
-    before it enters its experts, and each expert output is rounded to
-    bfloat16 before the gate-weighted combine, which stays in the compute
-    dtype. The experts themselves run in the compute dtype. The rounding
+    config, and always on in vmoe's Soft MoE): each token is rounded to
+    bfloat16 (round to nearest even) before the dispatch, and each expert
+    output is rounded to bfloat16 before the combine; dispatch and combine
+    weights stay in the compute dtype (for Soft MoE a slot is then the
+    float32 mix of rounded tokens, as in vmoe). The experts themselves run in the compute dtype. The rounding
     moves logits by about 1e-3, so it matters only for matching vmoe's
     checkpoints to 1e-4 (`ViTMoEImageClassifier.from_vmoe_checkpoint`).
 
@@ -102,10 +122,21 @@ class SparseMoE(keras.layers.Layer):
         bias_initializer: initializer of the expert biases. Defaults to
             `"zeros"`.
         router_kernel_initializer: initializer of the `(dim, num_experts)`
-            router kernel. Defaults to `"glorot_uniform"`.
+            router kernel, or of Soft MoE's `mu` `(dim, num_experts,
+            num_slots)`. Defaults to `"glorot_uniform"`.
         seed: int or `None`, seed of the routing noise and expert dropout.
         dispatcher: `"einsum"` or `"indices"` (see above). Defaults to
             `"einsum"`.
+        router: `"top_k"` (default), `"experts_choice"` or `"soft"` (see
+            above).
+        num_slots: int or `None`, Soft MoE's slots per expert; `None`
+            derives them from `capacity_factor` as vmoe does (then
+            `eval_capacity_factor` must be `None` or equal: the slots are
+            weights). Only with `router="soft"`.
+        capacity_rounding: `"ceil"`, `"round"` (half to even) or `None`,
+            how `capacity_factor` becomes a slot count (`compute_capacity`).
+            `None` (default) is vmoe's default for the router: `"ceil"` for
+            top-K and Experts Choice, `"round"` for Soft MoE.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -150,10 +181,23 @@ class SparseMoE(keras.layers.Layer):
         router_kernel_initializer="glorot_uniform",
         seed=None,
         dispatcher="einsum",
+        router="top_k",
+        num_slots=None,
+        capacity_rounding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.dispatcher = check_dispatcher(dispatcher)
+        check_router_arguments(
+            router, top_k, batch_priority, dispatcher, num_slots,
+            capacity_factor, eval_capacity_factor,
+        )
+        if capacity_rounding is not None:
+            check_capacity_rounding(capacity_rounding)
+        self.router_type = router
+        self.num_slots = num_slots
+        self.capacity_rounding = capacity_rounding
+        self.router_kernel_initializer = router_kernel_initializer
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = _check_non_negative(dropout_rate, "dropout_rate")
         if not self.dropout_rate < 1.0:
@@ -171,7 +215,8 @@ class SparseMoE(keras.layers.Layer):
         self.bfloat16_dispatch = bfloat16_dispatch
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.router = TopKRouter(
+        self.router = make_router(
+            router,
             num_experts=num_experts,
             top_k=top_k,
             num_members=num_members,
@@ -179,15 +224,24 @@ class SparseMoE(keras.layers.Layer):
             capacity_factor=capacity_factor,
             eval_capacity_factor=eval_capacity_factor,
             capacity_multiple_of=capacity_multiple_of,
+            capacity_rounding=capacity_rounding,
             batch_priority=batch_priority,
             noise_std=noise_std,
             importance_loss_weight=importance_loss_weight,
             load_loss_weight=load_loss_weight,
+            num_slots=num_slots,
             kernel_initializer=router_kernel_initializer,
             seed=seed,
-            # Routing stays in float32 under mixed precision (as vmoe).
-            dtype="float32",
-            name="router",
+        )
+        self._router_arguments = dict(
+            top_k=top_k,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            batch_priority=batch_priority,
+            noise_std=noise_std,
+            importance_loss_weight=importance_loss_weight,
+            load_loss_weight=load_loss_weight,
         )
         self.seed = seed
         self.dense_1 = GroupedDense(
@@ -217,7 +271,7 @@ class SparseMoE(keras.layers.Layer):
 
     @property
     def top_k(self):
-        return self.router.top_k
+        return getattr(self.router, "top_k", 1)
 
     def build(self, input_shape):
         shape = tuple(input_shape)
@@ -241,10 +295,16 @@ class SparseMoE(keras.layers.Layer):
         self.router._check_input_shape(shape)
         m = self.num_members
         e_m = self.router.experts_per_member
-        routing = self.router(
-            inputs, training=training, dispatcher=self.dispatcher
-        )
-        tokens = self.router.group_tokens(inputs)  # (M, G, S, D)
+        if self.dispatcher == "indices":
+            routing = self.router(
+                inputs, training=training, dispatcher="indices"
+            )
+        else:
+            routing = self.router(inputs, training=training)
+        # (M, G, S, D), rounded as vmoe's Bfloat16Dispatcher rounds the
+        # data it dispatches (for one-hot dispatch the same as rounding
+        # each expert input).
+        tokens = self._round(self.router.group_tokens(inputs))
         if self.dispatcher == "indices":
             capacity = static_shape(routing["slot_token"])[-1] // e_m
             expert_inputs = ops.take_along_axis(
@@ -262,7 +322,7 @@ class SparseMoE(keras.layers.Layer):
             expert_inputs, (1, self.num_experts, -1, self.hidden_dim)
         )
         hidden = self.dropout(
-            self.dense_1(self._round(expert_inputs)), training=training
+            self.dense_1(expert_inputs), training=training
         )
         outputs = self._round(
             self.dropout(self.dense_2(hidden), training=training)
@@ -297,7 +357,7 @@ class SparseMoE(keras.layers.Layer):
         return ops.cast(ops.cast(x, "bfloat16"), x.dtype)
 
     def route(self, x, training=False):
-        """The routing of `x` (see `TopKRouter.route`); adds no losses."""
+        """The routing of `x` (see the router's `route`); adds no losses."""
         x = ops.convert_to_tensor(x)
         if not self.built:
             self.build(static_shape(x))
@@ -314,16 +374,9 @@ class SparseMoE(keras.layers.Layer):
             {
                 "num_experts": router.num_experts,
                 "mlp_dim": self.mlp_dim,
-                "top_k": router.top_k,
                 "num_members": router.num_members,
                 "group_size": router.group_size,
-                "capacity_factor": router.capacity_factor,
-                "eval_capacity_factor": router.eval_capacity_factor,
-                "capacity_multiple_of": router.capacity_multiple_of,
-                "batch_priority": router.batch_priority,
-                "noise_std": router.noise_std,
-                "importance_loss_weight": router.importance_loss_weight,
-                "load_loss_weight": router.load_loss_weight,
+                **self._router_arguments,
                 "activation": self.activation,
                 "bfloat16_dispatch": self.bfloat16_dispatch,
                 "dropout_rate": self.dropout_rate,
@@ -335,10 +388,125 @@ class SparseMoE(keras.layers.Layer):
                     self.bias_initializer
                 ),
                 "router_kernel_initializer": keras.initializers.serialize(
-                    router.kernel_initializer
+                    keras.initializers.get(self.router_kernel_initializer)
                 ),
                 "seed": self.seed,
                 "dispatcher": self.dispatcher,
+                "router": self.router_type,
+                "num_slots": self.num_slots,
+                "capacity_rounding": self.capacity_rounding,
             }
         )
         return config
+
+
+#: The routers of `SparseMoE(router=...)`.
+ROUTERS = ("top_k", "experts_choice", "soft")
+
+
+def check_router_arguments(
+    router, top_k, batch_priority, dispatcher, num_slots, capacity_factor,
+    eval_capacity_factor,
+):
+    """Refuses arguments that the chosen router cannot honour."""
+    if router not in ROUTERS:
+        raise ValueError(f"`router` must be one of {ROUTERS}; got {router!r}.")
+    if router == "top_k":
+        if num_slots is not None:
+            raise ValueError(
+                "`num_slots` is Soft MoE's (router='soft'); got "
+                f"num_slots={num_slots!r} with router='top_k'."
+            )
+        return
+    name = "Experts Choice" if router == "experts_choice" else "Soft MoE"
+    if top_k != 1:
+        raise ValueError(
+            f"`top_k`={top_k!r} is the top-K router's; {name} "
+            f"(router={router!r}) does not choose experts per token, so "
+            "`top_k` must be 1."
+        )
+    if batch_priority:
+        raise ValueError(
+            f"`batch_priority`=True is the top-K router's; {name} "
+            f"(router={router!r}) has no token priority."
+        )
+    if dispatcher != "einsum":
+        raise ValueError(
+            f"`dispatcher`={dispatcher!r}: {name} (router={router!r}) "
+            "dispatches with einsums only (as vmoe: its Experts Choice and "
+            "Soft MoE dispatchers are einsum dispatchers; a token may "
+            "reach any number of experts, or every slot, so there is no "
+            "fixed number of slots per token to index)."
+        )
+    if router == "experts_choice" and num_slots is not None:
+        raise ValueError(
+            "`num_slots` is Soft MoE's (router='soft'); Experts Choice "
+            "takes its capacity from `capacity_factor`."
+        )
+    if (
+        router == "soft"
+        and num_slots is None
+        and eval_capacity_factor is not None
+        and eval_capacity_factor != capacity_factor
+    ):
+        raise ValueError(
+            "Soft MoE's slots are weights (`mu`), so one slot count serves "
+            "training and inference: pass `num_slots`, or leave "
+            "`eval_capacity_factor` None (or equal to `capacity_factor`); "
+            f"got capacity_factor={capacity_factor!r}, "
+            f"eval_capacity_factor={eval_capacity_factor!r}."
+        )
+
+
+def make_router(
+    router, *, num_experts, top_k, num_members, group_size, capacity_factor,
+    eval_capacity_factor, capacity_multiple_of, capacity_rounding,
+    batch_priority, noise_std, importance_loss_weight, load_loss_weight,
+    num_slots, kernel_initializer, seed,
+):
+    """The router layer of `SparseMoE(router=...)`; it routes in float32
+    under mixed precision (as vmoe)."""
+    common = dict(
+        num_experts=num_experts,
+        num_members=num_members,
+        group_size=group_size,
+        noise_std=noise_std,
+        seed=seed,
+        dtype="float32",
+        name="router",
+    )
+    if router == "soft":
+        return SoftRouter(
+            num_slots=num_slots,
+            capacity_factor=capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            capacity_rounding=capacity_rounding or "round",
+            mu_initializer=kernel_initializer,
+            compute_similarity_metrics=False,
+            **common,
+        )
+    if router == "experts_choice":
+        return ExpertsChoiceRouter(
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            capacity_rounding=capacity_rounding or "ceil",
+            kernel_initializer=kernel_initializer,
+            **common,
+        )
+    if capacity_rounding not in (None, "ceil"):
+        raise ValueError(
+            "`capacity_rounding`='round' is supported by the Experts Choice "
+            "and Soft MoE routers; the top-K router rounds up ('ceil')."
+        )
+    return TopKRouter(
+        top_k=top_k,
+        capacity_factor=capacity_factor,
+        eval_capacity_factor=eval_capacity_factor,
+        capacity_multiple_of=capacity_multiple_of,
+        batch_priority=batch_priority,
+        importance_loss_weight=importance_loss_weight,
+        load_loss_weight=load_loss_weight,
+        kernel_initializer=kernel_initializer,
+        **common,
+    )

@@ -13,37 +13,66 @@ _SQRT_HALF = math.sqrt(0.5)
 
 
 def compute_capacity(
-    group_size, num_experts, top_k, capacity_factor, multiple_of=1
+    group_size, num_experts, top_k, capacity_factor, multiple_of=1,
+    rounding="ceil",
 ):
     """Expert buffer size per routing group (a static Python int).
 
-    `C = ceil(capacity_factor * top_k * group_size / num_experts)`, then
-    rounded up to a multiple of `multiple_of` (vmoe rounds to 4), and
-    finally capped at `group_size`: an expert receives a token at most once,
-    so a larger buffer could never be filled and the cap changes no output.
-    A tolerance of 1e-9 keeps float noise from adding a slot (e.g.
-    `1.1 * 10` is `11.000000000000002` in floating point, and gives 11).
+    `C = ceil(capacity_factor * top_k * group_size / num_experts)` (or
+    `round(...)` with `rounding="round"`: Python's round half to even, as
+    vmoe's `compute_capacity(ceil_or_round="round")`), then rounded up to a
+    multiple of `multiple_of` (vmoe rounds to 4), and finally capped at
+    `group_size`: an expert receives a token at most once, so a larger
+    buffer could never be filled and the cap changes no output (vmoe's
+    Experts Choice would fail there instead). With `"ceil"` a tolerance of
+    1e-9 keeps float noise from adding a slot (e.g. `1.1 * 10` is
+    `11.000000000000002` in floating point, and gives 11).
 
     Args:
         group_size: int, the tokens of one routing group (per member).
         num_experts: int, the experts these tokens may choose from (per
             member for E³).
-        top_k: int, the experts chosen per token.
+        top_k: int, the experts chosen per token (1 for Experts Choice
+            and Soft MoE).
         capacity_factor: float > 0.
         multiple_of: int, round `C` up to a multiple of this. Defaults to 1.
+        rounding: `"ceil"` (default) or `"round"`.
 
     Returns:
         int, the capacity `C >= 1`.
+
+    Raises:
+        ValueError: a bad argument, or `"round"` giving 0 slots (vmoe
+            raises there too).
     """
     group_size = check_positive_int(group_size, "group_size")
     num_experts = check_positive_int(num_experts, "num_experts")
     top_k = check_positive_int(top_k, "top_k")
     multiple_of = check_positive_int(multiple_of, "capacity_multiple_of")
     capacity_factor = _check_capacity_factor(capacity_factor, "capacity_factor")
+    rounding = check_capacity_rounding(rounding)
     raw = capacity_factor * top_k * group_size / num_experts
-    capacity = max(1, math.ceil(raw - 1e-9 * max(1.0, raw)))
+    if rounding == "round":
+        capacity = int(round(raw))
+        if capacity < 1:
+            raise ValueError(
+                f"`capacity_factor`={capacity_factor} gives round({raw:g}) = 0 "
+                f"slots per expert ({group_size} tokens, {num_experts} "
+                "experts); use a larger factor or `capacity_rounding`='ceil'."
+            )
+    else:
+        capacity = max(1, math.ceil(raw - 1e-9 * max(1.0, raw)))
     capacity += (-capacity) % multiple_of
     return min(capacity, group_size)
+
+
+def check_capacity_rounding(rounding):
+    """Validates `capacity_rounding` (`"ceil"` or `"round"`)."""
+    if rounding not in ("ceil", "round"):
+        raise ValueError(
+            f"`capacity_rounding` must be 'ceil' or 'round'; got {rounding!r}."
+        )
+    return rounding
 
 
 #: What `TopKRouter.call` returns for each dispatcher.

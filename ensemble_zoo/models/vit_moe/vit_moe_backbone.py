@@ -116,6 +116,18 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         dispatcher: `"einsum"` (one-hot dispatch, the default) or
             `"indices"` (gather dispatch, `O(tokens * K)` memory); see
             `SparseMoE`. Same outputs; kept in presets.
+        router: `"top_k"` (default: V-MoE's noisy top-K), `"experts_choice"`
+            (each expert takes its top-C tokens; vmoe's
+            `NoisyTopItemsPerExpertRouter`) or `"soft"` (Soft MoE; vmoe's
+            `SoftRouter`), the router of every MoE block; see `SparseMoE`.
+            Experts Choice and Soft MoE take `num_selected_experts=1`, no
+            batch priority, the einsum dispatcher and no auxiliary loss.
+        num_slots: int or `None`, Soft MoE's slots per expert; `None`
+            derives them from `capacity_factor` (then `eval_capacity_factor`
+            must be `None` or equal). Only with `router="soft"`.
+        capacity_rounding: `"ceil"`, `"round"` (half to even) or `None`
+            (default: vmoe's default for the router, `"ceil"` for top-K and
+            Experts Choice, `"round"` for Soft MoE).
         dtype: optional dtype policy (or its name) of every layer, e.g.
             `"mixed_bfloat16"`. Defaults to the global policy.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
@@ -166,6 +178,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         use_patch_bias=True,
         seed=None,
         dispatcher="einsum",
+        router="top_k",
+        num_slots=None,
+        capacity_rounding=None,
         dtype=None,
         **kwargs,
     ):
@@ -231,6 +246,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                     noise_std=noise_std,
                     seed=None if seed is None else seed + i,
                     dispatcher=dispatcher,
+                    router=router,
+                    num_slots=num_slots,
+                    capacity_rounding=capacity_rounding,
                     capacity_multiple_of=capacity_multiple_of,
                     importance_loss_weight=importance_loss_weight,
                     load_loss_weight=load_loss_weight,
@@ -288,6 +306,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         self.use_patch_bias = use_patch_bias
         self.seed = seed
         self.dispatcher = dispatcher
+        self.router = router
+        self.num_slots = num_slots
+        self.capacity_rounding = capacity_rounding
 
     @property
     def moe_blocks(self):
@@ -327,6 +348,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 "use_patch_bias": self.use_patch_bias,
                 "seed": self.seed,
                 "dispatcher": self.dispatcher,
+                "router": self.router,
+                "num_slots": self.num_slots,
+                "capacity_rounding": self.capacity_rounding,
             }
         )
         return config

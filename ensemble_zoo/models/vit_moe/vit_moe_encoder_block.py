@@ -42,6 +42,11 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         seed: int or `None`, seed of the router noise and expert dropout.
         dispatcher: `"einsum"` or `"indices"`, see `SparseMoE`. Defaults
             to `"einsum"`.
+        router: `"top_k"` (default), `"experts_choice"` or `"soft"`, see
+            `SparseMoE`.
+        num_slots: int or `None`, Soft MoE's slots per expert.
+        capacity_rounding: `"ceil"`, `"round"` or `None` (the router's
+            vmoe default), see `SparseMoE`.
         **kwargs: other `keras.layers.Layer` arguments.
     """
 
@@ -70,6 +75,9 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         seed=None,
         dispatcher="einsum",
+        router="top_k",
+        num_slots=None,
+        capacity_rounding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -115,6 +123,9 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
             use_bias=use_mlp_bias,
             seed=seed,
             dispatcher=dispatcher,
+            router=router,
+            num_slots=num_slots,
+            capacity_rounding=capacity_rounding,
             dtype=self.dtype_policy,
             name="moe",
         )
@@ -142,6 +153,9 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.seed = seed
         self.dispatcher = dispatcher
+        self.router = router
+        self.num_slots = num_slots
+        self.capacity_rounding = capacity_rounding
 
     def build(self, input_shape):
         self.layer_norm_1.build(input_shape)
@@ -180,6 +194,9 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
                 "mlp_activation": self.mlp_activation,
                 "bfloat16_dispatch": self.bfloat16_dispatch,
                 "dispatcher": self.dispatcher,
+                "router": self.router,
+                "num_slots": self.num_slots,
+                "capacity_rounding": self.capacity_rounding,
                 "use_mha_bias": self.use_mha_bias,
                 "use_mlp_bias": self.use_mlp_bias,
                 "dropout_rate": self.dropout_rate,

@@ -216,7 +216,8 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
 
     @classmethod
     def from_vmoe_checkpoint(
-        cls, path, *, num_selected_experts, group_size=None,
+        cls, path, *, num_selected_experts=None, router=None,
+        capacity_rounding=None, group_size=None,
         capacity_factor=1.5, eval_capacity_factor=None, capacity_multiple_of=4,
         batch_priority=False, bfloat16_dispatch=True,
         mlp_activation="gelu_approximate", noise_std=None,
@@ -243,8 +244,10 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
           top-K, and buffers fill K-major (all top-1 choices first), as
           the zoo's router always does;
         - `noise_std=None` is vmoe's effective training noise,
-          `ensemble_size / num_experts` (vmoe scales its `noise_std=1.0` by
-          1 / experts-per-member; the E³ paper writes 1 / E);
+          `ensemble_size / num_experts` for the top-K router (vmoe scales
+          its `noise_std=1.0` by 1 / experts-per-member; the E³ paper
+          writes 1 / E), `1 / num_experts` for Experts Choice and 0 for
+          Soft MoE (vmoe's defaults);
         - `importance_loss_weight = load_loss_weight = 0.005`, the paper
           configs' weights (vmoe's class defaults are 1.0).
 
@@ -265,7 +268,22 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
                 for `....index` and `....data-00000-of-00001`), its `.index`
                 file, or a directory holding exactly one `.index` file.
             num_selected_experts: int, K (vmoe's `num_selected_experts`:
-                2 for the V-MoE paper's models, 1 for E³).
+                2 for the V-MoE paper's models, 1 for E³). Required for the
+                top-K router; `None` or 1 for the others.
+            router: `None`, `"top_k"`, `"experts_choice"` or `"soft"`.
+                A checkpoint with `Moe/Router/mu` and `Moe/Router/scale`
+                is Soft MoE (vmoe's `SoftRouter`), its slots per expert
+                read from `mu` `(dim, E, slots)`. A `Moe/Router/dense/kernel`
+                belongs to the top-K router or to Experts Choice
+                (`NoisyTopItemsPerExpertRouter`), which the files cannot
+                tell apart: `None` (default) reads it as top-K, and
+                `"experts_choice"` loads it with Experts Choice routing.
+                vmoe's Experts Choice configs (`soft_moe/configs`) use
+                `capacity_factor=1.0`, `capacity_multiple_of=1` and
+                `capacity_rounding="round"`.
+            capacity_rounding: `None` (the router's vmoe default: `"ceil"`,
+                or `"round"` for Soft MoE), `"ceil"` or `"round"`, vmoe's
+                `capacity_ceil_or_round`.
             group_size: int or `None`, tokens per routing group **per
                 member**: vmoe's `group_size` divided by the ensemble size
                 (vmoe's E³ groups hold all members' copies, and members
@@ -334,10 +352,15 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
             params, image_shape=image_shape, ensemble_size=ensemble_size,
             pooling=pooling,
         )
-        if noise_std is None:
+        router, num_selected_experts = vmoe_checkpoint.resolve_router(
+            architecture, router, num_selected_experts
+        )
+        if noise_std is None and router == "top_k":
             noise_std = architecture["ensemble_size"] / architecture["num_experts"]
         backbone = ViTMoEBackbone(
             **architecture,
+            router=router,
+            capacity_rounding=capacity_rounding,
             num_selected_experts=num_selected_experts,
             group_size=group_size,
             capacity_factor=capacity_factor,

@@ -347,7 +347,9 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None, pooling=None
 
     Returns:
         `(backbone_kwargs, classifier_kwargs)` dicts; the backbone's
-        `use_class_token` and the classifier's `pooling` are explicit.
+        `use_class_token` and the classifier's `pooling` are explicit, and
+        a Soft MoE checkpoint (`Moe/Router/mu`, `Moe/Router/scale`) adds
+        `router="soft"` and `num_slots` (from `mu` `(dim, E, slots)`).
     """
     pooling = _pooling(params, pooling)
     use_class_token = "cls" in params
@@ -368,7 +370,7 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None, pooling=None
         )
     query = _require(params, "Encoder/encoderblock_0/SelfAttention/query/kernel", 3)
     num_heads = query.shape[1]
-    moe_layers, experts, mlp_dims, members = [], set(), set(), set()
+    moe_layers, experts, mlp_dims, members, slots = [], set(), set(), set(), set()
     for i in blocks:
         base = f"Encoder/encoderblock_{i}/"
         if base + "Moe/Mlp/Dense_0/kernel" in params:
@@ -376,6 +378,18 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None, pooling=None
             dense_0 = _require(params, base + "Moe/Mlp/Dense_0/kernel", 3)
             experts.add(dense_0.shape[0])
             mlp_dims.add(dense_0.shape[2])
+            if base + "Moe/Router/mu" in params:
+                mu = _require(params, base + "Moe/Router/mu", 3)
+                members.add(None)
+                slots.add(mu.shape[2])
+                if mu.shape[:2] != (hidden_dim, dense_0.shape[0]):
+                    raise VMoECheckpointError(
+                        f"Soft MoE slots {base}Moe/Router/mu have shape "
+                        f"{mu.shape}; expected ({hidden_dim}, "
+                        f"{dense_0.shape[0]}, slots)."
+                    )
+                continue
+            slots.add(None)
             router = _require(params, base + "Moe/Router/dense/kernel")
             if router.ndim == 3:
                 members.add(router.shape[1])
@@ -390,12 +404,14 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None, pooling=None
             mlp_dims.add(_require(params, base + "Mlp/Dense_0/kernel", 2).shape[1])
     if not moe_layers:
         raise VMoECheckpointError("The vmoe checkpoint has no MoE block (no `Moe/` parameters).")
-    if len(experts) != 1 or len(mlp_dims) != 1 or len(members) != 1:
+    if len(experts) != 1 or len(mlp_dims) != 1 or len(members) != 1 or len(slots) != 1:
         raise VMoECheckpointError(
-            "ViTMoEBackbone needs one expert count, MLP size and ensemble "
-            f"size for all blocks; the checkpoint has experts {sorted(experts)}, "
-            f"MLP sizes {sorted(mlp_dims)}, router layouts {members}."
+            "ViTMoEBackbone needs one expert count, MLP size, ensemble size "
+            "and router for all blocks; the checkpoint has experts "
+            f"{sorted(experts)}, MLP sizes {sorted(mlp_dims)}, router layouts "
+            f"{members}, Soft MoE slots {slots} (None: a dense router kernel)."
         )
+    num_slots = slots.pop()
     stored_members = members.pop()
     if stored_members is None:
         members = 1 if ensemble_size is None else ensemble_size
@@ -446,12 +462,55 @@ def vmoe_architecture(params, image_shape=None, ensemble_size=None, pooling=None
         ensemble_size=members,
         use_class_token=use_class_token,
     )
+    if num_slots is not None:
+        backbone_kwargs.update(router="soft", num_slots=num_slots)
     classifier_kwargs = dict(
         num_classes=head.shape[1],
         pooling=pooling,
         intermediate_dim=None if representation is None else representation.shape[1],
     )
     return backbone_kwargs, classifier_kwargs
+
+
+def resolve_router(architecture, router, num_selected_experts):
+    """The router of a checkpoint (`vmoe_architecture`'s kwargs) and the
+    K to build it with; see `ViTMoEImageClassifier.from_vmoe_checkpoint`."""
+    stored = architecture.get("router")
+    if router not in (None, "top_k", "experts_choice", "soft"):
+        raise ValueError(
+            "`router` must be None, 'top_k', 'experts_choice' or 'soft'; "
+            f"got {router!r}."
+        )
+    if stored == "soft":
+        if router not in (None, "soft"):
+            raise ValueError(
+                f"`router`={router!r}, but the checkpoint is a Soft MoE one "
+                "(its routers are `Moe/Router/mu` and `Moe/Router/scale`)."
+            )
+        router = "soft"
+    elif router == "soft":
+        raise ValueError(
+            "`router`='soft', but the checkpoint's routers are dense kernels "
+            "(`Moe/Router/dense/kernel`: the top-K or Experts Choice router); "
+            "Soft MoE checkpoints hold `Moe/Router/mu`."
+        )
+    router = router or "top_k"
+    architecture.pop("router", None)
+    if router == "top_k":
+        if num_selected_experts is None:
+            raise ValueError(
+                "`num_selected_experts` is required for the top-K router: "
+                "vmoe's `num_selected_experts` lives in its config, not in "
+                "the checkpoint (2 for the V-MoE paper's models, 1 for E³)."
+            )
+        return router, num_selected_experts
+    if num_selected_experts not in (None, 1):
+        raise ValueError(
+            f"`num_selected_experts`={num_selected_experts!r}: the "
+            f"{router!r} router does not choose experts per token; leave it "
+            "None."
+        )
+    return router, 1
 
 
 def _assign(variable, value, name):
@@ -501,9 +560,14 @@ def load_vmoe_params(classifier, params):
             raise VMoECheckpointError(f"vmoe parameters {base}SelfAttention/*: {error}") from error
         if i in backbone.moe_layers:
             moe = block.moe
-            name = base + "Moe/Router/dense/kernel"
-            router = take(name)
-            _assign(moe.router.kernel, router.reshape(router.shape[0], -1), name)
+            if moe.router_type == "soft":
+                for variable in ("mu", "scale"):
+                    name = base + "Moe/Router/" + variable
+                    _assign(getattr(moe.router, variable), take(name), name)
+            else:
+                name = base + "Moe/Router/dense/kernel"
+                router = take(name)
+                _assign(moe.router.kernel, router.reshape(router.shape[0], -1), name)
             pairs = ((moe.dense_1, "Dense_0"), (moe.dense_2, "Dense_1"))
             prefix = base + "Moe/Mlp/"
         else:

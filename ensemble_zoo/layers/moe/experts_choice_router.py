@@ -1,0 +1,274 @@
+import math
+
+import keras
+from keras import ops
+
+from ensemble_zoo.layers.moe.member_router import MemberRouter
+from ensemble_zoo.layers.moe.member_router import check_capacity_factor
+from ensemble_zoo.layers.moe.top_k_router import check_capacity_rounding
+from ensemble_zoo.layers.moe.top_k_router import compute_capacity
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
+
+
+def experts_choice_metrics(dispatch, top_gates, experts):
+    """vmoe's Experts Choice metrics, averaged over members and groups.
+
+    `dispatch` is `(M, G, S, E/M, C)` (0/1), `top_gates` the gates of the
+    chosen tokens `(M, G, E/M, C)` and `experts` the experts per member.
+    vmoe (`moe.get_top_items_per_expert_dispatcher`) reports each metric
+    per routing group and its trainer averages them; these are those
+    averages. `auxiliary_loss` is 0: Experts Choice balances the load by
+    construction and has no auxiliary loss.
+    """
+    n_items = ops.sum(dispatch, axis=(3, 4))  # (M, G, S): experts per token
+    metrics = {
+        "auxiliary_loss": ops.zeros((), "float32"),
+        "num_experts_per_item_min": ops.mean(ops.min(n_items, axis=-1)),
+        "num_experts_per_item_max": ops.mean(ops.max(n_items, axis=-1)),
+        "min_selected_gate": ops.mean(ops.min(top_gates, axis=(2, 3))),
+        "max_selected_gate": ops.mean(ops.max(top_gates, axis=(2, 3))),
+    }
+    thresholds = [2**i for i in range(int(math.log2(experts)) + 1)] + [experts]
+    for t in thresholds:
+        processed = ops.cast(n_items >= t, "float32")
+        metrics[f"ratio_processed_items_by_at_least_{t}_experts"] = ops.mean(
+            processed
+        )
+    return metrics
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class ExpertsChoiceRouter(MemberRouter):
+    """Experts Choice routing (Zhou et al. 2022), as vmoe's
+    `NoisyTopItemsPerExpertRouter`, partitioned per member for E³.
+
+    Tokens do not choose experts; **each expert chooses its top-`C`
+    tokens** of every routing group by its softmax gate. Every buffer is
+    exactly full, so the load is balanced by construction and there is no
+    auxiliary loss; a token may be taken by several experts or by none
+    (its MoE output is then 0, and the residual connection carries it).
+
+    Per routing group (see `MemberRouter` for groups and the E³ partition):
+
+    1. logits `x @ W`, `W` the `(dim, num_experts)` kernel of a bias-free
+       dense layer (vmoe's `Router/dense/kernel`); member `m` uses the
+       columns of its experts;
+    2. in training, Gaussian noise of standard deviation `noise_std`
+       (default `1 / num_experts`: vmoe adds `noise_std / num_experts`
+       with its default `noise_std=1.0`) is added to the logits;
+    3. gates = softmax over the member's experts, in float32;
+    4. expert `e` takes the `C` tokens with the largest gate `g[s, e]`,
+       slot `c` holding the `c`-th largest (ties: the lower token index
+       first, as `jax.lax.top_k`); `combine[s, e, c] = g[s, e]` there.
+
+    **Capacity.** `C = capacity_factor * group_size / experts_per_member`,
+    rounded up (`capacity_rounding="ceil"`, vmoe's dispatcher default) or
+    half to even (`"round"`, vmoe's Experts Choice configs), then up to a
+    multiple of `capacity_multiple_of` and capped at `group_size` (see
+    `compute_capacity`; vmoe would fail above `group_size`).
+    `eval_capacity_factor` (defaults to `capacity_factor`) is used when
+    not training.
+
+    **Implementation.** The chosen tokens are found without
+    `keras.ops.top_k` (whose tie order differs between backends): the
+    gates are sorted per expert, and a token's rank is the number of
+    larger top-`C` gates plus the number of equal gates at lower token
+    indices; the token takes slot `rank` if `rank < C`. Memory is
+    `O(group_size * experts * C)` per group, that of the dispatch tensor;
+    all shapes are static (`jit_compile=True` on JAX and TensorFlow).
+
+    Calling the layer returns `{"dispatch": ..., "combine": ...}`, float32
+    `(num_members, num_groups, group_size, experts_per_member, C)`, the
+    layout of `TopKRouter`, so `SparseMoE` dispatches and combines both in
+    the same way. `route(x, training)` also returns the logits, the gates,
+    the capacity, `token_dispatch` (global expert ids) and `metrics`, the
+    metrics vmoe reports (see `experts_choice_metrics`).
+
+    Args:
+        num_experts: int, the total number of experts `E`.
+        num_members: int, the E³ ensemble size; must divide
+            `num_experts`. Defaults to 1.
+        group_size: int or `None`, tokens per routing group per member.
+            Defaults to `None`, one example's tokens.
+        capacity_factor: float > 0, the capacity factor in training.
+            Defaults to 1.0.
+        eval_capacity_factor: float > 0 or `None`, the capacity factor
+            when not training. Defaults to `capacity_factor`.
+        capacity_multiple_of: int, round `C` up to a multiple of this.
+            Defaults to 1.
+        capacity_rounding: `"ceil"` (default) or `"round"`.
+        noise_std: float >= 0 or `None`, the training noise on the logits.
+            Defaults to `1 / num_experts`.
+        kernel_initializer: initializer of the `(dim, num_experts)` kernel.
+            Defaults to `"glorot_uniform"` (vmoe: `lecun_normal`).
+        seed: int or `None`, seed of the routing noise.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import ExpertsChoiceRouter
+
+    router = ExpertsChoiceRouter(num_experts=4, capacity_factor=1.0)
+    tokens = np.random.normal(size=(2, 8, 16)).astype("float32")
+    routing = router.route(tokens)
+    routing["dispatch"].shape  # (1, 2, 8, 4, 2): C = 1.0 * 8 / 4 = 2
+    # Every expert fills its 2 slots in every group (image):
+    routing["dispatch"].numpy().sum(axis=(2, 4))  # all 2.0
+    ```
+    """
+
+    def __init__(
+        self,
+        num_experts,
+        num_members=1,
+        group_size=None,
+        capacity_factor=1.0,
+        eval_capacity_factor=None,
+        capacity_multiple_of=1,
+        capacity_rounding="ceil",
+        noise_std=None,
+        kernel_initializer="glorot_uniform",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(
+            num_experts=num_experts,
+            num_members=num_members,
+            group_size=group_size,
+            noise_std=noise_std,
+            seed=seed,
+            **kwargs,
+        )
+        self.capacity_factor = check_capacity_factor(
+            capacity_factor, "capacity_factor"
+        )
+        if eval_capacity_factor is not None:
+            eval_capacity_factor = check_capacity_factor(
+                eval_capacity_factor, "eval_capacity_factor"
+            )
+        self.eval_capacity_factor = eval_capacity_factor
+        self.capacity_multiple_of = check_positive_int(
+            capacity_multiple_of, "capacity_multiple_of"
+        )
+        self.capacity_rounding = check_capacity_rounding(capacity_rounding)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    @property
+    def sigma(self):
+        """The standard deviation of the training noise (a float)."""
+        if self.noise_std is None:
+            return 1.0 / self.num_experts
+        return self.noise_std
+
+    def capacity(self, group_size, training=False):
+        """The tokens each expert takes from a group of `group_size`."""
+        factor = self.capacity_factor
+        if not training and self.eval_capacity_factor is not None:
+            factor = self.eval_capacity_factor
+        return compute_capacity(
+            group_size,
+            self.experts_per_member,
+            1,
+            factor,
+            self.capacity_multiple_of,
+            rounding=self.capacity_rounding,
+        )
+
+    def compute_output_spec(self, inputs, training=None, **kwargs):
+        shape = self._output_shape(inputs.shape, training=bool(training))
+        return {
+            "dispatch": keras.KerasTensor(shape, dtype="float32"),
+            "combine": keras.KerasTensor(shape, dtype="float32"),
+        }
+
+    def build(self, input_shape):
+        shape = self._check_build_shape(input_shape)
+        self.input_dim = int(shape[-1])
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self.input_dim, self.num_experts),
+            initializer=self.kernel_initializer,
+        )
+
+    def _route(self, x, training):
+        _, _, group_size = self._check_input_shape(static_shape(x))
+        m, e_m = self.num_members, self.experts_per_member
+        capacity = self.capacity(group_size, training)
+        x = ops.cast(self.group_tokens(x), "float32")  # (M, G, S, D)
+        kernel = ops.reshape(
+            ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m)
+        )
+        logits = ops.einsum("mgsd,dme->mgse", x, kernel)
+        noisy_logits = logits
+        if training and self.sigma > 0:
+            noisy_logits = self._noise(logits, self.sigma)
+        gates = ops.softmax(noisy_logits, axis=-1)  # (M, G, S, E/M)
+
+        # The C largest gates of each expert, in decreasing order.
+        per_expert = ops.transpose(gates, (0, 1, 3, 2))  # (M, G, E/M, S)
+        top = -ops.sort(-per_expert, axis=-1)[..., :capacity]  # (M,G,E/M,C)
+        top_b = top[:, :, None]  # (M, G, 1, E/M, C)
+        gates_b = gates[..., None]  # (M, G, S, E/M, 1)
+        larger = ops.sum(ops.cast(top_b > gates_b, "float32"), axis=-1)
+        equal = ops.cast(ops.equal(top_b, gates_b), "float32")
+        # Equal gates at lower token indices (exclusive cumsum over tokens);
+        # the columns of equal top values are identical, so the max picks
+        # that count for a token equal to some top value and 0 otherwise.
+        earlier = ops.cumsum(equal, axis=2) - equal
+        rank = larger + ops.max(earlier * equal, axis=-1)  # (M, G, S, E/M)
+        slots = ops.arange(capacity, dtype="float32")
+        dispatch = ops.cast(ops.equal(rank[..., None], slots), "float32")
+        return {
+            "dispatch": dispatch,
+            "combine": gates[..., None] * dispatch,
+            "capacity": capacity,
+            "group_size": group_size,
+            "logits": logits,
+            "noisy_logits": noisy_logits,
+            "gates": gates,
+            "top_gates": top,
+        }
+
+    def call(self, inputs, training=None):
+        result = self._route(inputs, bool(training))
+        return {"dispatch": result["dispatch"], "combine": result["combine"]}
+
+    def route(self, x, training=False):
+        """Routes `x` and returns a dict for inspection.
+
+        Keys: `dispatch`, `combine` (as `call`), `capacity`, `group_size`
+        (ints), `logits`, `noisy_logits`, `gates` (`(M, G, S, E/M)`),
+        `top_gates` (`(M, G, E/M, C)`, each expert's chosen gates in
+        decreasing order), `token_dispatch` (`(num_members * batch, ...,
+        num_experts, C)`, global expert ids) and `metrics` (vmoe's, see
+        `experts_choice_metrics`).
+        """
+        x = ops.convert_to_tensor(x)
+        if not self.built:
+            self.build(static_shape(x))
+        result = self._route(x, bool(training))
+        result["metrics"] = experts_choice_metrics(
+            result["dispatch"], result["top_gates"], self.experts_per_member
+        )
+        result["token_dispatch"] = self.token_dispatch(
+            result["dispatch"], static_shape(x)
+        )
+        return result
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "capacity_factor": self.capacity_factor,
+                "eval_capacity_factor": self.eval_capacity_factor,
+                "capacity_multiple_of": self.capacity_multiple_of,
+                "capacity_rounding": self.capacity_rounding,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+            }
+        )
+        return config
