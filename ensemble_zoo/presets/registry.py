@@ -135,6 +135,23 @@ PRESETS = {
             "same parameters as the V-MoE; fine-tuned on digits."
         ),
     },
+    "experts_choice_vit_tiny_digits": {
+        "path": "experts_choice_vit_tiny_digits",
+        "description": (
+            "V-MoE with Experts Choice routing (vmoe's "
+            "NoisyTopItemsPerExpertRouter) upcycled from vit_tiny_digits: 4 "
+            "experts in blocks 1 and 3, each taking its top 9 of the 17 "
+            "tokens of an image (capacity factor 2), trained on digits."
+        ),
+    },
+    "soft_moe_vit_tiny_digits": {
+        "path": "soft_moe_vit_tiny_digits",
+        "description": (
+            "Soft MoE (vmoe's SoftRouter) upcycled from vit_tiny_digits: 4 "
+            "experts with 8 slots each in blocks 1 and 3, every slot a "
+            "softmax mix of an image's tokens, trained on digits."
+        ),
+    },
     "packed_ensemble_vit_b16_3x2": {
         "path": "packed_ensemble_vit_b16_3x2",
         "description": (

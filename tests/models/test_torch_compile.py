@@ -58,6 +58,20 @@ def e3_with_router_noise():
     )
 
 
+def e3_experts_choice():
+    return ez.models.ViTMoEImageClassifier.from_keras_hub(
+        tiny_vit(), num_experts=4, moe_layers=[0], ensemble_size=2, seed=0,
+        router="experts_choice", eval_capacity_factor=1.0,
+    )
+
+
+def e3_soft_moe():
+    return ez.models.ViTMoEImageClassifier.from_keras_hub(
+        tiny_vit(), num_experts=4, moe_layers=[0], ensemble_size=2, seed=0,
+        router="soft", num_slots=2, noise_std=0.1,
+    )
+
+
 def loss_prediction():
     return ez.models.LossPredictionImageClassifier.from_keras_hub(
         tiny_vit(), head_hidden_units=(8, 8), freeze_backbone=True,
@@ -144,14 +158,19 @@ def check_train_step_compiled_once(run):
     assert all("backward" in reason for reason in run["breaks"]), run["breaks"]
 
 
-def test_training_with_router_noise_compiles_once(dynamo_backend):
-    """E3: routing noise (a seeded random op), auxiliary losses, AdamW."""
+@pytest.mark.parametrize(
+    "make", [e3_with_router_noise, e3_experts_choice, e3_soft_moe],
+    ids=["top_k", "experts_choice", "soft"],
+)
+def test_training_with_router_noise_compiles_once(dynamo_backend, make):
+    """E3 with each router: routing noise (a seeded random op), the top-K
+    router's auxiliary losses, Experts Choice's sort, AdamW."""
     dynamo_backend("eager")
-    run = train(e3_with_router_noise, jit_compile=True)
+    run = train(make, jit_compile=True)
     check_train_step_compiled_once(run)
     x, _ = data()
     out = keras.ops.convert_to_numpy(run["model"](x, training=False))
-    before = keras.ops.convert_to_numpy(e3_with_router_noise()(x, training=False))
+    before = keras.ops.convert_to_numpy(make()(x, training=False))
     assert np.isfinite(out).all() and np.abs(out - before).max() > 1e-4  # it trained
 
 

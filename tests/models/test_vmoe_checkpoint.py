@@ -335,3 +335,58 @@ def test_bfloat16_arrays_widen_exactly_to_float32():
     array = vmoe_checkpoint._ndarray(payload)
     assert array.dtype == np.float32
     np.testing.assert_array_equal(array, [1.0, -2.0, 1.5703125])
+
+
+ROUTERS = np.load(os.path.join(FIXTURE, "routers.npz"), allow_pickle=False)
+ROUTER_MODELS = json.loads(str(ROUTERS["config_json"]))["models"]
+
+
+@functools.lru_cache(maxsize=None)
+def load_routed(kind, bfloat16):
+    """The Experts Choice / Soft MoE checkpoint with its vmoe router settings."""
+    moe = ROUTER_MODELS[kind]["config"]["encoder"]["moe"]
+    kwargs = dict(group_size=moe["group_size"], bfloat16_dispatch=bfloat16, preprocessor=None)
+    if kind == "ec":
+        dispatch = moe["router"]["dispatcher"]
+        kwargs.update(
+            router="experts_choice",
+            capacity_factor=dispatch["capacity_factor"],
+            capacity_rounding=dispatch["capacity_ceil_or_round"],
+            capacity_multiple_of=dispatch["capacity_multiple_of"],
+        )
+    return ViTMoEImageClassifier.from_vmoe_checkpoint(
+        os.path.join(FIXTURE, f"{kind}_tiny", "ckpt"), **kwargs
+    )
+
+
+@pytest.mark.parametrize("kind", ["ec", "soft"])
+def test_experts_choice_and_soft_moe_checkpoints_equal_vmoe(kind):
+    """Checkpoints of vmoe models with Experts Choice (capacity
+    round(17 / 4) = 4, vmoe's soft_moe configs) and Soft MoE (slots read
+    from `mu`: round(17 / 4) = 4 per expert) routers load, and the logits
+    equal vmoe's to round-off with float32 dispatch. With vmoe's bfloat16
+    dispatch they agree to one bfloat16 step of an expert output."""
+    model = load_routed(kind, False)
+    backbone = model.backbone
+    assert backbone.router == {"ec": "experts_choice", "soft": "soft"}[kind]
+    if kind == "soft":
+        assert backbone.num_slots == 4
+        assert tuple(backbone.moe_blocks[0].moe.router.mu.shape) == (16, 4, 4)
+    got = to_np(model(IMAGES))[:, 0]
+    np.testing.assert_allclose(got, ROUTERS[f"{kind}_logits_f32"], atol=1e-5, rtol=0)
+    got = to_np(load_routed(kind, True)(IMAGES))[:, 0]
+    np.testing.assert_allclose(got, ROUTERS[f"{kind}_logits"], atol=2e-3, rtol=0)
+    assert np.abs(ROUTERS[f"{kind}_logits"] - ROUTERS[f"{kind}_logits_f32"]).max() > 2e-4
+
+
+def test_router_of_a_checkpoint_is_checked():
+    path = os.path.join(FIXTURE, "soft_tiny", "ckpt")
+    with pytest.raises(ValueError, match="Soft MoE one"):
+        ViTMoEImageClassifier.from_vmoe_checkpoint(path, router="experts_choice")
+    with pytest.raises(ValueError, match="does not choose experts per token"):
+        ViTMoEImageClassifier.from_vmoe_checkpoint(path, num_selected_experts=2)
+    path = os.path.join(FIXTURE, "ec_tiny", "ckpt")
+    with pytest.raises(ValueError, match="`router`='soft', but the checkpoint's routers are dense"):
+        ViTMoEImageClassifier.from_vmoe_checkpoint(path, router="soft")
+    with pytest.raises(ValueError, match="`num_selected_experts` is required for the top-K"):
+        ViTMoEImageClassifier.from_vmoe_checkpoint(path)

@@ -70,11 +70,12 @@ class ExpertsChoiceRouter(MemberRouter):
     `eval_capacity_factor` (defaults to `capacity_factor`) is used when
     not training.
 
-    **Implementation.** The chosen tokens are found without
-    `keras.ops.top_k` (whose tie order differs between backends): the
-    gates are sorted per expert, and a token's rank is the number of
-    larger top-`C` gates plus the number of equal gates at lower token
-    indices; the token takes slot `rank` if `rank < C`. Memory is
+    **Implementation.** The chosen tokens do not depend on how a backend
+    orders ties (`keras.ops.top_k`'s order differs): only the values of
+    the `C` largest gates of each expert are taken (a sort), and a
+    token's rank is the number of larger top-`C` gates plus the number of
+    equal gates at lower token indices; the token takes slot `rank` if
+    `rank < C`. Memory is
     `O(group_size * experts * C)` per group, that of the dispatch tensor;
     all shapes are static (`jit_compile=True` on JAX and TensorFlow).
 
@@ -214,11 +215,16 @@ class ExpertsChoiceRouter(MemberRouter):
         gates_b = gates[..., None]  # (M, G, S, E/M, 1)
         larger = ops.sum(ops.cast(top_b > gates_b, "float32"), axis=-1)
         equal = ops.cast(ops.equal(top_b, gates_b), "float32")
-        # Equal gates at lower token indices (exclusive cumsum over tokens);
-        # the columns of equal top values are identical, so the max picks
-        # that count for a token equal to some top value and 0 otherwise.
+        # Equal gates at lower token indices (exclusive cumsum over tokens).
+        # The columns of equal top values are identical, so averaging over
+        # the columns equal to the token's gate gives that count (0 when
+        # none is). Not `ops.max(axis=...)`: under PyTorch it breaks
+        # torch.compile's graph (an isinstance on `.values`, torch 2.13).
         earlier = ops.cumsum(equal, axis=2) - equal
-        rank = larger + ops.max(earlier * equal, axis=-1)  # (M, G, S, E/M)
+        ties = ops.sum(earlier * equal, axis=-1) / ops.maximum(
+            ops.sum(equal, axis=-1), 1.0
+        )
+        rank = larger + ties  # (M, G, S, E/M)
         slots = ops.arange(capacity, dtype="float32")
         dispatch = ops.cast(ops.equal(rank[..., None], slots), "float32")
         return {

@@ -135,6 +135,9 @@ def vit_moe_flops(
     num_channels=3,
     use_class_token=True,
     unit="multiply_adds",
+    router="top_k",
+    num_slots=None,
+    capacity_rounding=None,
 ):
     """Cost of one image through a ViT, V-MoE or E³ classifier, by component.
 
@@ -163,6 +166,17 @@ def vit_moe_flops(
     group together through a `(M * S, E, C)` block-diagonal gate matrix, so
     its einsums cost M times more (experts and router cost the same). With
     `dispatcher="indices"` (gather/scatter) they cost no multiply-adds.
+
+    Other routers (`router=`, as `ViTMoEBackbone`'s):
+
+    - `"experts_choice"`: every expert takes `C = capacity_factor *
+      group_size / (E/M)` tokens per group (`K` is 1 in the formula); the
+      costs are those above with that `C`.
+    - `"soft"`: every expert processes `P` slots per group (`num_slots`, or
+      `round(capacity_factor * group_size / (E/M))`); the router's logits
+      `einsum("gsd,dep->gsep")` cost `S * D * (E/M) * P` per group, and the
+      dense dispatch and combine einsums `S * (E/M) * P * D` each, whatever
+      `dispatcher` says (Soft MoE has no index form).
 
     Args:
         image_size: int or `(height, width)`. Input resolution in pixels.
@@ -206,6 +220,10 @@ def vit_moe_flops(
             keras-hub do); the head reads one token per member either way.
         unit: `"multiply_adds"`, `"flops"` (2x) or `"training_flops"` (the
             paper's Table 20 unit, see the module docstring).
+        router: `"top_k"` (default), `"experts_choice"` or `"soft"`.
+        num_slots: int or `None`, Soft MoE's slots per expert.
+        capacity_rounding: `"ceil"`, `"round"` or `None` (the router's
+            default: `"round"` for Soft MoE, else `"ceil"`).
 
     Returns:
         A dict of floats, per image and summed over members, in `unit`:
@@ -258,6 +276,17 @@ def vit_moe_flops(
     check_choice(unit, "unit", tuple(_UNITS))
     check_choice(dispatcher, "dispatcher", _DISPATCHERS)
     check_choice(routing, "routing", _ROUTINGS)
+    check_choice(router, "router", ("top_k", "experts_choice", "soft"))
+    if router != "top_k" and num_selected_experts != 1:
+        raise ValueError(
+            f"`num_selected_experts` must be 1 for router={router!r}; got "
+            f"{num_selected_experts}."
+        )
+    if num_slots is not None:
+        if router != "soft":
+            raise ValueError("`num_slots` is only for router='soft'.")
+        check_positive_int(num_slots, "num_slots")
+    rounding = capacity_rounding or ("round" if router == "soft" else "ceil")
     check_choice(tile_at, "tile_at", _TILE_AT)
     if representation_size is not None:
         check_positive_int(representation_size, "representation_size")
@@ -303,10 +332,13 @@ def vit_moe_flops(
         if group_size is None:
             group_size = IMAGES_PER_GROUP * tokens
         check_positive_int(group_size, "group_size")
-        capacity = _capacity(
-            group_size, experts, num_selected_experts, capacity_factor,
-            capacity_multiple_of,
-        )
+        if router == "soft" and num_slots is not None:
+            capacity = num_slots
+        else:
+            capacity = compute_capacity(
+                group_size, experts, num_selected_experts, capacity_factor,
+                multiple_of=max(1, capacity_multiple_of), rounding=rounding,
+            )
     elif members > 1 and tile_at != "input":
         raise ValueError(
             f"E³ with `ensemble_size={members}` tiles at the first MoE block, "
@@ -343,6 +375,12 @@ def vit_moe_flops(
         groups = copies * tokens / group_size  # per image, over members
         # Every expert's MLP runs on all `capacity` slots of its buffer.
         cost["expert_mlp"] += groups * experts * mlp_multiply_adds(capacity, d, f)
+        if router == "soft":
+            # Logits against every slot; dense dispatch and combine.
+            cost["router"] += groups * group_size * d * experts * capacity
+            cost["dispatch"] += groups * group_size * experts * capacity * d
+            cost["combine"] += groups * group_size * experts * capacity * d
+            continue
         cost["router"] += copies * tokens * d * experts
         if dispatcher == "einsum":
             if routing == "block_diagonal":
