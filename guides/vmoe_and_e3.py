@@ -2,7 +2,7 @@
 Title: V-MoE and E³: sparse mixtures of experts and the efficient ensemble of experts
 Author: ensemble_zoo developers
 Date created: 2026/11/22
-Last modified: 2026/11/22
+Last modified: 2026/11/27
 Description: Upcycle a keras-hub ViT into a sparse mixture of experts, fine-tune V-MoE and E³, compare them with an ensemble of two V-MoEs, and export.
 """
 
@@ -214,6 +214,81 @@ At the evaluation capacity 8 every buffer here holds all 17 tokens of an
 image, so inference costs more than these numbers; `benchmarks/moe.py` measures wall times, and
 the architecture presets (`vmoe_b16_e32_k2`, `e3_b16_e32_k1_m2`, ...) hold
 the paper's full-size configurations.
+"""
+
+"""
+## Three routers: top-K, Experts Choice and Soft MoE
+
+The router decides which tokens each expert sees. `ViTMoEBackbone` (and
+`from_keras_hub`, `from_vmoe_checkpoint`) take three, all as in
+google-research/vmoe and equal to vmoe's code on its own checkpoints:
+
+- `router="top_k"` (V-MoE): each token picks its K best experts; a full
+  buffer drops the token.
+- `router="experts_choice"` (Zhou et al. 2022): each expert picks its
+  `C = cf * S / E` best tokens of a group. Buffers are always full, so the
+  load is balanced without auxiliary losses, and a token gets any number
+  of experts, possibly none.
+- `router="soft"` (Soft MoE, Puigcerver et al. 2023): each of an expert's
+  `num_slots` slots is a softmax-weighted mix of all tokens, and each token
+  a softmax-weighted mix of all slot outputs. Nothing is dropped, and
+  everything is differentiable.
+
+The shipped presets were all upcycled from `vit_tiny_digits` and trained
+with the recipe of `vmoe_vit_tiny_digits`
+(`presets/make_vmoe_routers_vit_tiny_digits.py`), at about the same
+compute: K = 2 (34 token-expert pairs per image and block), Experts Choice
+with capacity factor 2 (4 experts x 9 tokens), and Soft MoE with 8 slots
+per expert (32 slots). They take the raw digits:
+"""
+
+import time
+
+raw_test, _ = ez.datasets.load_arrays("digits", "test", raw=True)
+raw_far, _ = ez.datasets.load_arrays("digits", "far_ood", raw=True)
+routers = {
+    "top-K (K=2)": "vmoe_vit_tiny_digits",
+    "Experts Choice": "experts_choice_vit_tiny_digits",
+    "Soft MoE": "soft_moe_vit_tiny_digits",
+}
+for name, preset in routers.items():
+    model = ez.models.EnsembleClassifier.from_preset(preset)
+    model.predict(raw_test, batch_size=256, verbose=0)  # compile
+    start = time.perf_counter()
+    test_logits = model.predict(raw_test, batch_size=256, verbose=0)
+    seconds = time.perf_counter() - start
+    report(name, test_logits, model.predict(raw_far, batch_size=256, verbose=0))
+    print(f"{'':24} {1e3 * seconds:.0f} ms for the {len(raw_test)} test images")
+
+"""
+Their multiply-adds per image (one routing group per image; Soft MoE adds
+its logits against every slot and its dense dispatch and combine einsums):
+"""
+
+digits_moe = dict(
+    image_size=8, patch_size=2, hidden_dim=48, num_layers=4, mlp_dim=96,
+    num_classes=8, num_channels=1, moe_layers=(1, 3), num_experts=4,
+    group_size=17, capacity_multiple_of=1,
+)
+router_cost = {
+    "top-K (K=2)": vit_moe_flops(
+        **digits_moe, num_selected_experts=2, capacity_factor=8.0
+    )["total"],
+    "Experts Choice": vit_moe_flops(
+        **digits_moe, router="experts_choice", capacity_factor=2.0
+    )["total"],
+    "Soft MoE": vit_moe_flops(**digits_moe, router="soft", num_slots=8)["total"],
+}
+for name, value in router_cost.items():
+    print(f"{name}: {value / 1e6:.2f}M multiply-adds per image")
+
+"""
+On these 8x8 digits the three are within about 1% of each other in
+accuracy. Soft MoE has the lowest NLL, and it is the only one whose cost
+does not depend on a capacity factor: the top-K preset evaluates at
+capacity factor 8, so every buffer holds all 17 tokens of an image.
+`benchmarks/run_all.py --only moe` compares their speed with the dense ViT
+at equal active multiply-adds.
 
 ## Save and export
 

@@ -25,7 +25,8 @@ RECOMPUTED = ("weights_sha256", "task_weights_sha256", "layout", "parameter_coun
 
 
 def add_converter(name):
-    path = os.path.join(HERE, name)
+    """Adds the converter to the preset `name` (in this folder) or at a path."""
+    path = name if os.path.isdir(name) else os.path.join(HERE, name)
     metadata = ez.presets.preset_metadata(path)
     loaded = ez.presets.load_preset(path)
 

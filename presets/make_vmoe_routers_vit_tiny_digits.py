@@ -31,7 +31,8 @@ import os
 import keras
 
 import ensemble_zoo as ez
-from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
+from add_digits_image_converter import add_converter  # noqa: E402 (same folder)
+from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402
 from make_vit_tiny_digits import test_metrics  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +42,10 @@ ROUTERS = {
         router="experts_choice", capacity_factor=2.0, eval_capacity_factor=2.0,
     ),
     "soft_moe_vit_tiny_digits": dict(router="soft", num_slots=8),
+}
+METHODS = {
+    "experts_choice_vit_tiny_digits": "v-moe (experts choice)",
+    "soft_moe_vit_tiny_digits": "soft moe",
 }
 
 
@@ -68,12 +73,13 @@ def main():
         train(model, args.epochs, args.batch_size, args.learning_rate, seed=seed + 10)
         metrics = test_metrics(model)
         print(name, metrics)
+        path = os.path.join(args.output, name)
         settings = ", ".join(f"{k}={v}" for k, v in router.items())
         model.save_to_preset(
-            os.path.join(args.output, name),
+            path,
             metadata={
                 "dataset": "digits",
-                "method": "v-moe",
+                "method": METHODS[name],
                 "base_preset": "vit_tiny_digits",
                 "description": ez.presets.PRESETS[name]["description"],
                 "training": (
@@ -89,6 +95,9 @@ def main():
                 "metrics": metrics,
             },
         )
+        # The digits image converter (as every digits preset has it), so
+        # that `predict` takes raw images; checked bit for bit there.
+        add_converter(path)
 
 
 if __name__ == "__main__":
