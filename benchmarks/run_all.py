@@ -32,7 +32,10 @@ Sections (each row's ratio is against the first row of its section):
 - `moe`: the dense ViT; V-MoE K=1 (32 experts in the last two odd blocks,
   inference capacity factor 8); two V-MoE K=1 one after another; E³ (K=1,
   M=2) with the one-hot (einsum) and the index dispatcher. Goal: E³ <=
-  0.75x the two V-MoEs.
+  0.75x the two V-MoEs. Then the three routers at the dense ViT's active
+  multiply-adds (the experts process as many slots as there are tokens):
+  top-K V-MoE K=1 at capacity factor 1, Experts Choice at capacity factor
+  1, Soft MoE with round(tokens / experts) slots per expert.
 - `sparse_moe`: one V-MoE layer of ViT-B/16 (32 experts, K=2, a routing
   group of 8 images = 1576 tokens, capacity factor 1.0) with the one-hot
   and the index dispatcher, against a dense MLP of the same active
@@ -538,6 +541,21 @@ def moe_section(size):
         )
         for d in ("einsum", "indices")
     }
+    # The routers at equal active multiply-adds: as many expert slots as
+    # tokens per image (one routing group per image).
+    tokens = (size["vit"]["image_shape"][0] // size["vit"]["patch_size"]) ** 2 + 1
+    equal = dict(kwargs, capacity_factor=1.0, eval_capacity_factor=1.0)
+    routers = {
+        "top-K K=1, C x1": upcycle(dense, seed=2, expert_noise=0.1, **equal),
+        "Experts Choice, C x1": upcycle(
+            dense, seed=3, expert_noise=0.1, router="experts_choice", **equal
+        ),
+        "Soft MoE, tokens/E slots": upcycle(
+            dense, seed=4, expert_noise=0.1, router="soft",
+            num_slots=max(1, round(tokens / size["experts"])),
+            **dict(kwargs, eval_capacity_factor=None),
+        ),
+    }
     return Section(
         "moe",
         {
@@ -546,8 +564,12 @@ def moe_section(size):
             "2 x V-MoE K=1": [vmoe_a, vmoe_b],
             "E³ K=1 M=2 (one-hot)": [e3["einsum"]],
             "E³ K=1 M=2 (indices)": [e3["indices"]],
+            **{name: [model] for name, model in routers.items()},
         },
-        train=("dense ViT", "V-MoE K=1", "E³ K=1 M=2 (one-hot)", "E³ K=1 M=2 (indices)"),
+        train=(
+            "dense ViT", "V-MoE K=1", "E³ K=1 M=2 (one-hot)", "E³ K=1 M=2 (indices)",
+            *routers,
+        ),
         activation=vit_activations(
             size, {"E³ K=1 M=2 (one-hot)": 2, "E³ K=1 M=2 (indices)": 2}
         ),

@@ -159,7 +159,8 @@ def test_run_all_quick_measures_every_method(tmp_path):
     for expected in [
         ("hydra", "fused"), ("hydra", "3 members separately"), ("lora", "LoRA-Ensemble 4"),
         ("lora", "explicit ensemble of 4"), ("moe", "2 x V-MoE K=1"),
-        ("moe", "E³ K=1 M=2 (indices)"), ("sparse_moe", "SparseMoE (indices)"),
+        ("moe", "E³ K=1 M=2 (indices)"), ("moe", "Experts Choice, C x1"),
+        ("moe", "Soft MoE, tokens/E slots"), ("sparse_moe", "SparseMoE (indices)"),
         ("dispatch", "indices, C x8"), ("metrics", "OOD AUROC: ensemble_zoo"),
         ("baselines", "Packed-Ensembles 3 (alpha 3)"), ("baselines", "MIMO 3"),
     ]:
