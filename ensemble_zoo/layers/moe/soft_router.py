@@ -169,16 +169,21 @@ class SoftRouter(MemberRouter):
     Example:
 
     ```python
+    import keras
     import numpy as np
     from ensemble_zoo.layers import SoftRouter
 
     router = SoftRouter(num_experts=4, num_slots=2)
     tokens = np.random.normal(size=(3, 8, 16)).astype("float32")
     routing = router.route(tokens)
-    routing["dispatch"].shape  # (1, 3, 8, 4, 2)
+    dispatch = keras.ops.convert_to_numpy(routing["dispatch"])
+    combine = keras.ops.convert_to_numpy(routing["combine"])
+    assert dispatch.shape == (1, 3, 8, 4, 2)
     # Each slot's dispatch weights sum to 1 over the 8 tokens, and each
     # token's combine weights sum to 1 over the 4 * 2 slots.
-    router.mu.shape  # (16, 4, 2)
+    assert np.allclose(dispatch.sum(axis=2), 1, atol=1e-5)
+    assert np.allclose(combine.sum(axis=(3, 4)), 1, atol=1e-5)
+    assert tuple(router.mu.shape) == (16, 4, 2)
     ```
     """
 

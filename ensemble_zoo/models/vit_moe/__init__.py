@@ -1,6 +1,7 @@
 """V-MoE sparse mixtures of experts and E³ ensembles of experts (paper 004)."""
 
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
+from ensemble_zoo.models.vit_moe.moe_cost import soft_moe_config
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_config
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone

@@ -481,3 +481,79 @@ def vit_moe_config(
         dispatcher="indices",
     )
     return config
+
+
+#: Hidden size, MLP size, blocks, heads and MoE blocks (the last n, all
+#: consecutive) of the Soft MoE paper's ViTs (vmoe's
+#: `projects/soft_moe/configs/common.py` and `pretrain_jft4b.py`).
+_SOFT_MOE_FAMILIES = {
+    "S": (384, 1536, 12, 6, 6),
+    "B": (768, 3072, 12, 12, 6),
+    "L": (1024, 4096, 24, 16, 12),
+    "H": (1280, 5120, 32, 16, 16),
+}
+
+
+def soft_moe_config(model, num_experts=128, num_slots=1, image_size=224, num_classes=1000):
+    """`ViTMoEBackbone` and `vit_moe_flops` arguments of a Soft MoE paper model.
+
+    The Soft MoE paper's (Puigcerver et al. 2023) vision models as vmoe's
+    `projects/soft_moe/configs` build them: ViT-S/B/L/H without class token
+    (`classifier='gap'`, mean pooling), the last half of the blocks Soft
+    MoE (6 of 12 for S and B, 12 of 24 for L, 16 of 32 for H) with
+    `num_experts` experts of `num_slots` slots (128 x 1 in its JFT-4B
+    models), one routing group per image (224 px, 196 tokens). vmoe's
+    models also normalise queries and keys (`attention_qk_norm`), which
+    `ViTMoEBackbone` does not: 2 x head_dim scales per block (1,536 of
+    S/16's parameters) are left out.
+
+    Args:
+        model: str, `"S/16"`, `"B/16"`, ... (a family of S, B, L, H and a
+            patch size).
+        num_experts: int. Defaults to 128.
+        num_slots: int, slots per expert. Defaults to 1.
+        image_size: int. Defaults to 224.
+        num_classes: int. Defaults to 1000.
+
+    Returns:
+        A dict with `"backbone"` (`ViTMoEBackbone` arguments) and
+        `"flops"` (`vit_moe_flops` arguments).
+
+    Example:
+
+    ```python
+    from ensemble_zoo.models.vit_moe import soft_moe_config
+    from ensemble_zoo.models.vit_moe import vit_moe_flops
+
+    config = soft_moe_config("S/16")
+    assert config["backbone"]["moe_layers"] == [6, 7, 8, 9, 10, 11]
+    # 128 slots for 196 tokens: the experts cost less than a dense MLP.
+    cost = vit_moe_flops(**config["flops"])
+    assert 4.2e9 < cost["total"] < 4.3e9
+    ```
+    """
+    family, _, patch = str(model).partition("/")
+    if family not in _SOFT_MOE_FAMILIES or not patch.isdigit():
+        raise ValueError(
+            f"`model` must look like 'S/16' with a family in "
+            f"{tuple(_SOFT_MOE_FAMILIES)}; got {model!r}."
+        )
+    hidden_dim, mlp_dim, num_layers, num_heads, num_moe = _SOFT_MOE_FAMILIES[family]
+    patch = int(patch)
+    moe_layers = list(range(num_layers - num_moe, num_layers))
+    tokens = (image_size // patch) ** 2
+    backbone = dict(
+        image_shape=(image_size, image_size, 3), patch_size=patch,
+        num_layers=num_layers, num_heads=num_heads, hidden_dim=hidden_dim,
+        mlp_dim=mlp_dim, num_experts=num_experts, moe_layers=moe_layers,
+        router="soft", num_slots=num_slots, eval_capacity_factor=None,
+        use_class_token=False,
+    )
+    flops = dict(
+        image_size=image_size, patch_size=patch, hidden_dim=hidden_dim,
+        num_layers=num_layers, mlp_dim=mlp_dim, num_classes=num_classes,
+        moe_layers=tuple(moe_layers), num_experts=num_experts,
+        router="soft", num_slots=num_slots, group_size=tokens,
+        use_class_token=False,
+    )
+    return {"backbone": backbone, "flops": flops}
