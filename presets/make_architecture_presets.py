@@ -47,10 +47,18 @@ weights): `from_preset` builds them with random initial weights.
   are not); MIMO runs the ViT once, plus the wider patch embedding and
   M heads.
 
-Run from the repository root (a few seconds; `moe` or `baselines` writes
-only those presets):
+- `soft_moe_s16_e128`, `soft_moe_b16_e128`: the Soft MoE paper's
+  (Puigcerver et al. 2023, vmoe's `projects/soft_moe`) JFT-4B models at
+  224 px: ViT-S/16 and B/16 without class token (mean pooling), the last
+  6 of 12 blocks Soft MoE with 128 experts of one slot, 29,593 classes.
+  Recorded with the paper's parameters and eval GFLOP (Table 8 of arXiv
+  2308.00951v2) and the dense ViT's, counted the same way. Building B/16
+  takes its 3.7 B float32 parameters (about 15 GB of memory).
 
-    KERAS_BACKEND=jax python presets/make_architecture_presets.py [moe|baselines]
+Run from the repository root (a few seconds, minutes for `soft_moe`;
+`moe`, `soft_moe [name ...]` or `baselines` writes only those presets):
+
+    KERAS_BACKEND=jax python presets/make_architecture_presets.py [moe|soft_moe|baselines]
 """
 
 import os
@@ -221,6 +229,59 @@ def moe_presets(image_size=384, num_classes=1000, num_experts=32):
             del model, backbone
 
 
+#: The Soft MoE paper's Table 8 (arXiv 2308.00951v2, App. F.3), JFT-4B
+#: models (29,593 classes) at 224 px: parameters and eval GFLOP per image.
+SOFT_MOE_PAPER = {
+    "soft_moe_s16_e128": ("S/16", {"parameters": 933e6, "gflops": 8.6},
+                          {"parameters": 33e6, "gflops": 9.2}),
+    "soft_moe_b16_e128": ("B/16", {"parameters": 3.7e9, "gflops": 32.0},
+                          {"parameters": 108e6, "gflops": 35.1}),
+}
+JFT_CLASSES = 29593
+
+
+def soft_moe_presets(names=None):
+    """Soft MoE S/16 and B/16 with 128 experts of 1 slot in the last 6 of
+    12 blocks, mean pooling, JFT-4B's 29,593 classes (the paper's Table 8
+    counts parameters with that head), 224 px; the paper's numbers and
+    the dense ViT's, built and counted the same way, are recorded."""
+    import keras_hub
+
+    from ensemble_zoo.models.vit_moe import soft_moe_config
+
+    for name, (model_name, paper, paper_dense) in SOFT_MOE_PAPER.items():
+        if names and name not in names:
+            continue
+        config = soft_moe_config(model_name, num_classes=JFT_CLASSES)
+        backbone = ez.models.ViTMoEBackbone(**config["backbone"])
+        model = ez.models.ViTMoEImageClassifier(backbone, JFT_CLASSES, pooling="gap")
+        macs = int(vit_moe_flops(**config["flops"])["total"])
+        dense_flops = dict(config["flops"], moe_layers=(), num_experts=0, router="top_k", num_slots=None)
+        dense_macs = int(vit_moe_flops(**dense_flops)["total"])
+        vit = config["backbone"]
+        dense = keras_hub.models.ViTBackbone(
+            image_shape=vit["image_shape"], patch_size=vit["patch_size"],
+            num_layers=vit["num_layers"], num_heads=vit["num_heads"],
+            hidden_dim=vit["hidden_dim"], mlp_dim=vit["mlp_dim"], use_class_token=False,
+        )
+        dense_params = dense.count_params() + (vit["hidden_dim"] + 1) * JFT_CLASSES
+        model.save_to_preset(
+            os.path.join(HERE, name),
+            metadata={
+                "method": "soft moe (architecture)",
+                "description": ez.presets.PRESETS[name]["description"],
+                "multiply_adds": macs,
+                "dense_vit": {"parameters": int(dense_params), "multiply_adds": dense_macs},
+                "paper": {**paper, "dense_vit": paper_dense,
+                          "source": "arXiv 2308.00951v2, Table 8"},
+                "script": "presets/make_architecture_presets.py",
+            },
+            include_weights=False,
+        )
+        print(name, ez.presets.preset_metadata(name)["parameter_count"], macs, dense_params, dense_macs)
+        del model, backbone
+
+
 def baseline_presets(num_classes=1000):
     import keras_hub
 
@@ -277,9 +338,12 @@ def baseline_presets(num_classes=1000):
 if __name__ == "__main__":
     if sys.argv[1:] == ["moe"]:
         moe_presets()
+    elif sys.argv[1:2] == ["soft_moe"]:
+        soft_moe_presets(sys.argv[2:])
     elif sys.argv[1:] == ["baselines"]:
         baseline_presets()
     else:
         main()
         moe_presets()
+        soft_moe_presets()
         baseline_presets()

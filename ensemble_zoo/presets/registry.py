@@ -152,6 +152,22 @@ PRESETS = {
             "softmax mix of an image's tokens, trained on digits."
         ),
     },
+    "soft_moe_s16_e128": {
+        "path": "soft_moe_s16_e128",
+        "description": (
+            "Architecture only (random weights): Soft MoE S/16 of the Soft "
+            "MoE paper, 224 px, mean pooling, 128 experts of 1 slot in the "
+            "last 6 of 12 blocks, JFT-4B's 29,593 classes."
+        ),
+    },
+    "soft_moe_b16_e128": {
+        "path": "soft_moe_b16_e128",
+        "description": (
+            "Architecture only (random weights): Soft MoE B/16 of the Soft "
+            "MoE paper, 224 px, mean pooling, 128 experts of 1 slot in the "
+            "last 6 of 12 blocks, JFT-4B's 29,593 classes."
+        ),
+    },
     "packed_ensemble_vit_b16_3x2": {
         "path": "packed_ensemble_vit_b16_3x2",
         "description": (

@@ -1,12 +1,14 @@
 """The V-MoE / E³ cost counter against paper 004 and against real layers."""
 
 import math
+import os
 from fractions import Fraction
 
 import keras
 import numpy as np
 import pytest
 
+from conftest import BACKEND
 from ensemble_zoo.layers.moe.top_k_router import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.models.vit_moe import last_n_moe_layers
@@ -493,3 +495,36 @@ def test_bad_configs_raise():
         vit_moe_config("B/16", ensemble_size=2)
     with pytest.raises(ValueError, match=r"\[1, 6\]"):
         last_n_moe_layers(12, 7)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="metadata and arithmetic only; one backend")
+@pytest.mark.parametrize("name", ["soft_moe_s16_e128", "soft_moe_b16_e128"])
+def test_soft_moe_presets_against_the_papers_table(name):
+    """The Soft MoE architecture presets, built (`presets/
+    make_architecture_presets.py`), against the Soft MoE paper's Table 8:
+    parameters within 1% (JFT-4B head), eval GFLOP (2 per multiply-add)
+    within 1%, for the Soft MoE and for the dense ViT counted alike; the
+    preset's config is `soft_moe_config`'s (not built here: B/16 holds
+    3.7 B parameters)."""
+    import json
+
+    import ensemble_zoo as ez
+    from ensemble_zoo.models.vit_moe import soft_moe_config
+
+    meta = ez.presets.preset_metadata(name)
+    paper = meta["paper"]
+    assert meta["parameter_count"] == pytest.approx(paper["parameters"], rel=0.01)
+    assert 2 * meta["multiply_adds"] / 1e9 == pytest.approx(paper["gflops"], rel=0.01)
+    dense = meta["dense_vit"]
+    assert dense["parameters"] == pytest.approx(paper["dense_vit"]["parameters"], rel=0.01)
+    assert 2 * dense["multiply_adds"] / 1e9 == pytest.approx(paper["dense_vit"]["gflops"], rel=0.01)
+    # Soft MoE is cheaper than its dense ViT: 128 slots for 196 tokens.
+    assert meta["multiply_adds"] < dense["multiply_adds"]
+    config = soft_moe_config(name.split("_")[2][0].upper() + "/16", num_classes=29593)
+    path = ez.presets.get_preset_path(name)
+    with open(os.path.join(path, "config.json")) as f:
+        stored = json.load(f)["config"]
+    expected = dict(config["backbone"], patch_size=[16, 16])
+    for key, value in expected.items():
+        assert stored[key] == (list(value) if isinstance(value, tuple) else value), key
+    assert vit_moe_flops(**config["flops"])["total"] == pytest.approx(meta["multiply_adds"], abs=1)

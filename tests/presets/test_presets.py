@@ -509,17 +509,16 @@ def test_int8_quantization_reaches_every_kernel_and_keeps_the_argmax(tmp_path):
     assert np.mean(probs.argmax(-1) == probs32.argmax(-1)) >= 0.99
     with pytest.raises(NotImplementedError, match="quantized .*after `from_preset`"):
         model.save_to_preset(str(tmp_path / "q"))
-    # Experts Choice and Soft MoE: the experts are quantized, the routers
-    # (a kernel, or Soft MoE's slot vectors) route in float32.
-    for name in ("experts_choice_vit_tiny_digits", "soft_moe_vit_tiny_digits"):
-        moe = EnsembleClassifier.from_preset(name)
-        probs32 = moe.predict_uncertainty(raw, batch_size=256)["probabilities"]
-        moe.quantize("int8")
-        blocks = moe.backbone.moe_blocks
-        assert all(b.moe.dense_1.quantization_mode == "int8" for b in blocks)
-        assert all(b.moe.router.compute_dtype == "float32" for b in blocks)
-        probs = moe.predict_uncertainty(raw, batch_size=256)["probabilities"]
-        assert np.mean(probs.argmax(-1) == probs32.argmax(-1)) >= 0.99, name
+    # Soft MoE (the experts as in every MoE preset): the experts are
+    # quantized, the router (Soft MoE's slot vectors) routes in float32.
+    moe = EnsembleClassifier.from_preset("soft_moe_vit_tiny_digits")
+    probs32 = moe.predict(raw[:128], batch_size=128, verbose=0)
+    moe.quantize("int8")
+    for block in moe.backbone.moe_blocks:
+        assert block.moe.dense_1.quantization_mode == "int8"
+        assert block.moe.router.compute_dtype == "float32"
+    probs = moe.predict(raw[:128], batch_size=128, verbose=0)
+    assert np.mean(probs.argmax(-1) == probs32.argmax(-1)) >= 0.99
     # A subnetwork ensemble refuses (quantized, it predicted 23% of the
     # float32 model's classes).
     subnetwork = EnsembleClassifier.from_preset("subnetwork_vit_tiny_digits")
