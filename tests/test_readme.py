@@ -151,6 +151,8 @@ def check_compare_output(out, printed):
     for section in ("in_distribution", "temperature_scaled", "ood", "shift", "diversity"):
         for key, value in _leaves(saved[section]):
             assert value == pytest.approx(_get(fresh.metrics[section], key), abs=1e-6), (section, key)
+    # The latency is the one timing of all presets in alternation.
+    assert saved["cost"]["latency_ms"] > 0 and saved["cost"]["throughput"] > 0
     row = dict(zip(board["columns"], board["rows"][0]))
     assert f"{row['AUROC far']:.4f}" in printed
     for name in names:

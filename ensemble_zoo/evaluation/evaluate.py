@@ -82,6 +82,7 @@ def evaluate(
     latency_batch_size=4,
     name=None,
     progress=True,
+    time_latency=True,
 ):
     """Measures a classifier's accuracy, calibration, OOD detection and cost.
 
@@ -119,6 +120,9 @@ def evaluate(
         batch_size: int, prediction batch size. Defaults to `256`.
         num_bins: int, calibration bins. Defaults to `15`.
         latency_batch_size: int, batch size of the latency timing.
+        time_latency: bool; `False` leaves `cost.latency_ms` `None`, for a
+            caller that times the latency itself (`compare_presets` times
+            every preset in alternation). Defaults to `True`.
             Defaults to `4` (the Hydra paper's).
         name: optional str naming the model in the report.
         progress: bool, show tqdm progress bars. Defaults to `True`.
@@ -237,7 +241,11 @@ def evaluate(
         iterate_batches(id_data, batch_size, "id_data", example_rank_of(model))
     )
     cost = {"parameters": parameter_count(model)}
-    cost.update(measure_speed(model, first_batch, batch_size, latency_batch_size))
+    cost.update(
+        measure_speed(
+            model, first_batch, batch_size, latency_batch_size, latency=time_latency
+        )
+    )
     cost["backend"] = keras.config.backend()
 
     report_metrics = {

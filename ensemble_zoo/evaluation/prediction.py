@@ -226,7 +226,7 @@ def _repeat_to(x, size):
     return np.concatenate([x] * -(-size // x.shape[0]))[:size]
 
 
-def measure_speed(model, x, batch_size, latency_batch_size):
+def measure_speed(model, x, batch_size, latency_batch_size, latency=True):
     """Median latency (ms per batch of `latency_batch_size`) and
     throughput (samples/s at `batch_size`), measured on the same `x`.
 
@@ -236,16 +236,17 @@ def measure_speed(model, x, batch_size, latency_batch_size):
     (large batches, each call long enough to time alone) warms up with 3
     calls and takes the median of at least 3 calls and 0.3 s. Outputs are
     copied to NumPy, so the time includes finishing the computation on
-    the device.
+    the device. `latency=False` skips the latency timing (`latency_ms` is
+    then `None`), for a caller that times latencies itself.
     """
     full = _repeat_to(x, batch_size)
     small = _repeat_to(x, latency_batch_size)
-    latency = _median_seconds(lambda: _call(model, small))
+    seconds = _median_seconds(lambda: _call(model, small)) if latency else None
     per_batch = _median_seconds(
         lambda: _call(model, full), min_repeats=3, min_total=0.3, warm_up_calls=3
     )
     return {
-        "latency_ms": latency * 1000.0,
+        "latency_ms": None if seconds is None else seconds * 1000.0,
         "latency_batch_size": int(latency_batch_size),
         "throughput": batch_size / per_batch,
         "throughput_batch_size": int(batch_size),

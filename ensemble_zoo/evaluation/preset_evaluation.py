@@ -176,7 +176,9 @@ def _load_model(preset, dataset):
     )
 
 
-def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir):
+def _evaluate_model(
+    model, preset, dataset, batch_size, progress, data_dir, time_latency=True
+):
     if dataset not in datasets.list_datasets():
         raise ValueError(
             f"Unknown dataset {dataset!r}; valid datasets: "
@@ -201,6 +203,7 @@ def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir):
         batch_size=batch_size,
         name=preset,
         progress=progress,
+        time_latency=time_latency,
     )
 
 
@@ -348,9 +351,10 @@ def compare_presets(
         progress: bool, show progress bars.
         data_dir: optional tfds data directory.
 
-    The relative latency comes from one extra timing of all presets in
-    alternation (`interleaved_latencies`, batch of 4), so machine drift
-    affects every preset alike; each report keeps its own timing too.
+    The latencies come from one timing of all presets in alternation
+    (`interleaved_latencies`, batch of 4), so machine drift affects every
+    preset alike; each report's `cost.latency_ms` is its preset's
+    (the reports are not timed one by one as well).
     """
     names = trained_presets() if presets is None else list(presets)
     if not names:
@@ -364,13 +368,16 @@ def compare_presets(
         models[name] = _load_model(name, dataset)
         reports.append(
             _evaluate_model(
-                models[name], name, dataset, batch_size, progress, data_dir
+                models[name], name, dataset, batch_size, progress, data_dir,
+                time_latency=False,
             )
         )
     x_timing = reports[0].arrays["timing_inputs"]
     latencies = interleaved_latencies(
         models, x_timing, reports[0].metrics["cost"]["latency_batch_size"]
     )
+    for report in reports:
+        report.metrics["cost"]["latency_ms"] = latencies[report.name]
     base_presets = {}
     for name in names:
         meta = preset_registry.preset_metadata(name)

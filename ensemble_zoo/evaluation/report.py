@@ -130,7 +130,7 @@ class EvaluationReport:
                     [
                         m["num_members"],
                         c["parameters"],
-                        f"{c['latency_ms']:.2f}",
+                        "-" if c["latency_ms"] is None else f"{c['latency_ms']:.2f}",
                         f"{c['throughput']:,.0f}",
                         c["backend"],
                     ]
