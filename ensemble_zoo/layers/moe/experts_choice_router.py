@@ -6,6 +6,7 @@ from keras import ops
 from ensemble_zoo.layers.moe.member_router import MemberRouter
 from ensemble_zoo.layers.moe.member_router import check_capacity_factor
 from ensemble_zoo.layers.moe.top_k_router import check_capacity_rounding
+from ensemble_zoo.layers.moe.top_k_router import check_dispatcher
 from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -180,11 +181,22 @@ class ExpertsChoiceRouter(MemberRouter):
             rounding=self.capacity_rounding,
         )
 
-    def compute_output_spec(self, inputs, training=None, **kwargs):
+    def compute_output_spec(
+        self, inputs, training=None, dispatcher="einsum", **kwargs
+    ):
         shape = self._output_shape(inputs.shape, training=bool(training))
+        if check_dispatcher(dispatcher) == "einsum":
+            return {
+                "dispatch": keras.KerasTensor(shape, dtype="float32"),
+                "combine": keras.KerasTensor(shape, dtype="float32"),
+            }
+        m, g, s, e_m, c = shape
+        slots, choices = (m, g, e_m * c), (m, g, e_m, s)
         return {
-            "dispatch": keras.KerasTensor(shape, dtype="float32"),
-            "combine": keras.KerasTensor(shape, dtype="float32"),
+            "slot_token": keras.KerasTensor(slots, dtype="int32"),
+            "slot_valid": keras.KerasTensor(slots, dtype="bool"),
+            "token_slot": keras.KerasTensor(choices, dtype="int32"),
+            "token_weight": keras.KerasTensor(choices, dtype="float32"),
         }
 
     def build(self, input_shape):
@@ -230,6 +242,7 @@ class ExpertsChoiceRouter(MemberRouter):
         slots = ops.arange(capacity, dtype="float32")
         dispatch = ops.cast(ops.equal(rank[..., None], slots), "float32")
         return {
+            "rank": rank,
             "dispatch": dispatch,
             "combine": gates[..., None] * dispatch,
             "capacity": capacity,
@@ -240,8 +253,36 @@ class ExpertsChoiceRouter(MemberRouter):
             "top_gates": top,
         }
 
-    def call(self, inputs, training=None):
+    def _slot_indices(self, result):
+        """The routing as indices (`TopKRouter`'s index form, with every
+        token choosing each of the member's experts at most once, so
+        `top_k = experts_per_member`): `slot_token` `(M, G, E/M * C)`,
+        the token in slot `c` of expert `e` (at `e * C + c`; every slot is
+        filled), `token_slot` / `token_weight` `(M, G, E/M, S)`, the slot
+        of token `s` at expert `e` and its gate, or 0 where the expert did
+        not take it. Dispatch and combine are then gathers; the routing
+        itself still compares gates with each expert's top `C`."""
+        dispatch, rank, gates = result["dispatch"], result["rank"], result["gates"]
+        m, _, group_size, e_m, capacity = static_shape(dispatch)
+        tokens = ops.arange(group_size, dtype="float32")
+        slot_token = ops.einsum("mgsec,s->mgec", dispatch, tokens)
+        slot_token = ops.cast(ops.reshape(slot_token, (m, -1, e_m * capacity)), "int32")
+        kept = rank < capacity  # (M, G, S, E/M)
+        experts = ops.arange(e_m, dtype="int32") * capacity
+        position = experts + ops.cast(ops.minimum(rank, capacity - 1), "int32")
+        return {
+            "slot_token": slot_token,
+            "slot_valid": ops.ones(static_shape(slot_token), dtype="bool"),
+            "token_slot": ops.transpose(position, (0, 1, 3, 2)),
+            "token_weight": ops.transpose(
+                gates * ops.cast(kept, "float32"), (0, 1, 3, 2)
+            ),
+        }
+
+    def call(self, inputs, training=None, dispatcher="einsum"):
         result = self._route(inputs, bool(training))
+        if check_dispatcher(dispatcher) == "indices":
+            return self._slot_indices(result)
         return {"dispatch": result["dispatch"], "combine": result["combine"]}
 
     def route(self, x, training=False):

@@ -52,11 +52,13 @@ class SparseMoE(keras.layers.Layer):
     softmax mix of all slots' outputs; nothing is dropped. All three give
     the same `(M, G, S, E/M, C)` dispatch and combine tensors, so the
     experts, the E³ partition, bfloat16 dispatch, mixed precision and
-    int8 quantization are shared. `top_k`, `batch_priority`, the
-    `"indices"` dispatcher and the auxiliary losses belong to the top-K
-    router: the other two take `top_k=1`, `batch_priority=False` and
-    `dispatcher="einsum"` (anything else is an error) and add no auxiliary
-    loss (vmoe reports theirs as 0), whatever the loss weights.
+    int8 quantization are shared. `top_k`, `batch_priority` and the
+    auxiliary losses belong to the top-K router: the other two take
+    `top_k=1` and `batch_priority=False` (anything else is an error) and
+    add no auxiliary loss (vmoe reports theirs as 0), whatever the loss
+    weights. Experts Choice also has the `"indices"` dispatcher (a token
+    meets each expert at most once, so the combine gathers `E/M` entries
+    per token); Soft MoE's dense weights have only the einsum form.
 
     **Input layout.** `(num_members * batch, ..., dim)`, member-major as
     produced by `ensemble_zoo.ops.tile_members` (rows `m * batch : (m + 1)
@@ -430,13 +432,11 @@ def check_router_arguments(
             f"`batch_priority`=True is the top-K router's; {name} "
             f"(router={router!r}) has no token priority."
         )
-    if dispatcher != "einsum":
+    if router == "soft" and dispatcher != "einsum":
         raise ValueError(
-            f"`dispatcher`={dispatcher!r}: {name} (router={router!r}) "
-            "dispatches with einsums only (as vmoe: its Experts Choice and "
-            "Soft MoE dispatchers are einsum dispatchers; a token may "
-            "reach any number of experts, or every slot, so there is no "
-            "fixed number of slots per token to index)."
+            f"`dispatcher`={dispatcher!r}: Soft MoE (router='soft') "
+            "dispatches with einsums only (as vmoe): every slot mixes every "
+            "token, so there is nothing to index."
         )
     if router == "experts_choice" and num_slots is not None:
         raise ValueError(

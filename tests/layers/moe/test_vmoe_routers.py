@@ -142,6 +142,40 @@ def test_moe_layer_equals_vmoes_mlp_moe_block(kind):
     ).max() > 1e-3
 
 
+def test_experts_choice_index_dispatch_equals_one_hot(rng):
+    """Experts Choice through gathers (`dispatcher="indices"`) gives the
+    one-hot einsum's outputs and gradients, E³ with 2 members, a group of
+    2 images, tied tokens included."""
+    x = rng.normal(size=(4, 6, 5)).astype("float32")
+    x[0, 3] = x[0, 1]
+    layers = {}
+    for dispatcher in ("einsum", "indices"):
+        layer = SparseMoE(
+            num_experts=4, mlp_dim=7, num_members=2, group_size=12,
+            router="experts_choice", capacity_factor=1.5, dispatcher=dispatcher,
+            bias_initializer="random_normal",
+        )
+        layer.build(x.shape)
+        layers[dispatcher] = layer
+    layers["indices"].set_weights(layers["einsum"].get_weights())
+    from ensemble_zoo.utils.gradients import loss_gradients
+
+    target = rng.normal(size=x.shape).astype("float32")
+    outputs, grads = {}, {}
+    for name, layer in layers.items():
+        model = keras.Sequential([keras.Input(x.shape[1:]), layer])
+        outputs[name] = to_np(layer(x))
+        grads[name] = loss_gradients(
+            model, lambda y, p: keras.ops.mean(keras.ops.square(keras.ops.subtract(p, y))), x, target,
+            model.trainable_variables,
+        )
+    np.testing.assert_allclose(outputs["indices"], outputs["einsum"], atol=1e-5)
+    for a, b in zip(grads["indices"], grads["einsum"]):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    routing = layers["indices"].router(x, dispatcher="indices")
+    assert tuple(routing["token_slot"].shape) == (2, 1, 2, 12)  # E/M entries per token
+
+
 def np_experts_choice(gates, capacity):
     """One group: `gates` (S, E) -> dispatch (S, E, C) with a stable sort."""
     s, e = gates.shape
@@ -255,6 +289,7 @@ def test_config_round_trips_and_bad_arguments():
         SparseMoE(num_experts=4, mlp_dim=4, router="soft", batch_priority=True)
     with pytest.raises(ValueError, match="einsums only"):
         SparseMoE(num_experts=4, mlp_dim=4, router="soft", dispatcher="indices")
+    SparseMoE(num_experts=4, mlp_dim=4, router="experts_choice", dispatcher="indices")
     with pytest.raises(ValueError, match="slots are weights"):
         SparseMoE(num_experts=4, mlp_dim=4, router="soft", eval_capacity_factor=8.0)
     with pytest.raises(ValueError, match="`num_slots` is Soft MoE's"):
