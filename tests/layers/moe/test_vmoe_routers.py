@@ -228,13 +228,16 @@ def test_noise_only_in_training_and_seeded(rng, router):
 
 
 class TinyRoutedClassifier(keras.Model):
-    def __init__(self, router, **kwargs):
+    """E³ with 2 members: an Experts Choice MoE layer, then a Soft MoE one."""
+
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        extra = {"num_slots": 2} if router == "soft" else {}
-        self.moe = SparseMoE(
-            num_experts=4, mlp_dim=8, num_members=2, router=router,
-            capacity_factor=1.0, eval_capacity_factor=2.0 if router != "soft" else None,
-            **extra,
+        self.experts_choice = SparseMoE(
+            num_experts=4, mlp_dim=8, num_members=2, router="experts_choice",
+            capacity_factor=1.0, eval_capacity_factor=2.0,
+        )
+        self.soft = SparseMoE(
+            num_experts=4, mlp_dim=8, num_members=2, router="soft", num_slots=2
         )
         self.head = keras.layers.Dense(3)
 
@@ -242,30 +245,33 @@ class TinyRoutedClassifier(keras.Model):
         from ensemble_zoo.ops import tile_members
         from ensemble_zoo.ops import untile_members
 
-        y = self.moe(tile_members(x, 2), training=training)
-        logits = self.head(keras.ops.mean(y, axis=1))
+        x = tile_members(x, 2)
+        x = x + self.experts_choice(x, training=training)
+        x = x + self.soft(x, training=training)
+        logits = self.head(keras.ops.mean(x, axis=1))
         return untile_members(logits, 2)  # (batch, members, classes)
 
 
-@pytest.mark.parametrize("router", ["experts_choice", "soft"])
-def test_trains_compiled_and_router_learns(rng, router):
+def test_trains_compiled_and_routers_learn(rng):
     """Static shapes: fit under `jit_compile=True` (JAX, TensorFlow), with a
-    partial last batch; the routers get gradients (Experts Choice through
+    partial last batch; both routers get gradients (Experts Choice through
     its combine weights, Soft MoE through both softmaxes and `scale`)."""
     x = rng.normal(size=(20, 4, 5)).astype("float32")
     y = rng.integers(0, 3, size=(20,))
-    model = TinyRoutedClassifier(router)
+    model = TinyRoutedClassifier()
     model(x[:2])
     model.compile(
         keras.optimizers.Adam(0.02),
         EnsembleSparseCategoricalCrossentropy(),
         jit_compile=jit_compile(),
     )
-    before_weights = [to_np(w) for w in model.moe.router.weights]
+    routers = model.experts_choice.router.weights + model.soft.router.weights
+    assert len(routers) == 3  # kernel; mu and scale
+    before_weights = [to_np(w) for w in routers]
     before = model.evaluate(x, y, batch_size=8, verbose=0)
     model.fit(x, y, batch_size=8, epochs=12, verbose=0)
     assert model.evaluate(x, y, batch_size=8, verbose=0) < 0.8 * before
-    for old, new in zip(before_weights, model.moe.router.weights):
+    for old, new in zip(before_weights, routers):
         assert not np.allclose(old, to_np(new))
     np.testing.assert_allclose(
         model.predict(x, batch_size=8, verbose=0), to_np(model(x)),
