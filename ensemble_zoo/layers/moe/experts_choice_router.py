@@ -3,12 +3,8 @@ import math
 import keras
 from keras import ops
 
-from ensemble_zoo.layers.moe.member_router import MemberRouter
-from ensemble_zoo.layers.moe.member_router import check_capacity_factor
-from ensemble_zoo.layers.moe.top_k_router import check_capacity_rounding
+from ensemble_zoo.layers.moe.member_router import GatedRouter
 from ensemble_zoo.layers.moe.top_k_router import check_dispatcher
-from ensemble_zoo.layers.moe.top_k_router import compute_capacity
-from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -40,7 +36,7 @@ def experts_choice_metrics(dispatch, top_gates, experts):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class ExpertsChoiceRouter(MemberRouter):
+class ExpertsChoiceRouter(GatedRouter):
     """Experts Choice routing (Zhou et al. 2022), as vmoe's
     `NoisyTopItemsPerExpertRouter`, partitioned per member for E³.
 
@@ -144,41 +140,12 @@ class ExpertsChoiceRouter(MemberRouter):
             group_size=group_size,
             noise_std=noise_std,
             seed=seed,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            capacity_rounding=capacity_rounding,
+            kernel_initializer=kernel_initializer,
             **kwargs,
-        )
-        self.capacity_factor = check_capacity_factor(
-            capacity_factor, "capacity_factor"
-        )
-        if eval_capacity_factor is not None:
-            eval_capacity_factor = check_capacity_factor(
-                eval_capacity_factor, "eval_capacity_factor"
-            )
-        self.eval_capacity_factor = eval_capacity_factor
-        self.capacity_multiple_of = check_positive_int(
-            capacity_multiple_of, "capacity_multiple_of"
-        )
-        self.capacity_rounding = check_capacity_rounding(capacity_rounding)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-
-    @property
-    def sigma(self):
-        """The standard deviation of the training noise (a float)."""
-        if self.noise_std is None:
-            return 1.0 / self.num_experts
-        return self.noise_std
-
-    def capacity(self, group_size, training=False):
-        """The tokens each expert takes from a group of `group_size`."""
-        factor = self.capacity_factor
-        if not training and self.eval_capacity_factor is not None:
-            factor = self.eval_capacity_factor
-        return compute_capacity(
-            group_size,
-            self.experts_per_member,
-            1,
-            factor,
-            self.capacity_multiple_of,
-            rounding=self.capacity_rounding,
         )
 
     def compute_output_spec(
@@ -199,28 +166,10 @@ class ExpertsChoiceRouter(MemberRouter):
             "token_weight": keras.KerasTensor(choices, dtype="float32"),
         }
 
-    def build(self, input_shape):
-        shape = self._check_build_shape(input_shape)
-        self.input_dim = int(shape[-1])
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(self.input_dim, self.num_experts),
-            initializer=self.kernel_initializer,
-        )
-
     def _route(self, x, training):
         _, _, group_size = self._check_input_shape(static_shape(x))
-        m, e_m = self.num_members, self.experts_per_member
         capacity = self.capacity(group_size, training)
-        x = ops.cast(self.group_tokens(x), "float32")  # (M, G, S, D)
-        kernel = ops.reshape(
-            ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m)
-        )
-        logits = ops.einsum("mgsd,dme->mgse", x, kernel)
-        noisy_logits = logits
-        if training and self.sigma > 0:
-            noisy_logits = self._noise(logits, self.sigma)
-        gates = ops.softmax(noisy_logits, axis=-1)  # (M, G, S, E/M)
+        logits, noisy_logits, gates = self._gates(x, training)  # (M,G,S,E/M)
 
         # The C largest gates of each expert, in decreasing order.
         per_expert = ops.transpose(gates, (0, 1, 3, 2))  # (M, G, E/M, S)
@@ -306,18 +255,3 @@ class ExpertsChoiceRouter(MemberRouter):
             result["dispatch"], static_shape(x)
         )
         return result
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "capacity_factor": self.capacity_factor,
-                "eval_capacity_factor": self.eval_capacity_factor,
-                "capacity_multiple_of": self.capacity_multiple_of,
-                "capacity_rounding": self.capacity_rounding,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-            }
-        )
-        return config

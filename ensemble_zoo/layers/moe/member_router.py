@@ -35,6 +35,69 @@ def check_non_negative(value, name):
     return float(value)
 
 
+def compute_capacity(
+    group_size, num_experts, top_k, capacity_factor, multiple_of=1,
+    rounding="ceil",
+):
+    """Expert buffer size per routing group (a static Python int).
+
+    `C = ceil(capacity_factor * top_k * group_size / num_experts)` (or
+    `round(...)` with `rounding="round"`: Python's round half to even, as
+    vmoe's `compute_capacity(ceil_or_round="round")`), then rounded up to a
+    multiple of `multiple_of` (vmoe rounds to 4), and finally capped at
+    `group_size`: an expert receives a token at most once, so a larger
+    buffer could never be filled and the cap changes no output (vmoe's
+    Experts Choice would fail there instead). With `"ceil"` a tolerance of
+    1e-9 keeps float noise from adding a slot (e.g. `1.1 * 10` is
+    `11.000000000000002` in floating point, and gives 11).
+
+    Args:
+        group_size: int, the tokens of one routing group (per member).
+        num_experts: int, the experts these tokens may choose from (per
+            member for E³).
+        top_k: int, the experts chosen per token (1 for Experts Choice
+            and Soft MoE).
+        capacity_factor: float > 0.
+        multiple_of: int, round `C` up to a multiple of this. Defaults to 1.
+        rounding: `"ceil"` (default) or `"round"`.
+
+    Returns:
+        int, the capacity `C >= 1`.
+
+    Raises:
+        ValueError: a bad argument, or `"round"` giving 0 slots (vmoe
+            raises there too).
+    """
+    group_size = check_positive_int(group_size, "group_size")
+    num_experts = check_positive_int(num_experts, "num_experts")
+    top_k = check_positive_int(top_k, "top_k")
+    multiple_of = check_positive_int(multiple_of, "capacity_multiple_of")
+    capacity_factor = check_capacity_factor(capacity_factor, "capacity_factor")
+    rounding = check_capacity_rounding(rounding)
+    raw = capacity_factor * top_k * group_size / num_experts
+    if rounding == "round":
+        capacity = int(round(raw))
+        if capacity < 1:
+            raise ValueError(
+                f"`capacity_factor`={capacity_factor} gives round({raw:g}) = 0 "
+                f"slots per expert ({group_size} tokens, {num_experts} "
+                "experts); use a larger factor or `capacity_rounding`='ceil'."
+            )
+    else:
+        capacity = max(1, math.ceil(raw - 1e-9 * max(1.0, raw)))
+    capacity += (-capacity) % multiple_of
+    return min(capacity, group_size)
+
+
+def check_capacity_rounding(rounding):
+    """Validates `capacity_rounding` (`"ceil"` or `"round"`)."""
+    if rounding not in ("ceil", "round"):
+        raise ValueError(
+            f"`capacity_rounding` must be 'ceil' or 'round'; got {rounding!r}."
+        )
+    return rounding
+
+
 class MemberRouter(keras.layers.Layer):
     """Base of the zoo's MoE routers: routing groups and the E³ partition.
 
@@ -209,6 +272,114 @@ class MemberRouter(keras.layers.Layer):
                 "group_size": self.group_size,
                 "noise_std": self.noise_std,
                 "seed": self.seed,
+            }
+        )
+        return config
+
+
+class GatedRouter(MemberRouter):
+    """Base of the routers with a linear gate (`TopKRouter`,
+    `ExpertsChoiceRouter`): a bias-free `(dim, num_experts)` kernel,
+    softmax gates over each member's experts (in float32, with training
+    noise of standard deviation `noise_std`, default `1 / num_experts`),
+    and buffers of `capacity(group_size)` slots from the capacity
+    factors (`compute_capacity` with `choices_per_token` choices per
+    token).
+
+    Args:
+        capacity_factor: float > 0, the capacity factor in training.
+        eval_capacity_factor: float > 0 or `None`, the capacity factor when
+            not training; `None` uses `capacity_factor`.
+        capacity_multiple_of: int, round capacities up to a multiple of
+            this.
+        capacity_rounding: `"ceil"` or `"round"` (half to even).
+        kernel_initializer: initializer of the `(dim, num_experts)` kernel.
+        **kwargs: `MemberRouter` arguments.
+    """
+
+    #: Choices per token in the capacity formula (`top_k` for top-K).
+    choices_per_token = 1
+
+    def __init__(
+        self,
+        capacity_factor=1.0,
+        eval_capacity_factor=None,
+        capacity_multiple_of=1,
+        capacity_rounding="ceil",
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.capacity_factor = check_capacity_factor(
+            capacity_factor, "capacity_factor"
+        )
+        if eval_capacity_factor is not None:
+            eval_capacity_factor = check_capacity_factor(
+                eval_capacity_factor, "eval_capacity_factor"
+            )
+        self.eval_capacity_factor = eval_capacity_factor
+        self.capacity_multiple_of = check_positive_int(
+            capacity_multiple_of, "capacity_multiple_of"
+        )
+        self.capacity_rounding = check_capacity_rounding(capacity_rounding)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    @property
+    def sigma(self):
+        """The standard deviation of the training noise (a float)."""
+        if self.noise_std is None:
+            return 1.0 / self.num_experts
+        return self.noise_std
+
+    def capacity(self, group_size, training=False):
+        """The buffer size per expert for routing groups of `group_size`."""
+        factor = self.capacity_factor
+        if not training and self.eval_capacity_factor is not None:
+            factor = self.eval_capacity_factor
+        return compute_capacity(
+            group_size,
+            self.experts_per_member,
+            self.choices_per_token,
+            factor,
+            self.capacity_multiple_of,
+            rounding=self.capacity_rounding,
+        )
+
+    def build(self, input_shape):
+        shape = self._check_build_shape(input_shape)
+        self.input_dim = int(shape[-1])
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self.input_dim, self.num_experts),
+            initializer=self.kernel_initializer,
+        )
+
+    def _gates(self, x, training):
+        """`(logits, noisy_logits, gates)` of `x`'s routing groups, each
+        `(M, G, S, E/M)`; `noisy_logits` is `logits` unless training with
+        noise."""
+        m, e_m = self.num_members, self.experts_per_member
+        x = ops.cast(self.group_tokens(x), "float32")  # (M, G, S, D)
+        kernel = ops.reshape(
+            ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m)
+        )
+        logits = ops.einsum("mgsd,dme->mgse", x, kernel)
+        noisy_logits = logits
+        if training and self.sigma > 0:
+            noisy_logits = self._noise(logits, self.sigma)
+        return logits, noisy_logits, ops.softmax(noisy_logits, axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "capacity_factor": self.capacity_factor,
+                "eval_capacity_factor": self.eval_capacity_factor,
+                "capacity_multiple_of": self.capacity_multiple_of,
+                "capacity_rounding": self.capacity_rounding,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
             }
         )
         return config

@@ -3,8 +3,8 @@ from keras import ops
 
 from ensemble_zoo.layers.moe.member_router import MemberRouter
 from ensemble_zoo.layers.moe.member_router import check_capacity_factor
-from ensemble_zoo.layers.moe.top_k_router import check_capacity_rounding
-from ensemble_zoo.layers.moe.top_k_router import compute_capacity
+from ensemble_zoo.layers.moe.member_router import check_capacity_rounding
+from ensemble_zoo.layers.moe.member_router import compute_capacity
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 

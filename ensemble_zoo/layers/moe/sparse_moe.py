@@ -494,12 +494,8 @@ def make_router(
             kernel_initializer=kernel_initializer,
             **common,
         )
-    if capacity_rounding not in (None, "ceil"):
-        raise ValueError(
-            "`capacity_rounding`='round' is supported by the Experts Choice "
-            "and Soft MoE routers; the top-K router rounds up ('ceil')."
-        )
     return TopKRouter(
+        capacity_rounding=capacity_rounding or "ceil",
         top_k=top_k,
         capacity_factor=capacity_factor,
         eval_capacity_factor=eval_capacity_factor,

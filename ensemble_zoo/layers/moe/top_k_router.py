@@ -3,76 +3,15 @@ import math
 import keras
 from keras import ops
 
-from ensemble_zoo.layers.moe.member_router import MemberRouter
+from ensemble_zoo.layers.moe.member_router import GatedRouter
 from ensemble_zoo.layers.moe.member_router import check_capacity_factor
+from ensemble_zoo.layers.moe.member_router import check_capacity_rounding  # noqa: F401
 from ensemble_zoo.layers.moe.member_router import check_non_negative
+from ensemble_zoo.layers.moe.member_router import compute_capacity  # noqa: F401
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
 _SQRT_HALF = math.sqrt(0.5)
-
-
-def compute_capacity(
-    group_size, num_experts, top_k, capacity_factor, multiple_of=1,
-    rounding="ceil",
-):
-    """Expert buffer size per routing group (a static Python int).
-
-    `C = ceil(capacity_factor * top_k * group_size / num_experts)` (or
-    `round(...)` with `rounding="round"`: Python's round half to even, as
-    vmoe's `compute_capacity(ceil_or_round="round")`), then rounded up to a
-    multiple of `multiple_of` (vmoe rounds to 4), and finally capped at
-    `group_size`: an expert receives a token at most once, so a larger
-    buffer could never be filled and the cap changes no output (vmoe's
-    Experts Choice would fail there instead). With `"ceil"` a tolerance of
-    1e-9 keeps float noise from adding a slot (e.g. `1.1 * 10` is
-    `11.000000000000002` in floating point, and gives 11).
-
-    Args:
-        group_size: int, the tokens of one routing group (per member).
-        num_experts: int, the experts these tokens may choose from (per
-            member for E³).
-        top_k: int, the experts chosen per token (1 for Experts Choice
-            and Soft MoE).
-        capacity_factor: float > 0.
-        multiple_of: int, round `C` up to a multiple of this. Defaults to 1.
-        rounding: `"ceil"` (default) or `"round"`.
-
-    Returns:
-        int, the capacity `C >= 1`.
-
-    Raises:
-        ValueError: a bad argument, or `"round"` giving 0 slots (vmoe
-            raises there too).
-    """
-    group_size = check_positive_int(group_size, "group_size")
-    num_experts = check_positive_int(num_experts, "num_experts")
-    top_k = check_positive_int(top_k, "top_k")
-    multiple_of = check_positive_int(multiple_of, "capacity_multiple_of")
-    capacity_factor = _check_capacity_factor(capacity_factor, "capacity_factor")
-    rounding = check_capacity_rounding(rounding)
-    raw = capacity_factor * top_k * group_size / num_experts
-    if rounding == "round":
-        capacity = int(round(raw))
-        if capacity < 1:
-            raise ValueError(
-                f"`capacity_factor`={capacity_factor} gives round({raw:g}) = 0 "
-                f"slots per expert ({group_size} tokens, {num_experts} "
-                "experts); use a larger factor or `capacity_rounding`='ceil'."
-            )
-    else:
-        capacity = max(1, math.ceil(raw - 1e-9 * max(1.0, raw)))
-    capacity += (-capacity) % multiple_of
-    return min(capacity, group_size)
-
-
-def check_capacity_rounding(rounding):
-    """Validates `capacity_rounding` (`"ceil"` or `"round"`)."""
-    if rounding not in ("ceil", "round"):
-        raise ValueError(
-            f"`capacity_rounding` must be 'ceil' or 'round'; got {rounding!r}."
-        )
-    return rounding
 
 
 #: What `TopKRouter.call` returns for each dispatcher.
@@ -103,7 +42,7 @@ def _squared_cv(values):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TopKRouter(MemberRouter):
+class TopKRouter(GatedRouter):
     """Noisy top-K token router of V-MoE, partitioned per member for E³.
 
     A linear router without bias, kernel `(dim, num_experts)` (the layout of
@@ -211,6 +150,8 @@ class TopKRouter(MemberRouter):
         kernel_initializer: initializer of the `(dim, num_experts)` kernel.
             Defaults to `"glorot_uniform"`.
         seed: int or `None`, seed of the routing noise.
+        capacity_rounding: `"ceil"` (default) or `"round"` (half to even,
+            vmoe's `capacity_ceil_or_round="round"`).
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -246,6 +187,7 @@ class TopKRouter(MemberRouter):
         load_loss_weight=0.005,
         kernel_initializer="glorot_uniform",
         seed=None,
+        capacity_rounding="ceil",
         **kwargs,
     ):
         super().__init__(
@@ -254,6 +196,11 @@ class TopKRouter(MemberRouter):
             group_size=group_size,
             noise_std=noise_std,
             seed=seed,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            capacity_rounding=capacity_rounding,
+            kernel_initializer=kernel_initializer,
             **kwargs,
         )
         self.top_k = check_positive_int(top_k, "top_k")
@@ -262,17 +209,6 @@ class TopKRouter(MemberRouter):
                 f"`top_k` ({top_k}) must be at most the experts per member, "
                 f"num_experts / num_members = {self.experts_per_member}."
             )
-        self.capacity_factor = _check_capacity_factor(
-            capacity_factor, "capacity_factor"
-        )
-        if eval_capacity_factor is not None:
-            eval_capacity_factor = _check_capacity_factor(
-                eval_capacity_factor, "eval_capacity_factor"
-            )
-        self.eval_capacity_factor = eval_capacity_factor
-        self.capacity_multiple_of = check_positive_int(
-            capacity_multiple_of, "capacity_multiple_of"
-        )
         if not isinstance(batch_priority, bool):
             raise ValueError(
                 f"`batch_priority` must be a bool; got {batch_priority!r}."
@@ -284,29 +220,12 @@ class TopKRouter(MemberRouter):
         self.load_loss_weight = _check_non_negative(
             load_loss_weight, "load_loss_weight"
         )
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-
-    # ----------------------------------------------------------- shapes
 
     @property
-    def sigma(self):
-        """The standard deviation of the training noise (a float)."""
-        if self.noise_std is None:
-            return 1.0 / self.num_experts
-        return self.noise_std
+    def choices_per_token(self):
+        return self.top_k
 
-    def capacity(self, group_size, training=False):
-        """The buffer size per expert for routing groups of `group_size`."""
-        factor = self.capacity_factor
-        if not training and self.eval_capacity_factor is not None:
-            factor = self.eval_capacity_factor
-        return compute_capacity(
-            group_size,
-            self.experts_per_member,
-            self.top_k,
-            factor,
-            self.capacity_multiple_of,
-        )
+    # ----------------------------------------------------------- shapes
 
     def compute_output_spec(
         self, inputs, training=None, dispatcher="einsum", **kwargs
@@ -328,33 +247,15 @@ class TopKRouter(MemberRouter):
 
     # ---------------------------------------------------------- weights
 
-    def build(self, input_shape):
-        shape = self._check_build_shape(input_shape)
-        self.input_dim = int(shape[-1])
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(self.input_dim, self.num_experts),
-            initializer=self.kernel_initializer,
-        )
-
     # ---------------------------------------------------------- routing
 
     def _route(self, x, training, with_metrics, dispatcher="einsum"):
         shape, _, group_size = self._check_input_shape(static_shape(x))
         m, e_m, k = self.num_members, self.experts_per_member, self.top_k
         capacity = self.capacity(group_size, training)
-        x = ops.cast(self.group_tokens(x), "float32")  # (M, G, S, D)
-        kernel = ops.reshape(
-            ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m)
-        )
-        logits = ops.einsum("mgsd,dme->mgse", x, kernel)
         sigma = self.sigma
         noisy = training and sigma > 0
-        if noisy:
-            noisy_logits = self._noise(logits, sigma)
-        else:
-            noisy_logits = logits
-        gates = ops.softmax(noisy_logits, axis=-1)  # (M, G, S, E/M)
+        logits, noisy_logits, gates = self._gates(x, training)
 
         # Top-K by K argmax-and-mask steps; one boolean one-hot per rank.
         experts = ops.arange(e_m, dtype="int32")
@@ -513,15 +414,9 @@ class TopKRouter(MemberRouter):
         config.update(
             {
                 "top_k": self.top_k,
-                "capacity_factor": self.capacity_factor,
-                "eval_capacity_factor": self.eval_capacity_factor,
-                "capacity_multiple_of": self.capacity_multiple_of,
                 "batch_priority": self.batch_priority,
                 "importance_loss_weight": self.importance_loss_weight,
                 "load_loss_weight": self.load_loss_weight,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
             }
         )
         return config
