@@ -15,6 +15,7 @@ _import_quietly("keras", "keras_hub")
 from ensemble_zoo import calibration
 from ensemble_zoo import datasets
 from ensemble_zoo import evaluation
+from ensemble_zoo import export
 from ensemble_zoo import layers
 from ensemble_zoo import losses
 from ensemble_zoo import metrics

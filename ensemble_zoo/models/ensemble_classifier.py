@@ -213,46 +213,79 @@ class EnsembleClassifier(
             )
         ]
 
+    # The outputs of every exported format, in this order.
+    _serving_output_names = (
+        "probabilities", "member_logits", "total", "aleatoric", "epistemic",
+    )
+
+    def _serving_outputs(self, inputs):
+        """What an export serves for `inputs` (what calling the model takes)."""
+        return self._uncertainty_outputs(self(inputs, training=False))
+
     def export(
         self,
         filepath,
         format="tf_saved_model",
         verbose=None,
         input_signature=None,
+        include_preprocessing=False,
+        verify=True,
         **kwargs,
     ):
-        """Exports the model; a SavedModel serves the full uncertainty output.
+        """Exports the model with its uncertainty outputs, in any format.
 
-        With `format="tf_saved_model"` (TensorFlow and JAX backends), the
-        SavedModel has one endpoint, `serve(images)`, returning a dict with
-        `probabilities`, `member_logits`, `total`, `aleatoric` and
-        `epistemic`, for any batch size. Other formats are passed to
-        `keras.Model.export` and serve the member logits only.
+        Every format serves `probabilities` `(batch, classes)`,
+        `member_logits` `(batch, members, classes)`, `total`, `aleatoric`
+        and `epistemic` `(batch,)` (nats), named where the format has names
+        (the SavedModel's `serve(images)` returns a dict), for any batch
+        size. The formats each backend writes
+        (`ensemble_zoo.export.supported_formats()`):
 
-        The endpoint takes what calling the model takes: preprocessed
-        inputs (for the digits presets, float32 images in [0, 1]). As with
-        keras-hub tasks, the preprocessor is not part of the export; run
-        `model.preprocessor` on raw inputs before serving them.
+        - `"tf_saved_model"` (a directory): TensorFlow, JAX;
+        - `"onnx"` (`.onnx`): TensorFlow (tf2onnx), JAX (jax2onnx),
+          PyTorch (`torch.onnx`, dynamo);
+        - `"litert"` (`.tflite`): TensorFlow, LiteRT built-in ops only;
+        - `"torch"` (`.pt2`, `torch.export`): PyTorch;
+        - `"openvino"` (`.xml` + `.bin`, float32 weights): all three.
 
-        Under PyTorch, save with `save_to_preset`, reload under TensorFlow
-        and export there (the weights are backend-independent).
+        Another backend's format is a `ValueError` saying where to export
+        it (the weights files are backend-independent). A converter that
+        fails, or an artifact whose outputs differ from the model's, raises
+        `ensemble_zoo.export.ExportError` naming the method, format and
+        reason: with `verify=True` (default) the artifact is run by its own
+        runtime (`ensemble_zoo.export.ExportedModel`) after writing.
+
+        The artifact takes what calling the model takes (for the digits
+        presets, float32 images in [0, 1]), as keras-hub exports;
+        `include_preprocessing=True` puts the preprocessor's image
+        converter in the graph so it takes raw images as `predict` does.
+
+        Args:
+            filepath: str, the directory or file to write.
+            format: one of `ensemble_zoo.export.FORMATS`. Defaults to
+                `"tf_saved_model"`.
+            verbose: accepted as `keras.Model.export` takes it.
+            input_signature: optional list of `keras.InputSpec`; defaults
+                to the model's input with a dynamic batch size.
+            include_preprocessing: bool, defaults to `False`.
+            verify: bool, defaults to `True`.
+            **kwargs: the format's converter options (`opset_version`,
+                LiteRT converter attributes, `torch.export` arguments).
+
+        Example:
+
+        ```python
+        model = ensemble_zoo.models.EnsembleClassifier.from_preset(
+            "deep_ensemble_vit_tiny_digits")
+        model.export("/tmp/deep_ensemble.onnx", format="onnx")
+        ```
         """
-        if format != "tf_saved_model":
-            return super().export(
-                filepath,
-                format=format,
-                verbose=verbose,
-                input_signature=input_signature,
-                **kwargs,
-            )
-        if input_signature is None:
-            input_signature = self._export_input_signature()
+        from ensemble_zoo.export import export_model
 
-        def serve(inputs):
-            return self._uncertainty_outputs(self(inputs, training=False))
-
-        backend_utils.write_saved_model(
-            self, filepath, serve, input_signature, verbose=verbose, **kwargs
+        return export_model(
+            self, filepath, format=format, input_signature=input_signature,
+            include_preprocessing=include_preprocessing, verify=verify,
+            verbose=verbose, **kwargs,
         )
 
     # === Presets ===

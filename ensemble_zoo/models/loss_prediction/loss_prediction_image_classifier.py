@@ -306,23 +306,43 @@ class LossPredictionImageClassifier(
             loss = loss + extra
         return loss
 
-    def export(self, filepath, format="tf_saved_model", verbose=None, **kwargs):
-        """A SavedModel whose `serve(images)` returns `logits`,
-        `probabilities` and `uncertainty` (TensorFlow and JAX backends).
+    _serving_output_names = ("logits", "probabilities", "uncertainty")
 
-        `serve` takes preprocessed images, as calling the model does; the
-        preprocessor is not part of the export (as in keras-hub): run
-        `model.preprocessor` on raw images first."""
-        if format != "tf_saved_model":
-            return super().export(filepath, format=format, verbose=verbose, **kwargs)
+    def _serving_outputs(self, images):
+        outputs = self(images, training=False)
+        return {
+            "logits": outputs["logits"],
+            "probabilities": ops.softmax(outputs["logits"], axis=-1),
+            "uncertainty": outputs["uncertainty"],
+        }
 
-        def serve(images):
-            outputs = self(images, training=False)
-            outputs["probabilities"] = ops.softmax(outputs["logits"], axis=-1)
-            return outputs
+    def _export_input_signature(self):
+        return [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")]
 
-        signature = [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")]
-        backend_utils.write_saved_model(self, filepath, serve, signature, verbose=verbose)
+    def export(
+        self,
+        filepath,
+        format="tf_saved_model",
+        verbose=None,
+        input_signature=None,
+        include_preprocessing=False,
+        verify=True,
+        **kwargs,
+    ):
+        """Exports the model serving `logits`, `probabilities` and
+        `uncertainty` (the predicted loss), in any format that
+        `ensemble_zoo.export.supported_formats()` lists for the backend.
+
+        Arguments, errors and the preprocessor option as for
+        `EnsembleClassifier.export`: the artifact takes preprocessed images
+        unless `include_preprocessing=True`."""
+        from ensemble_zoo.export import export_model
+
+        return export_model(
+            self, filepath, format=format, input_signature=input_signature,
+            include_preprocessing=include_preprocessing, verify=verify,
+            verbose=verbose, **kwargs,
+        )
 
     def get_config(self):
         config = keras_hub.models.Task.get_config(self)

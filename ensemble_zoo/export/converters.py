@@ -1,0 +1,312 @@
+"""Writes a `ServingModel` in each export format: the export's
+backend-specific code, one function per format.
+
+Each writer gives the artifact one input per model input (named after the
+input spec, `"images"` for image models) and one output per serving
+output, named where the format has names, with a dynamic batch size.
+"""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+from ensemble_zoo.utils import backend as backend_utils
+
+# The ONNX opset that every backend's converter writes.
+ONNX_OPSET = 17
+
+
+def flat_specs(input_signature):
+    """The input specs in the order each format lists its inputs."""
+    return keras.tree.flatten(input_signature)
+
+
+def input_names(input_signature):
+    specs = flat_specs(input_signature)
+    if isinstance(input_signature[0], dict):
+        return list(sorted(input_signature[0]))
+    return [getattr(s, "name", None) or f"input_{i}" for i, s in enumerate(specs)]
+
+
+def serving_fn(serving, positional):
+    """`serving`'s call; `positional`: outputs as a tuple in name order."""
+
+    def fn(*args):
+        outputs = serving(*args)
+        if positional:
+            return tuple(outputs[name] for name in serving.serving_names)
+        return outputs
+
+    return fn
+
+
+# === TensorFlow SavedModel and LiteRT ===
+
+
+def write_saved_model(serving, filepath, input_signature, verbose=None, **kwargs):
+    backend_utils.write_saved_model(
+        serving, filepath, serving_fn(serving, positional=False),
+        input_signature, verbose=verbose, **kwargs,
+    )
+
+
+def write_litert(serving, filepath, input_signature, verbose=None, **kwargs):
+    """A SavedModel first (its `serve` signature names the outputs), then
+    TensorFlow's LiteRT converter with LiteRT's built-in ops only, so that
+    the plain LiteRT runtime (`ai_edge_litert`) runs the file."""
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as directory:
+        write_saved_model(serving, directory, input_signature)
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            directory, signature_keys=["serve"]
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        for key, value in kwargs.items():
+            if not hasattr(converter, key):
+                raise ValueError(
+                    f"Unknown LiteRT converter option {key!r}; see "
+                    "`tf.lite.TFLiteConverter`."
+                )
+            setattr(converter, key, value)
+        flatbuffer = converter.convert()
+    with open(filepath, "wb") as f:
+        f.write(flatbuffer)
+
+
+# === ONNX ===
+
+
+def write_onnx(serving, filepath, input_signature, verbose=None, opset_version=None):
+    opset = opset_version or ONNX_OPSET
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+        _onnx_from_tensorflow(serving, filepath, input_signature, opset)
+    elif backend == "jax":
+        _onnx_from_jax(serving, filepath, input_signature, opset)
+    else:
+        _onnx_from_torch(serving, filepath, input_signature, opset)
+    name_onnx_io(filepath, input_names(input_signature), serving.serving_names)
+
+
+def _erfc_as_one_minus_erf(ctx, node, name, args):
+    """tf2onnx 1.17 has no converter for TensorFlow's `Erfc`, which
+    `tf.nn.gelu(approximate=False)` uses: `erfc(x) = 1 - erf(x)`."""
+    from tf2onnx import utils
+
+    node.type = "Erf"
+    one = ctx.make_const(utils.make_name("erfc_one"), np.array(1, np.float32))
+    sub = ctx.insert_new_node_on_output(
+        "Sub", node.output[0], name=utils.make_name(f"{node.name}_erfc")
+    )
+    ctx.replace_inputs(sub, [one.output[0], node.output[0]])
+    return node
+
+
+def _onnx_from_tensorflow(serving, filepath, input_signature, opset):
+    """The serving function frozen into a GraphDef (weights and captured
+    constants become constants), converted by tf2onnx."""
+    import tensorflow as tf
+    import tf2onnx
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    def tensor_spec(spec, name):
+        return tf.TensorSpec(spec.shape, spec.dtype, name=name)
+
+    if isinstance(input_signature[0], dict):
+        specs = [{k: tensor_spec(v, k) for k, v in input_signature[0].items()}]
+    else:
+        names = input_names(input_signature)
+        specs = [tensor_spec(s, n) for s, n in zip(input_signature, names)]
+    function = tf.function(serving_fn(serving, positional=True))
+    concrete = function.get_concrete_function(*specs)
+    frozen = convert_variables_to_constants_v2(concrete)
+    tf2onnx.convert.from_graph_def(
+        frozen.graph.as_graph_def(),
+        input_names=[t.name for t in frozen.inputs],
+        output_names=[t.name for t in frozen.outputs],
+        opset=opset,
+        custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, [])},
+        output_path=filepath,
+    )
+
+
+def symbolic_dims(i, spec):
+    """`spec`'s shape with each unknown size named (`"batch"` first)."""
+    return [
+        ("batch" if j == 0 else f"d{i}_{j}") if d is None else d
+        for j, d in enumerate(spec.shape)
+    ]
+
+
+def _onnx_from_jax(serving, filepath, input_signature, opset):
+    """The serving function traced to a jaxpr by JAX itself (symbolic batch
+    size, weights as constants), then that jaxpr converted by jax2onnx.
+
+    jax2onnx traces through its own patched `jax.numpy`, whose `tile`
+    binds its argument without converting a Keras variable (keras-hub's
+    ViT class token) to an array, which JAX 0.10 refuses; evaluating the
+    jaxpr that JAX traced binds arrays only.
+    """
+    import jax
+    from jax2onnx import to_onnx
+
+    specs = flat_specs(input_signature)
+    shapes = [
+        jax.ShapeDtypeStruct(
+            jax.export.symbolic_shape(",".join(map(str, symbolic_dims(i, s)))),
+            s.dtype,
+        )
+        for i, s in enumerate(specs)
+    ]
+    trainable = [v.value for v in serving.trainable_variables]
+    non_trainable = [v.value for v in serving.non_trainable_variables]
+
+    def stateless(*flat):
+        args = keras.tree.pack_sequence_as(input_signature, flat)
+        outputs, _ = serving.stateless_call(trainable, non_trainable, *args)
+        return tuple(outputs[name] for name in serving.serving_names)
+
+    closed = jax.make_jaxpr(stateless)(*shapes)
+
+    def replay(*flat):
+        return tuple(jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
+
+    to_onnx(
+        replay,
+        inputs=[
+            jax.ShapeDtypeStruct(tuple(symbolic_dims(i, s)), s.dtype)
+            for i, s in enumerate(specs)
+        ],
+        input_names=input_names(input_signature),
+        opset=opset,
+        return_mode="file",
+        output_path=str(filepath),
+    )
+
+
+def torch_sample_and_dynamic_shapes(input_signature):
+    """Sample inputs (every unknown size 2) and `torch.export` dynamic
+    shapes (every unknown size a named dimension) for a Keras layer, whose
+    `forward` takes `*args`."""
+    import torch
+
+    dims = {}
+
+    def dim(i, j):
+        name = "batch" if j == 0 else f"d{i}_{j}"
+        if name not in dims:
+            dims[name] = torch.export.Dim(name, min=1, max=1 << 20)
+        return dims[name]
+
+    counter = iter(range(1 << 30))
+
+    def sample(spec):
+        shape = [2 if d is None else d for d in spec.shape]
+        return torch.zeros(shape, dtype=getattr(torch, str(spec.dtype)))
+
+    def dynamic(spec):
+        i = next(counter)
+        return {j: dim(i, j) for j, d in enumerate(spec.shape) if d is None}
+
+    samples = tuple(keras.tree.map_structure(sample, s) for s in input_signature)
+    dynamic_shapes = (tuple(keras.tree.map_structure(dynamic, s) for s in input_signature),)
+    return samples, dynamic_shapes
+
+
+def export_torch_program(serving, input_signature, **kwargs):
+    import torch
+
+    serving.eval()
+    samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
+    kwargs.setdefault("strict", False)
+    return torch.export.export(
+        serving, samples, dynamic_shapes=dynamic_shapes, **kwargs
+    )
+
+
+def _onnx_from_torch(serving, filepath, input_signature, opset):
+    import torch
+
+    samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
+    serving.eval()
+    program = torch.onnx.export(
+        serving,
+        samples,
+        dynamo=True,
+        opset_version=opset,
+        input_names=input_names(input_signature),
+        output_names=list(serving.serving_names),
+        dynamic_shapes=dynamic_shapes,
+        verbose=False,
+    )
+    program.optimize()
+    program.save(filepath)
+
+
+def name_onnx_io(filepath, inputs, outputs):
+    """Renames the ONNX graph's inputs and outputs (in order) to `inputs`
+    and `outputs`, in every node that reads or writes them."""
+    import onnx
+
+    model = onnx.load(filepath)
+    graph = model.graph
+    renames = {}
+    for value, name in zip(graph.input, inputs):
+        renames[value.name] = name
+    for value, name in zip(graph.output, outputs):
+        renames[value.name] = name
+    renames = {k: v for k, v in renames.items() if k != v}
+    if renames:
+        for node in graph.node:
+            node.input[:] = [renames.get(n, n) for n in node.input]
+            node.output[:] = [renames.get(n, n) for n in node.output]
+        for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+            value.name = renames.get(value.name, value.name)
+        onnx.save(model, filepath)
+
+
+# === PyTorch ExportedProgram ===
+
+
+def write_torch(serving, filepath, input_signature, verbose=None, **kwargs):
+    import torch
+
+    torch.export.save(export_torch_program(serving, input_signature, **kwargs), filepath)
+
+
+# === OpenVINO ===
+
+
+def write_openvino(serving, filepath, input_signature, verbose=None, **kwargs):
+    """OpenVINO's converter reads the PyTorch program under PyTorch and
+    the ONNX export under TensorFlow and JAX (OpenVINO cannot read a JAX
+    function's SavedModel, an `XlaCallModule`). Weights stay float32
+    (`compress_to_fp16=False`)."""
+    import openvino as ov
+
+    if keras.config.backend() == "torch":
+        model = ov.convert_model(export_torch_program(serving, input_signature))
+    else:
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "model.onnx")
+            write_onnx(serving, path, input_signature)
+            model = ov.convert_model(path)
+    for output, name in zip(model.outputs, serving.serving_names):
+        output.get_tensor().set_names({name})
+    for value, name in zip(model.inputs, input_names(input_signature)):
+        value.get_tensor().set_names({name})
+    ov.save_model(model, filepath, compress_to_fp16=False)
+
+
+WRITERS = {
+    "tf_saved_model": write_saved_model,
+    "onnx": write_onnx,
+    "litert": write_litert,
+    "torch": write_torch,
+    "openvino": write_openvino,
+}

@@ -1,0 +1,119 @@
+"""`export_model`: what every zoo task's `export` calls."""
+
+import keras
+import numpy as np
+
+from ensemble_zoo.export.converters import WRITERS
+from ensemble_zoo.export.formats import check_format
+from ensemble_zoo.export.serving import ServingModel
+
+
+class ExportError(ValueError):
+    """An export that a converter refused, or whose artifact computes
+    something else than the model; the message names the method, the
+    format, the backend and the reason."""
+
+
+def export_model(
+    model,
+    filepath,
+    format="tf_saved_model",
+    input_signature=None,
+    include_preprocessing=False,
+    verify=True,
+    verbose=None,
+    **kwargs,
+):
+    """Exports a zoo task with its serving outputs in any format.
+
+    Args:
+        model: a zoo task (`EnsembleClassifier` or
+            `LossPredictionImageClassifier`).
+        filepath: str, the directory (`"tf_saved_model"`) or the file
+            (`.onnx`, `.tflite`, `.pt2`, `.xml` + `.bin`) to write.
+        format: one of `ensemble_zoo.export.FORMATS`; the current backend
+            writes `supported_formats()`.
+        input_signature: optional list of `keras.InputSpec`; defaults to
+            the model's inputs with a dynamic batch size.
+        include_preprocessing: bool. `True` puts the preprocessor's image
+            converter (resize, rescale) into the graph, so the artifact
+            takes raw images as `predict` does. Defaults to `False`, as in
+            keras-hub: the artifact takes what calling the model takes.
+        verify: bool. If `True` (default), the written artifact is run by
+            its own runtime on two inputs of batch sizes 1 and 3 and must
+            match the model within 1e-4, else an `ExportError` is raised
+            (the runtime must be installed).
+        verbose: unused by most formats; accepted as `keras.Model.export`
+            takes it.
+        **kwargs: passed to the format's converter (`opset_version` for
+            ONNX, LiteRT converter attributes, `torch.export` arguments).
+
+    Returns:
+        `filepath`.
+    """
+    method = type(model).__name__
+    check_format(format, filepath, method)
+    serving = ServingModel(model, include_preprocessing=include_preprocessing)
+    if input_signature is None:
+        input_signature = model._export_input_signature()
+    samples = _sample_inputs(input_signature)
+    expected = [_to_numpy(serving(s)) for s in samples]
+    backend = keras.config.backend()
+    try:
+        WRITERS[format](serving, str(filepath), input_signature, verbose=verbose, **kwargs)
+    except (ImportError, ExportError):
+        raise
+    except Exception as error:
+        raise ExportError(
+            f"Cannot export {method} to format={format!r} under the "
+            f"{backend} backend: the converter failed with "
+            f"{type(error).__name__}: {_first_line(error)}"
+        ) from error
+    if verify:
+        from ensemble_zoo.export.runtimes import ExportedModel
+
+        artifact = ExportedModel(filepath, format=format)
+        for sample, want in zip(samples, expected):
+            got = artifact(sample)
+            for name, value in want.items():
+                if name not in got:
+                    raise ExportError(
+                        f"The {format!r} artifact of {method} has no output "
+                        f"{name!r} (it has {sorted(got)})."
+                    )
+                diff = float(np.max(np.abs(got[name] - value))) if value.size else 0.0
+                if not diff <= 1e-4:
+                    raise ExportError(
+                        f"The {format!r} artifact of {method} written under "
+                        f"{backend} computes {name!r} differently from the "
+                        f"model (max |diff| {diff:.3g} > 1e-4 at batch size "
+                        f"{len(value)}); the file was written to {filepath!r} "
+                        "for inspection."
+                    )
+    return filepath
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else ""
+
+
+def _to_numpy(outputs):
+    return {k: np.asarray(keras.ops.convert_to_numpy(v)) for k, v in outputs.items()}
+
+
+def _sample_inputs(input_signature):
+    """Two deterministic inputs (batch sizes 1 and 3) for the signature."""
+    rng = np.random.default_rng(0)
+
+    def sample(spec, batch):
+        shape = [batch if j == 0 else (8 if d is None else d) for j, d in enumerate(spec.shape)]
+        if "int" in str(spec.dtype):
+            return np.ones(shape, dtype=str(spec.dtype))
+        return rng.uniform(0, 1, shape).astype(str(spec.dtype))
+
+    out = []
+    for batch in (1, 3):
+        args = keras.tree.map_structure(lambda s: sample(s, batch), input_signature)
+        out.append(args[0] if len(args) == 1 else args)
+    return out
