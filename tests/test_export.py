@@ -1,4 +1,13 @@
-"""SavedModel export of the base preset, and the PyTorch path to it."""
+"""Export of zoo classifiers in every format, each artifact run by its
+own runtime and compared with `predict_uncertainty`.
+
+One preset per format and backend (the full preset x format table is
+`benchmarks/export_table.py`'s), one export per test: the checks of an
+artifact (two batch sizes, the output names, every output's values) share
+it.
+"""
+
+import os
 
 import keras
 import numpy as np
@@ -6,90 +15,178 @@ import pytest
 
 import ensemble_zoo as ez
 from conftest import BACKEND
-from conftest import requires_saved_model
-from conftest import run_python
 
 KEYS = ("probabilities", "member_logits", "total", "aleatoric", "epistemic")
-# Baselines whose layers (grouped attention, tiling, reshapes) the other
-# presets already export under JAX.
-TENSORFLOW_ONLY = (
-    "masksembles_vit_tiny_digits",
-    "mimo_vit_tiny_digits",
-    "subnetwork_vit_tiny_digits",
-    "tile_vit_tiny_digits",
-)
+SUFFIX = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite",
+          "torch": ".pt2", "openvino": ".xml"}
+# One preset per format, so that the formats cover several methods.
+PRESET = {
+    "tf_saved_model": "hydra_circuit_vit_tiny_digits",
+    "onnx": "deep_ensemble_vit_tiny_digits",
+    "litert": "lora_ensemble_vit_tiny_digits",
+    "torch": "masksembles_vit_tiny_digits",
+    "openvino": "packed_ensemble_vit_tiny_digits",
+}
+SUPPORTED = {
+    "jax": ("tf_saved_model", "onnx", "openvino"),
+    "tensorflow": ("tf_saved_model", "onnx", "litert", "openvino"),
+    "torch": ("onnx", "torch", "openvino"),
+}
 
 
-def check_saved_model(path, model, x, raw=None):
-    """The SavedModel serves what calling the model takes (`x`: images
-    in [0, 1]; no preprocessing, as keras-hub exports); `predict` of a
-    model with an image converter takes the raw images `raw`."""
-    import tensorflow as tf
-
-    expected = model.predict_uncertainty(x if raw is None else raw)
-    loaded = tf.saved_model.load(path)
-    served = loaded.serve(tf.constant(x))
-    for key in KEYS:
-        np.testing.assert_allclose(served[key].numpy(), expected[key], atol=1e-5)
-    if raw is not None:
-        # The documented way to serve raw images: the preprocessor first.
-        ready = keras.ops.convert_to_numpy(model.preprocessor(raw))
-        got = loaded.serve(tf.constant(ready))["probabilities"].numpy()
-        np.testing.assert_allclose(got, expected["probabilities"], atol=1e-5)
-    # Any batch size works.
-    assert loaded.serve(tf.constant(x[:3]))["probabilities"].shape == (3, 8)
+def digits(n=None, split="test"):
+    x, _ = ez.datasets.load_arrays("digits", split)
+    raw, _ = ez.datasets.load_arrays("digits", split, raw=True)
+    return (x, raw) if n is None else (x[:n], raw[:n])
 
 
-@requires_saved_model
-@pytest.mark.parametrize(
-    "name",
-    [
-        "vit_tiny_digits",
-        "deep_ensemble_vit_tiny_digits",
-        "hydra_circuit_vit_tiny_digits",
-        "lora_ensemble_vit_tiny_digits",
-        "batch_ensemble_vit_tiny_digits",
-        "packed_ensemble_vit_tiny_digits",
-        "masksembles_vit_tiny_digits",
-        "mimo_vit_tiny_digits",
-        "subnetwork_vit_tiny_digits",
-        "tile_vit_tiny_digits",
-    ],
-)
-def test_saved_model_serves_probabilities_logits_and_uncertainty(tmp_path, name):
-    if name in TENSORFLOW_ONLY and BACKEND != "tensorflow":
-        pytest.skip("exported under TensorFlow only (test-time budget); the JAX path is the same for every preset")
-    model = ez.models.EnsembleClassifier.from_preset(name)
-    x, _ = ez.datasets.load_arrays("digits", "near_ood")
-    raw, _ = ez.datasets.load_arrays("digits", "near_ood", raw=True)
-    path = str(tmp_path / "saved_model")
-    model.export(path)
-    check_saved_model(path, model, x[:64], raw[:64])
+def assert_matches(got, expected, keys=KEYS):
+    """Every output within 1e-5 (member logits, up to ~20 in size, within
+    1e-5 + 1e-6 |logit|: float32 round-off of a different kernel order)."""
+    assert sorted(got) == sorted(keys)
+    for key in keys:
+        assert got[key].shape == expected[key].shape, key
+        rtol = 1e-6 if key in ("member_logits", "logits") else 0.0
+        np.testing.assert_allclose(got[key], expected[key], atol=1e-5, rtol=rtol, err_msg=key)
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="the PyTorch path")
-def test_torch_export_is_a_clear_error_and_the_documented_path_works(tmp_path):
+def test_supported_formats_per_backend():
+    for backend, formats in SUPPORTED.items():
+        assert ez.export.supported_formats(backend) == formats
+    assert ez.export.supported_formats() == SUPPORTED[BACKEND]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("format", ez.export.FORMATS)
+def test_artifact_matches_predict_uncertainty_in_its_runtime(tmp_path, format):
+    if format not in SUPPORTED[BACKEND]:
+        pytest.skip(f"{format} is not written under {BACKEND} (see the refusal test)")
+    model = ez.models.EnsembleClassifier.from_preset(PRESET[format])
+    x, raw = digits()
+    expected = model.predict_uncertainty(raw, batch_size=512)
+    path = str(tmp_path / f"model{SUFFIX[format]}")
+    assert model.export(path, format=format) == path  # verify=True: run once already
+    artifact = ez.export.ExportedModel(path)
+    assert artifact.format == format
+    assert_matches(artifact(x), expected)
+    # A dynamic batch size: a second, odd size from the same artifact.
+    assert_matches(artifact(x[:3]), {k: v[:3] for k, v in expected.items()})
+
+
+@pytest.mark.slow
+def test_include_preprocessing_serves_raw_images(tmp_path):
+    """The image converter (rescale by 1/16 for the digits) in the graph:
+    the artifact takes raw images as `predict` does; without it, raw
+    images give another answer (the default takes scaled images)."""
     model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
-    with pytest.raises(ValueError, match="KERAS_BACKEND=tensorflow"):
-        model.export(str(tmp_path / "nope"))
-    # The documented path: save under torch, reload under TF, export there.
-    preset = str(tmp_path / "trained_under_torch")
-    model.save_to_preset(preset)
-    x, _ = ez.datasets.load_arrays("digits", "test")
-    raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
-    np.save(tmp_path / "x.npy", x[:32])
-    np.save(tmp_path / "logits.npy", model.predict(raw[:32], verbose=0))
-    out = run_python(
-        f"""
-import numpy as np, tensorflow as tf, ensemble_zoo as ez
-model = ez.models.EnsembleClassifier.from_preset({preset!r})
-model.export({str(tmp_path / "saved_model")!r})
-served = tf.saved_model.load({str(tmp_path / "saved_model")!r})
-x = np.load({str(tmp_path / "x.npy")!r})
-got = served.serve(tf.constant(x))["member_logits"].numpy()
-print("max_abs_diff", np.abs(got - np.load({str(tmp_path / "logits.npy")!r})).max())
-""",
-        backend="tensorflow",
-    )
-    diff = float(out.split("max_abs_diff")[-1])
-    assert diff <= 1e-5
+    x, raw = digits(64)
+    expected = model.predict_uncertainty(raw)
+    format = "onnx"
+    with_converter = str(tmp_path / "raw.onnx")
+    model.export(with_converter, format=format, include_preprocessing=True)
+    got = ez.export.ExportedModel(with_converter)(raw)
+    assert_matches(got, expected)
+    unscaled = ez.export.ServingModel(model)(raw)["probabilities"]
+    assert np.abs(got["probabilities"] - keras.ops.convert_to_numpy(unscaled)).max() > 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="one backend: int8 kernels are tested on all three")
+def test_int8_artifact_agrees_with_float32(tmp_path):
+    model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    x, raw = digits()
+    float32 = model.predict_uncertainty(raw, batch_size=512)["probabilities"]
+    model.quantize("int8")
+    path = str(tmp_path / "int8.onnx")
+    model.export(path, format="onnx")
+    got = ez.export.ExportedModel(path)(x)["probabilities"]
+    assert np.mean(got.argmax(-1) == float32.argmax(-1)) >= 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend: the other outputs share the path")
+def test_loss_prediction_exports_logits_probabilities_and_uncertainty(tmp_path):
+    model = ez.presets.load_preset("loss_prediction_vit_tiny_digits")
+    x, _ = digits(32)
+    outputs = model(x, training=False)
+    expected = {
+        "logits": keras.ops.convert_to_numpy(outputs["logits"]),
+        "probabilities": keras.ops.convert_to_numpy(keras.ops.softmax(outputs["logits"])),
+        "uncertainty": keras.ops.convert_to_numpy(outputs["uncertainty"]),
+    }
+    path = str(tmp_path / "loss_prediction.pt2")
+    model.export(path, format="torch")
+    assert_matches(ez.export.ExportedModel(path)(x), expected, keys=tuple(expected))
+
+
+UNSUPPORTED = [(b, f) for b in SUPPORTED for f in ez.export.FORMATS if f not in SUPPORTED[b]]
+
+
+@pytest.mark.parametrize("format", ez.export.FORMATS)
+def test_a_format_the_backend_cannot_write_is_a_clear_error(tmp_path, format):
+    if format in SUPPORTED[BACKEND]:
+        pytest.skip(f"{format} is written under {BACKEND}")
+    model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    with pytest.raises(ValueError) as info:
+        model.export(str(tmp_path / f"m{SUFFIX[format]}"), format=format)
+    message = str(info.value)
+    for part in ("EnsembleClassifier", f"format={format!r}", BACKEND, "save_to_preset"):
+        assert part in message
+    assert not os.listdir(tmp_path)
+
+
+def test_bad_format_and_suffix_are_clear_errors(tmp_path):
+    model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    with pytest.raises(ValueError, match="`format` must be one of"):
+        model.export(str(tmp_path / "m"), format="tflite")
+    with pytest.raises(ValueError, match=r"must end in '\.onnx'"):
+        model.export(str(tmp_path / "m.tflite"), format="onnx")
+    with pytest.raises(TypeError, match="include_preprocessing"):
+        ez.export.ServingModel(model, include_preprocessing="yes")
+    bare = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits", preprocessor=None)
+    with pytest.raises(ValueError, match="no preprocessor"):
+        ez.export.ServingModel(bare, include_preprocessing=True)
+    with pytest.raises(ValueError, match="Cannot tell the export format"):
+        ez.export.ExportedModel(str(tmp_path / "model.bin"))
+    # A stochastic method: every format would serve another model.
+    mc = ez.models.EnsembleClassifier.from_preset("mc_dropout_vit_tiny_digits")
+    with pytest.raises(ValueError, match="MCDropoutClassifier to format='onnx': MC dropout draws new"):
+        mc.export(str(tmp_path / "mc.onnx"), format="onnx")
+    assert not os.listdir(tmp_path)
+
+
+def test_a_converter_failure_or_a_different_artifact_is_an_export_error(tmp_path, monkeypatch):
+    """The converter's error is named with the method, format and backend;
+    an artifact whose outputs differ from the model's is refused."""
+    from ensemble_zoo.export import converters
+    from ensemble_zoo.export import runtimes
+
+    model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
+    format = "onnx"
+    path = str(tmp_path / "m.onnx")
+
+    def failing(*args, **kwargs):
+        raise NotImplementedError("no converter for `top_k`")
+
+    monkeypatch.setitem(converters.WRITERS, format, failing)
+    with pytest.raises(ez.export.ExportError) as info:
+        model.export(path, format=format)
+    for part in ("EnsembleClassifier", "format='onnx'", BACKEND, "no converter for `top_k`"):
+        assert part in str(info.value)
+
+    monkeypatch.setitem(converters.WRITERS, format, lambda *a, **k: None)
+
+    class Wrong:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, inputs):
+            n = len(inputs)
+            return {"probabilities": np.full((n, 8), 0.125, "float32"),
+                    "member_logits": np.zeros((n, 1, 8), "float32"),
+                    "total": np.zeros(n, "float32"), "aleatoric": np.zeros(n, "float32"),
+                    "epistemic": np.zeros(n, "float32")}
+
+    monkeypatch.setattr(runtimes, "ExportedModel", Wrong)
+    with pytest.raises(ez.export.ExportError, match="computes 'probabilities' differently"):
+        model.export(path, format=format)

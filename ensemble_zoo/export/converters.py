@@ -15,7 +15,7 @@ import numpy as np
 from ensemble_zoo.utils import backend as backend_utils
 
 # The ONNX opset that every backend's converter writes.
-ONNX_OPSET = 17
+ONNX_OPSET = 18
 
 
 def flat_specs(input_signature):

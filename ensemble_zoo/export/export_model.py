@@ -41,8 +41,10 @@ def export_model(
             keras-hub: the artifact takes what calling the model takes.
         verify: bool. If `True` (default), the written artifact is run by
             its own runtime on two inputs of batch sizes 1 and 3 and must
-            match the model within 1e-4, else an `ExportError` is raised
-            (the runtime must be installed).
+            match the model within 1e-4 (5e-2 for a quantized model, whose
+            int8 activations each converter rounds at slightly different
+            points), else an `ExportError` is raised (the runtime must be
+            installed).
         verbose: unused by most formats; accepted as `keras.Model.export`
             takes it.
         **kwargs: passed to the format's converter (`opset_version` for
@@ -53,6 +55,11 @@ def export_model(
     """
     method = type(model).__name__
     check_format(format, filepath, method)
+    refusal = getattr(model, "_export_refusal", None)
+    if refusal:
+        raise ValueError(
+            f"Cannot export {method} to format={format!r}: {refusal}"
+        )
     serving = ServingModel(model, include_preprocessing=include_preprocessing)
     if input_signature is None:
         input_signature = model._export_input_signature()
@@ -64,17 +71,37 @@ def export_model(
     except (ImportError, ExportError):
         raise
     except Exception as error:
+        hint = ""
+        if "Constraints violated" in str(error):
+            hint = (
+                " The model's graph fixes a size that the signature leaves "
+                "dynamic; pass a static `input_signature` (e.g. "
+                "`[keras.InputSpec(shape=(64, 8, 8, 1))]`) to export one "
+                "batch size."
+            )
         raise ExportError(
             f"Cannot export {method} to format={format!r} under the "
             f"{backend} backend: the converter failed with "
-            f"{type(error).__name__}: {_first_line(error)}"
+            f"{type(error).__name__}: {_first_line(error)}{hint}"
         ) from error
     if verify:
         from ensemble_zoo.export.runtimes import ExportedModel
 
-        artifact = ExportedModel(filepath, format=format)
+        tolerance = 5e-2 if _is_quantized(model) else 1e-4
+        artifact = None
         for sample, want in zip(samples, expected):
-            got = artifact(sample)
+            try:
+                artifact = artifact or ExportedModel(filepath, format=format)
+                got = artifact(sample)
+            except ImportError:
+                raise
+            except Exception as error:
+                raise ExportError(
+                    f"The {format!r} artifact of {method} written under "
+                    f"{backend} does not run in its runtime: "
+                    f"{type(error).__name__}: {_first_line(error)} (the "
+                    f"file was written to {filepath!r} for inspection)."
+                ) from error
             for name, value in want.items():
                 if name not in got:
                     raise ExportError(
@@ -82,15 +109,22 @@ def export_model(
                         f"{name!r} (it has {sorted(got)})."
                     )
                 diff = float(np.max(np.abs(got[name] - value))) if value.size else 0.0
-                if not diff <= 1e-4:
+                if not diff <= tolerance:
                     raise ExportError(
                         f"The {format!r} artifact of {method} written under "
                         f"{backend} computes {name!r} differently from the "
-                        f"model (max |diff| {diff:.3g} > 1e-4 at batch size "
+                        f"model (max |diff| {diff:.3g} > {tolerance:g} at batch size "
                         f"{len(value)}); the file was written to {filepath!r} "
                         "for inspection."
                     )
     return filepath
+
+
+def _is_quantized(model):
+    return any(
+        getattr(layer.dtype_policy, "quantization_mode", None)
+        for layer in model._flatten_layers(include_self=False)
+    )
 
 
 def _first_line(error):

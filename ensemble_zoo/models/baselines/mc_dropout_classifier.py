@@ -60,6 +60,16 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
     backbone_cls = MCDropoutBackbone
 
+    # Why `export` refuses every format (`ensemble_zoo.export`).
+    _export_refusal = (
+        "MC dropout draws new dropout masks at every call from seed "
+        "generators whose state the model updates; an exported graph would "
+        "repeat the masks of the state it was traced with (or use its "
+        "runtime's own random numbers), which is not this model's "
+        "prediction. Serve it from Keras (`predict_uncertainty`), or export "
+        "a deterministic method (e.g. Masksembles, whose masks are fixed)."
+    )
+
     def __init__(
         self, model=None, num_members=None, rate=None, seed=None, backbone=None,
         preprocessor=None, **kwargs,
