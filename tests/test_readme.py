@@ -17,8 +17,28 @@ from conftest import with_xla_defaults
 README = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
 
 
-def blocks(language):
-    return re.findall(rf"```{language}\n(.*?)\n```", README, re.S)
+# The documentation pages written by hand (the site also renders README
+# sections and the guides, which run elsewhere), in navigation order.
+DOC_PAGES = [
+    os.path.join(REPO_ROOT, "docs", *page.split("/"))
+    for page in (
+        "methods/hydra.md", "methods/lora_ensemble.md", "methods/causal_lm.md",
+        "methods/vmoe_e3.md", "methods/loss_prediction.md", "methods/implicit.md",
+        "methods/baselines.md", "presets.md", "export.md", "benchmarks.md",
+    )
+]
+
+
+def blocks(language, text=README):
+    return re.findall(rf"```{language}\n(.*?)\n```", text, re.S)
+
+
+def doc_blocks(language):
+    """The README's blocks, then each documentation page's."""
+    found = blocks(language)
+    for path in DOC_PAGES:
+        found += blocks(language, open(path, encoding="utf-8").read())
+    return found
 
 
 def marked_command(marker):
@@ -44,6 +64,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_preset_table_matches_metadata():
+    README = open(os.path.join(REPO_ROOT, "docs", "presets.md"), encoding="utf-8").read()
     for name in ez.presets.list_presets():
         meta = ez.presets.preset_metadata(name)
         if meta["kind"] == "architecture":
@@ -92,7 +113,7 @@ def test_readme_leaderboard_lists_every_trained_preset():
 )
 def test_python_blocks_run(tmp_path):
     copy_test_fixtures(tmp_path)
-    stdout = run_python("\n\n".join(blocks("python")), cwd=tmp_path)
+    stdout = run_python("\n\n".join(doc_blocks("python")), cwd=tmp_path)
     accuracy = float(re.search(r"^accuracy ([0-9.]+)$", stdout, re.M)[1])
     assert accuracy > 0.9
     assert os.path.isfile(tmp_path / "my_deep_ensemble" / "model.weights.h5")

@@ -56,6 +56,7 @@ def export_model(
     method = type(model).__name__
     check_format(format, filepath, method)
     refusal = getattr(model, "_export_refusal", None)
+    refusal = refusal(format) if refusal is not None else None
     if refusal:
         raise ValueError(
             f"Cannot export {method} to format={format!r}: {refusal}"
@@ -108,6 +109,14 @@ def export_model(
                         f"The {format!r} artifact of {method} has no output "
                         f"{name!r} (it has {sorted(got)})."
                     )
+                if np.shape(got[name]) != value.shape:
+                    raise ExportError(
+                        f"The {format!r} artifact of {method} returns "
+                        f"{name!r} of shape {np.shape(got[name])}; the model "
+                        f"{value.shape}."
+                    )
+                if getattr(model, "_stochastic_outputs", False):
+                    continue  # random samples: names and shapes only
                 diff = float(np.max(np.abs(got[name] - value))) if value.size else 0.0
                 if not diff <= tolerance:
                     raise ExportError(

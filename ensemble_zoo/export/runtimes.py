@@ -45,8 +45,8 @@ class ExportedModel:
     ```python
     model = ensemble_zoo.models.EnsembleClassifier.from_preset(
         "vit_tiny_digits")
-    model.export("/tmp/vit.onnx", format="onnx")
-    served = ensemble_zoo.export.ExportedModel("/tmp/vit.onnx")
+    model.export("vit.onnx", format="onnx")
+    served = ensemble_zoo.export.ExportedModel("vit.onnx")
     x, _ = ensemble_zoo.datasets.load_arrays("digits", "test")
     served(x[:4])["probabilities"].shape
     # (4, 8)

@@ -276,8 +276,13 @@ class EnsembleClassifier(
 
         ```python
         model = ensemble_zoo.models.EnsembleClassifier.from_preset(
-            "deep_ensemble_vit_tiny_digits")
-        model.export("/tmp/deep_ensemble.onnx", format="onnx")
+            "vit_tiny_digits")
+        # Raw digits (0-16) in, as `predict` takes them.
+        model.export("vit.onnx", format="onnx", include_preprocessing=True)
+        served = ensemble_zoo.export.ExportedModel("vit.onnx")
+        raw, _ = ensemble_zoo.datasets.load_arrays("digits", "test", raw=True)
+        sorted(served(raw[:4]))
+        # ['aleatoric', 'epistemic', 'member_logits', 'probabilities', 'total']
         ```
         """
         from ensemble_zoo.export import export_model

@@ -60,15 +60,40 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
     backbone_cls = MCDropoutBackbone
 
-    # Why `export` refuses every format (`ensemble_zoo.export`).
-    _export_refusal = (
-        "MC dropout draws new dropout masks at every call from seed "
-        "generators whose state the model updates; an exported graph would "
-        "repeat the masks of the state it was traced with (or use its "
-        "runtime's own random numbers), which is not this model's "
-        "prediction. Serve it from Keras (`predict_uncertainty`), or export "
-        "a deterministic method (e.g. Masksembles, whose masks are fixed)."
-    )
+    def _export_refusal(self, format):
+        """Why `export` refuses `format` (`None`: it does not).
+
+        With every dropout rate 0 the model is deterministic and exports
+        everywhere. Otherwise it draws new masks at every call from seed
+        generators whose state it updates: only a TensorFlow SavedModel
+        written under TensorFlow keeps that state (as variables) and
+        samples as Keras does; every other artifact would repeat the masks
+        of the state it was traced with, which is not this model.
+        """
+        rates = [
+            layer.rate for layer in self._flatten_layers(include_self=False)
+            if isinstance(layer, keras.layers.Dropout)
+        ]
+        if not any(rates):
+            return None
+        if format == "tf_saved_model" and keras.config.backend() == "tensorflow":
+            return None
+        return (
+            "MC dropout draws new dropout masks at every call from seed "
+            "generators whose state the model updates; this artifact would "
+            "repeat the masks of the state it was traced with (only a "
+            "SavedModel written under TensorFlow keeps the state), which is "
+            "not this model's prediction. Export under TensorFlow with "
+            "format='tf_saved_model', serve it from Keras "
+            "(`predict_uncertainty`), or export a deterministic method "
+            "(e.g. Masksembles, whose masks are fixed)."
+        )
+
+    # Its outputs are random: `export` checks the artifact's outputs'
+    # names and shapes only.
+    @property
+    def _stochastic_outputs(self):
+        return self._export_refusal("onnx") is not None
 
     def __init__(
         self, model=None, num_members=None, rate=None, seed=None, backbone=None,
