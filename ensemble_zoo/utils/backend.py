@@ -45,6 +45,29 @@ def resolve_attention_implementation(value):
     return "einsum" if accelerator() == "cpu" else "fused"
 
 
+def argmax_int32(x, axis=-1):
+    """`keras.ops.argmax(x, axis)` as int32, for `x` without negative zeros.
+
+    Keras' TensorFlow and JAX (CPU) `argmax` of a float tensor first maps
+    -0.0 below +0.0 (keras-team/keras, for jax-ml/jax#24280) with
+    `signbit`, a bitcast to integers that ONNX (no `BitCast` op before
+    opset 26, which ONNX Runtime 1.32 lacks) cannot carry, so a router
+    using it does not export. For tensors without -0.0 (MoE gates:
+    softmax outputs, or -1 where masked) the plain `argmax` of the
+    backend is the same (first index of the largest value).
+    """
+    name = backend()
+    if name == "tensorflow":
+        import tensorflow as tf
+
+        return tf.argmax(x, axis=axis, output_type=tf.int32)
+    if name == "jax":
+        import jax.numpy as jnp
+
+        return jnp.argmax(x, axis=axis).astype(jnp.int32)
+    return keras.ops.cast(keras.ops.argmax(x, axis=axis), "int32")
+
+
 def supports_saved_model_export():
     """Whether `model.export(format="tf_saved_model")` works here.
 

@@ -8,6 +8,7 @@ from ensemble_zoo.layers.moe.member_router import check_capacity_factor
 from ensemble_zoo.layers.moe.member_router import check_capacity_rounding  # noqa: F401
 from ensemble_zoo.layers.moe.member_router import check_non_negative
 from ensemble_zoo.layers.moe.member_router import compute_capacity  # noqa: F401
+from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
@@ -262,7 +263,9 @@ class TopKRouter(GatedRouter):
         choices, bests = [], []
         remaining = gates
         for _ in range(k):
-            best = ops.cast(ops.argmax(remaining, axis=-1), "int32")
+            # Gates are >= 0 (masked: -1), never -0.0: the backend's plain
+            # argmax, which exports to ONNX (`argmax_int32`).
+            best = backend_utils.argmax_int32(remaining, axis=-1)
             onehot = ops.equal(best[..., None], experts)
             choices.append(onehot)
             bests.append(best)
