@@ -291,15 +291,17 @@ def write_openvino(serving, filepath, input_signature, verbose=None, **kwargs):
 
     if keras.config.backend() == "torch":
         model = ov.convert_model(export_torch_program(serving, input_signature))
+        # The program's outputs come in the serving dict's order.
+        for output, name in zip(model.outputs, serving.serving_names):
+            output.get_tensor().set_names({name})
+        for value, name in zip(model.inputs, input_names(input_signature)):
+            value.get_tensor().set_names({name})
     else:
+        # The ONNX export's inputs and outputs are named already.
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "model.onnx")
             write_onnx(serving, path, input_signature)
             model = ov.convert_model(path)
-    for output, name in zip(model.outputs, serving.serving_names):
-        output.get_tensor().set_names({name})
-    for value, name in zip(model.inputs, input_names(input_signature)):
-        value.get_tensor().set_names({name})
     ov.save_model(model, filepath, compress_to_fp16=False)
 
 

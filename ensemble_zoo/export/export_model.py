@@ -64,6 +64,14 @@ def export_model(
     serving = ServingModel(model, include_preprocessing=include_preprocessing)
     if input_signature is None:
         input_signature = model._export_input_signature()
+    if not isinstance(input_signature, (list, tuple)) or not input_signature:
+        raise TypeError(
+            "`input_signature` must be a list with one `keras.InputSpec` per "
+            f"model input; got {input_signature!r}."
+        )
+    input_signature = [
+        keras.tree.map_structure(_with_dtype, spec) for spec in input_signature
+    ]
     samples = _sample_inputs(input_signature)
     expected = [_to_numpy(serving(s)) for s in samples]
     backend = keras.config.backend()
@@ -97,11 +105,19 @@ def export_model(
             except ImportError:
                 raise
             except Exception as error:
+                hint = ""
+                if format == "litert" and len(samples) > 1:
+                    hint = (
+                        " LiteRT runs some graphs at one batch size only: "
+                        "a static `input_signature` (e.g. "
+                        "`[keras.InputSpec(shape=(64, 8, 8, 1))]`) exports "
+                        "one."
+                    )
                 raise ExportError(
                     f"The {format!r} artifact of {method} written under "
                     f"{backend} does not run in its runtime: "
                     f"{type(error).__name__}: {_first_line(error)} (the "
-                    f"file was written to {filepath!r} for inspection)."
+                    f"file was written to {filepath!r} for inspection).{hint}"
                 ) from error
             for name, value in want.items():
                 if name not in got:
@@ -129,6 +145,18 @@ def export_model(
     return filepath
 
 
+def _with_dtype(spec):
+    """`spec` with dtype float32 where it has none (images)."""
+    if not hasattr(spec, "shape"):
+        raise TypeError(
+            "`input_signature` must hold `keras.InputSpec`s (or tensor "
+            f"specs); got {spec!r}."
+        )
+    if getattr(spec, "dtype", None) is None:
+        return keras.InputSpec(shape=spec.shape, dtype="float32", name=getattr(spec, "name", None))
+    return spec
+
+
 def _is_quantized(model):
     return any(
         getattr(layer.dtype_policy, "quantization_mode", None)
@@ -146,7 +174,8 @@ def _to_numpy(outputs):
 
 
 def _sample_inputs(input_signature):
-    """Two deterministic inputs (batch sizes 1 and 3) for the signature."""
+    """Deterministic inputs for the signature: batch sizes 1 and 3, or its
+    static batch size."""
     rng = np.random.default_rng(0)
 
     def sample(spec, batch):
@@ -156,7 +185,8 @@ def _sample_inputs(input_signature):
         return rng.uniform(0, 1, shape).astype(str(spec.dtype))
 
     out = []
-    for batch in (1, 3):
+    static = {s.shape[0] for s in keras.tree.flatten(input_signature)} - {None}
+    for batch in sorted(static) or (1, 3):
         args = keras.tree.map_structure(lambda s: sample(s, batch), input_signature)
         out.append(args[0] if len(args) == 1 else args)
     return out

@@ -135,8 +135,15 @@ class ExportedModel:
         self._compiled = core.compile_model(
             self.path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
         )
-        self._inputs = [i.get_any_name() for i in self._compiled.inputs]
+        self._inputs = [self._openvino_name(i) for i in self._compiled.inputs]
+
+    @staticmethod
+    def _openvino_name(port):
+        """The port's exported name: OpenVINO may keep a graph-internal
+        name beside it (with `/` or `:`), and `get_any_name` picks any."""
+        names = sorted(n for n in port.get_names() if "/" not in n and ":" not in n)
+        return names[0] if names else port.get_any_name()
 
     def _run_openvino(self, inputs):
         result = self._compiled(self._as_dict(inputs, self._inputs))
-        return {o.get_any_name(): np.asarray(result[o]) for o in self._compiled.outputs}
+        return {self._openvino_name(o): np.asarray(result[o]) for o in self._compiled.outputs}
