@@ -13,8 +13,8 @@ export's time (verification in the runtime included). A format that
 cannot carry the method prints the refusal (`ExportError` or
 `ValueError`). With `--int8` it
 quantizes each model first (`model.quantize("int8")`) and prints the share
-of images whose argmax matches the float32 model's. The README's export
-table is this script's output on each backend; `tests/test_export.py`
+of images whose argmax matches the float32 model's. The export page's
+table (docs/export.md) is this script's output on each backend; `tests/test_export.py`
 checks one or two presets per format.
 """
 

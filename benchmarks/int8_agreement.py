@@ -9,7 +9,7 @@ layers quantized among those that can be (Keras' Dense / EinsumDense and
 the zoo's member-axis layers, `Int8KernelsMixin`), the layers with
 kernels left in float (and how many), and the share of images whose
 argmax of the predictive distribution is float32's. A model that refuses quantization
-prints the refusal. The README's "int8 quantization" table is this
+prints the refusal. The "int8 quantization" table (docs/benchmarks.md) is this
 output (JAX, CPU); `tests/presets/test_presets.py` checks its lowest
 deterministic row and the refusal.
 """

@@ -22,7 +22,7 @@ tiny ViT):
 
 The ratio of `single at M x 4` to `single x M` is the cost of the larger
 batch alone; a method's tiled ratio minus it is what the method's own
-layers add. On 2 CPU cores under JAX (see the README) the batch is almost
+layers add. On 2 CPU cores under JAX (see docs/methods/baselines.md) the batch is almost
 all of it, and the sequential passes remove it.
 """
 

@@ -167,7 +167,7 @@ members, which share every weight but their inputs and heads, disagree
 least. Packed-Ensembles' narrow members are the least calibrated before
 temperature scaling. `ensemble-zoo compare` runs the full evaluation
 (temperature scaling, near OOD, the MSP score, FPR95, latency) for every
-preset; its table is in the README.
+preset; its table is on the documentation site (docs/methods/baselines.md).
 
 ## At the papers' scale
 

@@ -14,7 +14,7 @@ Only the weights are quantized: Keras' `Dense` also quantizes each input
 row to int8 and multiplies in integers; the zoo's einsums contract over
 member and head axes whose layouts differ per layer, and the dequantized
 product keeps them one code path with the float call (agreement with
-float32 is in the README's int8 table). Other modes (`"int4"`,
+float32 is in the int8 table of the documentation's benchmarks page). Other modes (`"int4"`,
 `"float8"`, GPTQ, AWQ) have no path here and raise.
 """
 

@@ -3,7 +3,7 @@
 BatchEnsemble, Masksembles and LoRA-Ensemble run a keras-hub network once
 on the member-major batch `(members * batch, ...)`. That single large
 batch is what an accelerator wants (on an H200 the tiled pass of 3
-members takes 0.51-0.67x three separate passes, README). On a CPU under
+members takes 0.51-0.67x three separate passes; docs/benchmarks.md). On a CPU under
 JAX it is not: XLA:CPU (jax 0.10) runs a ViT-B/16 on 12 rows at 1.17x
 the time of 3 passes of 4 rows and on 64 rows at 1.32x 16 passes of 4,
 so the tiled methods took 1.18-1.38x the explicit ensemble of the same
