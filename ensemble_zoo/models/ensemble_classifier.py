@@ -65,9 +65,10 @@ class EnsembleClassifier(
     - `predict_uncertainty(x)`: predictive probabilities plus the
       total / aleatoric / epistemic decomposition
       (`ensemble_zoo.ops.uncertainty_decomposition`);
-    - `export(path)`: a TensorFlow SavedModel whose `serve` function returns
+    - `export(path, format=...)`: a SavedModel, ONNX, LiteRT, `.pt2` or
+      OpenVINO artifact (each backend writes its formats) serving
       `probabilities`, `member_logits`, `total`, `aleatoric` and
-      `epistemic` (TensorFlow and JAX backends);
+      `epistemic`, verified in its own runtime (`ensemble_zoo.export`);
     - `from_preset(name)` / `save_to_preset(directory)`.
 
     A single model is an ensemble with `num_members == 1`.
