@@ -190,3 +190,31 @@ def test_a_converter_failure_or_a_different_artifact_is_an_export_error(tmp_path
     monkeypatch.setattr(runtimes, "ExportedModel", Wrong)
     with pytest.raises(ez.export.ExportError, match="computes 'probabilities' differently"):
         model.export(path, format=format)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend: the input naming differs by backend only in torch's dict order, tested here")
+def test_text_classifier_exports_its_three_named_inputs(tmp_path):
+    """A text model's inputs (token ids, padding mask, segment ids) keep
+    their names: feeding them by name gives the model's outputs (a swap
+    would not), at the padded length that `torch.export` needs."""
+    import zoo_testing
+
+    from ensemble_zoo.models import HydraTextClassifier
+
+    masks = np.array([[[1, 1, 1, 1], [0, 1, 1, 0]], [[1, 0, 0, 0], [1, 1, 1, 1]]], bool)
+    hydra = HydraTextClassifier.from_keras_hub(zoo_testing.tiny_bert(0), masks)
+    length = hydra.backbone.max_sequence_length
+    rng = np.random.default_rng(0)
+    x = {
+        "token_ids": rng.integers(1, 20, (3, length)).astype("int32"),
+        "padding_mask": (np.arange(length) < np.array([[length], [4], [2]])).astype("int32"),
+        "segment_ids": (np.arange(length) >= length // 2).astype("int32")[None].repeat(3, 0),
+    }
+    path = str(tmp_path / "text.onnx")
+    hydra.export(path, format="onnx")
+    artifact = ez.export.ExportedModel(path)
+    assert sorted(artifact._inputs) == sorted(x)
+    expected = ez.ops.uncertainty_decomposition(hydra(x))
+    got = artifact(x)
+    np.testing.assert_allclose(got["member_logits"], keras.ops.convert_to_numpy(hydra(x)), atol=1e-5)
+    np.testing.assert_allclose(got["epistemic"], keras.ops.convert_to_numpy(expected["epistemic"]), atol=1e-5)

@@ -135,10 +135,12 @@ def _onnx_from_tensorflow(serving, filepath, input_signature, opset):
     )
 
 
-def symbolic_dims(i, spec):
-    """`spec`'s shape with each unknown size named (`"batch"` first)."""
+def symbolic_dims(spec):
+    """`spec`'s shape with each unknown size named by its axis (`"batch"`,
+    then `"d1"`, ...): inputs share their unknown sizes (a text model's
+    token ids and padding mask have one batch size and one length)."""
     return [
-        ("batch" if j == 0 else f"d{i}_{j}") if d is None else d
+        ("batch" if j == 0 else f"d{j}") if d is None else d
         for j, d in enumerate(spec.shape)
     ]
 
@@ -156,12 +158,15 @@ def _onnx_from_jax(serving, filepath, input_signature, opset):
     from jax2onnx import to_onnx
 
     specs = flat_specs(input_signature)
+    # One symbolic scope for every input, so equal names are one size.
+    names = sorted({d for s in specs for d in symbolic_dims(s) if isinstance(d, str)})
+    symbols = dict(zip(names, jax.export.symbolic_shape(",".join(names)))) if names else {}
     shapes = [
         jax.ShapeDtypeStruct(
-            jax.export.symbolic_shape(",".join(map(str, symbolic_dims(i, s)))),
+            tuple(symbols.get(d, d) if isinstance(d, str) else d for d in symbolic_dims(s)),
             s.dtype,
         )
-        for i, s in enumerate(specs)
+        for s in specs
     ]
     trainable = [v.value for v in serving.trainable_variables]
     non_trainable = [v.value for v in serving.non_trainable_variables]
@@ -178,10 +183,7 @@ def _onnx_from_jax(serving, filepath, input_signature, opset):
 
     to_onnx(
         replay,
-        inputs=[
-            jax.ShapeDtypeStruct(tuple(symbolic_dims(i, s)), s.dtype)
-            for i, s in enumerate(specs)
-        ],
+        inputs=shapes,  # the jaxpr's own symbolic sizes
         input_names=input_names(input_signature),
         opset=opset,
         return_mode="file",
@@ -191,30 +193,36 @@ def _onnx_from_jax(serving, filepath, input_signature, opset):
 
 def torch_sample_and_dynamic_shapes(input_signature):
     """Sample inputs (every unknown size 2) and `torch.export` dynamic
-    shapes (every unknown size a named dimension) for a Keras layer, whose
-    `forward` takes `*args`."""
+    shapes (every unknown size a dimension named by its axis, shared by
+    the inputs) for a Keras layer, whose `forward` takes `*args`."""
     import torch
 
     dims = {}
 
-    def dim(i, j):
-        name = "batch" if j == 0 else f"d{i}_{j}"
+    def dim(j):
+        name = "batch" if j == 0 else f"d{j}"
         if name not in dims:
             dims[name] = torch.export.Dim(name, min=1, max=1 << 20)
         return dims[name]
-
-    counter = iter(range(1 << 30))
 
     def sample(spec):
         shape = [2 if d is None else d for d in spec.shape]
         return torch.zeros(shape, dtype=getattr(torch, str(spec.dtype)))
 
     def dynamic(spec):
-        i = next(counter)
-        return {j: dim(i, j) for j, d in enumerate(spec.shape) if d is None}
+        return {j: dim(j) for j, d in enumerate(spec.shape) if d is None}
 
-    samples = tuple(keras.tree.map_structure(sample, s) for s in input_signature)
-    dynamic_shapes = (tuple(keras.tree.map_structure(dynamic, s) for s in input_signature),)
+    def by_name(structure):
+        # torch flattens a dict in insertion order; the artifacts name their
+        # inputs in sorted order, as TensorFlow and JAX flatten dicts.
+        if isinstance(structure, dict):
+            return {k: structure[k] for k in sorted(structure)}
+        return structure
+
+    samples = tuple(by_name(keras.tree.map_structure(sample, s)) for s in input_signature)
+    dynamic_shapes = (
+        tuple(by_name(keras.tree.map_structure(dynamic, s)) for s in input_signature),
+    )
     return samples, dynamic_shapes
 
 
@@ -230,18 +238,14 @@ def export_torch_program(serving, input_signature, **kwargs):
 
 
 def _onnx_from_torch(serving, filepath, input_signature, opset):
+    """`torch.onnx`'s dynamo exporter, from the `torch.export` program that
+    the `"torch"` format writes (one trace serves both)."""
     import torch
 
-    samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
-    serving.eval()
     program = torch.onnx.export(
-        serving,
-        samples,
+        export_torch_program(serving, input_signature),
         dynamo=True,
         opset_version=opset,
-        input_names=input_names(input_signature),
-        output_names=list(serving.serving_names),
-        dynamic_shapes=dynamic_shapes,
         verbose=False,
     )
     program.optimize()

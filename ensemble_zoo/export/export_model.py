@@ -181,7 +181,11 @@ def _sample_inputs(input_signature):
     def sample(spec, batch):
         shape = [batch if j == 0 else (8 if d is None else d) for j, d in enumerate(spec.shape)]
         if "int" in str(spec.dtype):
-            return np.ones(shape, dtype=str(spec.dtype))
+            # 0/1 ids, masks and segments, different for each input (an
+            # artifact that swaps two inputs fails), position 0 set.
+            ids = rng.integers(0, 2, shape)
+            ids[..., 0] = 1
+            return ids.astype(str(spec.dtype))
         return rng.uniform(0, 1, shape).astype(str(spec.dtype))
 
     out = []

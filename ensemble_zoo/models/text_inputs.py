@@ -98,12 +98,13 @@ class TextInputsMixin:
 
     def _export_input_signature(self):
         # JAX export cannot compare a symbolic sequence length with the
-        # position table's size, so under JAX the SavedModel takes inputs
-        # padded to `max_sequence_length`; under TensorFlow any length.
+        # position table's size, and `torch.export` proves it equal to the
+        # table's: under both, exports take inputs padded to
+        # `max_sequence_length`; under TensorFlow any length.
         length = (
-            self.backbone.max_sequence_length
-            if keras.config.backend() == "jax"
-            else None
+            None
+            if keras.config.backend() == "tensorflow"
+            else self.backbone.max_sequence_length
         )
         return [
             {
