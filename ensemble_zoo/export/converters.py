@@ -239,13 +239,26 @@ def export_torch_program(serving, input_signature, **kwargs):
 
 def _onnx_from_torch(serving, filepath, input_signature, opset):
     """`torch.onnx`'s dynamo exporter, from the `torch.export` program that
-    the `"torch"` format writes (one trace serves both)."""
+    the `"torch"` format writes; where that program cannot keep the batch
+    size dynamic (BatchEnsemble's member tiling), from the module, with
+    `torch.onnx`'s own export strategies. `name_onnx_io` then names the
+    inputs and outputs, in the order torch flattens them."""
     import torch
 
+    try:
+        model, samples, dynamic_shapes = (
+            export_torch_program(serving, input_signature), (), None
+        )
+    except Exception:  # noqa: BLE001 (torch.onnx tries its own strategies)
+        samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
+        model = serving
+    serving.eval()
     program = torch.onnx.export(
-        export_torch_program(serving, input_signature),
+        model,
+        samples,
         dynamo=True,
         opset_version=opset,
+        dynamic_shapes=dynamic_shapes,
         verbose=False,
     )
     program.optimize()
@@ -289,18 +302,25 @@ def write_torch(serving, filepath, input_signature, verbose=None, **kwargs):
 def write_openvino(serving, filepath, input_signature, verbose=None, **kwargs):
     """OpenVINO's converter reads the PyTorch program under PyTorch and
     the ONNX export under TensorFlow and JAX (OpenVINO cannot read a JAX
-    function's SavedModel, an `XlaCallModule`). Weights stay float32
-    (`compress_to_fp16=False`)."""
+    function's SavedModel, an `XlaCallModule`), and under PyTorch where
+    `torch.export` cannot keep the batch size dynamic. Weights stay
+    float32 (`compress_to_fp16=False`)."""
     import openvino as ov
 
+    model = None
     if keras.config.backend() == "torch":
-        model = ov.convert_model(export_torch_program(serving, input_signature))
-        # The program's outputs come in the serving dict's order.
-        for output, name in zip(model.outputs, serving.serving_names):
-            output.get_tensor().set_names({name})
-        for value, name in zip(model.inputs, input_names(input_signature)):
-            value.get_tensor().set_names({name})
-    else:
+        try:
+            program = export_torch_program(serving, input_signature)
+        except Exception:  # noqa: BLE001 (the ONNX route below)
+            program = None
+        if program is not None:
+            model = ov.convert_model(program)
+            # The program's outputs come in the serving dict's order.
+            for output, name in zip(model.outputs, serving.serving_names):
+                output.get_tensor().set_names({name})
+            for value, name in zip(model.inputs, input_names(input_signature)):
+                value.get_tensor().set_names({name})
+    if model is None:
         # The ONNX export's inputs and outputs are named already.
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "model.onnx")
