@@ -6,7 +6,6 @@ from keras import ops
 
 from conftest import jit_compile
 from conftest import requires_jit
-from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleImageClassifier
 from ensemble_zoo.models import apply_lora_ensemble
@@ -184,18 +183,3 @@ def test_trains_and_predicts_with_jit_compile():
     x, y = images(32), np.arange(32) % 5
     history = model.fit(x, y, epochs=5, batch_size=16, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
-
-
-@requires_saved_model
-def test_saved_model_matches_keras(tmp_path):
-    import tensorflow as tf
-
-    model = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=3, rank=2, seed=0)
-    randomize_adapters(model)
-    x = images()
-    model.export(str(tmp_path / "sm"))
-    loaded = tf.saved_model.load(str(tmp_path / "sm"))
-    served = loaded.serve(tf.constant(x))
-    expected = model.predict_uncertainty(x)
-    for key in ("member_logits", "probabilities", "epistemic"):
-        np.testing.assert_allclose(served[key].numpy(), expected[key], atol=1e-5)

@@ -8,7 +8,6 @@ from scipy.stats import spearmanr
 import ensemble_zoo as ez
 from conftest import jit_compile
 from conftest import requires_jit
-from conftest import requires_saved_model
 from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models.loss_prediction import cache_embeddings
 from ensemble_zoo.models.loss_prediction import train_head_from_cache
@@ -157,19 +156,6 @@ def test_trains_end_to_end_with_jit_compile():
     history = model.fit(x[:256], y[:256], batch_size=32, epochs=3, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     assert history.history["loss"][-1] < history.history["loss"][0]
-
-
-@requires_saved_model
-def test_saved_model_returns_logits_and_uncertainty(tmp_path):
-    model = frozen_model()
-    x, _ = ez.datasets.load_arrays("digits", "test")
-    model.export(str(tmp_path / "sm"))
-    loaded = tf.saved_model.load(str(tmp_path / "sm"))
-    served = loaded.serve(tf.constant(x[:16]))
-    expected = model.predict(x[:16], verbose=0)
-    for key in ("logits", "uncertainty"):
-        np.testing.assert_allclose(served[key].numpy(), expected[key], atol=1e-5)
-    np.testing.assert_allclose(served["probabilities"].numpy().sum(-1), 1.0, atol=1e-5)
 
 
 def test_zero_initialized_head_cannot_learn():
