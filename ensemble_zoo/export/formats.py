@@ -73,6 +73,8 @@ def supported_formats(backend=None):
     Example:
 
     ```python
+    import ensemble_zoo
+
     ensemble_zoo.export.supported_formats("torch")
     # ('onnx', 'torch', 'openvino')
     ```

@@ -43,6 +43,8 @@ class ExportedModel:
     Example:
 
     ```python
+    import ensemble_zoo
+
     model = ensemble_zoo.models.EnsembleClassifier.from_preset(
         "vit_tiny_digits")
     model.export("vit.onnx", format="onnx")

@@ -24,6 +24,8 @@ class ServingModel(keras.Model):
     Example:
 
     ```python
+    import ensemble_zoo
+
     model = ensemble_zoo.models.EnsembleClassifier.from_preset(
         "deep_ensemble_vit_tiny_digits")
     serving = ensemble_zoo.export.ServingModel(model)

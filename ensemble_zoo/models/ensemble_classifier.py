@@ -276,6 +276,8 @@ class EnsembleClassifier(
         Example:
 
         ```python
+        import ensemble_zoo
+
         model = ensemble_zoo.models.EnsembleClassifier.from_preset(
             "vit_tiny_digits")
         # Raw digits (0-16) in, as `predict` takes them.
