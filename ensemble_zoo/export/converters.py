@@ -326,6 +326,13 @@ def write_openvino(serving, filepath, input_signature, verbose=None, **kwargs):
             path = os.path.join(directory, "model.onnx")
             write_onnx(serving, path, input_signature)
             model = ov.convert_model(path)
+        # A port may carry graph-internal names beside the exported one:
+        # keep the exported one only.
+        wanted = set(serving.serving_names) | set(input_names(input_signature))
+        for port in list(model.outputs) + list(model.inputs):
+            names = port.get_names() & wanted
+            if len(names) == 1:
+                port.get_tensor().set_names(names)
     ov.save_model(model, filepath, compress_to_fp16=False)
 
 
