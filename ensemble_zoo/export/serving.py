@@ -3,6 +3,8 @@ after its image converter."""
 
 import keras
 
+from ensemble_zoo.utils.validation import check_bool
+
 
 class ServingModel(keras.Model):
     """Wraps a zoo task so that calling it returns the task's serving outputs.
@@ -43,13 +45,10 @@ class ServingModel(keras.Model):
                 "`task` must be a zoo task (it has `_serving_outputs`); got "
                 f"a {type(task).__name__}."
             )
-        if not isinstance(include_preprocessing, bool):
-            raise TypeError(
-                "`include_preprocessing` must be a bool; got "
-                f"{include_preprocessing!r}."
-            )
         self.task = task
-        self.include_preprocessing = include_preprocessing
+        self.include_preprocessing = check_bool(
+            include_preprocessing, "include_preprocessing"
+        )
         self.image_converter = None
         if include_preprocessing:
             preprocessor = getattr(task, "preprocessor", None)

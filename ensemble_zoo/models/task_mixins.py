@@ -1,5 +1,5 @@
-"""Behaviour shared by the zoo's keras-hub tasks: quiet weight loading and
-the input checks of the training and inference loops."""
+"""Behaviour shared by the zoo's keras-hub tasks: quiet weight loading,
+the input checks of the training and inference loops, and export."""
 
 import contextlib
 import inspect
@@ -359,3 +359,87 @@ def check_raw_image_batch(x, channels):
     if values.dtype.kind == "f" and not np.isfinite(values).all():
         bad = int(values.size - np.isfinite(values).sum())
         raise ValueError(f"`x` holds {bad} NaN or infinite pixel values.")
+
+
+class ServingExportMixin:
+    """`export` in every format (`ensemble_zoo.export.export_model`).
+
+    A task lists it before its keras-hub class and defines
+    `_serving_output_names`, `_serving_outputs(inputs)` (the dict an
+    export serves for what calling the task takes) and
+    `_export_input_signature()`.
+    """
+
+    def export(
+        self,
+        filepath,
+        format="tf_saved_model",
+        verbose=None,
+        input_signature=None,
+        include_preprocessing=False,
+        verify=True,
+        **kwargs,
+    ):
+        """Exports the model with its serving outputs, in any format.
+
+        Every format serves the task's named outputs: for an ensemble
+        classifier `probabilities` `(batch, classes)`, `member_logits`
+        `(batch, members, classes)`, `total`, `aleatoric` and `epistemic`
+        `(batch,)` (nats); for loss prediction `logits`, `probabilities`
+        and `uncertainty`. They are named where the format has names (the
+        SavedModel's `serve(images)` returns a dict), for any batch size. The formats each backend writes
+        (`ensemble_zoo.export.supported_formats()`):
+
+        - `"tf_saved_model"` (a directory): TensorFlow, JAX;
+        - `"onnx"` (`.onnx`): TensorFlow (tf2onnx), JAX (jax2onnx),
+          PyTorch (`torch.onnx`, dynamo);
+        - `"litert"` (`.tflite`): TensorFlow, LiteRT built-in ops only;
+        - `"torch"` (`.pt2`, `torch.export`): PyTorch;
+        - `"openvino"` (`.xml` + `.bin`, float32 weights): all three.
+
+        Another backend's format is a `ValueError` saying where to export
+        it (the weights files are backend-independent). A converter that
+        fails, or an artifact whose outputs differ from the model's, raises
+        `ensemble_zoo.export.ExportError` naming the method, format and
+        reason: with `verify=True` (default) the artifact is run by its own
+        runtime (`ensemble_zoo.export.ExportedModel`) after writing.
+
+        The artifact takes what calling the model takes (for the digits
+        presets, float32 images in [0, 1]), as keras-hub exports;
+        `include_preprocessing=True` puts the preprocessor's image
+        converter in the graph so it takes raw images as `predict` does.
+
+        Args:
+            filepath: str, the directory or file to write.
+            format: one of `ensemble_zoo.export.FORMATS`. Defaults to
+                `"tf_saved_model"`.
+            verbose: accepted as `keras.Model.export` takes it.
+            input_signature: optional list of `keras.InputSpec`; defaults
+                to the model's input with a dynamic batch size.
+            include_preprocessing: bool, defaults to `False`.
+            verify: bool, defaults to `True`.
+            **kwargs: the format's converter options (`opset_version`,
+                LiteRT converter attributes, `torch.export` arguments).
+
+        Example:
+
+        ```python
+        import ensemble_zoo
+
+        model = ensemble_zoo.models.EnsembleClassifier.from_preset(
+            "vit_tiny_digits")
+        # Raw digits (0-16) in, as `predict` takes them.
+        model.export("vit.onnx", format="onnx", include_preprocessing=True)
+        served = ensemble_zoo.export.ExportedModel("vit.onnx")
+        raw, _ = ensemble_zoo.datasets.load_arrays("digits", "test", raw=True)
+        sorted(served(raw[:4]))
+        # ['aleatoric', 'epistemic', 'member_logits', 'probabilities', 'total']
+        ```
+        """
+        from ensemble_zoo.export import export_model
+
+        return export_model(
+            self, filepath, format=format, input_signature=input_signature,
+            include_preprocessing=include_preprocessing, verify=verify,
+            verbose=verbose, **kwargs,
+        )

@@ -11,6 +11,7 @@ from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.models.task_mixins import PresetWeightsMixin
+from ensemble_zoo.models.task_mixins import ServingExportMixin
 from ensemble_zoo.models.task_mixins import TaskLoopsMixin
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
@@ -63,6 +64,7 @@ def loss_prediction_objective(
 class LossPredictionImageClassifier(
     PresetWeightsMixin,
     TaskLoopsMixin,
+    ServingExportMixin,
     backend_utils.TorchCompileMixin,
     backend_utils.TorchParametersMixin,
     keras_hub.models.ImageClassifier,
@@ -318,31 +320,6 @@ class LossPredictionImageClassifier(
 
     def _export_input_signature(self):
         return [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")]
-
-    def export(
-        self,
-        filepath,
-        format="tf_saved_model",
-        verbose=None,
-        input_signature=None,
-        include_preprocessing=False,
-        verify=True,
-        **kwargs,
-    ):
-        """Exports the model serving `logits`, `probabilities` and
-        `uncertainty` (the predicted loss), in any format that
-        `ensemble_zoo.export.supported_formats()` lists for the backend.
-
-        Arguments, errors and the preprocessor option as for
-        `EnsembleClassifier.export`: the artifact takes preprocessed images
-        unless `include_preprocessing=True`."""
-        from ensemble_zoo.export import export_model
-
-        return export_model(
-            self, filepath, format=format, input_signature=input_signature,
-            include_preprocessing=include_preprocessing, verify=verify,
-            verbose=verbose, **kwargs,
-        )
 
     def get_config(self):
         config = keras_hub.models.Task.get_config(self)
