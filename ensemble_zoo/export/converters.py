@@ -179,7 +179,7 @@ def _onnx_from_jax(serving, filepath, input_signature, opset):
     closed = jax.make_jaxpr(stateless)(*shapes)
 
     def replay(*flat):
-        return tuple(jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
+        return tuple(_replay_jaxpr(closed.jaxpr, closed.consts, flat))
 
     to_onnx(
         replay,
@@ -188,6 +188,68 @@ def _onnx_from_jax(serving, filepath, input_signature, opset):
         opset=opset,
         return_mode="file",
         output_path=str(filepath),
+    )
+
+
+def _replay_jaxpr(jaxpr, consts, args):
+    """`jax.core.eval_jaxpr`, with nested `jit` calls inlined and each
+    `broadcast_in_dim` that adds a symbolic axis done in two steps: a static
+    reshape that adds the new axes with size 1, then a broadcast of equal
+    rank.
+
+    jax2onnx 0.17 converts a broadcast such as keras-hub's position
+    embeddings, `(10, 16) -> (batch, 10, 16)`, into a graph that records
+    the static 10 as the batch size: a text classifier's ONNX graph then
+    fails a Reshape in ONNX Runtime. The two steps compute the same values
+    and convert correctly (`test_export`'s text test under JAX fails
+    without them).
+    """
+    from jax import lax
+
+    env = {}
+
+    def read(v):
+        return v.val if type(v).__name__ == "Literal" else env[v]
+
+    def write(v, value):
+        if type(v).__name__ != "DropVar":
+            env[v] = value
+
+    for v, value in zip(jaxpr.constvars, consts):
+        write(v, value)
+    for v, value in zip(jaxpr.invars, args):
+        write(v, value)
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        name = eqn.primitive.name
+        if name in ("jit", "pjit", "closed_call"):
+            inner = eqn.params["jaxpr"]
+            outs = _replay_jaxpr(inner.jaxpr, inner.consts, invals)
+        elif name == "broadcast_in_dim" and _adds_symbolic_axis(eqn.params):
+            shape = eqn.params["shape"]
+            kept = eqn.params["broadcast_dimensions"]
+            operand = invals[0]
+            ones = [1] * len(shape)
+            for i, axis in enumerate(kept):
+                ones[axis] = operand.shape[i]
+            operand = lax.reshape(operand, tuple(ones))
+            outs = [lax.broadcast_in_dim(operand, shape, tuple(range(len(shape))))]
+        else:
+            params = eqn.primitive.get_bind_params(eqn.params)
+            outs = eqn.primitive.bind(*invals, **params)
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+        for v, value in zip(eqn.outvars, outs):
+            write(v, value)
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _adds_symbolic_axis(params):
+    kept = params["broadcast_dimensions"]
+    return any(
+        not isinstance(d, (int, np.integer))
+        for axis, d in enumerate(params["shape"])
+        if axis not in kept
     )
 
 

@@ -134,10 +134,15 @@ class ExportedModel:
 
     def _load_openvino(self):
         core = self._runtime.Core()
+        model = core.read_model(self.path)
+        # The names as written: compiling may add a graph-internal name to
+        # a port (loss prediction's `uncertainty` became `simple_gather_2`
+        # beside it), so ports are named from the model read, by position.
+        self._inputs = [self._openvino_name(i) for i in model.inputs]
+        self._outputs = [self._openvino_name(o) for o in model.outputs]
         self._compiled = core.compile_model(
-            self.path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+            model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
         )
-        self._inputs = [self._openvino_name(i) for i in self._compiled.inputs]
 
     @staticmethod
     def _openvino_name(port):
@@ -148,4 +153,7 @@ class ExportedModel:
 
     def _run_openvino(self, inputs):
         result = self._compiled(self._as_dict(inputs, self._inputs))
-        return {self._openvino_name(o): np.asarray(result[o]) for o in self._compiled.outputs}
+        return {
+            name: np.asarray(result[port])
+            for name, port in zip(self._outputs, self._compiled.outputs)
+        }
