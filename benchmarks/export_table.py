@@ -1,6 +1,6 @@
 """Every trained preset in every export format of the current backend.
 
-    KERAS_BACKEND=jax python benchmarks/export_table.py [--int8] [--presets NAME ...]
+    KERAS_BACKEND=jax python benchmarks/export_table.py [--int8] [--presets NAME ...] [--formats NAME ...]
 
 For each trained digits preset and each format that the backend writes
 (`ensemble_zoo.export.supported_formats()`), it exports the model
@@ -28,6 +28,7 @@ import keras
 import numpy as np
 
 import ensemble_zoo as ez
+from ensemble_zoo.export.formats import STATIC_SIZES
 
 SUFFIX = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite",
           "torch": ".pt2", "openvino": ".xml"}
@@ -77,7 +78,7 @@ def rows(name, formats, int8, directory, raw, x):
             yield [name, format, f"refused: {reason(error)}", "", ""]
             continue
         seconds = time.perf_counter() - start
-        got = ez.export.ExportedModel(path)(x)
+        got = run(ez.export.ExportedModel(path), x, format)
         if getattr(model, "_stochastic_outputs", False):
             result = "random samples (names and shapes checked)"
         elif int8:
@@ -90,10 +91,20 @@ def rows(name, formats, int8, directory, raw, x):
         yield [name, format, result, f"{size_of(path) / 2**20:.2f}", f"{seconds:.1f}"]
 
 
+def run(artifact, x, format):
+    """The artifact on every image: in one batch, or image by image where
+    the format fixes the batch size (LiteRT under PyTorch)."""
+    if (format, keras.config.backend()) not in STATIC_SIZES:
+        return artifact(x)
+    outputs = [artifact(x[i : i + 1]) for i in range(len(x))]
+    return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--presets", nargs="*")
+    parser.add_argument("--formats", nargs="*", help="default: supported_formats()")
     args = parser.parse_args()
     names = args.presets or [
         n for n in ez.presets.list_presets() if n.endswith("_digits")
@@ -101,7 +112,7 @@ def main():
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     x, _ = ez.datasets.load_arrays("digits", "test")
     backend = keras.config.backend()
-    formats = ez.export.supported_formats()
+    formats = args.formats or ez.export.supported_formats()
     print(f"backend {backend}; formats {formats}; "
           f"{'int8' if args.int8 else 'float32'}; {len(x)} test images")
     print("| preset | format | max abs diff | MiB | export s |")

@@ -30,8 +30,11 @@ PRESET = {
 SUPPORTED = {
     "jax": ("tf_saved_model", "onnx", "openvino"),
     "tensorflow": ("tf_saved_model", "onnx", "litert", "openvino"),
-    "torch": ("onnx", "torch", "openvino"),
+    "torch": ("onnx", "litert", "torch", "openvino"),
 }
+# litert-torch is optional (not in the `export` extra): where it is missing,
+# LiteRT under PyTorch is the ImportError that names it.
+HAS_LITERT_TORCH = BACKEND == "torch" and __import__("importlib.util").util.find_spec("litert_torch") is not None
 
 
 def digits(n=None, split="test"):
@@ -62,12 +65,23 @@ def test_artifact_matches_predict_uncertainty_in_its_runtime(tmp_path, format):
     if format not in SUPPORTED[BACKEND]:
         pytest.skip(f"{format} is not written under {BACKEND} (see the refusal test)")
     model = ez.models.EnsembleClassifier.from_preset(PRESET[format])
+    path = str(tmp_path / f"model{SUFFIX[format]}")
+    if BACKEND == "torch" and format == "litert" and not HAS_LITERT_TORCH:
+        with pytest.raises(ImportError, match=r"pip install ensemble-zoo\[litert-torch\]"):
+            model.export(path, format=format)
+        return
     x, raw = digits()
     expected = model.predict_uncertainty(raw, batch_size=512)
-    path = str(tmp_path / f"model{SUFFIX[format]}")
     assert model.export(path, format=format) == path  # verify=True: run once already
     artifact = ez.export.ExportedModel(path)
     assert artifact.format == format
+    if format not in ("tf_saved_model", "torch"):  # the formats that name inputs
+        assert list(artifact._inputs) == ["images"]
+    if BACKEND == "torch" and format == "litert":
+        # litert-torch fixes the batch size to 1: image by image.
+        for i in range(0, len(x), 24):
+            assert_matches(artifact(x[i : i + 1]), {k: v[i : i + 1] for k, v in expected.items()})
+        return
     assert_matches(artifact(x), expected)
     # A dynamic batch size: a second, odd size from the same artifact.
     assert_matches(artifact(x[:3]), {k: v[:3] for k, v in expected.items()})
@@ -198,8 +212,8 @@ def test_text_classifier_exports_its_three_named_inputs(tmp_path):
     """A text model's inputs (token ids, padding mask, segment ids) keep
     their names: feeding them by name gives the model's outputs (a swap
     would not; torch flattens dicts in insertion order), at the padded
-    length that `torch.export` needs, at two batch sizes (under JAX,
-    jax2onnx 0.17 once fixed the position embeddings' batch size)."""
+    length that `torch.export` and LiteRT need, at two batch sizes (under
+    JAX, jax2onnx 0.17 once fixed the position embeddings' batch size)."""
     import zoo_testing
 
     from ensemble_zoo.models import HydraTextClassifier
@@ -213,8 +227,11 @@ def test_text_classifier_exports_its_three_named_inputs(tmp_path):
         "padding_mask": (np.arange(length) < np.array([[length], [4], [2]])).astype("int32"),
         "segment_ids": (np.arange(length) >= length // 2).astype("int32")[None].repeat(3, 0),
     }
-    path = str(tmp_path / "text.onnx")
-    hydra.export(path, format="onnx")
+    # TensorFlow's ONNX path is the image models'; its LiteRT needs the
+    # padded length and the inputs named in the SavedModel signature.
+    format = "litert" if BACKEND == "tensorflow" else "onnx"
+    path = str(tmp_path / f"text{SUFFIX[format]}")
+    hydra.export(path, format=format)
     artifact = ez.export.ExportedModel(path)
     assert sorted(artifact._inputs) == sorted(x)
     expected = ez.ops.uncertainty_decomposition(hydra(x))

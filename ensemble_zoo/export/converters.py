@@ -53,9 +53,12 @@ def write_saved_model(serving, filepath, input_signature, verbose=None, **kwargs
 
 
 def write_litert(serving, filepath, input_signature, verbose=None, **kwargs):
-    """A SavedModel first (its `serve` signature names the outputs), then
-    TensorFlow's LiteRT converter with LiteRT's built-in ops only, so that
-    the plain LiteRT runtime (`ai_edge_litert`) runs the file."""
+    """TensorFlow: a SavedModel first (its `serve` signature names the
+    outputs), then TensorFlow's LiteRT converter with LiteRT's built-in ops
+    only, so that the plain LiteRT runtime (`ai_edge_litert`) runs the
+    file. PyTorch: `litert-torch` (see `_litert_from_torch`)."""
+    if keras.config.backend() == "torch":
+        return _litert_from_torch(serving, filepath, input_signature, **kwargs)
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory() as directory:
@@ -74,6 +77,64 @@ def write_litert(serving, filepath, input_signature, verbose=None, **kwargs):
         flatbuffer = converter.convert()
     with open(filepath, "wb") as f:
         f.write(flatbuffer)
+
+
+def _litert_from_torch(serving, filepath, input_signature, **kwargs):
+    """`litert-torch` (an optional package: `pip install litert-torch`)
+    converts the `torch.export` program of `serving` into a `serve`
+    signature whose inputs keep their names. Every size is static:
+    litert-torch 0.10 cannot lower a dynamic batch size, so `export_model`
+    fixes unknown sizes to 1 first, as Keras does."""
+    x64 = _jax_x64()
+    try:
+        import litert_torch
+    except ImportError as error:
+        raise ImportError(
+            "Exporting to LiteRT under the PyTorch backend needs the "
+            "`litert-torch` package (`pip install litert-torch`; it brings "
+            "`transformers` and `torchao`), or export under TensorFlow."
+        ) from error
+    import torch
+
+    names = input_names(input_signature)
+
+    class NamedInputs(torch.nn.Module):
+        # litert-torch names a signature's inputs after the keyword
+        # arguments of `forward`.
+        def __init__(self):
+            super().__init__()
+            self.serving = serving
+
+        def forward(self, **inputs):
+            flat = [inputs[name] for name in names]
+            return self.serving(*keras.tree.pack_sequence_as(input_signature, flat))
+
+    samples, _ = torch_sample_and_dynamic_shapes(input_signature)
+    sample_kwargs = dict(zip(names, keras.tree.flatten(samples)))
+    serving.eval()
+    try:
+        converter = litert_torch.signature("serve", NamedInputs().eval(), sample_kwargs=sample_kwargs)
+        converter.convert(**kwargs).export(filepath)
+    finally:
+        _restore_jax_x64(x64)
+
+
+def _jax_x64():
+    """JAX's `jax_enable_x64` where JAX is imported: importing litert-torch
+    turns it on for the whole process (Keras' own LiteRT export restores
+    it the same way)."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    return None if jax is None else bool(jax.config.jax_enable_x64)
+
+
+def _restore_jax_x64(value):
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.config.update("jax_enable_x64", bool(value))
 
 
 # === ONNX ===
@@ -253,22 +314,32 @@ def _adds_symbolic_axis(params):
     )
 
 
-def torch_sample_and_dynamic_shapes(input_signature):
-    """Sample inputs (every unknown size 2) and `torch.export` dynamic
-    shapes (every unknown size a dimension named by its axis, shared by
-    the inputs) for a Keras layer, whose `forward` takes `*args`."""
+def torch_sample_and_dynamic_shapes(input_signature, named=True):
+    """Sample inputs and `torch.export` dynamic shapes for a Keras layer,
+    whose `forward` takes `*args`.
+
+    `named=True`: every unknown size is a `torch.export.Dim` named by its
+    axis (`"batch"`, `"d1"`, ...), shared by the inputs, from 1 up; each
+    sample size is 2. `named=False`: every unknown size is
+    `Dim.DYNAMIC`, and the axes get distinct sample sizes (2, 3, ...) so
+    that torch does not take two different axes for one size.
+    """
     import torch
 
     dims = {}
 
+    def name(j):
+        return "batch" if j == 0 else f"d{j}"
+
     def dim(j):
-        name = "batch" if j == 0 else f"d{j}"
-        if name not in dims:
-            dims[name] = torch.export.Dim(name, min=1, max=1 << 20)
-        return dims[name]
+        if not named:
+            return torch.export.Dim.DYNAMIC
+        if name(j) not in dims:
+            dims[name(j)] = torch.export.Dim(name(j), min=1, max=1 << 20)
+        return dims[name(j)]
 
     def sample(spec):
-        shape = [2 if d is None else d for d in spec.shape]
+        shape = [(2 if named else 2 + j) if d is None else d for j, d in enumerate(spec.shape)]
         return torch.zeros(shape, dtype=getattr(torch, str(spec.dtype)))
 
     def dynamic(spec):
@@ -289,14 +360,32 @@ def torch_sample_and_dynamic_shapes(input_signature):
 
 
 def export_torch_program(serving, input_signature, **kwargs):
+    """`torch.export` with a dynamic batch size.
+
+    Named dimensions first: torch proves every guard for all sizes from 1
+    up, or names the one it cannot. Where that fails (BatchEnsemble and
+    the subnetwork ensemble: merging `(members, batch)` into one axis
+    gives a stride `Min(8, 8 * batch)` whose guard torch 2.13 cannot
+    simplify, though it holds for every size), `Dim.DYNAMIC` lets torch
+    keep the guards it needs. The export's verification runs the program
+    at batch sizes 1 and 3 either way.
+    """
     import torch
 
     serving.eval()
-    samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
     kwargs.setdefault("strict", False)
-    return torch.export.export(
-        serving, samples, dynamic_shapes=dynamic_shapes, **kwargs
-    )
+    try:
+        samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
+        return torch.export.export(
+            serving, samples, dynamic_shapes=dynamic_shapes, **kwargs
+        )
+    except Exception as error:  # noqa: BLE001 (torch.export's UserError)
+        if "Constraints violated" not in str(error):
+            raise
+        samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature, named=False)
+        return torch.export.export(
+            serving, samples, dynamic_shapes=dynamic_shapes, **kwargs
+        )
 
 
 def _onnx_from_torch(serving, filepath, input_signature, opset):

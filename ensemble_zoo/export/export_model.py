@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from ensemble_zoo.export.converters import WRITERS
+from ensemble_zoo.export.formats import STATIC_SIZES
 from ensemble_zoo.export.formats import check_format
 from ensemble_zoo.export.serving import ServingModel
 
@@ -34,7 +35,8 @@ def export_model(
         format: one of `ensemble_zoo.export.FORMATS`; the current backend
             writes `supported_formats()`.
         input_signature: optional list of `keras.InputSpec`; defaults to
-            the model's inputs with a dynamic batch size.
+            the model's inputs with a dynamic batch size (batch size 1 for
+            LiteRT under PyTorch, whose converter fixes every size).
         include_preprocessing: bool. `True` puts the preprocessor's image
             converter (resize, rescale) into the graph, so the artifact
             takes raw images as `predict` does. Defaults to `False`, as in
@@ -63,15 +65,15 @@ def export_model(
         )
     serving = ServingModel(model, include_preprocessing=include_preprocessing)
     if input_signature is None:
-        input_signature = model._export_input_signature()
+        input_signature = model._export_input_signature(format)
+        if (format, keras.config.backend()) in STATIC_SIZES:
+            input_signature = [keras.tree.map_structure(_sizes_of_one, s) for s in input_signature]
     if not isinstance(input_signature, (list, tuple)) or not input_signature:
         raise TypeError(
             "`input_signature` must be a list with one `keras.InputSpec` per "
             f"model input; got {input_signature!r}."
         )
-    input_signature = [
-        keras.tree.map_structure(_with_dtype, spec) for spec in input_signature
-    ]
+    input_signature = [_named(keras.tree.map_structure(_with_dtype, spec)) for spec in input_signature]
     samples = _sample_inputs(input_signature)
     expected = [_to_numpy(serving(s)) for s in samples]
     backend = keras.config.backend()
@@ -158,6 +160,25 @@ def _with_dtype(spec):
     if getattr(spec, "dtype", None) is None:
         return keras.InputSpec(shape=spec.shape, dtype="float32", name=getattr(spec, "name", None))
     return spec
+
+
+def _sizes_of_one(spec):
+    shape = tuple(1 if d is None else d for d in spec.shape)
+    return keras.InputSpec(shape=shape, dtype=spec.dtype, name=getattr(spec, "name", None))
+
+
+def _named(structure):
+    """A dict of specs with each spec named by its key: a SavedModel (and
+    the LiteRT file converted from it) names its signature's inputs after
+    the specs, `args_0`, `args_0_1`, ... otherwise."""
+    if not isinstance(structure, dict):
+        return structure
+    return {
+        key: spec
+        if getattr(spec, "name", None) == key or not isinstance(spec, keras.InputSpec)
+        else keras.InputSpec(shape=spec.shape, dtype=spec.dtype, name=key)
+        for key, spec in structure.items()
+    }
 
 
 def _low_precision(model):

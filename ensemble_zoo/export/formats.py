@@ -18,7 +18,7 @@ SUFFIXES = {
 BACKENDS = {
     "tf_saved_model": ("tensorflow", "jax"),
     "onnx": ("tensorflow", "jax", "torch"),
-    "litert": ("tensorflow",),
+    "litert": ("tensorflow", "torch"),
     "torch": ("torch",),
     "openvino": ("tensorflow", "jax", "torch"),
 }
@@ -28,13 +28,9 @@ WHY_NOT = {
         "torch_xla)"
     ),
     ("litert", "jax"): (
-        "Keras converts to LiteRT from TensorFlow graphs only; a JAX "
-        "function reaches TensorFlow as an `XlaCallModule` op, which LiteRT "
-        "cannot run"
-    ),
-    ("litert", "torch"): (
-        "the PyTorch route to LiteRT (`litert-torch`) is not part of the "
-        "zoo's tested export set"
+        "Keras converts to LiteRT from TensorFlow graphs and PyTorch "
+        "programs only; a JAX function reaches TensorFlow as an "
+        "`XlaCallModule` op, which LiteRT cannot run"
     ),
     ("torch", "tensorflow"): "a `.pt2` program is a PyTorch graph",
     ("torch", "jax"): "a `.pt2` program is a PyTorch graph",
@@ -48,7 +44,14 @@ REQUIREMENTS = {
     ("openvino", "tensorflow"): (("tf2onnx", "tf2onnx"), ("openvino", "openvino")),
     ("openvino", "jax"): (("jax2onnx", "jax2onnx"), ("openvino", "openvino")),
     ("openvino", "torch"): (("openvino", "openvino"),),
+    # Not in the `export` extra: it brings transformers and torchao and
+    # pins typing_extensions 4.12; `pip install ensemble-zoo[litert-torch]`.
+    ("litert", "torch"): (("litert_torch", "litert-torch"),),
 }
+
+# Formats whose converter cannot keep a size dynamic on a backend: `export`
+# fixes every unknown size of the default signature to 1 (as Keras does).
+STATIC_SIZES = {("litert", "torch")}
 
 # The runtime that loads each format (import name, pip name).
 RUNTIMES = {
@@ -76,7 +79,7 @@ def supported_formats(backend=None):
     import ensemble_zoo
 
     ensemble_zoo.export.supported_formats("torch")
-    # ('onnx', 'torch', 'openvino')
+    # ('onnx', 'litert', 'torch', 'openvino')
     ```
     """
     backend = backend or keras.config.backend()
@@ -125,5 +128,5 @@ def require(module, pip_name, purpose):
         raise ImportError(
             f"{purpose} needs the `{pip_name}` package: "
             f"`pip install {pip_name}` (or `pip install "
-            "ensemble-zoo[export]` for every export format)."
+            f"ensemble-zoo[{'litert-torch' if pip_name == 'litert-torch' else 'export'}]`)."
         ) from error

@@ -208,11 +208,13 @@ class EnsembleClassifier(
 
     # === Export ===
 
-    def _export_input_signature(self):
-        """The SavedModel's input signature; text models override it."""
+    def _export_input_signature(self, format=None):
+        """The exports' input signature; text models override it."""
         return [
             keras.InputSpec(
-                shape=(None,) + tuple(self.member_input_shape), dtype="float32"
+                shape=(None,) + tuple(self.member_input_shape),
+                dtype="float32",
+                name="images",
             )
         ]
 

@@ -367,7 +367,7 @@ class ServingExportMixin:
     A task lists it before its keras-hub class and defines
     `_serving_output_names`, `_serving_outputs(inputs)` (the dict an
     export serves for what calling the task takes) and
-    `_export_input_signature()`.
+    `_export_input_signature(format)`.
     """
 
     def export(

@@ -96,16 +96,14 @@ class TextInputsMixin:
                     )
         self._check_labels(y)
 
-    def _export_input_signature(self):
+    def _export_input_signature(self, format=None):
         # JAX export cannot compare a symbolic sequence length with the
-        # position table's size, and `torch.export` proves it equal to the
-        # table's: under both, exports take inputs padded to
-        # `max_sequence_length`; under TensorFlow any length.
-        length = (
-            None
-            if keras.config.backend() == "tensorflow"
-            else self.backbone.max_sequence_length
-        )
+        # position table's size, `torch.export` proves it equal to the
+        # table's, and LiteRT has no built-in op for the strided slices of
+        # a dynamic length: those exports take inputs padded to
+        # `max_sequence_length`; TensorFlow's other formats any length.
+        dynamic = keras.config.backend() == "tensorflow" and format != "litert"
+        length = None if dynamic else self.backbone.max_sequence_length
         return [
             {
                 name: keras.InputSpec(shape=(None, length), dtype="int32")

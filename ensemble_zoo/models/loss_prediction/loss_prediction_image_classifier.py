@@ -318,8 +318,10 @@ class LossPredictionImageClassifier(
             "uncertainty": outputs["uncertainty"],
         }
 
-    def _export_input_signature(self):
-        return [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32")]
+    def _export_input_signature(self, format=None):
+        return [
+            keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32", name="images")
+        ]
 
     def get_config(self):
         config = keras_hub.models.Task.get_config(self)
