@@ -18,7 +18,7 @@ efficient ensemble in `ensemble_zoo` is measured against. This guide:
    `fit`,
 3. compares the shipped single ViT with the shipped 3-member ensemble on
    accuracy, calibration and out-of-distribution detection,
-4. saves the ensemble as a preset and exports a SavedModel.
+4. saves the ensemble as a preset and exports it to ONNX.
 
 It runs in about a minute on a laptop CPU with any Keras backend.
 """
@@ -129,9 +129,11 @@ for name in ("vit_tiny_digits", "deep_ensemble_vit_tiny_digits"):
 `model.weights.h5` for the `DeepEnsembleBackbone` that holds the members,
 `task.json`, `metadata.json`), which keras-hub's own
 `keras_hub.models.ImageClassifier.from_preset` loads too; the weights load
-under any backend. `export` writes a
-SavedModel (TensorFlow and JAX backends) whose `serve` function returns
-`probabilities`, `member_logits`, `total`, `aleatoric` and `epistemic`.
+under any backend. `export` writes every format its backend supports
+(SavedModel, ONNX, LiteRT, `.pt2`, OpenVINO; ONNX from all three), each
+serving `probabilities`, `member_logits`, `total`, `aleatoric` and
+`epistemic`, and checks the artifact in its own runtime first;
+`ez.export.ExportedModel` runs it there.
 """
 
 ensemble.save_to_preset("my_deep_ensemble")
@@ -142,10 +144,7 @@ np.testing.assert_allclose(
     atol=1e-5,
 )
 
-if keras.config.backend() != "torch":
-    import tensorflow as tf
-
-    restored.export("my_deep_ensemble_saved_model")
-    served = tf.saved_model.load("my_deep_ensemble_saved_model")
-    outputs = served.serve(tf.constant(x_test[:4]))
-    print({key: tuple(value.shape) for key, value in outputs.items()})
+restored.export("my_deep_ensemble.onnx", format="onnx")
+served = ez.export.ExportedModel("my_deep_ensemble.onnx")  # ONNX Runtime
+outputs = served(x_test[:4])
+print({key: value.shape for key, value in outputs.items()})

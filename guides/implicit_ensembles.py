@@ -181,9 +181,9 @@ print(
 ## Export
 
 Every extracted ensemble is a zoo classifier and exports with its
-uncertainty outputs (TensorFlow and JAX backends).
+uncertainty outputs, in every format its backend writes.
 """
 
-if keras.config.backend() != "torch":
-    masks.export("masked_subnetworks_saved_model")
-    print("exported to masked_subnetworks_saved_model/")
+masks.export("masked_subnetworks.onnx", format="onnx")
+served = ez.export.ExportedModel("masked_subnetworks.onnx")  # ONNX Runtime
+print("served member logits:", served(x_test[:4])["member_logits"].shape)
