@@ -5,7 +5,6 @@ import pytest
 import zoo_testing
 from conftest import jit_compile
 from conftest import requires_jit
-from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import HydraTextClassifier
 from zoo_testing import perturb_weights
@@ -104,19 +103,3 @@ def test_trains_with_jit_compile():
     hydra.compile(jit_compile=jit_compile())
     history = hydra.fit(x, y, epochs=4, batch_size=8, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
-
-
-@requires_saved_model
-def test_saved_model_serves_text_inputs(tmp_path):
-    import tensorflow as tf
-
-    hydra = HydraTextClassifier.from_keras_hub(tiny_bert(), MASKS)
-    x = text_inputs()
-    hydra.export(str(tmp_path / "sm"))
-    loaded = tf.saved_model.load(str(tmp_path / "sm"))
-    served = loaded.serve(
-        {k: tf.constant(v) for k, v in x.items()}
-    )
-    np.testing.assert_allclose(
-        served["member_logits"].numpy(), hydra.predict(x, verbose=0), atol=1e-5
-    )

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 from conftest import requires_jit
-from conftest import requires_saved_model
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import TileEnsembleClassifier
 from ensemble_zoo.models.implicit.tile_pooling import adaptive_windows
@@ -98,18 +97,6 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="pooling='gap'"):
         TileEnsembleClassifier.from_keras_hub(token_vit, grid_size=2)
 
-
-@requires_saved_model
-def test_saved_model_matches_keras(tmp_path):
-    import tensorflow as tf
-
-    tiles = TileEnsembleClassifier.from_keras_hub(gap_vit(), grid_size=2)
-    tiles.export(str(tmp_path / "sm"))
-    loaded = tf.saved_model.load(str(tmp_path / "sm"))
-    served = loaded.serve(tf.constant(images()))
-    np.testing.assert_allclose(
-        served["member_logits"].numpy(), tiles.predict(images(), verbose=0), atol=1e-5
-    )
 
 
 @requires_jit
