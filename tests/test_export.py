@@ -7,6 +7,7 @@ artifact (two batch sizes, the output names, every output's values) share
 it.
 """
 
+import importlib.util
 import os
 
 import keras
@@ -34,7 +35,7 @@ SUPPORTED = {
 }
 # litert-torch is optional (not in the `export` extra): where it is missing,
 # LiteRT under PyTorch is the ImportError that names it.
-HAS_LITERT_TORCH = BACKEND == "torch" and __import__("importlib.util").util.find_spec("litert_torch") is not None
+HAS_LITERT_TORCH = BACKEND == "torch" and importlib.util.find_spec("litert_torch") is not None
 
 
 def digits(n=None, split="test"):
@@ -213,7 +214,8 @@ def test_text_classifier_exports_its_three_named_inputs(tmp_path):
     their names: feeding them by name gives the model's outputs (a swap
     would not; torch flattens dicts in insertion order), at the padded
     length that `torch.export` and LiteRT need, at two batch sizes (under
-    JAX, jax2onnx 0.17 once fixed the position embeddings' batch size)."""
+    JAX, jax2onnx 0.17 took the position embeddings' length for the batch
+    size until the export replayed that broadcast in two steps)."""
     import zoo_testing
 
     from ensemble_zoo.models import HydraTextClassifier

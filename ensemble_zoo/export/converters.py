@@ -84,16 +84,10 @@ def _litert_from_torch(serving, filepath, input_signature, **kwargs):
     converts the `torch.export` program of `serving` into a `serve`
     signature whose inputs keep their names. Every size is static:
     litert-torch 0.10 cannot lower a dynamic batch size, so `export_model`
-    fixes unknown sizes to 1 first, as Keras does."""
+    fixes unknown sizes to 1 first, as Keras does. (`check_format` has
+    checked that the package is installed.)"""
     x64 = _jax_x64()
-    try:
-        import litert_torch
-    except ImportError as error:
-        raise ImportError(
-            "Exporting to LiteRT under the PyTorch backend needs the "
-            "`litert-torch` package (`pip install litert-torch`; it brings "
-            "`transformers` and `torchao`), or export under TensorFlow."
-        ) from error
+    import litert_torch
     import torch
 
     names = input_names(input_signature)
@@ -266,14 +260,16 @@ def _replay_jaxpr(jaxpr, consts, args):
     without them).
     """
     from jax import lax
+    from jax.extend.core import DropVar
+    from jax.extend.core import Literal
 
     env = {}
 
     def read(v):
-        return v.val if type(v).__name__ == "Literal" else env[v]
+        return v.val if isinstance(v, Literal) else env[v]
 
     def write(v, value):
-        if type(v).__name__ != "DropVar":
+        if not isinstance(v, DropVar):
             env[v] = value
 
     for v, value in zip(jaxpr.constvars, consts):

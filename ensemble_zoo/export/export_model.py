@@ -158,13 +158,22 @@ def _with_dtype(spec):
             f"specs); got {spec!r}."
         )
     if getattr(spec, "dtype", None) is None:
-        return keras.InputSpec(shape=spec.shape, dtype="float32", name=getattr(spec, "name", None))
+        return _respec(spec, dtype="float32")
     return spec
 
 
+def _respec(spec, **changes):
+    """A `keras.InputSpec` like `spec`, with `changes` (shape, dtype, name)."""
+    fields = {
+        "shape": spec.shape,
+        "dtype": spec.dtype,
+        "name": getattr(spec, "name", None),
+    }
+    return keras.InputSpec(**{**fields, **changes})
+
+
 def _sizes_of_one(spec):
-    shape = tuple(1 if d is None else d for d in spec.shape)
-    return keras.InputSpec(shape=shape, dtype=spec.dtype, name=getattr(spec, "name", None))
+    return _respec(spec, shape=tuple(1 if d is None else d for d in spec.shape))
 
 
 def _named(structure):
@@ -173,12 +182,7 @@ def _named(structure):
     the specs, `args_0`, `args_0_1`, ... otherwise."""
     if not isinstance(structure, dict):
         return structure
-    return {
-        key: spec
-        if getattr(spec, "name", None) == key or not isinstance(spec, keras.InputSpec)
-        else keras.InputSpec(shape=spec.shape, dtype=spec.dtype, name=key)
-        for key, spec in structure.items()
-    }
+    return {key: _respec(spec, name=key) for key, spec in structure.items()}
 
 
 def _low_precision(model):

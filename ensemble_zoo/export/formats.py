@@ -53,6 +53,9 @@ REQUIREMENTS = {
 # fixes every unknown size of the default signature to 1 (as Keras does).
 STATIC_SIZES = {("litert", "torch")}
 
+# The extra that installs a package, where it is not `export`.
+EXTRAS = {"litert-torch": "litert-torch"}
+
 # The runtime that loads each format (import name, pip name).
 RUNTIMES = {
     "tf_saved_model": ("tensorflow", "tensorflow"),
@@ -128,5 +131,5 @@ def require(module, pip_name, purpose):
         raise ImportError(
             f"{purpose} needs the `{pip_name}` package: "
             f"`pip install {pip_name}` (or `pip install "
-            f"ensemble-zoo[{'litert-torch' if pip_name == 'litert-torch' else 'export'}]`)."
+            f"ensemble-zoo[{EXTRAS.get(pip_name, 'export')}]`)."
         ) from error
