@@ -193,6 +193,18 @@ def _global_generator_while_compiling(original):
     return torch_seed_generator
 
 
+def _numpy_scalars_as_python_numbers_while_compiling(original):
+    import numpy as np
+    import torch
+
+    def convert_to_tensor(x, dtype=None, sparse=None, ragged=None):
+        if isinstance(x, (np.ndarray, np.generic)) and torch.compiler.is_compiling():
+            x = torch.as_tensor(x)
+        return original(x, dtype=dtype, sparse=sparse, ragged=ragged)
+
+    return convert_to_tensor
+
+
 # See the module docstring for each one's reason and upstream fix.
 WORKAROUNDS = (
     Workaround(
@@ -212,6 +224,12 @@ WORKAROUNDS = (
         "keras.src.backend.torch.random", "torch_seed_generator",
         _global_generator_while_compiling,
         "pytorch/pytorch#88576 (open); no Keras issue",
+    ),
+    Workaround(
+        "torch_numpy_scalars_under_compile", "torch",
+        "keras.src.backend.torch.core", "convert_to_tensor",
+        _numpy_scalars_as_python_numbers_while_compiling,
+        "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
 )
 

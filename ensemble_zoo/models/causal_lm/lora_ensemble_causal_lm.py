@@ -1,4 +1,6 @@
-"""LoRA-Ensemble for keras-hub causal language models (paper 002).
+"""LoRA-Ensemble for keras-hub causal language models (Mühlematter et al.,
+"LoRA-Ensemble: Efficient Uncertainty Modelling for Self-Attention
+Networks").
 
 M low-rank adapters on the attention (and optionally MLP) projections of
 one frozen decoder (Gemma, Gemma 2, Gemma 3 text, Llama, Llama 3, Mistral,
@@ -6,7 +8,12 @@ Qwen, Qwen 3): the members share every weight of
 the keras-hub model, run in one batched pass, and keep one KV cache entry
 each. Generation samples from the ensemble's predictive distribution and
 reports, for every generated token, the ensemble's total, aleatoric and
-epistemic uncertainty, computed inside the compiled decode loop.
+epistemic uncertainty, computed inside the compiled decode loop
+(`decode_engine`).
+
+The task class of each family is made from `families.FAMILIES` by
+`_causal_lm_class`; the member layout is `member_rows`', the figures
+`token_uncertainty`'s, what `generate` returns `generation_outputs`'.
 """
 
 import numpy as np
@@ -15,103 +22,29 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.causal_lm import adapter_files
+from ensemble_zoo.models.causal_lm import decode_engine
+from ensemble_zoo.models.causal_lm.families import DEFAULT_TARGETS
+from ensemble_zoo.models.causal_lm.families import FAMILIES
+from ensemble_zoo.models.causal_lm.families import TARGETS
+from ensemble_zoo.models.causal_lm.families import target_site
+from ensemble_zoo.models.causal_lm.generation_outputs import strip_prompt as strip_prompt_rows
+from ensemble_zoo.models.causal_lm.generation_outputs import token_outputs
+from ensemble_zoo.models.causal_lm.generation_outputs import uncertainty_outputs
 from ensemble_zoo.models.causal_lm.input_checks import CausalLMLoopsMixin
 from ensemble_zoo.models.causal_lm.input_checks import check_generate_call
 from ensemble_zoo.models.causal_lm.input_checks import check_token_batch
-from ensemble_zoo.models.method_backbone import _relative_paths
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import DEFAULT_TARGETS
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import TARGETS
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import target_site
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import (
-    LoRAEnsembleGemma3Backbone,
-    LoRAEnsembleGemmaBackbone,
-    LoRAEnsembleLlama3Backbone,
-    LoRAEnsembleLlamaBackbone,
-    LoRAEnsembleMistralBackbone,
-    LoRAEnsembleQwen3Backbone,
-    LoRAEnsembleQwenBackbone,
-)
+from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
+from ensemble_zoo.models.causal_lm.member_rows import RepeatMembers
+from ensemble_zoo.models.causal_lm.member_rows import SplitMembers
+from ensemble_zoo.models.causal_lm.member_rows import repeat_rows
+from ensemble_zoo.models.causal_lm.member_rows import split_members
 from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
-from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
+from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
-
-#: Samplers whose `__call__` is keras-hub's base loop (they only choose
-#: the next token): their per-token figures come from the decode loop.
-#: Others (beam, contrastive) run keras-hub's own loop on the ensemble's
-#: log-probabilities, and their figures come from one teacher-forced pass.
-LOOP_SAMPLERS = (
-    keras_hub.samplers.GreedySampler,
-    keras_hub.samplers.RandomSampler,
-    keras_hub.samplers.TopKSampler,
-    keras_hub.samplers.TopPSampler,
-)
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class RepeatMembers(keras.layers.Layer):
-    """`(batch, ...)` -> batch-major `(batch * members, ...)`: row
-    `b * members + m` is member `m`'s copy of sample `b`.
-
-    Args:
-        num_members: int.
-        **kwargs: other `keras.layers.Layer` arguments.
-    """
-
-    def __init__(self, num_members, **kwargs):
-        super().__init__(**kwargs)
-        self.num_members = check_positive_int(num_members, "num_members")
-
-    def call(self, inputs):
-        return ops.repeat(inputs, self.num_members, axis=0)
-
-    def compute_output_shape(self, input_shape):
-        batch = input_shape[0]
-        batch = None if batch is None else batch * self.num_members
-        return (batch,) + tuple(input_shape[1:])
-
-    def get_config(self):
-        return {**super().get_config(), "num_members": self.num_members}
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class SplitMembers(keras.layers.Layer):
-    """Batch-major `(batch * members, ...)` -> `(batch, members, ...)`.
-
-    Args:
-        num_members: int.
-        **kwargs: other `keras.layers.Layer` arguments.
-    """
-
-    def __init__(self, num_members, **kwargs):
-        super().__init__(**kwargs)
-        self.num_members = check_positive_int(num_members, "num_members")
-
-    def call(self, inputs):
-        return split_members(inputs, self.num_members)
-
-    def compute_output_shape(self, input_shape):
-        batch = input_shape[0]
-        batch = None if batch is None else batch // self.num_members
-        return (batch, self.num_members) + tuple(input_shape[1:])
-
-    def get_config(self):
-        return {**super().get_config(), "num_members": self.num_members}
-
-
-def split_members(x, num_members):
-    """Batch-major `(batch * members, ...)` -> `(batch, members, ...)`."""
-    shape = ops.shape(x)
-    return ops.reshape(x, (-1, num_members) + tuple(shape[1:]))
-
-
-def merge_members(x):
-    """`(batch, members, ...)` -> batch-major `(batch * members, ...)`."""
-    shape = ops.shape(x)
-    return ops.reshape(x, (-1,) + tuple(shape[2:]))
 
 
 def member_token_cross_entropy(y_true, y_pred):
@@ -209,7 +142,6 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         outputs = self.split_members(logits)
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
         self.generate_function = None
-        self._flat_cache = False
 
     # === Construction ===
 
@@ -357,11 +289,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             raise ValueError(
                 f"`member` must be an int in [0, {self.num_members}); got {member!r}."
             )
-        base_cls = next(
-            c for c in type(self).__mro__[1:]
-            if issubclass(c, keras_hub.models.CausalLM)
-            and not issubclass(c, LoRAEnsembleCausalLM)
-        )
+        base_cls = self.backbone.family.causal_lm_cls
         base_backbone = type(self.backbone).base_cls()
         config = {
             k: v for k, v in self.backbone.get_config().items()
@@ -412,153 +340,36 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         super().compile(
             optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs
         )
+        self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
 
-    # === Decoding with a KV cache ===
-
-    def call_with_cache(self, token_ids, cache, cache_update_index, **kwargs):
-        """The family's `call_with_cache` on every member.
-
-        Args:
-            token_ids: int `(batch, tokens)`.
-            cache: the family's cache with a member axis after the batch:
-                `(batch, members, layers, 2, length, kv_heads, head_dim)`
-                (Gemma 3: per layer a `(key, value)` pair of `(batch,
-                members, length, kv_heads, head_dim)`).
-            cache_update_index: int, where `token_ids` start.
-            **kwargs: the family's other arguments (Gemma 3's
-                `cache_update_mask`, `padding_mask`), per prompt row.
-
-        Returns:
-            `(log_probs, hidden_states, cache)`: the ensemble's predictive
-            log-probabilities `(batch, tokens, vocabulary)` (what
-            keras-hub's samplers take as logits), the members' mean final
-            hidden states `(batch, tokens, hidden_dim)` and the updated
-            cache.
-        """
-        if self._flat_cache:
-            return super().call_with_cache(token_ids, cache, cache_update_index, **kwargs)
-        member_logits, hidden, cache = self._member_step(
-            token_ids, cache, cache_update_index, **kwargs
-        )
-        return ensemble_log_probabilities(member_logits), ops.mean(hidden, axis=1), cache
-
-    def _member_step(self, token_ids, cache, cache_update_index, **kwargs):
-        """Member logits `(batch, members, tokens, vocabulary)`, member
-        hidden states and the cache, from the family's `call_with_cache`."""
-        repeat = self._repeat_rows
-        self._flat_cache = True
-        try:
-            logits, hidden, cache = super().call_with_cache(
-                repeat(token_ids),
-                keras.tree.map_structure(merge_members, cache),
-                cache_update_index,
-                **{k: repeat(v) for k, v in kwargs.items()},
-            )
-        finally:
-            self._flat_cache = False
-        return self._split(logits), self._split(hidden), self._split(cache)
-
-    def _build_cache(self, token_ids, *args, **kwargs):
-        """The family's `_build_cache` on every member: `(mean hidden
-        states, cache with a member axis)`."""
-        repeat = self._repeat_rows
-        self._flat_cache = True
-        try:
-            hidden, cache = super()._build_cache(
-                repeat(token_ids),
-                *[repeat(a) for a in args],
-                **{k: repeat(v) for k, v in kwargs.items()},
-            )
-        finally:
-            self._flat_cache = False
-        return ops.mean(self._split(hidden), axis=1), self._split(cache)
-
-    def _repeat_rows(self, x):
-        """Each prompt row `num_members` times (batch-major); `None` stays."""
-        return None if x is None else ops.repeat(x, self.num_members, axis=0)
-
-    def _split(self, structure):
-        m = self.num_members
-        return keras.tree.map_structure(lambda x: split_members(x, m), structure)
-
-    def _seed_cache(self, token_ids, padding_mask):
-        """The member cache of a prompt batch (Gemma 3 also reads the
-        prompt's padding mask)."""
-        return self._build_cache(token_ids)[1]
-
-    def _step_kwargs(self, padding_mask, index):
-        """The family's extra `call_with_cache` arguments for the decode
-        step at `index` (none but Gemma 3's)."""
-        return {}
+    # === Decoding (see `decode_engine`) ===
 
     def generate_step(self, inputs, stop_token_ids=None):
-        """One compiled generation of a batch, with per-token figures.
-
-        For the samplers of `LOOP_SAMPLERS` the decode loop computes, at
-        each position, the member logits once and from them the next
-        token and that token's figures (`token_figures`). Other samplers
-        (beam, contrastive) run the family's loop on the ensemble's
-        log-probabilities; their figures are then taken in one
-        teacher-forced pass over the result.
+        """One generation of a batch of padded prompts by the decode engine
+        (`decode_engine.generate_batch` with the compiled sampler), as
+        keras-hub's `make_generate_function` compiles it.
 
         Returns:
             dict: `token_ids`, `padding_mask` (as keras-hub returns them)
-            and `figures` `(batch, length, 4 + members [+ 1])`.
+            and `figures` `(batch, length, figures)`.
         """
-        if type(self.sampler) not in LOOP_SAMPLERS:
-            outputs = super().generate_step(inputs, stop_token_ids=stop_token_ids)
-            outputs["figures"] = self._teacher_forced_figures(
-                outputs["token_ids"], inputs["padding_mask"]
-            )
-            return outputs
-        sampler = self.sampler
-        token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
-        cache = self._seed_cache(token_ids, padding_mask)
-        row_lengths = ops.sum(ops.cast(padding_mask, "int32"), axis=-1)
-        index = ops.cast(ops.min(row_lengths), "int32")
-        mask = ops.cast(padding_mask, "bool")
-        batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
-        figures = ops.zeros((batch, length, self._num_figures), "float32")
+        return decode_engine.generate_batch(self, self.sampler, inputs, stop_token_ids)
 
-        def cond(prompt, cache, index, figures):
-            if stop_token_ids is None:
-                return ops.convert_to_tensor(True, dtype="bool")
-            ends = _any_equal(prompt, stop_token_ids, ops.logical_not(mask))
-            return ops.logical_not(ops.all(ops.any(ends, axis=-1)))
+    def _decode_function(self, stop_token_ids):
+        """The compiled generation of one batch for the current sampler and
+        `stop_token_ids` (a tuple or `None`), built once and kept; `compile`
+        and `attach_loss_predictor` drop the kept ones."""
+        decoders = self.__dict__.setdefault("_decoders", {})
+        key = (id(self.sampler), stop_token_ids)
+        if key not in decoders:
+            function = decode_engine.decode_function(self, self.sampler, stop_token_ids)
+            decoders[key] = (self.sampler, function)  # the sampler keeps its id
+        return decoders[key][1]
 
-        def body(prompt, cache, index, figures):
-            step = ops.slice(prompt, [0, index - 1], [batch, 1])
-            member_logits, member_hidden, cache = self._member_step(
-                step, cache, index - 1, **self._step_kwargs(padding_mask, index)
-            )
-            member_logits = member_logits[:, :, 0, :]
-            probabilities = sampler.compute_probabilities(
-                ensemble_log_probabilities(member_logits)
-            )
-            next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
-            next_token = ops.where(mask[:, index], prompt[:, index], next_token)
-            prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
-            row = self._figures(member_logits, next_token, member_hidden[:, :, 0])
-            figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
-            return prompt, cache, index + 1, figures
-
-        token_ids, _, _, figures = sampler.run_loop(
-            cond,
-            body,
-            loop_vars=(token_ids, cache, index, figures),
-            maximum_iterations=(length - index),
-            model=self,
-        )
-        return {
-            "token_ids": token_ids,
-            "padding_mask": _output_padding_mask(token_ids, padding_mask, stop_token_ids),
-            "figures": figures,
-        }
-
-    def _teacher_forced_figures(self, token_ids, padding_mask):
+    def _teacher_forced_figures(self, token_ids):
         """`(batch, length, figures)`: position `t > 0` holds the figures
         of token `t` given tokens `< t` (position 0: zeros)."""
-        return self._chunked_figures(token_ids, ops.ones_like(padding_mask))
+        return self._chunked_figures(token_ids, ops.ones_like(token_ids, dtype="bool"))
 
     def _chunked_figures(self, token_ids, padding_mask, chunk_size=128):
         """Teacher-forced figures `(batch, length, figures)` (position 0:
@@ -567,8 +378,8 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         that the member logits `(batch, members, tokens, vocabulary)` are
         never held whole."""
         tiled = {
-            "token_ids": self._repeat_rows(token_ids),
-            "padding_mask": self._repeat_rows(padding_mask),
+            "token_ids": repeat_rows(token_ids, self.num_members),
+            "padding_mask": repeat_rows(padding_mask, self.num_members),
         }
         hidden = self.backbone(tiled, training=False)
         length = int(token_ids.shape[1])
@@ -576,9 +387,14 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         for start in range(0, length - 1, chunk_size):
             stop = min(start + chunk_size, length - 1)
             part = hidden[:, start:stop]
-            member_logits = self._split(self.backbone.token_embedding(part, reverse=True))
+            member_logits = split_members(
+                self.backbone.token_embedding(part, reverse=True), self.num_members
+            )
             chunks.append(
-                self._figures(member_logits, token_ids[:, start + 1 : stop + 1], self._split(part))
+                self._figures(
+                    member_logits, token_ids[:, start + 1 : stop + 1],
+                    split_members(part, self.num_members),
+                )
             )
         return ops.concatenate(chunks, axis=1)
 
@@ -638,6 +454,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 )
         object.__setattr__(self, "_loss_predictor", predictor)
         self.generate_function = None  # the compiled loop changes
+        self.__dict__["_decoders"] = {}
 
     # === Public entry points ===
 
@@ -678,42 +495,56 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         """
         return_uncertainty = check_bool(return_uncertainty, "return_uncertainty")
         check_generate_call(self, inputs, max_length, stop_token_ids, strip_prompt)
-        batches = []
-        compiled = self.make_generate_function()
-
-        def recording(batch, stop_token_ids=None):
-            outputs = compiled(batch, stop_token_ids=stop_token_ids)
-            batches.append(
-                {
-                    "prompt_mask": ops.convert_to_numpy(batch["padding_mask"]),
-                    **{k: ops.convert_to_numpy(v) for k, v in outputs.items()},
-                }
-            )
-            return {k: outputs[k] for k in ("token_ids", "padding_mask")}
-
-        self.generate_function = recording
-        try:
-            output = super().generate(
-                inputs, max_length=max_length, stop_token_ids=stop_token_ids,
-                strip_prompt=strip_prompt,
-            )
-        except Exception as e:
-            if not _is_out_of_memory(e):
-                raise
-            raise ValueError(
-                f"Generation ran out of memory (`max_length`={max_length}): the "
-                "KV cache holds (batch, members, layers, 2, max_length, "
-                "key-value heads, head size) values. Pass a smaller "
-                f"`max_length` or fewer prompts. ({type(e).__name__})"
-            ) from e
-        finally:
-            self.generate_function = compiled
+        if stop_token_ids == "auto":
+            if self.preprocessor is None:
+                raise ValueError(
+                    'A `preprocessor` must be attached to the model if '
+                    '`stop_token_ids="auto"`. Pass `stop_token_ids=None` to '
+                    "generate up to the inputs' length, or a tuple of token ids."
+                )
+            tokenizer = self.preprocessor.tokenizer
+            stop_token_ids = [tokenizer.end_token_id]
+            if hasattr(tokenizer, "end_token2_id"):  # Llama 3's two end tokens
+                stop_token_ids.append(tokenizer.end_token2_id)
+        if stop_token_ids is not None:
+            stop_token_ids = tuple(int(t) for t in stop_token_ids)
+        decode = self._decode_function(stop_token_ids)
+        batches, input_is_scalar = self._normalize_generate_inputs(inputs)
+        outputs, records = [], []
+        for batch in batches:
+            if self.preprocessor is not None:
+                batch = self.preprocessor.generate_preprocess(batch, sequence_length=max_length)
+            batch = {
+                "token_ids": ops.convert_to_tensor(batch["token_ids"], "int32"),
+                "padding_mask": ops.convert_to_tensor(batch["padding_mask"], "bool"),
+            }
+            try:
+                out = decode(batch)
+            except Exception as e:
+                if not _is_out_of_memory(e):
+                    raise
+                raise ValueError(
+                    f"Generation ran out of memory (`max_length`={max_length}): the "
+                    "KV cache holds (batch, members, layers, 2, max_length, "
+                    "key-value heads, head size) values. Pass a smaller "
+                    f"`max_length` or fewer prompts. ({type(e).__name__})"
+                ) from e
+            record = {k: ops.convert_to_numpy(v) for k, v in out.items()}
+            record["prompt_mask"] = ops.convert_to_numpy(batch["padding_mask"])
+            records.append(record)
+            result = {k: record[k] for k in ("token_ids", "padding_mask")}
+            if strip_prompt:
+                result = strip_prompt_rows(result, record["prompt_mask"])
+            if self.preprocessor is not None:
+                result = self.preprocessor.generate_postprocess(result)
+            outputs.append(result)
+        output = self._normalize_generate_outputs(outputs, input_is_scalar)
         if not return_uncertainty:
             return output
         merged = {
-            key: np.concatenate([b[key] for b in batches], axis=0) for key in batches[0]
+            key: np.concatenate([r[key] for r in records], axis=0) for key in records[0]
         }
-        return {"output": output, **_uncertainty_outputs(merged, self.num_members)}
+        return {"output": output, **uncertainty_outputs(merged, self.num_members)}
 
     def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128):
         """Per-token uncertainty of given text, teacher-forced.
@@ -747,7 +578,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             self._chunked_figures(token_ids, padding_mask, chunk_size)
         )
         valid[:, 0] = False
-        return _token_outputs(figures, valid, self.num_members)
+        return token_outputs(figures, valid, self.num_members)
 
     def get_config(self):
         # Task's config (backbone, preprocessor, name, trainable).
@@ -794,86 +625,19 @@ def _task_class(causal_lm):
     return cls
 
 
-def _any_equal(inputs, values, padding_mask):
-    """Whether `inputs` equals any of `values` where `padding_mask` is true."""
-    output = ops.equal(inputs, values[0])
-    for value in values[1:]:
-        output = ops.logical_or(output, ops.equal(inputs, value))
-    return ops.logical_and(output, padding_mask)
-
-
-def _output_padding_mask(token_ids, padding_mask, stop_token_ids):
-    """keras-hub's output padding mask: everything up to and including the
-    first stop token after the prompt."""
-    if stop_token_ids is None:
-        return ops.ones_like(token_ids, dtype="bool")
-    ends = ops.cast(
-        _any_equal(token_ids, stop_token_ids, ops.logical_not(ops.cast(padding_mask, "bool"))),
-        "int32",
-    )
-    overflow = ops.cumsum(ends, axis=-1) - ends
-    return ops.logical_not(ops.cast(overflow, "bool"))
-
-
-def _token_outputs(figures, valid, num_members):
-    figures = np.where(valid[..., None], figures, 0.0).astype("float32")
-    out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
-    members = figures[..., len(FIGURES) : len(FIGURES) + num_members]
-    out["member_log_probs"] = np.moveaxis(members, -1, 1)
-    if figures.shape[-1] > len(FIGURES) + num_members:
-        out["loss_prediction"] = figures[..., -1]
-    return out
-
-
-def _uncertainty_outputs(batch, num_members):
-    generated = np.logical_and(
-        np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
-    )
-    out = {
-        "token_ids": batch["token_ids"],
-        "padding_mask": batch["padding_mask"].astype(bool),
-        "generated_mask": generated,
-        **_token_outputs(batch["figures"], generated, num_members),
-    }
-    count = np.maximum(generated.sum(axis=1), 1)
-    member_ll = out["member_log_probs"].sum(axis=-1)
-    out["log_likelihood"] = out["log_prob"].sum(axis=-1)
-    out["member_log_likelihoods"] = member_ll
-    for name in ("total", "aleatoric", "epistemic", "loss_prediction"):
-        if name not in out:
-            continue
-        out[f"mean_{name}"] = out[name].sum(axis=-1) / count
-    peak = member_ll.max(axis=1, keepdims=True)
-    log_mean = np.log(np.mean(np.exp(member_ll - peak), axis=1)) + peak[:, 0]
-    out["sequence_epistemic"] = np.maximum(log_mean - member_ll.mean(axis=1), 0.0)
-    return out
-
-
-class _Gemma3Steps:
-    """Gemma 3's cache seeding reads the prompt's padding mask, and each
-    decode step its `cache_update_mask` (prompt positions keep their
-    cache), as `Gemma3CausalLM.generate_step` passes them."""
-
-    def _seed_cache(self, token_ids, padding_mask):
-        return self._build_cache(token_ids, None, None, padding_mask, None)[1]
-
-    def _step_kwargs(self, padding_mask, index):
-        batch = ops.shape(padding_mask)[0]
-        not_prompt = ops.logical_not(ops.cast(padding_mask, "bool"))
-        return {"cache_update_mask": ops.slice(not_prompt, [0, index - 1], [batch, 1])}
-
-
-def _task(name, base, backbone_cls, mixins=()):
+def _causal_lm_class(family):
+    """The registered LoRA-Ensemble task class of `family`."""
+    backbone_cls = BACKBONES[family.name]
     cls = type(
-        name,
-        (*mixins, LoRAEnsembleCausalLM, base),
+        f"LoRAEnsemble{family.name}CausalLM",
+        (LoRAEnsembleCausalLM, family.causal_lm_cls),
         {
             "backbone_cls": backbone_cls,
             "__doc__": (
-                f"LoRA-Ensemble on a `keras_hub.models.{base.__name__}`; see "
-                "`LoRAEnsembleCausalLM`.\n\n    Args:\n        backbone: a "
-                f"`{backbone_cls.__name__}`.\n        preprocessor: optional, "
-                f"the family's preprocessor.\n        **kwargs: other "
+                f"LoRA-Ensemble on a `keras_hub.models.{family.causal_lm_cls.__name__}` "
+                f"({family.description}); see\n    `LoRAEnsembleCausalLM`.\n\n    Args:\n"
+                f"        backbone: a `{backbone_cls.__name__}`.\n        preprocessor: "
+                "optional, the family's preprocessor.\n        **kwargs: other "
                 "`keras_hub.models.Task` arguments.\n"
             ),
             "__module__": __name__,
@@ -882,38 +646,12 @@ def _task(name, base, backbone_cls, mixins=()):
     return keras.saving.register_keras_serializable(package="ensemble_zoo")(cls)
 
 
-LoRAEnsembleGemmaCausalLM = _task(
-    "LoRAEnsembleGemmaCausalLM", keras_hub.models.GemmaCausalLM, LoRAEnsembleGemmaBackbone
-)
-LoRAEnsembleGemma3CausalLM = _task(
-    "LoRAEnsembleGemma3CausalLM",
-    keras_hub.models.Gemma3CausalLM,
-    LoRAEnsembleGemma3Backbone,
-    mixins=(_Gemma3Steps,),
-)
-LoRAEnsembleLlamaCausalLM = _task(
-    "LoRAEnsembleLlamaCausalLM", keras_hub.models.LlamaCausalLM, LoRAEnsembleLlamaBackbone
-)
-LoRAEnsembleLlama3CausalLM = _task(
-    "LoRAEnsembleLlama3CausalLM", keras_hub.models.Llama3CausalLM, LoRAEnsembleLlama3Backbone
-)
-LoRAEnsembleMistralCausalLM = _task(
-    "LoRAEnsembleMistralCausalLM", keras_hub.models.MistralCausalLM, LoRAEnsembleMistralBackbone
-)
-LoRAEnsembleQwenCausalLM = _task(
-    "LoRAEnsembleQwenCausalLM", keras_hub.models.QwenCausalLM, LoRAEnsembleQwenBackbone
-)
-LoRAEnsembleQwen3CausalLM = _task(
-    "LoRAEnsembleQwen3CausalLM", keras_hub.models.Qwen3CausalLM, LoRAEnsembleQwen3Backbone
-)
-
 #: keras-hub causal LM class -> the LoRA-Ensemble task class for it.
-TASKS = {
-    keras_hub.models.GemmaCausalLM: LoRAEnsembleGemmaCausalLM,
-    keras_hub.models.LlamaCausalLM: LoRAEnsembleLlamaCausalLM,
-    keras_hub.models.Llama3CausalLM: LoRAEnsembleLlama3CausalLM,
-    keras_hub.models.MistralCausalLM: LoRAEnsembleMistralCausalLM,
-    keras_hub.models.QwenCausalLM: LoRAEnsembleQwenCausalLM,
-    keras_hub.models.Gemma3CausalLM: LoRAEnsembleGemma3CausalLM,
-    keras_hub.models.Qwen3CausalLM: LoRAEnsembleQwen3CausalLM,
-}
+TASKS = {family.causal_lm_cls: _causal_lm_class(family) for family in FAMILIES}
+LoRAEnsembleGemmaCausalLM = TASKS[keras_hub.models.GemmaCausalLM]
+LoRAEnsembleGemma3CausalLM = TASKS[keras_hub.models.Gemma3CausalLM]
+LoRAEnsembleLlamaCausalLM = TASKS[keras_hub.models.LlamaCausalLM]
+LoRAEnsembleLlama3CausalLM = TASKS[keras_hub.models.Llama3CausalLM]
+LoRAEnsembleMistralCausalLM = TASKS[keras_hub.models.MistralCausalLM]
+LoRAEnsembleQwenCausalLM = TASKS[keras_hub.models.QwenCausalLM]
+LoRAEnsembleQwen3CausalLM = TASKS[keras_hub.models.Qwen3CausalLM]

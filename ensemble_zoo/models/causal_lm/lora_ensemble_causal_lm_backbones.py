@@ -1,7 +1,8 @@
 """keras-hub decoder backbones (Gemma, Gemma 3, Llama, Llama 3, Mistral,
 Qwen, Qwen 3) with LoRA-Ensemble adapters on their projections.
 
-Each class is a subclass of the keras-hub backbone whose constructor takes
+One class per family of `families.FAMILIES`, each made by
+`_backbone_class`: a subclass of the keras-hub backbone whose constructor takes
 the base class's arguments plus the method's (`MethodBackbone`): it builds
 the keras-hub backbone, freezes it, and gives every attention projection
 in `targets` a batch-major `LoRAEnsembleAdapter` (row `b * M + m` is
@@ -13,49 +14,14 @@ the batch on axis 0, and its KV cache work unchanged). Build one through
 import keras
 import keras_hub
 
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import ATTENTION_PROJECTIONS
+from ensemble_zoo.models.causal_lm.families import FAMILIES
+from ensemble_zoo.models.causal_lm.families import TARGETS
+from ensemble_zoo.models.causal_lm.families import target_site
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.validation import check_positive_int
-
-#: Targets: keras-hub's attention projection names, then the MLP's gate,
-#: up and down projections (optional; "mlp_gate" is the one that goes
-#: through the activation).
-ATTENTION_TARGETS = tuple(ATTENTION_PROJECTIONS)  # the names apply_lora_ensemble uses
-MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
-TARGETS = ATTENTION_TARGETS + MLP_TARGETS
-DEFAULT_TARGETS = ATTENTION_TARGETS
-
-#: Per family, the attribute path from a decoder block to each target.
-GEMMA_SITES = {
-    "query": ("attention", "query_dense"),
-    "key": ("attention", "key_dense"),
-    "value": ("attention", "value_dense"),
-    "attention_output": ("attention", "output_dense"),
-    "mlp_gate": ("gating_ffw",),
-    "mlp_up": ("gating_ffw_2",),
-    "mlp_down": ("ffw_linear",),
-}
-LLAMA_SITES = {
-    "query": ("_self_attention_layer", "_query_dense"),
-    "key": ("_self_attention_layer", "_key_dense"),
-    "value": ("_self_attention_layer", "_value_dense"),
-    "attention_output": ("_self_attention_layer", "_output_dense"),
-    "mlp_gate": ("_feedforward_gate_dense",),
-    "mlp_up": ("_feedforward_intermediate_dense",),
-    "mlp_down": ("_feedforward_output_dense",),
-}
-
-
-def target_site(block, path):
-    """`(parent, attribute)` of the projection at `path` from `block`."""
-    parent = block
-    for attribute in path[:-1]:
-        parent = getattr(parent, attribute)
-    return parent, path[-1]
-
 
 def check_ranks(rank, targets):
     """`rank` (an int, or a dict target -> int over exactly `targets`) as a
@@ -77,6 +43,8 @@ class _LoRAEnsembleDecoderBackbone(MethodBackbone):
     method_keys = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed")
     #: target -> attribute path from a decoder block, set per family.
     sites = None
+    #: the `families.Family`, set per family.
+    family = None
 
     def apply_method(self, num_members, rank, targets, lora_alpha, a_gain, seed):
         num_members = check_positive_int(num_members, "num_members")
@@ -130,65 +98,31 @@ _ARGS_DOC = """
 """
 
 
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleGemmaBackbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.GemmaBackbone):
-    __doc__ = (
-        "A `keras_hub.models.GemmaBackbone` (Gemma, Gemma 2) with batch-major\n"
-        "    LoRA-Ensemble adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
+def _backbone_class(family):
+    """The registered LoRA-Ensemble backbone class of `family`."""
+    cls = type(
+        f"LoRAEnsemble{family.name}Backbone",
+        (_LoRAEnsembleDecoderBackbone, family.backbone_cls),
+        {
+            "sites": family.sites,
+            "family": family,
+            "__doc__": (
+                f"A `keras_hub.models.{family.backbone_cls.__name__}` "
+                f"({family.description})\n    with batch-major LoRA-Ensemble "
+                "adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
+            ),
+            "__module__": __name__,
+        },
     )
-    sites = GEMMA_SITES
+    return keras.saving.register_keras_serializable(package="ensemble_zoo")(cls)
 
 
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleLlamaBackbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.LlamaBackbone):
-    __doc__ = (
-        "A `keras_hub.models.LlamaBackbone` (Llama 2) with batch-major\n"
-        "    LoRA-Ensemble adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
-    )
-    sites = LLAMA_SITES
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleLlama3Backbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.Llama3Backbone):
-    __doc__ = (
-        "A `keras_hub.models.Llama3Backbone` with batch-major LoRA-Ensemble\n"
-        "    adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
-    )
-    sites = LLAMA_SITES
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleMistralBackbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.MistralBackbone):
-    __doc__ = (
-        "A `keras_hub.models.MistralBackbone` with batch-major LoRA-Ensemble\n"
-        "    adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
-    )
-    sites = LLAMA_SITES
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleQwenBackbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.QwenBackbone):
-    __doc__ = (
-        "A `keras_hub.models.QwenBackbone` (Qwen 2) with batch-major\n"
-        "    LoRA-Ensemble adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
-    )
-    sites = LLAMA_SITES
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleGemma3Backbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.Gemma3Backbone):
-    __doc__ = (
-        "A `keras_hub.models.Gemma3Backbone` (text only: `vision_encoder=None`)\n"
-        "    with batch-major LoRA-Ensemble adapters; its inputs hold `batch * M`\n"
-        "    rows.\n" + _ARGS_DOC
-    )
-    sites = GEMMA_SITES
-
-
-@keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleQwen3Backbone(_LoRAEnsembleDecoderBackbone, keras_hub.models.Qwen3Backbone):
-    __doc__ = (
-        "A `keras_hub.models.Qwen3Backbone` with batch-major LoRA-Ensemble\n"
-        "    adapters; its inputs hold `batch * M` rows.\n" + _ARGS_DOC
-    )
-    sites = LLAMA_SITES
+#: family name -> its LoRA-Ensemble backbone class.
+BACKBONES = {family.name: _backbone_class(family) for family in FAMILIES}
+LoRAEnsembleGemmaBackbone = BACKBONES["Gemma"]
+LoRAEnsembleGemma3Backbone = BACKBONES["Gemma3"]
+LoRAEnsembleLlamaBackbone = BACKBONES["Llama"]
+LoRAEnsembleLlama3Backbone = BACKBONES["Llama3"]
+LoRAEnsembleMistralBackbone = BACKBONES["Mistral"]
+LoRAEnsembleQwenBackbone = BACKBONES["Qwen"]
+LoRAEnsembleQwen3Backbone = BACKBONES["Qwen3"]

@@ -1,0 +1,315 @@
+"""The LoRA-Ensemble causal LM's decode engine.
+
+One pure step function over the backbone,
+
+    member_step(model, token_ids, cache, index, padding_mask)
+        -> (member logits, member hidden states, new cache),
+
+runs the family's own keras-hub `call_with_cache` once on every member's
+batch-major rows (`member_rows`) and splits the result into `(batch,
+members, ...)`. The KV cache is preallocated at the sequence length by
+`prefill` (the family's `_build_cache` over the padded prompt), so every
+step has the same shapes. One sampling loop calls the step, applies the
+keras-hub sampler to the ensemble's predictive distribution and writes
+each generated token's figures (`token_uncertainty.token_figures`) into a
+`(batch, length, figures)` loop variable. Nothing on the model is swapped
+or flagged while it runs: two generations, or one inside another's
+callback, share no mutable state but the sampler's seed.
+
+Compilation, per backend (`decode_function`):
+
+- JAX: the whole generation (prefill and loop) is one `jax.jit` program
+  per input shape, with the model's and the sampler's variables as
+  arguments (as keras-hub compiles `generate`).
+- TensorFlow: one `tf.function(jit_compile=True)` program per shape.
+- PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
+  PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`,
+  static shapes; on a CUDA device `mode="reduce-overhead"` captures it
+  once as a CUDA graph and replays it) when the model is compiled with
+  `jit_compile=True`; eager otherwise, the reference the tests compare
+  with. Checked with Keras 3.15.1, keras-hub 0.32.0 and torch 2.13 (CPU).
+
+Samplers: greedy, random, top-k and top-p only choose the next token
+from a distribution, so the loop here runs them and records the figures
+as it goes (`LOOP_SAMPLERS`). Beam and contrastive search run keras-hub's
+own loops, which reorder the batch and call the model for several
+candidates; they get the ensemble's log-probabilities through
+`ensemble_next`, and their figures come from one teacher-forced pass over
+the result.
+"""
+
+import itertools
+
+import keras
+import keras_hub
+from keras import ops
+
+from ensemble_zoo.models.causal_lm.generation_outputs import any_equal
+from ensemble_zoo.models.causal_lm.generation_outputs import output_padding_mask
+from ensemble_zoo.models.causal_lm.member_rows import merge_members
+from ensemble_zoo.models.causal_lm.member_rows import repeat_rows
+from ensemble_zoo.models.causal_lm.member_rows import split_members
+from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
+from ensemble_zoo.utils.workarounds import zoo_workarounds
+
+#: Samplers that only choose the next token (keras-hub's base loop): their
+#: figures are recorded inside the decode loop.
+LOOP_SAMPLERS = (
+    keras_hub.samplers.GreedySampler,
+    keras_hub.samplers.RandomSampler,
+    keras_hub.samplers.TopKSampler,
+    keras_hub.samplers.TopPSampler,
+)
+
+
+def _split(structure, num_members):
+    return keras.tree.map_structure(lambda x: split_members(x, num_members), structure)
+
+
+def prefill(model, token_ids, padding_mask):
+    """The members' KV cache of a padded prompt batch.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM`.
+        token_ids: int `(batch, length)`, the prompts padded to the
+            generation's length (which the cache then holds).
+        padding_mask: bool `(batch, length)`, true on prompt tokens.
+
+    Returns:
+        `(hidden_states, cache)`: the members' mean final hidden states
+        `(batch, length, hidden_dim)` and the family's cache with a member
+        axis after the batch (`(batch, members, layers, 2, length,
+        kv_heads, head_dim)`; Gemma 3: per layer a `(key, value)` pair of
+        `(batch, members, length, kv_heads, head_dim)`).
+    """
+    m = model.num_members
+    hidden, cache = model.backbone.family.seed_cache(
+        model, repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
+    )
+    return ops.mean(split_members(hidden, m), axis=1), _split(cache, m)
+
+
+def member_step(model, token_ids, cache, index, padding_mask):
+    """One step of every member through the family's `call_with_cache`.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM`.
+        token_ids: int `(batch, tokens)`, the tokens at `index`.
+        cache: the member cache (see `prefill`).
+        index: int or int tensor, the position of `token_ids[:, 0]`.
+        padding_mask: bool `(batch, length)`, the prompts' mask (Gemma 3
+            keeps prompt positions' cache).
+
+    Returns:
+        `(member_logits, member_hidden, cache)`: `(batch, members, tokens,
+        vocabulary)`, `(batch, members, tokens, hidden_dim)` and the
+        updated member cache.
+    """
+    m = model.num_members
+    extra = model.backbone.family.step_arguments(padding_mask, index)
+    logits, hidden, cache = model.call_with_cache(
+        repeat_rows(token_ids, m),
+        keras.tree.map_structure(merge_members, cache),
+        index,
+        **{k: repeat_rows(v, m) for k, v in extra.items()},
+    )
+    return split_members(logits, m), split_members(hidden, m), _split(cache, m)
+
+
+def ensemble_next(model, padding_mask):
+    """keras-hub's `next(prompt, cache, index)` for its own sampler loops:
+    `(log p̄ (rows, vocabulary), the members' mean hidden state (rows,
+    hidden_dim), cache)` after the token at `index - 1`. Beam and contrastive search repeat each prompt row
+    (`ops.repeat` on axis 0); the prompts' mask is repeated alike."""
+    batch = ops.shape(padding_mask)[0]
+
+    def next(prompt, cache, index):
+        rows = ops.shape(prompt)[0]
+        mask = padding_mask if rows == batch else ops.repeat(padding_mask, rows // batch, axis=0)
+        token = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
+        member_logits, member_hidden, cache = member_step(model, token, cache, index - 1, mask)
+        log_probs = ensemble_log_probabilities(member_logits[:, :, 0])
+        return log_probs, ops.mean(member_hidden[:, :, 0], axis=1), cache
+
+    return next
+
+
+def loop_step(model, sampler):
+    """The decode loop's body `(prompt, cache, index, figures,
+    prompt_mask) -> (prompt, cache, index + 1, figures)`: one member step
+    on the token at `index - 1`, the sampler's next token from the
+    ensemble's predictive distribution (prompt tokens are kept), and that
+    token's figures written at `index`. Indexing by `ops.take` keeps the
+    step free of data-dependent slice sizes (one `torch.compile` graph)."""
+
+    def step(prompt, cache, index, figures, prompt_mask):
+        with zoo_workarounds():
+            token = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
+            member_logits, member_hidden, cache = member_step(
+                model, token, cache, index - 1, prompt_mask
+            )
+            member_logits = member_logits[:, :, 0]
+            probabilities = sampler.compute_probabilities(
+                ensemble_log_probabilities(member_logits)
+            )
+            next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
+            next_token = ops.where(
+                ops.take(prompt_mask, index, axis=1), ops.take(prompt, index, axis=1), next_token
+            )
+            prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
+            row = model._figures(member_logits, next_token, member_hidden[:, :, 0])
+            figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
+        return prompt, cache, index + 1, figures
+
+    return step
+
+
+def _start(padding_mask):
+    """The first position to generate: the shortest prompt's length."""
+    lengths = ops.sum(ops.cast(padding_mask, "int32"), axis=-1)
+    return ops.cast(ops.min(lengths), "int32")
+
+
+def _finished(prompt, prompt_mask, stop_token_ids):
+    """Whether every row holds a stop token after its prompt."""
+    if stop_token_ids is None:
+        return ops.convert_to_tensor(False)
+    ends = any_equal(prompt, stop_token_ids, ops.logical_not(prompt_mask))
+    return ops.all(ops.any(ends, axis=-1))
+
+
+def generate_batch(model, sampler, inputs, stop_token_ids, step=None):
+    """One generation of a batch of padded prompts.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM`.
+        sampler: a keras-hub `Sampler`.
+        inputs: dict of `token_ids` and `padding_mask` `(batch, length)`.
+        stop_token_ids: `None` or a tuple of token ids.
+        step: the loop body to run in a Python loop (PyTorch: `loop_step`,
+            compiled or not); `None` runs `ops.while_loop` through the
+            sampler's `run_loop` (JAX and TensorFlow, inside one compiled
+            program).
+
+    Returns:
+        dict: `token_ids`, `padding_mask` (as keras-hub returns them) and
+        `figures` `(batch, length, figures)` (zero at prompt positions).
+    """
+    token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
+    prompt_mask = ops.cast(ops.convert_to_tensor(inputs["padding_mask"]), "bool")
+    hidden, cache = prefill(model, token_ids, prompt_mask)
+    index = _start(prompt_mask)
+    batch, length = ops.shape(token_ids)
+    if not isinstance(sampler, LOOP_SAMPLERS):
+        token_ids = sampler(
+            next=ensemble_next(model, prompt_mask),
+            prompt=token_ids,
+            cache=cache,
+            index=index,
+            mask=prompt_mask,
+            stop_token_ids=stop_token_ids,
+            hidden_states=hidden,
+            model=model,
+        )
+        figures = model._teacher_forced_figures(token_ids)
+    else:
+        figures = ops.zeros((batch, length, model._num_figures), "float32")
+        loop_vars = (token_ids, cache, index, figures)
+        if step is None:
+            body = loop_step(model, sampler)
+            token_ids, _, _, figures = sampler.run_loop(
+                lambda p, c, i, f: ops.logical_not(_finished(p, prompt_mask, stop_token_ids)),
+                lambda p, c, i, f: body(p, c, i, f, prompt_mask),
+                loop_vars=loop_vars,
+                maximum_iterations=length - index,
+                model=model,
+            )
+        else:
+            for _ in range(int(length - index)):
+                if stop_token_ids is not None and bool(
+                    _finished(loop_vars[0], prompt_mask, stop_token_ids)
+                ):
+                    break
+                loop_vars = step(*loop_vars, prompt_mask)
+            token_ids, _, _, figures = loop_vars
+    return {
+        "token_ids": token_ids,
+        "padding_mask": output_padding_mask(token_ids, prompt_mask, stop_token_ids),
+        "figures": figures,
+    }
+
+
+def _variables(model, sampler):
+    """The variables a generation reads: the sampler's seed, then the
+    model's and the attached loss predictor's head's."""
+    predictor = model.loss_predictor
+    head = [] if predictor is None else list(predictor.head.variables)
+    return (
+        list(sampler.variables),
+        list(model.trainable_variables) + list(model.non_trainable_variables) + head,
+    )
+
+
+def _jax_function(model, sampler, stop_token_ids):
+    import jax
+
+    sampler_variables, variables = _variables(model, sampler)
+
+    @jax.jit
+    def compiled(inputs, sampler_values, values):
+        mapping = itertools.chain(
+            zip(sampler_variables, sampler_values), zip(variables, values)
+        )
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            outputs = generate_batch(model, sampler, inputs, stop_token_ids)
+        updated = [scope.get_current_value(v) for v in sampler_variables]
+        return outputs, [
+            new if new is not None else old for new, old in zip(updated, sampler_values)
+        ]
+
+    def run(inputs):
+        outputs, sampler_values = compiled(
+            inputs, [v.value for v in sampler_variables], [v.value for v in variables]
+        )
+        for variable, value in zip(sampler_variables, sampler_values):
+            variable.assign(value)
+        return outputs
+
+    return run
+
+
+def _torch_function(model, sampler, stop_token_ids, compiled):
+    import torch
+
+    step = loop_step(model, sampler)
+    if compiled:
+        cuda = any(
+            getattr(v.value, "is_cuda", False) for v in model.trainable_variables[:1]
+        )
+        step = torch.compile(
+            step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda else None
+        )
+
+    def run(inputs):
+        with torch.no_grad():
+            return generate_batch(model, sampler, inputs, stop_token_ids, step=step)
+
+    return run
+
+
+def decode_function(model, sampler, stop_token_ids):
+    """`inputs -> outputs` of `generate_batch`, compiled for the backend
+    (see the module docstring) unless the model runs eagerly."""
+    backend = keras.config.backend()
+    if backend == "torch":
+        return _torch_function(model, sampler, stop_token_ids, bool(model.jit_compile))
+    if model.run_eagerly:
+        return lambda inputs: generate_batch(model, sampler, inputs, stop_token_ids)
+    if backend == "jax":
+        return _jax_function(model, sampler, stop_token_ids)
+    import tensorflow as tf
+
+    return tf.function(
+        lambda inputs: generate_batch(model, sampler, inputs, stop_token_ids),
+        jit_compile=bool(getattr(model, "jit_compile", True)),
+    )

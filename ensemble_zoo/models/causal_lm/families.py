@@ -1,0 +1,148 @@
+"""The keras-hub causal-LM families a LoRA-Ensemble wraps, as data.
+
+Each `Family` names the keras-hub task and backbone classes, where each
+adaptable projection sits in a decoder block, and how the family's KV
+cache is seeded and stepped. One mechanism builds every family's
+LoRA-Ensemble backbone (`lora_ensemble_causal_lm_backbones`) and task
+(`lora_ensemble_causal_lm`) from this table, so adding a family is one
+entry here.
+
+Cache layouts (keras-hub 0.32): Gemma, Llama, Mistral and Qwen stack the
+layers in one `(batch, layers, 2, length, kv_heads, head_dim)` array;
+Gemma 3 keeps a `(key, value)` pair of `(batch, length, kv_heads,
+head_dim)` per layer, reads the prompt's padding mask when it seeds the
+cache and a `cache_update_mask` (prompt positions keep their cache) at
+each step.
+"""
+
+import keras_hub
+from keras import ops
+
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import ATTENTION_PROJECTIONS
+
+#: Adaptable projections: keras-hub's attention projection names (those
+#: `apply_lora_ensemble` uses), then the MLP's gate, up and down
+#: projections (optional; "mlp_gate" is the one that goes through the
+#: activation).
+ATTENTION_TARGETS = tuple(ATTENTION_PROJECTIONS)
+MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
+TARGETS = ATTENTION_TARGETS + MLP_TARGETS
+DEFAULT_TARGETS = ATTENTION_TARGETS
+
+#: Per layout, the attribute path from a decoder block to each target.
+GEMMA_SITES = {
+    "query": ("attention", "query_dense"),
+    "key": ("attention", "key_dense"),
+    "value": ("attention", "value_dense"),
+    "attention_output": ("attention", "output_dense"),
+    "mlp_gate": ("gating_ffw",),
+    "mlp_up": ("gating_ffw_2",),
+    "mlp_down": ("ffw_linear",),
+}
+LLAMA_SITES = {
+    "query": ("_self_attention_layer", "_query_dense"),
+    "key": ("_self_attention_layer", "_key_dense"),
+    "value": ("_self_attention_layer", "_value_dense"),
+    "attention_output": ("_self_attention_layer", "_output_dense"),
+    "mlp_gate": ("_feedforward_gate_dense",),
+    "mlp_up": ("_feedforward_intermediate_dense",),
+    "mlp_down": ("_feedforward_output_dense",),
+}
+
+
+def target_site(block, path):
+    """`(parent, attribute)` of the projection at `path` from `block`."""
+    parent = block
+    for attribute in path[:-1]:
+        parent = getattr(parent, attribute)
+    return parent, path[-1]
+
+
+def seed_stacked_cache(causal_lm, token_ids, padding_mask):
+    """`(hidden_states, cache)` of a prompt batch through the family's own
+    `_build_cache` (the prompt's padding mask is not read)."""
+    return causal_lm._build_cache(token_ids)
+
+
+def no_step_arguments(padding_mask, index):
+    """The extra `call_with_cache` arguments of a decode step: none."""
+    return {}
+
+
+def seed_gemma3_cache(causal_lm, token_ids, padding_mask):
+    """Gemma 3's `_build_cache` on text: no image embeddings."""
+    return causal_lm._build_cache(token_ids, None, None, padding_mask, None)
+
+
+def gemma3_step_arguments(padding_mask, index):
+    """Gemma 3's `cache_update_mask` at `index`: true where the position
+    is not part of the prompt (a prompt's own cache entries are kept), as
+    `Gemma3CausalLM.generate_step` passes it. `padding_mask` has one row
+    per row of the step's batch."""
+    not_prompt = ops.logical_not(ops.cast(padding_mask, "bool"))
+    return {"cache_update_mask": ops.expand_dims(ops.take(not_prompt, index, axis=1), 1)}
+
+
+class Family:
+    """One keras-hub causal-LM family.
+
+    Args:
+        name: str, the class-name stem (`"Gemma"` gives
+            `LoRAEnsembleGemmaCausalLM` and `LoRAEnsembleGemmaBackbone`).
+        causal_lm_cls: the keras-hub `CausalLM` class.
+        backbone_cls: the keras-hub backbone class.
+        sites: dict target -> attribute path from a decoder block.
+        description: str, how the docstrings name the family.
+        seed_cache: callable `(causal_lm, token_ids, padding_mask) ->
+            (hidden_states, cache)` running the family's `_build_cache`.
+        step_arguments: callable `(padding_mask, index) -> dict`, the
+            family's extra `call_with_cache` arguments at a decode step.
+    """
+
+    def __init__(
+        self, name, causal_lm_cls, backbone_cls, sites, description,
+        seed_cache=seed_stacked_cache, step_arguments=no_step_arguments,
+    ):
+        self.name = name
+        self.causal_lm_cls = causal_lm_cls
+        self.backbone_cls = backbone_cls
+        self.sites = sites
+        self.description = description
+        self.seed_cache = seed_cache
+        self.step_arguments = step_arguments
+
+    def __repr__(self):
+        return f"Family({self.name!r})"
+
+
+FAMILIES = (
+    Family(
+        "Gemma", keras_hub.models.GemmaCausalLM, keras_hub.models.GemmaBackbone,
+        GEMMA_SITES, "Gemma, Gemma 2",
+    ),
+    Family(
+        "Gemma3", keras_hub.models.Gemma3CausalLM, keras_hub.models.Gemma3Backbone,
+        GEMMA_SITES, "Gemma 3, text only: `vision_encoder=None`",
+        seed_cache=seed_gemma3_cache, step_arguments=gemma3_step_arguments,
+    ),
+    Family(
+        "Llama", keras_hub.models.LlamaCausalLM, keras_hub.models.LlamaBackbone,
+        LLAMA_SITES, "Llama 2",
+    ),
+    Family(
+        "Llama3", keras_hub.models.Llama3CausalLM, keras_hub.models.Llama3Backbone,
+        LLAMA_SITES, "Llama 3",
+    ),
+    Family(
+        "Mistral", keras_hub.models.MistralCausalLM, keras_hub.models.MistralBackbone,
+        LLAMA_SITES, "Mistral",
+    ),
+    Family(
+        "Qwen", keras_hub.models.QwenCausalLM, keras_hub.models.QwenBackbone,
+        LLAMA_SITES, "Qwen 2",
+    ),
+    Family(
+        "Qwen3", keras_hub.models.Qwen3CausalLM, keras_hub.models.Qwen3Backbone,
+        LLAMA_SITES, "Qwen 3",
+    ),
+)

@@ -1,0 +1,95 @@
+"""What `generate` returns, from the decode loop's arrays.
+
+The loop hands back token ids, keras-hub's output padding mask and one
+row of per-token figures per position (`token_uncertainty.FIGURES`, the
+members' log-probabilities, then the attached loss predictor's
+prediction). These functions turn them into keras-hub's return value
+(`strip_prompt`) and the NumPy dict of `generate(...,
+return_uncertainty=True)`.
+"""
+
+import numpy as np
+from keras import ops
+
+from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
+
+
+def any_equal(inputs, values, padding_mask):
+    """Whether `inputs` equals any of `values` where `padding_mask` is true."""
+    output = ops.equal(inputs, values[0])
+    for value in values[1:]:
+        output = ops.logical_or(output, ops.equal(inputs, value))
+    return ops.logical_and(output, padding_mask)
+
+
+def output_padding_mask(token_ids, padding_mask, stop_token_ids):
+    """keras-hub's output padding mask: everything up to and including the
+    first stop token after the prompt."""
+    if stop_token_ids is None:
+        return ops.ones_like(token_ids, dtype="bool")
+    ends = ops.cast(
+        any_equal(token_ids, stop_token_ids, ops.logical_not(ops.cast(padding_mask, "bool"))),
+        "int32",
+    )
+    overflow = ops.cumsum(ends, axis=-1) - ends
+    return ops.logical_not(ops.cast(overflow, "bool"))
+
+
+def strip_prompt(outputs, prompt_mask):
+    """`outputs` (`token_ids`, `padding_mask`) without the prompt, as
+    keras-hub's `generate(..., strip_prompt=True)` returns them: each row
+    is rolled left by its prompt's length and the mask keeps the generated
+    tokens only (NumPy arrays)."""
+    token_ids = np.asarray(outputs["token_ids"])
+    mask = np.asarray(outputs["padding_mask"]).astype(bool)
+    prompt_mask = np.asarray(prompt_mask).astype(bool)
+    length = token_ids.shape[1]
+    shifts = prompt_mask.sum(axis=1)
+    index = (np.arange(length)[None, :] + shifts[:, None]) % length
+    return {
+        "token_ids": np.take_along_axis(token_ids, index, axis=1),
+        "padding_mask": np.logical_xor(
+            np.take_along_axis(prompt_mask, index, axis=1),
+            np.take_along_axis(mask, index, axis=1),
+        ),
+    }
+
+
+def token_outputs(figures, valid, num_members):
+    """The per-position figures as a dict of `(batch, length)` arrays
+    (`member_log_probs`: `(batch, members, length)`), zero where `valid`
+    is false."""
+    figures = np.where(valid[..., None], figures, 0.0).astype("float32")
+    out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
+    members = figures[..., len(FIGURES) : len(FIGURES) + num_members]
+    out["member_log_probs"] = np.moveaxis(members, -1, 1)
+    if figures.shape[-1] > len(FIGURES) + num_members:
+        out["loss_prediction"] = figures[..., -1]
+    return out
+
+
+def uncertainty_outputs(batch, num_members):
+    """The per-token and per-sequence figures of `generate(...,
+    return_uncertainty=True)` from one batch's NumPy arrays
+    (`prompt_mask`, `token_ids`, `padding_mask`, `figures`)."""
+    generated = np.logical_and(
+        np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
+    )
+    out = {
+        "token_ids": batch["token_ids"],
+        "padding_mask": batch["padding_mask"].astype(bool),
+        "generated_mask": generated,
+        **token_outputs(batch["figures"], generated, num_members),
+    }
+    count = np.maximum(generated.sum(axis=1), 1)
+    member_ll = out["member_log_probs"].sum(axis=-1)
+    out["log_likelihood"] = out["log_prob"].sum(axis=-1)
+    out["member_log_likelihoods"] = member_ll
+    for name in ("total", "aleatoric", "epistemic", "loss_prediction"):
+        if name not in out:
+            continue
+        out[f"mean_{name}"] = out[name].sum(axis=-1) / count
+    peak = member_ll.max(axis=1, keepdims=True)
+    log_mean = np.log(np.mean(np.exp(member_ll - peak), axis=1)) + peak[:, 0]
+    out["sequence_epistemic"] = np.maximum(log_mean - member_ll.mean(axis=1), 0.0)
+    return out
