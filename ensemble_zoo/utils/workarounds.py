@@ -53,6 +53,22 @@ has the bug, which is the signal to delete the workaround):
   reproducible, but not the same numbers as the eager step's). Upstream:
   pytorch/pytorch#88576 ("Dynamo handling for all methods of
   torch.Generator", open, cited in Keras' source); no Keras issue.
+- `torch_numpy_scalars_under_compile` (PyTorch): keras-hub's Gemma
+  attention scales queries by `ops.cast(1 / np.sqrt(head_dim), dtype)`;
+  Keras' torch `convert_to_tensor` reads the NumPy value's `dtype`, and
+  dynamo, which traces NumPy values as arrays, cannot trace `ndarray.dtype`:
+  the causal-LM decode step failed to compile. While dynamo traces, the
+  replacement converts NumPy values with `torch.as_tensor` first. No
+  upstream issue yet (Keras 3.15.1, keras-hub 0.32.0, torch 2.13); remove
+  it once Keras' `convert_to_tensor` handles traced NumPy values or
+  keras-hub computes the scale in Python.
+- `torch_tensor_slice_start_under_compile` (PyTorch): Gemma 3's attention
+  reads its cache with `ops.slice` at the decode step's index; given a
+  tensor start, Keras' torch `slice` calls `torch.narrow`, whose
+  data-dependent bounds dynamo cannot trace ("pending unbacked symbols").
+  While dynamo traces, the replacement gathers the same elements with
+  `torch.index_select` at `start + arange(size)` (static sizes). No
+  upstream issue yet (Keras 3.15.1, torch 2.13).
 
 Eager calls keep Keras' code paths under every backend: the JAX
 replacement changes only float16 attention on a CPU, the PyTorch ones only
@@ -205,6 +221,25 @@ def _numpy_scalars_as_python_numbers_while_compiling(original):
     return convert_to_tensor
 
 
+def _gathered_slices_while_compiling(original):
+    import torch
+
+    def slice(inputs, start_indices, shape):
+        if not torch.compiler.is_compiling() or not any(
+            isinstance(s, torch.Tensor) for s in start_indices
+        ):
+            return original(inputs, start_indices, shape)
+        result = torch.as_tensor(inputs)
+        for axis, (start, size) in enumerate(zip(start_indices, shape)):
+            if isinstance(start, int) and start == 0 and size == result.shape[axis]:
+                continue
+            index = torch.arange(int(size), device=result.device) + start
+            result = torch.index_select(result, axis, index)
+        return result
+
+    return slice
+
+
 # See the module docstring for each one's reason and upstream fix.
 WORKAROUNDS = (
     Workaround(
@@ -229,6 +264,12 @@ WORKAROUNDS = (
         "torch_numpy_scalars_under_compile", "torch",
         "keras.src.backend.torch.core", "convert_to_tensor",
         _numpy_scalars_as_python_numbers_while_compiling,
+        "no upstream issue yet (keras 3.15.1, torch 2.13)",
+    ),
+    Workaround(
+        "torch_tensor_slice_start_under_compile", "torch",
+        "keras.src.backend.torch.core", "slice",
+        _gathered_slices_while_compiling,
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
 )

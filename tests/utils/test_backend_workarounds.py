@@ -52,6 +52,8 @@ TARGETS = {
     "torch": [
         "keras.src.backend.torch.nn:_can_use_flash_attention",
         "keras.src.backend.torch.random:torch_seed_generator",
+        "keras.src.backend.torch.core:convert_to_tensor",
+        "keras.src.backend.torch.core:slice",
     ],
 }[BACKEND]
 
@@ -327,3 +329,49 @@ def test_torch_seeded_random_is_still_needed():
     assert graphs > 1, (breaks, graphs)
     assert any("torch_seed_generator" in r for r in breaks), breaks
     assert _dynamo_run(noisy, x, scoped=True) == ({}, 1)
+
+
+def _dynamo_fails_or_breaks(fn, *args):
+    """Whether dynamo, without the workarounds, breaks `fn`'s graph or
+    cannot trace it at all."""
+    try:
+        breaks, graphs = _dynamo_run(fn, *args, scoped=False)
+    except Exception:
+        return True
+    return bool(breaks) or graphs > 1
+
+
+@requires_torch
+def test_torch_numpy_scalar_cast_is_still_needed():
+    """`torch_numpy_scalars_under_compile`: keras-hub's Gemma attention
+    casts a NumPy scalar (`1 / np.sqrt(head_dim)`) with `ops.cast`, and
+    Keras' `convert_to_tensor` reads the traced array's `dtype`, which
+    dynamo cannot trace."""
+    x = keras.ops.ones((2, 3))
+
+    def scaled(x):
+        return x * keras.ops.cast(1 / np.sqrt(8), x.dtype)
+
+    assert _dynamo_fails_or_breaks(scaled, x)
+    assert _dynamo_run(scaled, x, scoped=True) == ({}, 1)
+
+
+@requires_torch
+def test_torch_slice_at_a_tensor_start_is_still_needed():
+    """`torch_tensor_slice_start_under_compile`: Gemma 3's attention reads
+    its cache with `ops.slice` at the decode step's tensor index; Keras'
+    `torch.narrow` at a tensor start leaves data-dependent sizes that
+    dynamo cannot trace. The gathered slice equals Keras' eager one."""
+    import torch
+
+    cache = keras.ops.reshape(keras.ops.arange(2 * 6 * 3, dtype="float32"), (2, 6, 3))
+    index = torch.tensor(2)
+
+    def read(cache, index):
+        return keras.ops.slice(cache, [0, index, 0], (2, 1, 3))
+
+    assert _dynamo_fails_or_breaks(read, cache, index)
+    assert _dynamo_run(read, cache, index, scoped=True) == ({}, 1)
+    expected = to_np(read(cache, index))
+    with zoo_workarounds():
+        np.testing.assert_array_equal(to_np(torch.compile(read, backend="eager")(cache, index)), expected)
