@@ -1,7 +1,8 @@
-"""Decoding cost of a LoRA-Ensemble causal LM (issue 32).
+"""Decoding cost of a LoRA-Ensemble causal LM against its base and peers.
 
     KERAS_BACKEND=jax python benchmarks/llm_decoding.py [--quick]
         [--dtype float32|bfloat16] [--layers 2] [--repeats 3]
+        [--jit-compile auto|true|false] [--members 1 4 8] [--full]
 
 A keras-hub `GemmaCausalLM` with Gemma-2B's layer shapes (hidden 2048, 8
 query heads and 1 key-value head of width 256, MLP 2 x 16,384) and
@@ -9,25 +10,37 @@ query heads and 1 key-value head of width 256, MLP 2 x 16,384) and
 vocabulary, for a GPU), a vocabulary of 16,384 otherwise; random weights.
 Batch 1, a prompt of `--prompt` tokens, `--new` generated tokens, greedy.
 
-Rows (ratios against the base model, measured in this run):
+Rows, all measured in this run on the backend it runs under:
 
-- `base`: the keras-hub model's own compiled `generate`;
-- `LoRA-Ensemble M`: M members of rank 8 on query, key, value and
-  output, one batched decode (`generate(..., return_uncertainty=True)`,
-  so the per-token figures are included);
-- `M separate models`: M times the base model's row (not run: M
-  fine-tuned models of the base's size decode one after another and hold
-  M times its weights and cache).
+- `keras-hub generate`: the keras-hub model's own `generate` (eager under
+  PyTorch, as keras-hub runs it there), the reference a user starts from;
+- `plain`: the same model through the zoo's decode engine, one member with
+  zero adapters, no figures;
+- `LoRA-Ensemble M`: M members of rank 8 on query, key, value and output,
+  one batched decode with per-token uncertainty
+  (`generate(..., return_uncertainty=True)`);
+- `M separate models`: M times the keras-hub row (M fine-tuned models of
+  the base's size decode one after another and hold M times its weights
+  and cache; computed, not run);
+- peers, when `transformers` and `peft` are installed (`pip install
+  ".[bench]"`; skipped with a message otherwise): `transformers generate`,
+  a `GemmaForCausalLM` of the same shapes and dtype (eager), and `PEFT M
+  adapters`, M rank-8 LoRA adapters on q, k, v and o in one mixed batch
+  (`generate(..., adapter_names=...)`, one row per adapter).
 
-Columns: prefill ms (the prompt through the model, filling the KV
-cache: `_build_cache`, compiled), decode ms per generated token (from
-calls of the compiled generate function that `generate` runs, for `--new`
-and `--new // 2` tokens: their difference over the extra tokens; the
-ensemble's includes its per-token figures), tokens per second (batch /
-decode time per token) and the memory held while decoding: the weights
-plus the KV cache (`(batch, members, layers, 2, length, kv_heads,
-head_dim)`), counted from the arrays' shapes (XLA's buffers for
-activations come on top).
+Columns: first-token ms (a call generating one token: the prompt's pass,
+one step and the call's fixed costs), decode ms per generated token of
+the user's call (the difference between calls generating `--new` and
+`--new // 2` tokens, divided by the extra tokens, so the prompt's pass and
+fixed costs cancel; host copies and the ensemble's NumPy post-processing
+included), its ratio to `plain`, tokens per second, and the memory held
+while decoding: the weights plus the KV cache (`(batch, members, layers,
+2, length, kv_heads, head_dim)`), counted from the arrays' shapes.
+
+`--jit-compile`: the zoo models' `compile(jit_compile=...)`. `auto`
+(default) compiles on every backend: XLA under JAX and TensorFlow, the
+decode step under `torch.compile` under PyTorch (`true`); `false` runs
+the engine eagerly under PyTorch.
 """
 
 import argparse
@@ -91,42 +104,6 @@ def prompt_inputs(prompt, new, vocabulary, batch=1):
     return {"token_ids": token_ids, "padding_mask": padding_mask}
 
 
-def _compiled_prefill(model):
-    """`model._build_cache` compiled as keras-hub compiles `generate`."""
-    backend = keras.config.backend()
-    if backend == "jax":
-        import jax
-
-        state = [v.value for v in model.variables]
-
-        @jax.jit
-        def prefill(state, token_ids):
-            with keras.StatelessScope(state_mapping=list(zip(model.variables, state))):
-                return model._build_cache(token_ids)[1]
-
-        return lambda x: prefill(state, x)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(lambda x: model._build_cache(x)[1], jit_compile=True)
-    import torch
-
-    def prefill(x):
-        with torch.no_grad():
-            return model._build_cache(x)[1]
-
-    return prefill
-
-
-def _block(x):
-    for leaf in keras.tree.flatten(x):
-        if hasattr(leaf, "block_until_ready"):
-            leaf.block_until_ready()
-        else:
-            keras.ops.convert_to_numpy(keras.ops.ravel(leaf)[:1])
-    return x
-
-
 def _median_ms(fn, repeats):
     fn()  # compile
     times = []
@@ -135,6 +112,16 @@ def _median_ms(fn, repeats):
         fn()
         times.append((time.perf_counter() - start) * 1000)
     return float(np.median(times))
+
+
+def _per_token(call_ms, new):
+    """(first-token ms, decode ms per token) from `call_ms(count)`, the
+    median time of a call generating `count` tokens. Timing noise can make
+    the difference of two tiny (--quick) calls negative: a floor of 1 µs
+    keeps the ratios finite."""
+    first = call_ms(1)
+    decode = max(call_ms(new) - call_ms(new // 2), 1e-3) / (new - new // 2)
+    return first, decode
 
 
 def cache_bytes(model, batch, length, members, dtype_bytes):
@@ -149,52 +136,99 @@ def weight_bytes(model):
     return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
-def measure(model, prompt, new, vocabulary, repeats, members):
-    """Prefill ms, decode ms per token and held bytes of one model.
+def measure(model, prompt, new, vocabulary, repeats, members, uncertainty):
+    """First-token ms, decode ms per token and held bytes of the user's
+    `generate` call (see the module docstring)."""
 
-    Decode time per token is the difference between two generations from
-    the same prompt, `new` and `new // 2` tokens, divided by the extra
-    tokens: the prompt's pass and the call's fixed costs cancel.
-    """
-    inputs = prompt_inputs(prompt, new, vocabulary)
-    tokens = keras.ops.convert_to_tensor(inputs["token_ids"])
-    prefill = _compiled_prefill(model)
-    prefill_ms = _median_ms(lambda: _block(prefill(tokens)), repeats)
-    # Both through the compiled generate function `generate` runs (the
-    # ensemble's computes the per-token figures too), waiting for the
-    # token ids only: no copies to the host or NumPy post-processing.
-    generate = model.make_generate_function()
-
-    def total_ms(count):
-        batch = {
-            k: keras.ops.convert_to_tensor(v)
-            for k, v in prompt_inputs(prompt, count, vocabulary).items()
-        }
+    def call_ms(count):
+        inputs = prompt_inputs(prompt, count, vocabulary)
+        kwargs = {"return_uncertainty": True} if uncertainty else {}
         return _median_ms(
-            lambda: _block(generate(batch, stop_token_ids=None)["token_ids"]), repeats
+            lambda: model.generate(inputs, stop_token_ids=None, **kwargs), repeats
         )
 
-    # Timing noise can make the difference of two tiny (--quick) calls
-    # negative: a floor of 1 µs keeps the ratios finite.
-    decode = max(total_ms(new) - total_ms(new // 2), 1e-3) / (new - new // 2)
-    batch, length = inputs["token_ids"].shape
+    first, decode = _per_token(call_ms, new)
     dtype_bytes = np.dtype(keras.config.dtype_policy().compute_dtype).itemsize
-    held = weight_bytes(model) + cache_bytes(model, batch, length, members, dtype_bytes)
-    return prefill_ms, decode, held
+    held = weight_bytes(model) + cache_bytes(model, 1, prompt + new, members, dtype_bytes)
+    return first, decode, held
+
+
+def peer_rows(base, prompt, new, vocabulary, repeats, members):
+    """`transformers generate` and `PEFT M adapters` rows, or `[]` with a
+    message when transformers or peft is missing."""
+    try:
+        import peft
+        import torch
+        import transformers
+    except ImportError as error:
+        print(
+            f"peers skipped: {error.name} is not installed (pip install \".[bench]\")",
+            file=sys.stderr,
+        )
+        return []
+    b = base.backbone
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[
+        keras.config.dtype_policy().compute_dtype
+    ]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = transformers.GemmaConfig(
+        vocab_size=vocabulary, hidden_size=b.hidden_dim, intermediate_size=b.intermediate_dim // 2,
+        num_hidden_layers=b.num_layers, num_attention_heads=b.num_query_heads,
+        num_key_value_heads=b.num_key_value_heads, head_dim=b.head_dim,
+        max_position_embeddings=max(8192, prompt + new),
+    )
+    torch.manual_seed(0)
+    model = transformers.GemmaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    ids = torch.as_tensor(prompt_inputs(prompt, 0, vocabulary)["token_ids"], device=device)
+
+    def timed(lm, batch, **kwargs):
+        def call_ms(count):
+            def run():
+                with torch.no_grad():
+                    lm.generate(
+                        batch, attention_mask=torch.ones_like(batch), max_new_tokens=count,
+                        min_new_tokens=count, do_sample=False, pad_token_id=0, **kwargs,
+                    )
+                if device == "cuda":
+                    torch.cuda.synchronize()
+            return _median_ms(run, repeats)
+        return _per_token(call_ms, new)
+
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv = b.num_layers * 2 * (prompt + new) * b.num_key_value_heads * b.head_dim * (
+        torch.finfo(dtype).bits // 8
+    )
+    rows = [("transformers generate",) + timed(model, ids) + (weights + kv,)]
+    _progress(rows[-1])
+    lora = peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    wrapped = peft.get_peft_model(model, lora, adapter_name="a0")
+    wrapped.eval()
+    for m in range(1, max(members)):
+        wrapped.add_adapter(f"a{m}", lora)
+    for m in members:
+        names = [f"a{i}" for i in range(m)]
+        adapters = sum(
+            p.numel() * p.element_size() for n, p in wrapped.named_parameters()
+            if "lora_" in n and any(f".{a}." in n for a in names)
+        )
+        first, decode = timed(wrapped, ids.repeat(m, 1), adapter_names=names)
+        rows.append((f"PEFT {m} adapters", first, decode, weights + m * kv + adapters))
+        _progress(rows[-1])
+    return rows
 
 
 def _progress(row):
     """One measured row at once (a long GPU run keeps what it measured)."""
-    variant, prefill_ms, decode_ms, held_bytes = row
+    variant, first_ms, decode_ms, held_bytes = row
     print(
-        f"measured {variant}: prefill {prefill_ms:.2f} ms, decode {decode_ms:.3f} ms/token, "
+        f"measured {variant}: first token {first_ms:.2f} ms, decode {decode_ms:.3f} ms/token, "
         f"held {held_bytes / MIB:.1f} MiB",
         file=sys.stderr, flush=True,
     )
 
 
 def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, repeats=5,
-                  members=(1, 4, 8), full=False):
+                  members=(1, 4, 8), full=False, jit_compile="auto", peers=True):
     """The section's rows (see the module docstring)."""
     _imports()
     if full:
@@ -203,33 +237,40 @@ def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, rep
         layers, vocabulary, prompt, new, repeats = 2, 64, 8, 4, min(repeats, 2)
         members = (1, 2)
     vocabulary = vocabulary or 16_384
+    compile_kwargs = {} if jit_compile == "auto" else {"jit_compile": jit_compile == "true"}
+    if keras.config.backend() == "torch" and jit_compile == "auto":
+        compile_kwargs = {"jit_compile": True}
     base = build_base(layers, vocabulary, quick)
     base.compile(sampler="greedy")
-    rows = []
-    prefill, decode, held = measure(base, prompt, new, vocabulary, repeats, 1)
-    rows.append(("base", prefill, decode, held))
+    rows = [("keras-hub generate",) + measure(base, prompt, new, vocabulary, repeats, 1, False)]
     _progress(rows[-1])
-    for m in members:
+    runs = [("plain", 1, False)] + [(f"LoRA-Ensemble {m}", m, True) for m in members]
+    for variant, m, uncertainty in runs:
         model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=m, rank=8, seed=0)
-        model.compile(sampler="greedy")
+        model.compile(sampler="greedy", **compile_kwargs)
         rows.append(
-            (f"LoRA-Ensemble {m}",) + measure(model, prompt, new, vocabulary, repeats, m)
+            (variant,) + measure(model, prompt, new, vocabulary, repeats, m, uncertainty)
         )
         _progress(rows[-1])
         del model
     for m in members:
         if m > 1:
-            rows.append((f"{m} separate models", m * prefill, m * decode, m * held))
+            rows.append(
+                (f"{m} separate models", m * rows[0][1], m * rows[0][2], m * rows[0][3])
+            )
+    if peers and not quick:
+        rows += peer_rows(base, prompt, new, vocabulary, repeats, members)
+    plain = rows[1]
     out = []
-    for variant, prefill_ms, decode_ms, held_bytes in rows:
+    for variant, first_ms, decode_ms, held_bytes in rows:
         out.append({
             "section": "decoding", "variant": variant,
-            "prefill_ms": prefill_ms, "prefill_ratio": prefill_ms / rows[0][1],
-            "decode_ms_per_token": decode_ms, "decode_ratio": decode_ms / rows[0][2],
+            "first_token_ms": first_ms, "decode_ms_per_token": decode_ms,
+            "decode_ratio": decode_ms / plain[2],
             "tokens_per_second": 1000.0 / decode_ms if decode_ms else None,
-            "held_mib": held_bytes / MIB, "held_ratio": held_bytes / rows[0][3],
+            "held_mib": held_bytes / MIB, "held_ratio": held_bytes / plain[3],
             "layers": layers, "vocabulary": vocabulary, "prompt": prompt, "new": new,
-            "quick": quick,
+            "quick": quick, "jit_compile": compile_kwargs.get("jit_compile", "auto"),
         })
     return out
 
@@ -244,14 +285,14 @@ def print_decoding_table(rows):
         f"{r0['vocabulary']:,}, batch 1, prompt {r0['prompt']}, {r0['new']} new tokens"
     )
     header = (
-        f"{'variant':<24} {'prefill ms':>10} {'ratio':>6} {'decode ms/token':>15} "
-        f"{'ratio':>6} {'tokens/s':>9} {'held MiB':>9} {'ratio':>6}"
+        f"{'variant':<24} {'first-token ms':>14} {'decode ms/token':>15} "
+        f"{'vs plain':>8} {'tokens/s':>9} {'held MiB':>9} {'ratio':>6}"
     )
     print(header + "\n" + "-" * len(header))
     for r in rows:
         print(
-            f"{r['variant']:<24} {r['prefill_ms']:>10.2f} {r['prefill_ratio']:>6.2f} "
-            f"{r['decode_ms_per_token']:>15.2f} {r['decode_ratio']:>6.2f} "
+            f"{r['variant']:<24} {r['first_token_ms']:>14.2f} "
+            f"{r['decode_ms_per_token']:>15.2f} {r['decode_ratio']:>8.2f} "
             f"{r['tokens_per_second'] or 0:>9.1f} {r['held_mib']:>9.1f} {r['held_ratio']:>6.2f}"
         )
 
@@ -265,6 +306,11 @@ def main(argv=None):
     parser.add_argument("--new", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument(
+        "--jit-compile", choices=("auto", "true", "false"), default="auto",
+        help="the zoo models' compile(jit_compile=...); auto compiles on every backend",
+    )
+    parser.add_argument("--no-peers", action="store_true", help="skip transformers / PEFT")
     parser.add_argument(
         "--members", type=int, nargs="+", default=[1, 4, 8],
         help="ensemble sizes to measure (default: 1 4 8)",
@@ -281,6 +327,7 @@ def main(argv=None):
     rows = decoding_rows(
         quick=args.quick, layers=args.layers, prompt=args.prompt, new=args.new,
         repeats=args.repeats, full=args.full, members=tuple(args.members),
+        jit_compile=args.jit_compile, peers=not args.no_peers,
     )
     print(f"device: {timing.device_name()}; backend {keras.config.backend()}; dtype {args.dtype}")
     print_decoding_table(rows)

@@ -167,15 +167,15 @@ def test_run_all_quick_measures_every_method(tmp_path):
         assert expected in variants, expected
     decoding = [r for r in report["rows"] if r["section"] == "decoding"]
     assert [r["variant"] for r in decoding] == [
-        "base", "LoRA-Ensemble 1", "LoRA-Ensemble 2", "2 separate models"
+        "keras-hub generate", "plain", "LoRA-Ensemble 1", "LoRA-Ensemble 2", "2 separate models"
     ]
     for row in decoding:
-        assert row["prefill_ms"] > 0 and row["decode_ms_per_token"] > 0, row
+        assert row["first_token_ms"] > 0 and row["decode_ms_per_token"] > 0, row
         assert re.search(rf"^{re.escape(row['variant'])}\s+[\d.]+\s", out, re.M), row
     # Separate models hold M times the weights and cache; the ensemble
     # holds them once (plus its adapters).
-    assert decoding[3]["held_ratio"] == pytest.approx(2.0)
-    assert decoding[2]["held_ratio"] < 2.0
+    assert decoding[4]["held_mib"] == pytest.approx(2 * decoding[0]["held_mib"])
+    assert decoding[3]["held_mib"] < 1.1 * decoding[0]["held_mib"]
     for row in report["rows"]:
         if row["section"] == "decoding":
             continue

@@ -69,6 +69,16 @@ has the bug, which is the signal to delete the workaround):
   While dynamo traces, the replacement gathers the same elements with
   `torch.index_select` at `start + arange(size)` (static sizes). No
   upstream issue yet (Keras 3.15.1, torch 2.13).
+- `torch_cpu_einsum_under_compile` (PyTorch, CPU only): inductor (torch
+  2.13) compiles a contraction written as `torch.einsum`, such as
+  `EinsumDense`'s `"btd,df->btf"` in keras-hub's decoders, into its own
+  C++ reduction kernel instead of calling the BLAS matrix product: at one
+  token per step (Gemma-2B's MLP shapes) the compiled step ran 3x slower
+  than the eager one. While dynamo traces on a CPU, the replacement
+  writes a two-operand pure contraction as `torch.tensordot` and a
+  permutation, which inductor hands to the BLAS kernel; other equations
+  keep `torch.einsum`. No upstream issue yet; remove it once inductor
+  lowers such einsums to `mm` on CPU.
 
 Eager calls keep Keras' code paths under every backend: the JAX
 replacement changes only float16 attention on a CPU, the PyTorch ones only
@@ -240,6 +250,55 @@ def _gathered_slices_while_compiling(original):
     return slice
 
 
+def tensordot_einsum(subscripts, a, b):
+    """A two-operand einsum as `torch.tensordot` and a permutation, or
+    `None` where the equation is not a pure contraction (a label shared by
+    both operands kept in the output, a repeated label, an ellipsis, a
+    label summed within one operand)."""
+    import torch
+
+    if "->" not in subscripts or "." in subscripts:
+        return None
+    inputs, output = subscripts.replace(" ", "").split("->")
+    if inputs.count(",") != 1:
+        return None
+    left, right = inputs.split(",")
+    shared = set(left) & set(right)
+    free = (set(left) | set(right)) - shared
+    if (
+        len(set(left)) != len(left) or len(set(right)) != len(right)
+        or set(output) != free or len(output) != len(free)
+        or len(left) != a.dim() or len(right) != b.dim()
+    ):
+        return None
+    contracted = [c for c in left if c in shared]
+    out = torch.tensordot(
+        a, b, dims=([left.index(c) for c in contracted], [right.index(c) for c in contracted])
+    )
+    labels = [c for c in left if c not in shared] + [c for c in right if c not in shared]
+    return out.permute([labels.index(c) for c in output])
+
+
+def _tensordot_einsum_on_cpu_while_compiling(original):
+    import torch
+
+    from keras.src.backend.torch.core import convert_to_tensor
+
+    def einsum(subscripts, *operands, **kwargs):
+        if torch.compiler.is_compiling() and len(operands) == 2:
+            a, b = (convert_to_tensor(x) for x in operands)  # Keras variables
+            if (
+                a.device.type == "cpu" and a.dtype == b.dtype
+                and a.dtype.is_floating_point
+            ):
+                out = tensordot_einsum(subscripts, a, b)
+                if out is not None:
+                    return out
+        return original(subscripts, *operands, **kwargs)
+
+    return einsum
+
+
 # See the module docstring for each one's reason and upstream fix.
 WORKAROUNDS = (
     Workaround(
@@ -271,6 +330,12 @@ WORKAROUNDS = (
         "keras.src.backend.torch.core", "slice",
         _gathered_slices_while_compiling,
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
+    ),
+    Workaround(
+        "torch_cpu_einsum_under_compile", "torch",
+        "keras.src.backend.torch.numpy", "einsum",
+        _tensordot_einsum_on_cpu_while_compiling,
+        "no upstream issue yet (torch 2.13 inductor, CPU)",
     ),
 )
 

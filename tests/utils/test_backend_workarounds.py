@@ -54,6 +54,7 @@ TARGETS = {
         "keras.src.backend.torch.random:torch_seed_generator",
         "keras.src.backend.torch.core:convert_to_tensor",
         "keras.src.backend.torch.core:slice",
+        "keras.src.backend.torch.numpy:einsum",
     ],
 }[BACKEND]
 
@@ -375,3 +376,41 @@ def test_torch_slice_at_a_tensor_start_is_still_needed():
     expected = to_np(read(cache, index))
     with zoo_workarounds():
         np.testing.assert_array_equal(to_np(torch.compile(read, backend="eager")(cache, index)), expected)
+
+
+@requires_torch
+def test_torch_cpu_einsum_contraction_is_still_needed():
+    """`torch_cpu_einsum_under_compile`: inductor compiles `EinsumDense`'s
+    one-token contraction into its own reduction kernel, not the BLAS
+    matrix product that `tensordot` gets (the compiled decode step ran 3x
+    slower than the eager one on a CPU); the rewrite equals the einsum
+    for every equation keras-hub's decoders use, and leaves the others."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    def extern_calls(fn, *args):
+        torch._dynamo.reset()
+        counters.clear()
+        with torch._inductor.config.patch(fx_graph_cache=False):
+            torch.compile(fn, dynamic=False)(*args)
+        torch._dynamo.reset()
+        return counters["inductor"]["extern_calls"]
+
+    x, w = torch.randn(1, 1, 8), torch.randn(8, 16)
+    assert extern_calls(lambda a, b: torch.einsum("btd,df->btf", a, b), x, w) == 0
+    assert extern_calls(lambda a, b: workarounds.tensordot_einsum("btd,df->btf", a, b), x, w) == 1
+    rng = np.random.default_rng(0)
+    for equation, shapes in [
+        ("btd,df->btf", [(2, 3, 8), (8, 16)]), ("btd,ndh->btnh", [(2, 3, 8), (4, 8, 5)]),
+        ("btnh,nhd->btd", [(2, 3, 4, 5), (4, 5, 8)]), ("bqm,muh->bquh", [(2, 3, 8), (8, 4, 5)]),
+        ("bquh,uhm->bqm", [(2, 3, 4, 5), (4, 5, 8)]), ("btd,dr->btr", [(2, 3, 8), (8, 2)]),
+    ]:
+        a, b = (torch.as_tensor(rng.normal(size=s), dtype=torch.float32) for s in shapes)
+        np.testing.assert_allclose(
+            to_np(workarounds.tensordot_einsum(equation, a, b)),
+            to_np(torch.einsum(equation, a, b)), atol=1e-5, err_msg=equation,
+        )
+    a = torch.randn(2, 3)
+    for kept in ("ij,ij->ij", "ij,jk->ijk", "ii,ij->j", "...j,jk->...k", "ij,jk->k"):
+        b = torch.randn(2, 3) if kept.startswith("ij,ij") or kept.startswith("ii") else torch.randn(3, 4)
+        assert workarounds.tensordot_einsum(kept, a if not kept.startswith("ii") else torch.randn(2, 2), b) is None, kept

@@ -278,6 +278,14 @@ def _jax_function(model, sampler, stop_token_ids):
     return run
 
 
+#: Compiled variants of the one decode step (its code object) that dynamo
+#: keeps: one per model, sampler and input shape. Dynamo's default (8 per
+#: code object, torch 2.13) failed with `fullgraph=True` once a process
+#: had decoded 3 models at 3 lengths; raised only around the zoo's own
+#: compiled steps (`torch._dynamo.config.patch`).
+TORCH_RECOMPILE_LIMIT = 64
+
+
 def _torch_function(model, sampler, stop_token_ids, compiled):
     import torch
 
@@ -286,9 +294,13 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
         cuda = any(
             getattr(v.value, "is_cuda", False) for v in model.trainable_variables[:1]
         )
-        step = torch.compile(
+        compiled_step = torch.compile(
             step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda else None
         )
+
+        def step(*args):
+            with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
+                return compiled_step(*args)
 
     def run(inputs):
         with torch.no_grad():
