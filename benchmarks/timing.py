@@ -13,20 +13,28 @@ def compiled_call(model):
     input shape, with the weights as arguments, not constants),
     `tf.function(jit_compile=True)` under TensorFlow, eager
     `torch.no_grad()` under PyTorch (`torch.compile` with
-    `TORCH_COMPILE["enabled"]`). Returns NumPy, so the time includes
+    `TORCH_COMPILE["enabled"]`). Every model, keras-hub's baselines
+    included, runs inside the zoo's workarounds (`zoo_workarounds`), so a
+    baseline is compiled as the zoo's models are (no graph break in
+    attention under `torch.compile`, no cuDNN fallback log under JAX on a
+    GPU). Returns NumPy, so the time includes
     waiting for the result. Under JAX the function has a `compiled(x)`
     attribute giving the executable for `x`'s shape (its
     `memory_analysis()` is what `peak_memory_mb` reports).
     """
+    from ensemble_zoo.utils.workarounds import zoo_workarounds
+
     backend = keras.config.backend()
     if backend == "jax":
         import jax
 
         trainable = [v.value for v in model.trainable_variables]
         non_trainable = [v.value for v in model.non_trainable_variables]
-        fn = jax.jit(
-            lambda t, n, x: model.stateless_call(t, n, x, training=False)[0]
-        )
+        def forward(t, n, x):
+            with zoo_workarounds():
+                return model.stateless_call(t, n, x, training=False)[0]
+
+        fn = jax.jit(forward)
         executables = {}
 
         def compiled(x):
@@ -49,7 +57,10 @@ def compiled_call(model):
         return lambda x: keras.tree.map_structure(lambda t: t.numpy(), fn(x))
     import torch
 
-    forward = lambda x: model(x, training=False)  # noqa: E731
+    def forward(x):
+        with zoo_workarounds():
+            return model(x, training=False)
+
     if TORCH_COMPILE["enabled"]:
         forward = torch.compile(forward)
 

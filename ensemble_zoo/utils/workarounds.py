@@ -31,6 +31,17 @@ has the bug, which is the signal to delete the workaround):
   keras-team/keras-hub#2354 covers only Stable Diffusion 3; no Keras issue,
   and no fix in Keras' `dot_product_attention` as of 3.15.1. Remove it
   once Keras' JAX backend (or XLA:CPU) runs float16 attention on CPU.
+- `jax_cudnn_attention_per_shape` (JAX, GPU only): Keras'
+  `dot_product_attention` asks `_can_use_flash_attention` whether cuDNN's
+  fused attention may run, which checks the device and the layout only;
+  for shapes cuDNN then refuses (ViT's 197 tokens on an H200, JAX 0.11)
+  Keras calls it anyway, catches the refusal and logs an `ERROR` with a
+  traceback on every call before falling back to XLA's attention (48 of
+  them in one `run_all.py --only hydra` run). The replacement also traces
+  cuDNN's attention once per shape with `jax.eval_shape` (no compilation)
+  and answers "no" where that raises, so XLA's attention is picked without
+  a log line, and cuDNN's is kept wherever it runs. No upstream issue yet
+  (Keras 3.15.1); remove it once Keras checks the shape before trying.
 - `torch_flash_attention_check_under_compile` (PyTorch): Keras'
   `dot_product_attention` (every keras-hub attention) asks whether to
   force flash attention by building a `torch.backends.cuda.SDPAParams`
@@ -197,6 +208,36 @@ def _float32_attention_for_float16_on_cpu(original):
     return dot_product_attention
 
 
+def _cudnn_attention_only_where_it_traces(original, platform=None):
+    import functools
+
+    import jax
+
+    platform = platform or (lambda: jax.devices()[0].platform)
+    verdicts = {}  # (shapes and dtypes of query, key, value, bias) -> bool
+
+    def _can_use_flash_attention(query, key, value, bias, raise_error=False):
+        usable = original(query, key, value, bias, raise_error=raise_error)
+        if not usable or raise_error or platform() != "gpu":
+            return usable
+        operands = [x for x in (query, key, value, bias) if x is not None]
+        signature = tuple((tuple(x.shape), str(x.dtype)) for x in operands) + (
+            bias is not None,
+        )
+        if signature not in verdicts:
+            cudnn = functools.partial(jax.nn.dot_product_attention, implementation="cudnn")
+            specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)]
+            bias_spec = None if bias is None else jax.ShapeDtypeStruct(bias.shape, bias.dtype)
+            try:
+                jax.eval_shape(lambda q, k, v, b: cudnn(q, k, v, bias=b), *specs, bias_spec)
+                verdicts[signature] = True
+            except Exception:
+                verdicts[signature] = False
+        return verdicts[signature]
+
+    return _can_use_flash_attention
+
+
 def _no_forced_flash_attention_while_compiling(original):
     import torch
 
@@ -306,6 +347,12 @@ WORKAROUNDS = (
         "keras.src.backend.jax.nn", "dot_product_attention",
         _float32_attention_for_float16_on_cpu,
         "keras-team/keras-hub#2338 (open); no fix in Keras 3.15.1",
+    ),
+    Workaround(
+        "jax_cudnn_attention_per_shape", "jax",
+        "keras.src.backend.jax.nn", "_can_use_flash_attention",
+        _cudnn_attention_only_where_it_traces,
+        "no upstream issue yet (keras 3.15.1, jax 0.10-0.11)",
     ),
     Workaround(
         "torch_flash_attention_check_under_compile", "torch",

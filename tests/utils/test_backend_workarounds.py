@@ -47,6 +47,7 @@ BACKEND = keras.config.backend()
 TARGETS = {
     "jax": [
         "keras.src.backend.jax.nn:dot_product_attention",
+        "keras.src.backend.jax.nn:_can_use_flash_attention",
         "keras.src.backend.jax.core:JaxVariable._initialize_with_initializer",
     ],
     "torch": [
@@ -414,3 +415,36 @@ def test_torch_cpu_einsum_contraction_is_still_needed():
     for kept in ("ij,ij->ij", "ij,jk->ijk", "ii,ij->j", "...j,jk->...k", "ij,jk->k"):
         b = torch.randn(2, 3) if kept.startswith("ij,ij") or kept.startswith("ii") else torch.randn(3, 4)
         assert workarounds.tensordot_einsum(kept, a if not kept.startswith("ii") else torch.randn(2, 2), b) is None, kept
+
+
+requires_jax = pytest.mark.skipif(BACKEND != "jax", reason="a JAX workaround")
+
+
+@requires_jax
+def test_jax_cudnn_attention_is_asked_per_shape(caplog):
+    """`jax_cudnn_attention_per_shape`: where Keras' check says cuDNN's
+    fused attention may run, the replacement traces it for the shape
+    (`jax.eval_shape`) and says no where that raises, once per shape and
+    without a log line; a "no" from Keras' check stays a no. On this CPU
+    tracing cuDNN's attention raises, as it does for ViT's 197 tokens on
+    a GPU."""
+    import jax
+
+    calls = []
+
+    def keras_check(query, key, value, bias, raise_error=False):
+        calls.append(query.shape)
+        return True
+
+    check = workarounds._cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "gpu")
+    q = jax.numpy.ones((2, 197, 4, 64), "bfloat16")
+    with caplog.at_level("WARNING"):
+        assert check(q, q, q, None) is False
+        assert check(q, q, q, None) is False
+    assert len(calls) == 2 and not caplog.records
+    refusing = workarounds._cudnn_attention_only_where_it_traces(
+        lambda *args, **kwargs: False, platform=lambda: "gpu"
+    )
+    assert refusing(q, q, q, None) is False
+    on_cpu = workarounds._cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "cpu")
+    assert on_cpu(q, q, q, None) is True  # only a GPU is asked again
