@@ -62,7 +62,8 @@ def member_token_cross_entropy(y_true, y_pred):
 class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
     """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
 
-    LoRA-Ensemble (Mühlematter et al., paper 002) gives each of `M`
+    LoRA-Ensemble (Mühlematter et al., "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks") gives each of `M`
     members its own low-rank update `B_m A_m` of the attention projections
     of one frozen pretrained model. Here the model is a keras-hub
     `CausalLM`; the members run batch-major (row `b * M + m`), so that one
@@ -78,6 +79,13 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
     `generate(..., return_uncertainty=True)` also returns per-token
     uncertainty (see `generate`), and `score_uncertainty` the same figures
     for given text.
+
+    Decoding runs the zoo's decode engine (`decode_engine`): one pure step
+    over the family's own `call_with_cache` on the members' batch-major
+    rows (`call_with_cache` and `_build_cache` are keras-hub's, on those
+    rows), compiled as one XLA program under JAX and TensorFlow and, with
+    `compile(jit_compile=True)`, as one `torch.compile` graph per step
+    under PyTorch (eager otherwise).
 
     Build one with `LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)`,
     which picks the family's class (`LoRAEnsembleGemmaCausalLM`, ...) and
@@ -429,8 +437,9 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         predictions are averaged; with zero adapters that is the
         predictor on the frozen model. The predictor is kept by reference,
         not saved with the ensemble (save it on its own). `None` detaches.
-        Attach it again after training it further: the compiled decode
-        loop (JAX) holds the weights it had when it was compiled.
+        The compiled decode reads its head's current weights at every
+        call (under JAX they are arguments of the compiled program), so
+        training it further needs no new attachment.
 
         Args:
             predictor: a `TokenLossPredictor` trained on this ensemble's
