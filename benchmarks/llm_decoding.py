@@ -39,8 +39,8 @@ while decoding: the weights plus the KV cache (`(batch, members, layers,
 
 `--jit-compile`: the zoo models' `compile(jit_compile=...)`. `auto`
 (default) compiles on every backend: XLA under JAX and TensorFlow, the
-decode step under `torch.compile` under PyTorch (`true`); `false` runs
-the engine eagerly under PyTorch.
+decode step under `torch.compile` under PyTorch (`true`; eager with
+`--quick`); `false` runs the engine eagerly under PyTorch.
 """
 
 import argparse
@@ -239,7 +239,9 @@ def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, rep
     vocabulary = vocabulary or 16_384
     compile_kwargs = {} if jit_compile == "auto" else {"jit_compile": jit_compile == "true"}
     if keras.config.backend() == "torch" and jit_compile == "auto":
-        compile_kwargs = {"jit_compile": True}
+        # `--quick` (the test suite's run) decodes eagerly: compiling tiny
+        # models costs minutes and measures nothing.
+        compile_kwargs = {"jit_compile": not quick}
     base = build_base(layers, vocabulary, quick)
     base.compile(sampler="greedy")
     rows = [("keras-hub generate",) + measure(base, prompt, new, vocabulary, repeats, 1, False)]

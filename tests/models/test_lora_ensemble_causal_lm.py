@@ -365,9 +365,11 @@ def test_other_families_decode_as_keras_hub_and_members_equal_their_merged_model
     the Llama family, EinsumDense in Gemma's): zero adapters generate the
     keras-hub model's own tokens with zero epistemic uncertainty; with
     trained adapters each member equals the merged keras-hub model, and
-    the decode loop (greedy) and keras-hub's beam search (Gemma 3's own
-    fails with beams in keras-hub 0.32) return figures equal to
-    teacher-forced scoring."""
+    the decode loop (greedy) and keras-hub's beam search return figures
+    equal to teacher-forced scoring. keras-hub 0.32's own
+    `Gemma3CausalLM` fails with beam and contrastive search (its step
+    slices the prompts' mask at the batch size before the sampler repeats
+    rows into beams; no upstream issue found): the ensemble runs both."""
     task_cls, backbone_cls, config = OTHER_FAMILIES[family]
     keras.utils.set_random_seed(0)
     base = task_cls(backbone=backbone_cls(**config), preprocessor=None)
@@ -388,7 +390,10 @@ def test_other_families_decode_as_keras_hub_and_members_equal_their_merged_model
     expected = to_np(merged_copy(base, ensemble, 1)(inputs))
     np.testing.assert_allclose(logits[:, 1], expected, atol=1e-5)
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-2
-    for sampler in ("greedy", keras_hub.samplers.BeamSampler(num_beams=2)):
+    samplers = ["greedy", keras_hub.samplers.BeamSampler(num_beams=2)]
+    if family == "gemma3":  # keras-hub's own Gemma 3 fails with both
+        samplers.append(keras_hub.samplers.ContrastiveSampler(k=2))
+    for sampler in samplers:
         ensemble.compile(sampler=sampler)
         out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
         check_figures_against_teacher_forcing(ensemble, out, atol=2e-4)

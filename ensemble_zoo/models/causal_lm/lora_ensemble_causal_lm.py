@@ -528,7 +528,9 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 "padding_mask": ops.convert_to_tensor(batch["padding_mask"], "bool"),
             }
             try:
-                out = decode(batch)
+                # JAX dispatches asynchronously: an allocation failure
+                # surfaces when the outputs are read.
+                record = {k: ops.convert_to_numpy(v) for k, v in decode(batch).items()}
             except Exception as e:
                 if not _is_out_of_memory(e):
                     raise
@@ -538,7 +540,6 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                     "key-value heads, head size) values. Pass a smaller "
                     f"`max_length` or fewer prompts. ({type(e).__name__})"
                 ) from e
-            record = {k: ops.convert_to_numpy(v) for k, v in out.items()}
             record["prompt_mask"] = ops.convert_to_numpy(batch["padding_mask"])
             records.append(record)
             result = {k: record[k] for k in ("token_ids", "padding_mask")}
