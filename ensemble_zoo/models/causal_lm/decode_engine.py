@@ -119,8 +119,9 @@ def member_step(model, token_ids, cache, index, padding_mask):
 def ensemble_next(model, padding_mask):
     """keras-hub's `next(prompt, cache, index)` for its own sampler loops:
     `(log p̄ (rows, vocabulary), the members' mean hidden state (rows,
-    hidden_dim), cache)` after the token at `index - 1`. Beam and contrastive search repeat each prompt row
-    (`ops.repeat` on axis 0); the prompts' mask is repeated alike."""
+    hidden_dim), cache)` after the token at `index - 1`. Beam and
+    contrastive search repeat each prompt row (`ops.repeat` on axis 0);
+    the prompts' mask is repeated alike."""
     batch = ops.shape(padding_mask)[0]
 
     def next(prompt, cache, index):
@@ -291,9 +292,7 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
 
     step = loop_step(model, sampler)
     if compiled:
-        cuda = any(
-            getattr(v.value, "is_cuda", False) for v in model.trainable_variables[:1]
-        )
+        cuda = any(getattr(v.value, "is_cuda", False) for v in model.weights[:1])
         compiled_step = torch.compile(
             step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda else None
         )

@@ -12,7 +12,6 @@ the batch on axis 0, and its KV cache work unchanged). Build one through
 """
 
 import keras
-import keras_hub
 
 from ensemble_zoo.models.causal_lm.families import FAMILIES
 from ensemble_zoo.models.causal_lm.families import TARGETS
