@@ -9,8 +9,16 @@ from ensemble_zoo.version import __version__
 # keras-hub imports TensorFlow whenever it is installed, under every Keras
 # backend; import both here without TensorFlow's C++ start-up lines.
 from ensemble_zoo.utils.quiet_import import import_quietly as _import_quietly
+from ensemble_zoo.utils.quiet_import import missing_backend_error as _missing
 
-_import_quietly("keras", "keras_hub")
+try:
+    _import_quietly("keras", "keras_hub")
+except ModuleNotFoundError as _error:
+    # KERAS_BACKEND names a backend that is not installed: say which extra
+    # installs it instead of Keras' 50-line traceback.
+    if _missing(_error) is None:
+        raise
+    raise _missing(_error) from None
 
 from ensemble_zoo import calibration
 from ensemble_zoo import datasets

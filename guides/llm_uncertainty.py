@@ -178,7 +178,9 @@ questions from test ones. The single model is member 0 alone (one LoRA
 fine-tune), scored by its own entropy on its own answers.
 """
 
-report = evaluate_answers(ensemble, single_model=ensemble.member_causal_lm(0))
+report = evaluate_answers(
+    ensemble, single_model=ensemble.member_causal_lm(0), single_model_name="member_0"
+)
 print(report)
 
 """

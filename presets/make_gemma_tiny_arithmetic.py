@@ -131,7 +131,9 @@ def main():
     predictor.preprocessor = preprocessor
 
     ensemble.attach_loss_predictor(predictor)
-    report = evaluate_answers(ensemble, single_model=ensemble.member_causal_lm(0))
+    report = evaluate_answers(
+        ensemble, single_model=ensemble.member_causal_lm(0), single_model_name="member_0"
+    )
     print(ENSEMBLE, report, sep="\n")
     # The pretrained model on its own answers, with the loss predictor
     # trained on it (a one-member ensemble with zero adapters is the model).

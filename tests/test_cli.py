@@ -1,3 +1,4 @@
+import keras
 import pytest
 
 import ensemble_zoo as ez
@@ -35,24 +36,29 @@ def test_bad_batch_size_is_rejected_before_anything_loads(capsys, monkeypatch):
         assert "argument --batch-size: expected a positive integer" in capsys.readouterr().err
 
 
-def test_help_and_argument_errors_do_not_import_keras():
-    """Issue 15: every call took 27-59 s because it imported every backend
-    first. Parsing needs only the preset and dataset name tables."""
+def test_commands_that_need_no_model_do_not_import_keras():
+    """`--help`, `--version`, `list` and argument errors need only the
+    preset and dataset tables and the presets' metadata files: importing a
+    backend first made each take 11-60 s. (Their time is measured by
+    benchmarks/cli_start_up.py, not here.)"""
     import subprocess
     import sys
 
     code = (
         "import sys, ensemble_zoo_cli\n"
-        "for argv in (['--help'], ['evaluate', '--preset', 'nope'], "
+        "for argv in (['--help'], ['--version'], ['list'], ['evaluate', '--preset', 'nope'], "
         "['compare', '--batch-size', '0']):\n"
         "    try:\n"
-        "        ensemble_zoo_cli.main(argv)\n"
+        "        print('returned', ensemble_zoo_cli.main(argv))\n"
         "    except SystemExit as e:\n"
         "        print(e.code)\n"
         "print(sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch', 'ensemble_zoo') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.stdout.splitlines()[-4:] == ["0", "2", "2", "[]"], result.stdout + result.stderr
+    tail = [l for l in result.stdout.splitlines() if l in ("0", "2", "returned 0") or l.startswith("[")]
+    assert tail == ["0", "0", "returned 0", "2", "2", "[]"], result.stdout + result.stderr
+    assert f"ensemble-zoo {ez.__version__}" in result.stdout
+    assert "compare` ranks the 17 trained ensemble classifiers" in result.stdout
     assert "invalid choice: 'nope'" in result.stderr
     assert "argument --batch-size: expected a positive integer" in result.stderr
     # The name tables the parser reads equal the package's own lists.
@@ -62,32 +68,54 @@ def test_help_and_argument_errors_do_not_import_keras():
     assert set(cli.trained_preset_names()) == {
         p for p in ez.presets.list_presets() if ez.presets.preset_metadata(p)["kind"] == "trained"
     }
+    # `compare` ranks (and `list` marks) the presets that load as ensemble
+    # classifiers, by a rule that reads metadata alone.
+    classifiers = {
+        p for p in cli.trained_preset_names()
+        if issubclass(
+            keras.saving.get_registered_object(
+                f"ensemble_zoo>{ez.presets.preset_metadata(p)['class_name']}"
+            )
+            or object,  # keras-hub's own classes (the arithmetic base model)
+            ez.models.EnsembleClassifier,
+        )
+    }
+    assert set(cli.compared_preset_names()) == set(ez.evaluation.trained_presets()) == classifiers
 
 
 def test_tensorflow_start_up_lines_are_dropped_and_other_output_kept(capfd):
-    from ensemble_zoo.utils.quiet_import import _filtered_stderr
+    from ensemble_zoo.utils.quiet_import import quiet_stderr
     import os
 
-    with _filtered_stderr():
+    cuinit = (
+        b"E0000 00:00:1795810003.598596   12359 cuda_platform.cc:52] failed call to cuInit: "
+        b"INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n"
+    )
+    with quiet_stderr():
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
         os.write(2, b"I0000 00:00:1795398926.570333    6590 port.cc:153] oneDNN custom operations are on.\n")
         os.write(2, b"I0000 00:00:1795398926.571646    6590 cudart_stub.cc:31] Could not find cuda drivers\n")
         os.write(2, b"a real warning\n")
         os.write(2, b"E0000 00:00:1795398926.571646    6590 cuda_executor.cc:31] an error\n")
+        os.write(2, b"normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.\n")
+        os.write(2, cuinit)
     err = capfd.readouterr().err
+    # The cuInit error goes only where TensorFlow found no CUDA driver.
     assert err == "a real warning\nE0000 00:00:1795398926.571646    6590 cuda_executor.cc:31] an error\n"
+    with quiet_stderr():
+        os.write(2, cuinit)
+    assert capfd.readouterr().err == cuinit.decode()
 
 
 def test_progress_bars_are_drawn_only_where_they_can_redraw(monkeypatch):
-    """Issue 15: nested bars printed junk when stderr was a file or pipe."""
+    """Nested bars printed junk when stderr was a file or pipe: there, lines
+    instead (next test); a bar on a terminal."""
     import io
     import sys
 
     from ensemble_zoo.utils.progress import progress_bar
 
     items = [1, 2, 3]
-    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a log file
-    assert progress_bar(items) is items
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -95,5 +123,66 @@ def test_progress_bars_are_drawn_only_where_they_can_redraw(monkeypatch):
 
     monkeypatch.setattr(sys, "stderr", Terminal())
     bar = progress_bar(items, desc="x")
-    assert bar is not items and list(bar) == items
+    assert type(bar).__module__.startswith("tqdm") and list(bar) == items
     assert progress_bar(items, enable=False) is items
+
+
+def test_progress_lines_in_a_log(monkeypatch):
+    """Piped or logged, the outermost loop prints a line at its start, one
+    per named step and one at its end; loops nested in it stay quiet."""
+    import io
+    import sys
+
+    from ensemble_zoo.utils.progress import progress_bar
+    from ensemble_zoo.utils.progress import progress_note
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    for name in progress_bar(["a", "b"], desc="compare", name_steps=True):
+        for _ in progress_bar(range(3), desc="predict test"):
+            pass
+        progress_note("nested note")
+    progress_note("timing")
+    for _ in progress_bar(range(2), desc="predict test"):
+        pass
+    lines = log.getvalue().splitlines()
+    assert [l.split(" (elapsed")[0] for l in lines[:3]] == [
+        "compare: 2 steps", "compare [1/2] a", "compare [2/2] b"
+    ]
+    assert lines[3].startswith("compare: 2 steps done in ") and lines[3].endswith(" s")
+    assert lines[4:6] == ["timing", "predict test: 2 batches"]
+    assert lines[6].startswith("predict test: 2 batches done in ")
+    assert len(lines) == 7
+
+
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="backend-independent; runs once")
+def test_a_missing_backend_names_its_extra(tmp_path):
+    """KERAS_BACKEND=torch without torch: one line that names the extra to
+    install (was Keras' 55-line traceback), from Python and from the CLI."""
+    import os
+    import subprocess
+    import sys
+
+    block = "import sys; sys.modules['torch'] = None  # torch not installed\n"
+    env = dict(os.environ, KERAS_BACKEND="torch")
+    for code, stream in (
+        (block + "import ensemble_zoo", "stderr"),
+        (block + "import ensemble_zoo_cli; ensemble_zoo_cli.main(['evaluate', '--preset', 'vit_tiny_digits'])", "stderr"),
+    ):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode != 0
+        err = getattr(result, stream)
+        assert 'pip install "ensemble_zoo[torch]"' in err, err
+        assert err.count("\n") < 8, err
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="backend-independent; runs once")
+def test_the_default_output_directory_is_git_ignored():
+    import subprocess
+
+    from conftest import REPO_ROOT
+
+    result = subprocess.run(
+        ["git", "check-ignore", "-q", f"{cli.DEFAULT_OUTPUT}/leaderboard.json"], cwd=REPO_ROOT
+    )
+    assert result.returncode == 0, "add the compare output directory to .gitignore"

@@ -140,8 +140,13 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
             with open(source, "rb") as f, open(copy / name, "wb") as g:
                 g.write(f.read())
     # Verbatim: none of the test run's XLA flags or cache (conftest).
+    # And none of the test script's settings: TF_CPP_MIN_LOG_LEVEL would
+    # hide the log lines a user sees.
     env = with_xla_defaults(
-        {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        {
+            k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL")
+        }
     )
     # Test budget: pip skips byte-compiling every installed package (13 s
     # of the install; Python compiles what the command imports).
@@ -152,6 +157,21 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     check_compare_output(copy / "ensemble_zoo_results", result.stdout)
+    check_compare_log(result.stdout + result.stderr)
+
+
+def check_compare_log(log):
+    """Piped, the command still says what it does: a line per preset,
+    printed before that preset's evaluation (the bars draw only on a
+    terminal); and a CPU machine's output holds no CUDA error or other
+    TensorFlow / absl log line."""
+    names = ez.evaluation.trained_presets()
+    lines = log.splitlines()
+    first = next(i for i, l in enumerate(lines) if l.startswith(f"compare [1/{len(names)}] {names[0]} "))
+    done = next(i for i, l in enumerate(lines) if l.startswith(f"compare: {len(names)} steps done in "))
+    second = next(i for i, l in enumerate(lines) if l.startswith(f"compare [2/{len(names)}] {names[1]} "))
+    assert first < second < done
+    assert not [l for l in lines if "CUDA error" in l or re.match(r"^[EWI]0000 ", l)], log[-3000:]
 
 
 def check_compare_output(out, printed):
@@ -192,6 +212,11 @@ def check_compare_output(out, printed):
                 assert shown[column] == f"{value:,}"
         if row["preset"] == "vit_tiny_digits":
             assert row["latency x base"] == shown["latency x base"] == "1.00x"
+        # One source per number: `list` shows the recorded test metrics.
+        recorded = ez.presets.preset_metadata(row["preset"])["metrics"]
+        for column, key in (("accuracy", "test_accuracy"), ("NLL", "test_nll"), ("ECE", "test_ece")):
+            assert abs(recorded[key] - row[column]) <= 1.5e-4, (row["preset"], column)
+    assert "the round-to-round noise is +-" in printed
 
 
 def _leaves(tree, prefix=()):

@@ -7,7 +7,8 @@ the `ood` questions, and per answer the mean over its generated tokens
 (answer and end token) of the ensemble's epistemic and total
 uncertainty, of the attached loss predictor's prediction, and of a single
 model's entropy on its own answers (`single_model`, scored on its own
-correctness). Each uncertainty gets the AUROC for wrong answers and the
+correctness, reported under the name the caller gives it: the presets'
+evaluation names member 0 alone `member_0`, not the base model). Each uncertainty gets the AUROC for wrong answers and the
 prediction rejection ratio on `test` (`ez.metrics.answer_auroc`,
 `prediction_rejection_ratio`), and the AUROC for telling `ood` from
 `test` questions (`ez.metrics.ood_auroc`).
@@ -50,15 +51,14 @@ def answer_scores(model, questions, answers, max_length=12):
     import keras_hub
 
     # Greedy answers, without `compile` (which would reset the caller's
-    # optimizer and loss): the sampler is swapped and put back.
+    # optimizer and loss): the sampler is swapped and put back (the decode
+    # engine compiles one loop per sampler object).
     previous = model.sampler
     model.sampler = keras_hub.samplers.get("greedy")
-    model.generate_function = None
     try:
         out = model.generate(list(questions), max_length=max_length, return_uncertainty=True)
     finally:
         model.sampler = previous
-        model.generate_function = None
     given = [arithmetic.parse_answer(text) for text in out["output"]]
     result = {
         "answers": given,
@@ -80,7 +80,9 @@ def _ranking(scores_test, correct, scores_ood=None):
     return row
 
 
-def evaluate_answers(model, single_model=None, max_length=12):
+def evaluate_answers(
+    model, single_model=None, max_length=12, single_model_name="single_model"
+):
     """Answers and uncertainty rankings on the arithmetic task.
 
     Args:
@@ -89,6 +91,11 @@ def evaluate_answers(model, single_model=None, max_length=12):
         single_model: optional keras-hub `CausalLM` (one model) whose
             entropy on its own answers is the baseline.
         max_length: int, generation length in tokens.
+        single_model_name: str, what `single_model` is (an identifier):
+            its metrics are `f"{single_model_name}_test_accuracy"` and the
+            uncertainty `f"{single_model_name}_entropy"`. Defaults to
+            `"single_model"`; `ensemble_zoo.evaluation.evaluate_preset`
+            passes `"member_0"` for an ensemble's first member alone.
 
     Returns:
         An `AnswerReport`.
@@ -111,14 +118,22 @@ def evaluate_answers(model, single_model=None, max_length=12):
             continue  # zero for one model
         if name in test:
             metrics["uncertainty"][name] = _ranking(test[name], test["correct"], ood[name])
+    if single_model is not None and not str(single_model_name).isidentifier():
+        raise ValueError(
+            "`single_model_name` must be an identifier such as "
+            f"'member_0'; got {single_model_name!r}."
+        )
     if single_model is not None:
         # One model as a one-member ensemble with zero adapters (its own
         # generate, bit for bit): its total uncertainty is its entropy.
         single = LoRAEnsembleCausalLM.from_keras_hub(single_model, num_members=1, rank=1, seed=0)
         single_test = answer_scores(single, test_q, test_a, max_length)
         single_ood = answer_scores(single, ood_q, ood_a, max_length)
-        metrics["single_model_test_accuracy"] = float(single_test["correct"].mean())
-        metrics["uncertainty"]["single_model_entropy"] = _ranking(
+        metrics["single_model"] = single_model_name
+        metrics[f"{single_model_name}_test_accuracy"] = float(
+            single_test["correct"].mean()
+        )
+        metrics["uncertainty"][f"{single_model_name}_entropy"] = _ranking(
             single_test["total"], single_test["correct"], single_ood["total"]
         )
     return AnswerReport(metrics)
@@ -143,8 +158,11 @@ class AnswerReport:
             f"({m['num_test']} questions), OOD accuracy {m['ood_accuracy']:.3f} "
             f"({m['num_ood']} questions)",
         ]
-        if "single_model_test_accuracy" in m:
-            lines.append(f"single model test accuracy {m['single_model_test_accuracy']:.3f}")
+        if "single_model" in m:
+            name = m["single_model"]
+            lines.append(
+                f"{name} alone: test accuracy {m[f'{name}_test_accuracy']:.3f}"
+            )
         rows = [
             [name, row.get("wrong_answer_auroc"), row.get("prr"), row.get("ood_auroc")]
             for name, row in m["uncertainty"].items()

@@ -253,8 +253,8 @@ def measure_speed(model, x, batch_size, latency_batch_size, latency=True):
     }
 
 
-def interleaved_latencies(models, x, batch_size, rounds=21):
-    """Median latency (ms) of several models timed in alternation.
+def interleaved_timings(models, x, batch_size, rounds=21):
+    """Per-call times (ms) of several models timed in alternation.
 
     Every model is warmed up, then each round times one call of every
     model in turn, so drifts of the machine (other processes, clock
@@ -266,6 +266,9 @@ def interleaved_latencies(models, x, batch_size, rounds=21):
         x: inputs; the first `batch_size` (repeated if needed) are used.
         batch_size: int, the batch size timed.
         rounds: int, number of rounds. Defaults to `21`.
+
+    Returns:
+        dict mapping each name to a `(rounds,)` float64 array of ms.
     """
     batch = _repeat_to(x, batch_size)
     for model in models.values():
@@ -276,4 +279,24 @@ def interleaved_latencies(models, x, batch_size, rounds=21):
             start = time.perf_counter()
             _call(model, batch)
             times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(t)) * 1000.0 for name, t in times.items()}
+    return {name: np.asarray(t, "float64") * 1000.0 for name, t in times.items()}
+
+
+def interleaved_latencies(models, x, batch_size, rounds=21):
+    """Median latency (ms) of several models timed in alternation
+    (`interleaved_timings`); same arguments."""
+    times = interleaved_timings(models, x, batch_size, rounds)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def timing_spread(times):
+    """The round-to-round noise of `interleaved_timings`: the median over
+    models of half the interquartile range of their call times, relative
+    to their median time (0.05 = +-5%). A latency ratio that differs from
+    1.00x by less than about this much is noise."""
+    spreads = []
+    for t in times.values():
+        q25, q50, q75 = np.percentile(t, [25, 50, 75])
+        if q50 > 0:
+            spreads.append((q75 - q25) / 2 / q50)
+    return float(np.median(spreads)) if spreads else 0.0

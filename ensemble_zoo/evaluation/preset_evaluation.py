@@ -4,15 +4,20 @@
 import json
 import os
 
+import numpy as np
+
 from ensemble_zoo import datasets
 from ensemble_zoo import presets as preset_registry
 from ensemble_zoo.evaluation import plots
 from ensemble_zoo.evaluation.evaluate import evaluate
-from ensemble_zoo.evaluation.prediction import interleaved_latencies
+from ensemble_zoo.evaluation.prediction import interleaved_timings
+from ensemble_zoo.evaluation.prediction import timing_spread
 from ensemble_zoo.evaluation.tables import markdown_table
 from ensemble_zoo.evaluation.tables import text_table
+from ensemble_zoo.presets.leaderboard import is_compared
 from ensemble_zoo.utils.output_dir import prepare_output_dir
 from ensemble_zoo.utils.progress import progress_bar
+from ensemble_zoo.utils.progress import progress_note
 
 #: OOD and shift splits looked for in a dataset, with their report names.
 OOD_SPLITS = {"near": "near_ood", "far": "far_ood"}
@@ -24,27 +29,19 @@ ARITHMETIC = "arithmetic"
 
 def trained_presets():
     """Names of the trained ensemble-classifier presets: those the
-    leaderboard ranks.
+    leaderboard ranks (`ensemble_zoo.presets.leaderboard.is_compared`).
 
-    A preset counts when its metadata says `kind: "trained"` and its class
-    is an `EnsembleClassifier` (so `EnsembleClassifier.from_preset` loads
-    it). Other trained presets, such as the loss-prediction head
+    A preset counts when its metadata says `kind: "trained"` and its task
+    is an image or text classifier, except the loss-prediction head
     `loss_prediction_vit_tiny_digits` (whose classifier is
-    `vit_tiny_digits` unchanged), are in `ensemble_zoo.presets.list_presets()`.
+    `vit_tiny_digits` unchanged); every preset is in
+    `ensemble_zoo.presets.list_presets()`.
     """
-    import keras
-
-    from ensemble_zoo.models import EnsembleClassifier
-
-    names = []
-    for name in preset_registry.list_presets():
-        metadata = preset_registry.preset_metadata(name)
-        cls = keras.saving.get_registered_object(
-            f"ensemble_zoo>{metadata.get('class_name')}"
-        )
-        if metadata.get("kind") == "trained" and cls and issubclass(cls, EnsembleClassifier):
-            names.append(name)
-    return names
+    return [
+        name
+        for name in preset_registry.list_presets()
+        if is_compared(preset_registry.preset_metadata(name))
+    ]
 
 
 def _check_preset(name):
@@ -154,7 +151,7 @@ def _evaluate_answers_preset(preset):
             f"Preset {preset!r} ({type(model).__name__}) generates no answers."
         )
     model.attach_loss_predictor(predictor)
-    report = evaluate_answers(model, single_model=single)
+    report = evaluate_answers(model, single_model=single, single_model_name="member_0")
     report.name = preset
     return report
 
@@ -261,12 +258,20 @@ class Leaderboard:
         latencies_ms: optional dict mapping a report name to a latency
             measured for all presets together (`interleaved_latencies`);
             used for the relative latency instead of the reports' own.
+        latency_spread: optional float, the timing noise of
+            `latencies_ms` (`timing_spread`, e.g. 0.05 for +-5%): a
+            `latency x base` within about this much of 1.00x is noise
+            (on the tiny digits models a call is mostly dispatch, and a
+            fused ensemble can time below its base).
     """
 
-    def __init__(self, reports, base_presets=None, latencies_ms=None):
+    def __init__(
+        self, reports, base_presets=None, latencies_ms=None, latency_spread=None
+    ):
         self.reports = list(reports)
         self.base_presets = dict(base_presets or {})
         self.latencies_ms = dict(latencies_ms or {})
+        self.latency_spread = latency_spread
 
     def rows(self):
         by_name = {
@@ -295,6 +300,7 @@ class Leaderboard:
             "rows": self.rows(),
             "base_presets": self.base_presets,
             "latencies_ms": self.latencies_ms,
+            "latency_spread": self.latency_spread,
             "reports": {r.name: r.to_dict() for r in self.reports},
         }
 
@@ -352,7 +358,7 @@ def compare_presets(
         data_dir: optional tfds data directory.
 
     The latencies come from one timing of all presets in alternation
-    (`interleaved_latencies`, batch of 4), so machine drift affects every
+    (`interleaved_timings`, medians of 21 rounds at a batch of 4), so machine drift affects every
     preset alike; each report's `cost.latency_ms` is its preset's
     (the reports are not timed one by one as well).
     """
@@ -364,7 +370,9 @@ def compare_presets(
     if output_dir is not None:
         prepare_output_dir(output_dir)
     models, reports = {}, []
-    for name in progress_bar(names, desc="presets", enable=progress):
+    for name in progress_bar(
+        names, desc="compare", enable=progress, name_steps=True
+    ):
         models[name] = _load_model(name, dataset)
         reports.append(
             _evaluate_model(
@@ -373,9 +381,13 @@ def compare_presets(
             )
         )
     x_timing = reports[0].arrays["timing_inputs"]
-    latencies = interleaved_latencies(
+    progress_note(
+        f"compare: timing the {len(models)} presets in alternation", progress
+    )
+    times = interleaved_timings(
         models, x_timing, reports[0].metrics["cost"]["latency_batch_size"]
     )
+    latencies = {name: float(np.median(t)) for name, t in times.items()}
     for report in reports:
         report.metrics["cost"]["latency_ms"] = latencies[report.name]
     base_presets = {}
@@ -384,7 +396,7 @@ def compare_presets(
         base = meta.get("base_preset", name if meta.get("num_members") == 1 else None)
         if base is not None:
             base_presets[name] = base
-    leaderboard = Leaderboard(reports, base_presets, latencies)
+    leaderboard = Leaderboard(reports, base_presets, latencies, timing_spread(times))
     if output_dir is not None:
         leaderboard.save(output_dir)
     return leaderboard

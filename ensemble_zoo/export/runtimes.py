@@ -1,5 +1,6 @@
 """Runs an exported artifact with the runtime its format is deployed on."""
 
+import logging
 import os
 
 import numpy as np
@@ -23,6 +24,12 @@ def format_of(path):
         "directory or a file ending in one of "
         f"{[s for s in SUFFIXES.values() if s]}; pass `format=`."
     )
+
+
+def _drop_unsaved_gradient_warning(record):
+    """A `logging` filter: False for TensorFlow's "Importing a function
+    ... with ops with unsaved custom gradients" warning."""
+    return "with ops with unsaved custom gradients" not in record.getMessage()
 
 
 class ExportedModel:
@@ -78,7 +85,15 @@ class ExportedModel:
     # === TensorFlow SavedModel ===
 
     def _load_tf_saved_model(self):
-        self._loaded = self._runtime.saved_model.load(self.path)
+        # TensorFlow warns through absl, for every function that uses a
+        # custom gradient (`ops.gelu`, attention), that the loaded function
+        # has no gradient; an artifact served for inference needs none.
+        absl_logger = logging.getLogger("absl")
+        absl_logger.addFilter(_drop_unsaved_gradient_warning)
+        try:
+            self._loaded = self._runtime.saved_model.load(self.path)
+        finally:
+            absl_logger.removeFilter(_drop_unsaved_gradient_warning)
 
     def _run_tf_saved_model(self, inputs):
         tf = self._runtime

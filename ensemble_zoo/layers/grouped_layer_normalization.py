@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import check_built_features
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_bool
@@ -86,6 +87,9 @@ class GroupedLayerNormalization(keras.layers.Layer):
     def call(self, inputs):
         shape = self._check_shape(static_shape(inputs))
         check_floating(inputs, "inputs")
+        dim = (self.gamma if self.gamma is not None else self.beta)
+        if dim is not None:
+            check_built_features(self, shape, (dim.shape[-1],))
         # Keras' fused normalization (3x faster than mean/var on XLA CPU),
         # then each member's own scale and offset.
         outputs = ops.layer_normalization(inputs, axis=-1, epsilon=self.epsilon)

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.layers.member_selection import selected_member
 from ensemble_zoo.layers.member_selection import selected_members
 from ensemble_zoo.utils.sublayers import set_trainable
@@ -232,9 +233,45 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         )
         self.built = True
 
+    def _check_input_shape(self, shape, members):
+        """Static checks of the input's shape (skipped for unknown sizes):
+        the features the base layer was built for, and rows that split
+        into `members` (they failed inside a reshape or an einsum)."""
+        if len(shape) <= self.n_in:
+            raise ValueError(
+                f"LoRAEnsembleAdapter '{self.name}' needs `inputs` of rank > "
+                f"{self.n_in} (rows, then the features); got shape {shape}."
+            )
+        features = shape[len(shape) - self.n_in:]
+        if all(isinstance(size, int) for size in features) and math.prod(features) != self.d_in:
+            raise ValueError(
+                f"LoRAEnsembleAdapter '{self.name}' was built for {self.d_in} "
+                f"input features (its base layer '{self.base_layer.name}'); got "
+                f"`inputs` of shape {shape}, whose last {self.n_in} axes hold "
+                f"{math.prod(features)}."
+            )
+        rows = shape[0]
+        if isinstance(rows, int) and rows % members:
+            layout = (
+                "member-major: M copies of the batch, one after another"
+                if self.member_layout == "member_major"
+                else "batch-major: each example's M rows together"
+            )
+            raise ValueError(
+                f"LoRAEnsembleAdapter '{self.name}' computes {members} members "
+                f"over the rows of its `inputs` ({layout}), so their first axis "
+                f"must be a multiple of {members}; got shape {shape}."
+            )
+
     def call(self, inputs):
         member = selected_member()
         shape = tuple(inputs.shape)
+        self._check_input_shape(
+            shape,
+            selected_count(self.num_members)
+            if self.member_layout == "member_major"
+            else self.num_members,
+        )
         known = all(isinstance(size, int) for size in shape)  # not None or symbolic
         rows = math.prod(shape[: len(shape) - self.n_in]) if known else 0
         if (

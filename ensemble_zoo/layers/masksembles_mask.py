@@ -2,10 +2,14 @@ import keras
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.layers.member_selection import selected_members
 from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_built_features
+from ensemble_zoo.utils.validation import check_member_rows
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import static_shape
 
 MAX_DRAWS = 200
 
@@ -129,6 +133,9 @@ class MasksemblesMask(keras.layers.Layer):
         return masks * (masks.shape[-1] / ops.maximum(kept, 1.0))
 
     def call(self, inputs):
+        static = static_shape(inputs)
+        check_built_features(self, static, (self.masks.shape[-1],))
+        check_member_rows(self, static, selected_count(self.num_members))
         shape = ops.shape(inputs)
         factors, members = selected_members(self.member_factors(), self.num_members)
         x = ops.reshape(inputs, (members, -1, shape[-1]))

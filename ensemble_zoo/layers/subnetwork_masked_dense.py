@@ -4,7 +4,10 @@ from keras import ops
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_built_features
+from ensemble_zoo.utils.validation import check_member_rows
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import static_shape
 
 
 def binary_entropy(p):
@@ -126,6 +129,9 @@ class SubnetworkMaskedDense(keras.layers.Layer):
                 "the members' masks multiply that kernel, so a subnetwork "
                 "ensemble cannot be quantized."
             )
+        static = static_shape(inputs)
+        check_built_features(self, static, (self.d_in,))
+        check_member_rows(self, static, self.num_members)
         x = ops.reshape(inputs, (self.num_members, -1, self.d_in))
         if self.column_logits is not None:
             x = x * ops.cast(ops.sigmoid(self.column_logits), x.dtype)[:, None, :]

@@ -12,6 +12,7 @@ import numpy as np
 from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import check_logits
 from ensemble_zoo.utils.validation import check_nonempty_axes
 from ensemble_zoo.utils.validation import check_probability_rows
 
@@ -36,7 +37,8 @@ def as_probabilities(probs, name="probs"):
 
 def as_member_probabilities(member_outputs, from_logits=False, name="member_probs"):
     """`(samples, members, classes)` outputs as float64 probabilities: the
-    softmax of logits (`from_logits=True`, finite values required) or
+    softmax of logits (`from_logits=True`: finite or `-inf`, a masked
+    class) or
     checked probability rows."""
     from_logits = check_bool(from_logits, "from_logits")
     member_outputs = as_numeric_array(member_outputs, name).astype(np.float64)
@@ -49,7 +51,7 @@ def as_member_probabilities(member_outputs, from_logits=False, name="member_prob
         member_outputs.shape, name, _MEMBER_LAYOUT, {0: "sample", 1: "member", 2: "class"}
     )
     if from_logits:
-        check_finite(member_outputs, name)
+        check_logits(member_outputs, name)
         shifted = member_outputs - member_outputs.max(axis=-1, keepdims=True)
         exp = np.exp(shifted)
         return exp / exp.sum(axis=-1, keepdims=True)

@@ -5,12 +5,15 @@ Each accepts the zoo classifiers' output, member logits
 `(batch, classes)` output: predictive probabilities by default, logits with
 `from_logits=True` (2-D inputs are not checked, so pass `from_logits=True`
 for a plain Keras classifier that outputs logits). Labels are integer
-class indices `(batch,)` or `(batch, 1)` in `[0, classes)`. In eager
-calls (`update_state` on arrays) labels that are not integer-valued or
-outside `[0, classes)`, NaN or infinite predictions, and a 2-D `y_pred`
-that is not probabilities without `from_logits=True` raise a
-`ValueError`; inside a compiled `fit` / `evaluate` step nothing is
-checked (as for Keras' own metrics): validate the data before. They accumulate exact sums over batches, so after a pass over
+class indices `(batch,)` or `(batch, 1)` in `[0, classes)`, or one-hot
+`(batch, classes)` (read by their argmax, as Keras' `CategoricalAccuracy`
+reads them). In eager calls (`update_state` on arrays) labels that are
+not integer-valued or outside `[0, classes)`, NaN or `+inf` predictions
+(logits may be `-inf`: a masked class), and a 2-D `y_pred` that is not
+probabilities without `from_logits=True` raise a `ValueError`; inside a
+compiled `fit` / `evaluate` step nothing is checked (as for Keras' own
+metrics): validate the data before. They accumulate exact sums over
+batches, so after a pass over
 a dataset they equal the array functions of the same name (up to float32
 round-off).
 """
@@ -36,7 +39,7 @@ def _check(metric, y_true, y_pred):
     rank = len(getattr(y_pred, "shape", ()) or ())
     check_eager_inputs(
         type(metric).__name__, y_true, y_pred,
-        probabilities=rank == 2 and not metric.from_logits,
+        probabilities=rank == 2 and not metric.from_logits, one_hot=True,
     )
 
 

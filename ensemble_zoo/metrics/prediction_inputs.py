@@ -36,8 +36,21 @@ def log_probabilities_and_labels(
     log_probs = ops.maximum(ops.cast(log_probs, "float32"), log_floor)
     y_true = ops.convert_to_tensor(y_true)
     check_same_batch(y_true, y_pred)
-    labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
+    if is_one_hot(y_true, y_pred):
+        labels = ops.cast(ops.argmax(y_true, axis=-1), "int32")
+    else:
+        labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
     return log_probs, labels
+
+
+def is_one_hot(y_true, y_pred):
+    """Whether `y_true` holds one-hot (or soft) labels `(batch, classes)`
+    for `y_pred` `(batch, [members,] classes)`, read by their argmax as
+    Keras' `CategoricalAccuracy` reads them; integer labels are `(batch,)`
+    or `(batch, 1)`."""
+    shape = tuple(getattr(y_true, "shape", ()) or ())
+    classes = y_pred.shape[-1]
+    return len(shape) == 2 and classes not in (None, 1) and shape[-1] == classes
 
 
 def sample_weights(sample_weight, labels, dtype):
@@ -50,7 +63,9 @@ def sample_weights(sample_weight, labels, dtype):
     return ops.reshape(weight, (-1,))
 
 
-def check_eager_inputs(name, y_true, y_pred, probabilities=False, ignore_class=None):
+def check_eager_inputs(
+    name, y_true, y_pred, probabilities=False, ignore_class=None, one_hot=False
+):
     """Checks labels and predictions whose values exist now (eager calls),
     as scikit-learn checks arrays; in a compiled graph (`fit`, `evaluate`
     with `jit_compile`) nothing here runs, as for Keras' own metrics.
@@ -82,7 +97,11 @@ def check_eager_inputs(name, y_true, y_pred, probabilities=False, ignore_class=N
             f"classes); got shape {predictions.shape}."
         )
     if predictions is not None and predictions.dtype.kind == "f":
-        bad = int(np.size(predictions) - np.isfinite(predictions).sum())
+        # Logits may be -inf (a masked class); probabilities are finite.
+        invalid = np.isnan(predictions) | np.isposinf(predictions)
+        if probabilities:
+            invalid |= np.isneginf(predictions)
+        bad = int(invalid.sum())
         if bad:
             raise ValueError(f"{name}: `y_pred` holds {bad} NaN or infinite values.")
         if probabilities:
@@ -99,6 +118,19 @@ def check_eager_inputs(name, y_true, y_pred, probabilities=False, ignore_class=N
     if labels is None or np.size(labels) == 0:
         return
     classes = y_pred.shape[-1]
+    if is_one_hot(labels, y_pred) and not one_hot:
+        raise ValueError(
+            f"{name}: `y_true` of shape {labels.shape} looks one-hot; it takes "
+            "integer class labels of shape (batch,): pass "
+            "`np.argmax(y_true, axis=-1)`."
+        )
+    if is_one_hot(labels, y_pred):
+        if not np.isfinite(labels).all() or labels.min() < 0:
+            raise ValueError(
+                f"{name}: one-hot `y_true` {labels.shape} must hold finite, "
+                "non-negative values."
+            )
+        labels = np.argmax(labels, axis=-1)
     if labels.dtype.kind == "f":
         if not np.isfinite(labels).all() or not np.all(labels == np.round(labels)):
             bad = labels[~np.isfinite(labels) | (labels != np.round(labels))].ravel()[0]

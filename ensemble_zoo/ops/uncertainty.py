@@ -11,7 +11,8 @@ log(M)`, so no probability is ever clipped.
 Input checks: every function checks shapes and dtypes. Where the input's
 values exist when it is called (NumPy arrays, eager tensors) it also
 rejects NaN and infinite entries and, for probabilities, entries outside
-[0, 1] or rows that do not sum to one. Inside a compiled graph (`jit`,
+[0, 1] or rows that do not sum to one; logits may be `-inf` (a masked
+class) but not NaN or `+inf`. Inside a compiled graph (`jit`,
 `tf.function`, `torch.compile`) values are not inspected, like Keras' own
 ops. The models call the unchecked `_` versions, so that a model whose
 outputs are NaN behaves the same on every backend (NaN in, NaN out).
@@ -23,7 +24,7 @@ from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import as_tensor
 from ensemble_zoo.utils.validation import check_axis
 from ensemble_zoo.utils.validation import check_bool
-from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import check_logits
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_nonempty_axes
 from ensemble_zoo.utils.validation import check_probability_rows
@@ -42,7 +43,7 @@ def _checked_member_outputs(member_logits, from_logits):
     values = backend_utils.concrete_value(x)
     if values is not None:
         if from_logits:
-            check_finite(values, "member_logits")
+            check_logits(values, "member_logits")
         else:
             check_probability_rows(values, "member_logits")
     return x, from_logits
@@ -62,7 +63,7 @@ def _checked_class_input(x, name, axis, probabilities):
     if values is not None and probabilities:
         check_probability_rows(values, name, axis=axis)
     elif values is not None:
-        check_finite(values, name)
+        check_logits(values, name, axis=axis)
     return x, axis
 
 
@@ -110,7 +111,7 @@ def entropy_from_logits(logits, axis=-1):
     """Entropy (nats) of `softmax(logits)`, computed stably in log space."""
     logits, axis = _checked_class_input(logits, "logits", axis, probabilities=False)
     log_p = ops.log_softmax(logits, axis=axis)
-    return -ops.sum(ops.exp(log_p) * log_p, axis=axis)
+    return -ops.sum(_xlogy(ops.exp(log_p), log_p), axis=axis)
 
 
 def predictive_log_probabilities(member_logits, from_logits=True):

@@ -43,6 +43,7 @@ from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.parameters import parameter_count
+from ensemble_zoo.utils.quiet_import import quiet_stderr
 from ensemble_zoo.utils.validation import check_bool
 
 CONFIG_FILE = "config.json"
@@ -328,6 +329,7 @@ def load_preset(
     config = _read_json(directory, TASK_CONFIG_FILE)
     metadata = _read_json(directory, METADATA_FILE)
     preset_cls = _preset_class(config, config_path)
+    _check_constructor_arguments(preset_cls, config["config"], config_path)
     if cls is not None and not issubclass(preset_cls, cls):
         raise PresetError(
             f"Preset {preset!r} holds a {preset_cls.__name__}, not a "
@@ -386,9 +388,12 @@ def load_preset(
         and preset_preprocessor is not None
         and hasattr(preset_preprocessor, "load_preset_assets")
     ):
-        preset_preprocessor.load_preset_assets(
-            preset if hub_handles.is_handle(preset) else directory
-        )
+        # SentencePiece logs an INFO line from C++ for a tokenizer without
+        # a normalization table (the arithmetic presets'): dropped.
+        with quiet_stderr():
+            preset_preprocessor.load_preset_assets(
+                preset if hub_handles.is_handle(preset) else directory
+            )
     return model
 
 
@@ -484,6 +489,40 @@ def _preset_class(config, config_path):
             "keras-hub layout) is the serialized model."
         )
     return preset_cls
+
+
+#: Keyword arguments every Keras model takes besides its own (a keras-hub
+#: task also takes `compile`).
+MODEL_KEYWORDS = ("name", "trainable", "dtype", "compile")
+
+
+def _check_constructor_arguments(cls, arguments, path):
+    """A `PresetError` for a key of `arguments` (a config's `"config"`)
+    that `cls`'s constructor does not take: Keras' functional models drop
+    unknown keyword arguments without a word, so a misspelt or stale
+    argument in `task.json` or `config.json` would load as the default."""
+    import inspect
+
+    accepted = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass in (keras.Model, keras.layers.Layer, object):
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        accepted |= {
+            p.name for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        }
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break  # this constructor passes nothing further up
+    accepted |= set(MODEL_KEYWORDS)
+    unknown = sorted(set(arguments) - accepted)
+    if unknown:
+        raise PresetError(
+            f"Damaged preset: {path} gives {cls.__name__} the argument(s) "
+            f"{unknown}, which its constructor does not take (it takes "
+            f"{sorted(accepted - set(MODEL_KEYWORDS))}); remove or correct them."
+        )
 
 
 def _check_backbone_config(model, backbone_config, directory):

@@ -17,3 +17,14 @@ def copy_model(model):
     return clone
 
 
+def copy_preprocessor(preprocessor):
+    """A new preprocessor with `preprocessor`'s settings (`sequence_length`,
+    start and end tokens, ...) sharing its tokenizer and converters (they
+    hold the vocabulary and are not changed by use); `None` for `None`."""
+    if preprocessor is None:
+        return None
+    config = preprocessor.get_config()
+    for name in ("tokenizer", "image_converter", "audio_converter", "video_converter"):
+        if name in config:
+            config[name] = getattr(preprocessor, name, None)
+    return type(preprocessor).from_config(config)

@@ -7,6 +7,12 @@ and keras-hub imports TensorFlow whenever it is installed, so users saw
 them under every backend. `import_quietly` runs the imports with fd 2
 redirected to a temporary file, then writes back every line except those
 known start-up messages: warnings and errors still reach the user.
+
+On a machine without a GPU, TensorFlow also logs an error, "failed call
+to cuInit: ... CUDA error", when it first lists its devices (at its first
+operation, under any Keras backend). `import_quietly` lists them inside
+the same redirection and drops that line when TensorFlow has just said
+that it found no CUDA driver; with a driver, the error is kept.
 """
 
 import contextlib
@@ -24,12 +30,38 @@ NOISE = re.compile(
     r"|cpu_feature_guard\.cc|cuda_dnn\.cc|cuda_fft\.cc|cuda_blas\.cc)"
     r":\d+\] .*"
     r"|To enable the following instructions: .*rebuild TensorFlow with the"
-    r" appropriate compiler flags\.)$"
+    r" appropriate compiler flags\."
+    # SentencePiece loading a model without a normalization table (the
+    # identity normalization of a character-level tokenizer).
+    r"|normalizer\.cc\(\d+\) LOG\(INFO\) precompiled_charsmap is empty\."
+    r" use identity normalization\.)$"
 )
 
 
+#: TensorFlow's cuInit error, dropped only after `NO_DRIVER` in the same
+#: output (no driver: nothing the user can fix, nothing the user asked for).
+NO_GPU_ERROR = re.compile(
+    r"^E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*$"
+)
+NO_DRIVER = re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers")
+
+
+def _kept_lines(text):
+    """The lines of captured stderr that reach the user."""
+    lines = text.splitlines(keepends=True)
+    no_driver = any(NO_DRIVER.search(line) for line in lines)
+    return [
+        line for line in lines
+        if not NOISE.match(line.rstrip("\n"))
+        and not (no_driver and NO_GPU_ERROR.match(line.rstrip("\n")))
+    ]
+
+
 @contextlib.contextmanager
-def _filtered_stderr():
+def quiet_stderr():
+    """Runs the block with file descriptor 2 captured, then writes back
+    every line but the known start-up and information lines (`NOISE`).
+    Output of the block reaches stderr when it ends."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -49,10 +81,7 @@ def _filtered_stderr():
             os.close(saved)
             captured.seek(0)
             text = captured.read().decode("utf-8", "replace")
-            kept = [
-                line for line in text.splitlines(keepends=True)
-                if not NOISE.match(line.rstrip("\n"))
-            ]
+            kept = _kept_lines(text)
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
@@ -63,6 +92,37 @@ def import_quietly(*names):
     TensorFlow's start-up lines; modules already imported cost nothing."""
     if all(name in sys.modules for name in names):
         return
-    with _filtered_stderr():
+    with quiet_stderr():
         for name in names:
             importlib.import_module(name)
+        tensorflow = sys.modules.get("tensorflow")
+        if tensorflow is not None:
+            # Device discovery (and its cuInit line) now, not at the
+            # first operation, outside this redirection. Lists the
+            # physical devices only: no GPU memory is claimed.
+            tensorflow.config.list_physical_devices()
+
+
+#: The package each Keras backend imports, and the extra that installs it.
+BACKEND_PACKAGES = {
+    "jax": ("jax", "jax"),
+    "tensorflow": ("tensorflow", "tensorflow"),
+    "torch": ("torch", "torch"),
+}
+
+
+def missing_backend_error(error):
+    """An `ImportError` that names the extra to install when `error` (a
+    `ModuleNotFoundError` raised while importing Keras) is the backend
+    that `KERAS_BACKEND` selects; None for any other missing module."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    package, extra = BACKEND_PACKAGES.get(backend, (None, None))
+    if package is None or (error.name or "").split(".")[0] != package:
+        return None
+    return ImportError(
+        f"KERAS_BACKEND={backend} needs the {package!r} package, which is not "
+        f"installed. Install it with the {extra!r} extra: "
+        f"pip install \"ensemble_zoo[{extra}]\" (in a source checkout: "
+        f"pip install -e \".[{extra}]\"), or pick an installed backend, "
+        "e.g. KERAS_BACKEND=jax."
+    )

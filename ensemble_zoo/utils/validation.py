@@ -217,6 +217,28 @@ def check_finite(values, name):
     )
 
 
+def check_logits(values, name, axis=-1):
+    """Raises unless the NumPy array `values` holds valid logits along
+    `axis`: no NaN, no `+inf`, and at least one finite logit per slice.
+    `-inf` is valid: it is how a masked class is written (probability 0)."""
+    if values.dtype.kind != "f":
+        return values
+    num_nan = int(np.isnan(values).sum())
+    num_pos = int(np.isposinf(values).sum())
+    if num_nan or num_pos:
+        parts = [f"{num_nan} NaN"] * bool(num_nan) + [f"{num_pos} +inf"] * bool(num_pos)
+        raise ValueError(
+            f"`{name}` contains {' and '.join(parts)} values (of "
+            f"{values.size}); logits must be finite or -inf (a masked class)."
+        )
+    if values.size and np.isneginf(values).all(axis=axis).any():
+        raise ValueError(
+            f"`{name}` has a distribution whose logits are all -inf (every "
+            "class masked): at least one class needs a finite logit."
+        )
+    return values
+
+
 def check_probability_rows(values, name, axis=-1, atol=1e-3):
     """Raises unless every entry of the NumPy array `values` is in [0, 1]
     and every slice along `axis` sums to 1 (within `atol`)."""
@@ -307,4 +329,34 @@ def check_raw_images(model, x):
             "8-bit images 0-255. For images already scaled, call the model "
             "directly (`model(x)`), or load it with "
             "`from_preset(..., preprocessor=None)`."
+        )
+
+
+def check_built_features(layer, shape, features):
+    """Raises a `ValueError` naming `layer` unless the trailing axes of the
+    static input shape `shape` equal `features` (a tuple of ints, what the
+    layer was built for); axes of unknown size pass."""
+    shape = tuple(shape)
+    features = tuple(features)
+    given = shape[len(shape) - len(features):] if len(shape) >= len(features) else shape
+    if len(given) != len(features) or any(
+        isinstance(g, int) and g != f for g, f in zip(given, features)
+    ):
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' was built for input "
+            f"features {features}; got `inputs` of shape {shape}."
+        )
+
+
+def check_member_rows(layer, shape, members):
+    """Raises a `ValueError` naming `layer` unless the first axis of the
+    static input shape `shape` (when known) is a multiple of `members`:
+    member-major rows, M copies of the batch one after another."""
+    rows = tuple(shape)[0] if len(tuple(shape)) else None
+    if isinstance(rows, int) and rows % members:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' computes {members} members "
+            f"over member-major rows, but its `inputs` have {rows} rows, not a "
+            "multiple of it: pass a member-major batch "
+            "(ensemble_zoo.ops.tile_members)."
         )

@@ -157,6 +157,16 @@ def test_bad_arguments_are_clear_errors():
         norm.build((None, 4))
         norm.kernel = norm.gamma
         LoRAEnsembleAdapter(norm, num_members=2, rank=1)
+    # Inputs: rows that do not split into the members, and features other
+    # than the base layer's (both failed inside a reshape or an einsum).
+    adapter = LoRAEnsembleAdapter(base, num_members=2, rank=1)
+    with pytest.raises(ValueError, match="multiple of 2; got shape \\(3, 6\\)"):
+        adapter(np.zeros((3, 6), "float32"))
+    with pytest.raises(ValueError, match="built for 6 input features"):
+        adapter(np.zeros((4, 5), "float32"))
+    batch_major = LoRAEnsembleAdapter(base, num_members=3, rank=1, member_layout="batch_major")
+    with pytest.raises(ValueError, match="batch-major.*multiple of 3"):
+        batch_major(np.zeros((4, 6), "float32"))
 
 
 def test_tile_and_untile_members():

@@ -25,6 +25,17 @@ def test_streaming_equals_array_function_on_member_logits(rng, metric_cls, refer
     metric.reset_state()
     metric.update_state(labels[:, None], probs.astype("float32"))  # probabilities
     assert float(metric.result()) == pytest.approx(reference(probs, labels), abs=2e-5)
+    # One-hot labels (they failed with "eq got incompatible shapes").
+    metric.reset_state()
+    metric.update_state(np.eye(6, dtype="float32")[labels], logits)
+    assert float(metric.result()) == pytest.approx(reference(probs, labels), abs=2e-5)
+    # A masked class (-inf logits) is valid input.
+    masked = logits.copy()
+    masked[:, :, 5] = -np.inf
+    metric.reset_state()
+    metric.update_state(np.minimum(labels, 4), masked)
+    masked_probs = np_softmax(np.where(np.isinf(masked), -1e30, masked).astype(np.float64)).mean(1)
+    assert float(metric.result()) == pytest.approx(reference(masked_probs, np.minimum(labels, 4)), abs=2e-5)
 
 
 def test_sample_weight_equals_repetition(rng):

@@ -411,6 +411,45 @@ def test_multimodal_gemma3_is_refused():
         LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2)
 
 
+def test_gemma3_with_its_preprocessor_owns_a_copy_and_names_wrong_inputs():
+    """With Gemma 3's own preprocessor (text only): the ensemble holds a
+    copy of it (changing the ensemble's `sequence_length` left the user's
+    model changed), generates the keras-hub model's text with zero
+    adapters, and token ids given to `generate` or plain text given to
+    `fit` are clear errors (they failed with `KeyError: 'prompts'` and
+    deep inside the data pipeline)."""
+    from ensemble_zoo.datasets import arithmetic
+
+    task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
+    tokenizer = keras_hub.models.Gemma3Tokenizer(
+        proto=arithmetic.tokenizer().proto, has_vision_tokens=False
+    )
+    preprocessor = keras_hub.models.Gemma3CausalLMPreprocessor(
+        tokenizer=tokenizer, image_converter=None, sequence_length=10
+    )
+    keras.utils.set_random_seed(0)
+    base = task_cls(
+        backbone=backbone_cls(**dict(config, vocabulary_size=tokenizer.vocabulary_size())),
+        preprocessor=preprocessor,
+    )
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, seed=0)
+    assert ensemble.preprocessor is not preprocessor
+    assert ensemble.preprocessor.tokenizer is tokenizer
+    ensemble.preprocessor.sequence_length = 6
+    assert preprocessor.sequence_length == 10
+    ensemble.preprocessor.sequence_length = 10
+    base.compile(sampler="greedy")
+    ensemble.compile(sampler="greedy")
+    prompts = ["1+2=", "37+5="]
+    assert ensemble.generate(prompts, max_length=10) == base.generate(prompts, max_length=10)
+    with pytest.raises(ValueError, match="holds token ids, but the model has a preprocessor"):
+        ensemble.generate(PROMPT, max_length=10)
+    with pytest.raises(ValueError, match=r'trains on a dict of `\{"prompts"'):
+        ensemble.fit(["1+2=3"], epochs=1)
+    with pytest.raises(TypeError, match="a list holding an int"):
+        ensemble.generate(["1+2=", 3], max_length=10)
+
+
 KERAS_HUB_LORA_LAYERS = {
     "gemma": None,  # keras-hub's default: query and value
     "llama": ["query", "value", "feedforward_gate_dense"],  # and a Dense

@@ -46,6 +46,28 @@ def test_decomposition_matches_numpy_reference(rng):
     assert parts["epistemic"].max() > 0.05  # random members disagree
 
 
+def test_masked_classes_as_minus_infinity(rng):
+    """`-inf` logits are how a masked class is written: probability 0,
+    the other classes' figures as without that class (they were refused)."""
+    logits = rng.normal(size=(6, 3, 5)).astype("float32")
+    masked = logits.copy()
+    masked[:, :, 4] = -np.inf
+    masked[0, 1, 2] = -np.inf  # one member masks one more class
+    reference = np.where(np.isinf(masked), -1e30, masked)  # exp underflows to 0
+    mean, total, aleatoric, epistemic = np_reference(reference)
+    probs = to_np(predictive_probabilities(masked))
+    np.testing.assert_allclose(probs, mean, atol=1e-6)
+    assert (probs[:, 4] == 0).all()
+    parts = {k: to_np(v) for k, v in uncertainty_decomposition(masked).items()}
+    np.testing.assert_allclose(parts["total"], total, atol=1e-5)
+    np.testing.assert_allclose(parts["epistemic"], epistemic, atol=1e-5)
+    np.testing.assert_allclose(to_np(entropy_from_logits(masked[:, 0])), np_entropy(np_softmax(reference[:, 0].astype(np.float64))), atol=1e-5)
+    all_masked = masked.copy()
+    all_masked[2, 0] = -np.inf
+    with pytest.raises(ValueError, match="all -inf"):
+        predictive_probabilities(all_masked)
+
+
 def test_epistemic_is_zero_when_members_agree(rng):
     one = rng.normal(size=(8, 1, 6)).astype("float32") * 4
     logits = np.repeat(one, 5, axis=1)

@@ -1,4 +1,4 @@
-"""The arithmetic language-model presets (issue 32): keras-hub's loaders
+"""The arithmetic language-model presets: keras-hub's loaders
 and the zoo's build the same models, the ensemble answers as recorded, and
 `ensemble-zoo evaluate` reproduces every recorded number."""
 
@@ -46,6 +46,29 @@ def test_keras_hub_and_zoo_loaders_build_the_same_models():
     )
 
 
+def test_every_zoo_class_loads_the_presets_by_name_and_path():
+    """`from_preset` on each class a user reaches for resolves the zoo's
+    names offline and its directories, as the image presets do (keras-hub's
+    own `Task.from_preset` knows neither the names nor, for the loss
+    predictor, the class)."""
+    cases = [
+        (ez.models.LoRAEnsembleCausalLM, ENSEMBLE),
+        (ez.models.LoRAEnsembleGemmaCausalLM, ENSEMBLE),
+        (ez.models.TokenLossPredictor, LOSS),
+    ]
+    for cls, name in cases:
+        expected = ez.presets.preset_metadata(name)["class_name"]
+        for preset in (name, ez.presets.get_preset_path(name)):
+            model = cls.from_preset(preset)
+            assert type(model).__name__ == expected, (cls, preset)
+    np.testing.assert_array_equal(
+        to_np(model.backbone.token_embedding.embeddings),
+        to_np(ez.presets.load_preset(LOSS).backbone.token_embedding.embeddings),
+    )
+    with pytest.raises(ValueError, match="holds a LoRAEnsembleGemmaCausalLM, not a LoRAEnsembleLlamaCausalLM"):
+        ez.models.LoRAEnsembleLlamaCausalLM.from_preset(ENSEMBLE)
+
+
 @pytest.mark.skipif(
     keras.config.backend() != "jax",
     reason="the presets were made under JAX; greedy answers near ties may differ elsewhere",
@@ -56,8 +79,8 @@ def test_evaluate_command_reproduces_the_recorded_numbers(tmp_path, capsys):
     report = json.loads((tmp_path / "report.json").read_text())["metrics"]
     recorded = ez.presets.preset_metadata(ENSEMBLE)["metrics"]
     assert report["test_accuracy"] == recorded["test_accuracy"] > 0.9
-    assert report["single_model_test_accuracy"] == recorded["single_model_test_accuracy"]
-    assert set(report["uncertainty"]) == {"epistemic", "total", "loss_prediction", "single_model_entropy"}
+    assert report["member_0_test_accuracy"] == recorded["member_0_test_accuracy"]
+    assert set(report["uncertainty"]) == {"epistemic", "total", "loss_prediction", "member_0_entropy"}
     for name, row in recorded["uncertainty"].items():
         for key, value in row.items():
             assert report["uncertainty"][name][key] == pytest.approx(value, abs=1e-6), (name, key)

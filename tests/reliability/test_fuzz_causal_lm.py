@@ -1,4 +1,4 @@
-"""Issue 33: the causal-LM entry points (`generate`, `score_uncertainty`,
+"""The causal-LM entry points (`generate`, `score_uncertainty`,
 `fit`, `evaluate`, with and without a preprocessor, and the token loss
 predictor) reject bad generation arguments, token ids outside the
 vocabulary, empty prompts and prompts longer than `max_length` with a

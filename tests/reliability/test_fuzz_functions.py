@@ -77,6 +77,7 @@ def bad_member_logits(logits):
     return {
         "nan": _with(logits, (0, 0, 0), np.nan),
         "inf": _with(logits, (0, 0, 0), np.inf),
+        "all_masked": _with(logits, (0, 0), -np.inf),  # every class -inf
         "rank_2": logits[:, 0],
         "zero_members": logits[:, :0],
         "zero_classes": logits[:, :, :0],

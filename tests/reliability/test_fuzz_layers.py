@@ -1,7 +1,8 @@
 """Fuzz sweep of the layers, Keras metrics and losses, calibration and model
 constructors: a bad argument fails when the object is made (not at its
 first call, deep inside an einsum), and a bad input at call time is a
-`ValueError`/`TypeError` naming the argument (issue 15).
+`ValueError`/`TypeError` naming the argument, also when a built layer
+is called with other features or rows that do not split into members.
 """
 
 import keras
@@ -135,8 +136,30 @@ def _f32(*shape):
 MEMBER_LOGITS = _f32(6, 2, 3)
 LABELS = np.array([0, 1, 2, 0, 1, 2])
 
+def _after_build(layer_factory, good, bad):
+    """Calls a layer on `good` (building it), then on `bad`."""
+    def call():
+        layer = layer_factory()
+        layer(good)
+        layer(bad)
+    return call
+
+
+def _built_dense(features=6):
+    layer = keras.layers.Dense(3)
+    layer.build((None, features))
+    return layer
+
+
 CALL_CASES = [
     # (id, callable, corrupted argument)
+    ("MasksemblesMask-features", _after_build(lambda: L.MasksemblesMask(2), _f32(4, 6), _f32(4, 5)), "inputs"),
+    ("MasksemblesMask-rows", lambda: L.MasksemblesMask(2)(_f32(3, 6)), "inputs"),
+    ("SubnetworkMaskedDense-features", lambda: L.SubnetworkMaskedDense(_built_dense(), 2)(_f32(4, 5)), "inputs"),
+    ("SubnetworkMaskedDense-rows", lambda: L.SubnetworkMaskedDense(_built_dense(), 2)(_f32(3, 6)), "inputs"),
+    ("GroupedLayerNormalization-features", _after_build(lambda: L.GroupedLayerNormalization(2), _f32(3, 2, 6), _f32(3, 2, 5)), "inputs"),
+    ("LoRAEnsembleAdapter-features", lambda: L.LoRAEnsembleAdapter(_built_dense(), 2, 1)(_f32(4, 5)), "inputs"),
+    ("EnsembleAccuracy-one_hot", lambda: ez.metrics.EnsembleAccuracy().update_state(np.eye(3)[LABELS], MEMBER_LOGITS), "y_true"),
     ("GroupedDense-members", lambda: L.GroupedDense(4, 2)(_f32(3, 3, 5)), "inputs"),
     ("GroupedDense-rank_2", lambda: L.GroupedDense(4, 2)(_f32(3, 5)), "inputs"),
     ("GroupedLayerNormalization-members", lambda: L.GroupedLayerNormalization(2)(_f32(3, 3, 5)), "inputs"),

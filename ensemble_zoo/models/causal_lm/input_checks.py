@@ -1,4 +1,4 @@
-"""Input checks of the causal-LM tasks' entry points (issue 33).
+"""Input checks of the causal-LM tasks' entry points.
 
 keras-hub's `CausalLM.generate` and Keras' loops accept some inputs
 silently and return wrong values: token ids outside the vocabulary
@@ -98,10 +98,11 @@ def _prompts(inputs, name="inputs"):
         if not inputs:
             raise ValueError(f"`{name}` must hold at least one prompt; got an empty list.")
         if not all(isinstance(p, str) for p in inputs):
-            bad = next(p for p in inputs if not isinstance(p, str))
+            bad = type(next(p for p in inputs if not isinstance(p, str))).__name__
+            article = "an" if bad[0].lower() in "aeiou" else "a"
             raise TypeError(
                 f"`{name}` must be a string, a list of strings or a dict of "
-                f"token arrays; got a list holding a {type(bad).__name__}."
+                f"token arrays; got a list holding {article} {bad}."
             )
         return list(inputs)
     return None
@@ -147,6 +148,14 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
                 "prompt needs at least one token (padded on the right, as a "
                 "CausalLMPreprocessor packs it)."
             )
+        if model.preprocessor is not None:
+            raise ValueError(
+                "`inputs` holds token ids, but the model has a preprocessor, "
+                "which takes text (keras-hub's `generate` tokenizes every "
+                "input). Pass the prompts as strings, or generate from token "
+                "ids without the preprocessor: `model.preprocessor = None` "
+                "(then `generate` returns token ids and `padding_mask`)."
+            )
         return
     prompts = _prompts(inputs)
     if prompts is None and hasattr(inputs, "shape") and hasattr(inputs, "dtype"):
@@ -170,6 +179,17 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
             )
 
 
+def _takes_prompts_and_responses(model):
+    """Whether the model's preprocessor trains on `{"prompts",
+    "responses"}` only (keras-hub's Gemma 3 preprocessor)."""
+    import keras_hub
+
+    return isinstance(
+        getattr(model, "preprocessor", None),
+        keras_hub.models.Gemma3CausalLMPreprocessor,
+    )
+
+
 def check_lm_loop_data(model, x, y=None, sample_weight=None, batch_size=None, epochs=None):
     """The checks of a causal-LM task's `fit`, `evaluate` and `predict`:
     the loop arguments, prompts (a non-empty list of strings) or token
@@ -183,6 +203,14 @@ def check_lm_loop_data(model, x, y=None, sample_weight=None, batch_size=None, ep
             raise ValueError("`x` must not be an empty dict.")
     elif not _is_text(x):
         _prompts(x, "x")  # a list: non-empty, strings only
+    if _takes_prompts_and_responses(model) and (_is_text(x) or isinstance(x, (list, tuple))):
+        raise ValueError(
+            f"{type(model.preprocessor).__name__} trains on a dict of "
+            '`{"prompts": [...], "responses": [...]}` (the loss covers the '
+            "responses); got plain text. For text without a prompt, pass "
+            '`{"prompts": [""] * n, "responses": texts}`, or token ids '
+            "without the preprocessor."
+        )
     if y is not None and hasattr(y, "shape"):
         labels = concrete_value(y)
         if labels is not None:

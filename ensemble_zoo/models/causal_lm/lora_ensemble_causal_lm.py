@@ -43,6 +43,7 @@ from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.model_copies import copy_preprocessor
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -153,6 +154,39 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
 
     # === Construction ===
 
+    @classmethod
+    def from_preset(
+        cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs
+    ):
+        """Loads a LoRA-Ensemble causal-LM preset: a shipped name (e.g.
+        `"lora_ensemble_gemma_tiny_arithmetic"`), a directory written by
+        `save_to_preset` or a hub handle, offline for shipped names.
+
+        Works on `LoRAEnsembleCausalLM` (any family) and on a family's
+        class (`LoRAEnsembleGemmaCausalLM`, which checks the family), as
+        `ensemble_zoo.presets.load_preset` does. To put an ensemble on a
+        keras-hub preset (`"gemma_2b_en"`), load that model with keras-hub
+        and call `from_keras_hub`.
+
+        Args:
+            preset: str, a preset name, directory or hub handle.
+            load_weights: bool. `False` builds the architecture with fresh
+                weights. Defaults to `True`.
+            dtype: optional dtype policy for every layer. Defaults to the
+                global policy.
+            preprocessor: `"auto"` (default) keeps the preset's
+                preprocessor; `None` drops it; a keras-hub preprocessor
+                replaces it.
+            **kwargs: other constructor arguments that replace the
+                preset's.
+        """
+        from ensemble_zoo.presets import load_preset
+
+        return load_preset(
+            preset, cls=cls, load_weights=load_weights, dtype=dtype,
+            preprocessor=preprocessor, **kwargs,
+        )
+
     @staticmethod
     def from_keras_hub(
         causal_lm,
@@ -167,7 +201,9 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
 
         The new model holds a copy of `causal_lm`'s backbone (same config
         and weights, frozen) with adapters on the attention projections,
-        and `causal_lm`'s preprocessor; `causal_lm` itself is not changed.
+        and a copy of `causal_lm`'s preprocessor (sharing its tokenizer), so
+        that setting the ensemble's `preprocessor.sequence_length` leaves
+        `causal_lm` as it is; `causal_lm` itself is not changed.
 
         Args:
             causal_lm: a `keras_hub.models.GemmaCausalLM` (Gemma, Gemma 2),
@@ -200,7 +236,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             a_gain=a_gain,
             seed=seed,
         )
-        return cls(backbone=backbone, preprocessor=causal_lm.preprocessor)
+        return cls(backbone=backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
 
     @staticmethod
     def from_keras_hub_lora(causal_lm, filepaths):
@@ -313,7 +349,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 source_parent, _ = target_site(source_block, self.backbone.sites[target])
                 adapter = getattr(source_parent, attribute)
                 getattr(parent, attribute).kernel.assign(adapter.merged_kernel(member))
-        return base_cls(backbone=backbone, preprocessor=self.preprocessor)
+        return base_cls(backbone=backbone, preprocessor=copy_preprocessor(self.preprocessor))
 
     def save_adapters(self, filepath):
         """Writes the members' adapters only (`*.lora_ensemble.h5`); the

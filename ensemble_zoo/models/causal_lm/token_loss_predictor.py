@@ -17,6 +17,7 @@ from ensemble_zoo.models.causal_lm.input_checks import CausalLMLoopsMixin
 from ensemble_zoo.losses.loss_prediction_losses import pair_hinge
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
+from ensemble_zoo.utils.model_copies import copy_preprocessor
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.validation import check_real
 
@@ -127,9 +128,27 @@ class TokenLossPredictor(
         )
 
     @classmethod
+    def from_preset(
+        cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs
+    ):
+        """Loads a per-token loss-predictor preset: a shipped name (e.g.
+        `"loss_prediction_gemma_tiny_arithmetic"`), a directory written by
+        `save_to_preset` or a hub handle (the same arguments as
+        `LoRAEnsembleCausalLM.from_preset`). keras-hub's own
+        `Task.from_preset` looks for a task class registered for the
+        backbone (`GemmaBackbone`) and finds keras-hub's, not this one."""
+        from ensemble_zoo.presets import load_preset
+
+        return load_preset(
+            preset, cls=cls, load_weights=load_weights, dtype=dtype,
+            preprocessor=preprocessor, **kwargs,
+        )
+
+    @classmethod
     def from_keras_hub(cls, causal_lm, hidden_units=(512, 512), margin=0.1):
         """A predictor on a frozen copy of `causal_lm`'s backbone (which is
-        not changed), with `causal_lm`'s preprocessor."""
+        not changed), with a copy of `causal_lm`'s preprocessor (sharing
+        its tokenizer; see `LoRAEnsembleCausalLM.from_keras_hub`)."""
         if not isinstance(causal_lm, keras_hub.models.CausalLM) or not hasattr(
             causal_lm.backbone, "token_embedding"
         ):
@@ -141,7 +160,7 @@ class TokenLossPredictor(
         backbone = copy_model(causal_lm.backbone)
         return cls(
             backbone=backbone,
-            preprocessor=causal_lm.preprocessor,
+            preprocessor=copy_preprocessor(causal_lm.preprocessor),
             hidden_units=hidden_units,
             margin=margin,
         )
