@@ -13,6 +13,7 @@ read from the sources by griffe, so the site builds in seconds.
 
 import ast
 import os
+import re
 
 from mkdocs.structure.files import File
 
@@ -135,3 +136,14 @@ def on_files(files, config):
         name = os.path.basename(path)[:-3]
         files.append(File.generated(config, f"guides/{name}.md", content=guide_page(path)))
     return files
+
+
+#: mkdocstrings writes "name (type) – description" for each entry of a
+#: Returns / Raises section; an entry with neither name nor type (our
+#: Google-style "Returns: An `EvaluationReport` ...") kept a lone dash.
+_LONE_DASH = re.compile(r"(<li>\s*)–(\s*<div class=\"doc-md-description\">)")
+
+
+def on_page_content(html, page, config, files):
+    """Drops the dash of API entries that have no name or type."""
+    return _LONE_DASH.sub(r"\1\2", html)

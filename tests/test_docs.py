@@ -49,6 +49,11 @@ def test_every_public_name_has_a_reference_entry(site):
         page = (site / "api" / subpackage / "index.html").read_text()
         for name in names:
             assert f'id="ensemble_zoo.{subpackage}.{name}"' in page, (subpackage, name)
+        # No private base class on a "Bases:" line, no lone dash before an
+        # entry without name or type (docs/griffe_public_bases.py, hooks).
+        bases = " ".join(re.findall(r"Bases:(.*?)</p>", page, re.S))
+        assert not re.search(r">_[A-Z]", bases), (subpackage, bases[:300])
+        assert not re.search(r"<li>\s*–\s*<div", page), subpackage
     # The architecture's contract names (where the checkout has it).
     architecture = os.path.join(os.path.dirname(REPO_ROOT), "shared", "ARCHITECTURE.md")
     if os.path.exists(architecture):

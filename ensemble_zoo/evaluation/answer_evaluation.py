@@ -24,6 +24,8 @@ from ensemble_zoo.evaluation.tables import text_table
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
 from ensemble_zoo.metrics.ood import ood_auroc
+from ensemble_zoo.utils.progress import progress_bar
+from ensemble_zoo.utils.progress import progress_note
 
 #: Per-answer uncertainty scores: the key of `generate`'s output whose
 #: mean over the answer's tokens is the score.
@@ -81,7 +83,8 @@ def _ranking(scores_test, correct, scores_ood=None):
 
 
 def evaluate_answers(
-    model, single_model=None, max_length=12, single_model_name="single_model"
+    model, single_model=None, max_length=12, single_model_name="single_model",
+    progress=True,
 ):
     """Answers and uncertainty rankings on the arithmetic task.
 
@@ -96,6 +99,8 @@ def evaluate_answers(
             uncertainty `f"{single_model_name}_entropy"`. Defaults to
             `"single_model"`; `ensemble_zoo.evaluation.evaluate_preset`
             passes `"member_0"` for an ensemble's first member alone.
+        progress: bool, print a line per stage where stderr is not a
+            terminal (`ensemble_zoo.utils.progress`). Defaults to `True`.
 
     Returns:
         An `AnswerReport`.
@@ -104,8 +109,13 @@ def evaluate_answers(
 
     test_q, test_a = arithmetic.load_questions("test")
     ood_q, ood_a = arithmetic.load_questions("ood")
-    test = answer_scores(model, test_q, test_a, max_length)
-    ood = answer_scores(model, ood_q, ood_a, max_length)
+    steps = [("test", test_q, test_a), ("ood", ood_q, ood_a)]
+    scored = {}
+    for split, questions, answers in progress_bar(
+        steps, desc="answers", enable=progress, name_steps=True
+    ):
+        scored[split] = answer_scores(model, questions, answers, max_length)
+    test, ood = scored["test"], scored["ood"]
     metrics = {
         "num_test": len(test_q),
         "num_ood": len(ood_q),
@@ -127,6 +137,7 @@ def evaluate_answers(
         # One model as a one-member ensemble with zero adapters (its own
         # generate, bit for bit): its total uncertainty is its entropy.
         single = LoRAEnsembleCausalLM.from_keras_hub(single_model, num_members=1, rank=1, seed=0)
+        progress_note(f"answers: {single_model_name} alone", progress)
         single_test = answer_scores(single, test_q, test_a, max_length)
         single_ood = answer_scores(single, ood_q, ood_a, max_length)
         metrics["single_model"] = single_model_name

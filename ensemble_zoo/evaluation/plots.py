@@ -1,7 +1,9 @@
 """Evaluation plots saved as PNG files (matplotlib, no pyplot state).
 
 Each function draws one figure, writes it to `path` and returns the
-numbers it drew, so tests (and users) can check the plot's data.
+numbers it drew, so tests (and users) can check the plot's data. Every
+legend lies inside the figure and, beyond a few entries, outside the axes;
+curves differ by colour and line style (`curve_style`).
 """
 
 import numpy as np
@@ -11,30 +13,63 @@ from ensemble_zoo.metrics.diversity import disagreement
 from ensemble_zoo.metrics.selective import risk_coverage_curve
 
 
+#: Line styles combined with the 10 default colours: curve `i` gets colour
+#: `C{i % 10}` and style `LINE_STYLES[i // 10]`, so up to 40 curves differ.
+LINE_STYLES = ("-", "--", ":", "-.")
+
+#: Above this many entries a legend goes outside the axes (right).
+LEGEND_INSIDE_MAX = 4
+
+
 def _figure(width=5.0, height=4.0):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, height), dpi=100)
+    # Constrained layout keeps every legend, label and title inside the
+    # figure, also a legend placed outside the axes.
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     return figure, figure.add_subplot(1, 1, 1)
 
 
+def curve_style(index):
+    """`(colour, line style)` of the `index`-th curve of a plot."""
+    return f"C{index % 10}", LINE_STYLES[(index // 10) % len(LINE_STYLES)]
+
+
+def _legend(figure, axis, count, **kwargs):
+    """A legend inside the axes for a few entries, outside on the right
+    (within the figure) for more, so it never covers the data."""
+    if count <= LEGEND_INSIDE_MAX:
+        return axis.legend(**kwargs)
+    handles, labels = axis.get_legend_handles_labels()
+    return figure.legend(
+        handles, labels, loc="outside right upper", fontsize="small", **kwargs
+    )
+
+
 def _save(figure, path):
-    figure.tight_layout()
     figure.savefig(path, format="png")
     return str(path)
 
 
 def reliability_diagram(probs, labels, path, num_bins=15, title=None):
     """Accuracy against confidence per equal-width bin, with the gap to the
-    diagonal shaded and the sample share per bin as a second panel.
+    diagonal hatched, and the share of samples per bin in a second panel
+    below (same confidence axis).
 
     Returns:
         the `calibration_bins` statistics that were drawn.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     stats = calibration_bins(probs, labels, num_bins)
-    figure, axis = _figure()
+    figure = Figure(figsize=(5.0, 5.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axis, below = figure.subplots(
+        2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     centers = (edges[:-1] + edges[1:]) / 2
     filled = stats["count"] > 0
@@ -56,19 +91,18 @@ def reliability_diagram(probs, labels, path, num_bins=15, title=None):
         color="none",
         edgecolor="tab:red",
         hatch="//",
-        label="gap to mean confidence",
+        label="gap to confidence",
     )
-    axis.plot([0, 1], [0, 1], "k--", linewidth=1)
+    axis.plot([0, 1], [0, 1], "k--", linewidth=1, label="calibrated")
     axis.set_xlim(0, 1)
     axis.set_ylim(0, 1)
-    axis.set_xlabel("confidence (max probability)")
     axis.set_ylabel("accuracy")
     share = stats["count"] / stats["count"].sum()
-    twin = axis.twinx()
-    twin.step(edges, np.append(share, share[-1]), where="post", color="gray")
-    twin.set_ylabel("share of samples", color="gray")
-    twin.set_ylim(0, 1)
-    axis.legend(loc="upper left")
+    below.bar(centers, share, width=1.0 / num_bins, color="0.45", edgecolor="black")
+    below.set_ylim(0, 1)
+    below.set_ylabel("share")
+    below.set_xlabel("confidence (max probability)")
+    figure.legend(loc="outside upper center", ncol=3, fontsize="small")
     axis.set_title(title or "Reliability diagram")
     _save(figure, path)
     return stats
@@ -101,7 +135,7 @@ def score_histograms(scores, path, score_name, title=None, bins=30):
         drawn[name] = (np.asarray(counts), edges)
     axis.set_xlabel(score_name)
     axis.set_ylabel("density")
-    axis.legend()
+    _legend(figure, axis, len(scores))
     axis.set_title(title or f"OOD score: {score_name}")
     _save(figure, path)
     return drawn
@@ -119,17 +153,19 @@ def accuracy_rejection_curves(curves, path, title=None):
     Returns:
         dict mapping each label to `(rejection_rate, accuracy)` arrays.
     """
-    figure, axis = _figure()
+    many = len(curves) > LEGEND_INSIDE_MAX
+    figure, axis = _figure(width=8.0 if many else 5.0, height=4.5 if many else 4.0)
     drawn = {}
-    for label, (probs, labels) in curves.items():
+    for index, (label, (probs, labels)) in enumerate(curves.items()):
         coverage, risk = risk_coverage_curve(probs, labels)
         rejection, accuracy = 1.0 - coverage, 1.0 - risk
-        axis.plot(rejection, accuracy, label=label)
+        color, style = curve_style(index)
+        axis.plot(rejection, accuracy, label=label, color=color, linestyle=style)
         drawn[label] = (rejection, accuracy)
     axis.set_xlabel("rejected fraction (least confident first)")
     axis.set_ylabel("accuracy of kept samples")
     axis.set_xlim(0, 1)
-    axis.legend()
+    _legend(figure, axis, len(curves))
     axis.set_title(title or "Accuracy vs. rejection")
     _save(figure, path)
     return drawn
@@ -160,7 +196,7 @@ def disagreement_histograms(member_logits, path, title=None):
     axis.set_xticklabels([f"{level:.2f}" for level in levels])
     axis.set_xlabel("fraction of member pairs that disagree")
     axis.set_ylabel("share of samples")
-    axis.legend()
+    _legend(figure, axis, len(drawn))
     axis.set_title(title or "Member disagreement")
     _save(figure, path)
     return drawn

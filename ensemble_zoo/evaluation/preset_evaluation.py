@@ -114,14 +114,14 @@ def evaluate_preset(
             raise ValueError(
                 f"Preset {preset!r} is evaluated on {own!r}, not {dataset!r}."
             )
-        return _evaluate_answers_preset(preset)
+        return _evaluate_answers_preset(preset, progress)
     return _evaluate_model(
         _load_model(preset, dataset), preset, dataset, batch_size, progress,
         data_dir,
     )
 
 
-def _evaluate_answers_preset(preset):
+def _evaluate_answers_preset(preset, progress=True):
     """The answer evaluation of an arithmetic preset: an ensemble (with
     its loss predictor preset attached, member 0 as the single model), or
     one keras-hub causal LM (its entropy)."""
@@ -151,7 +151,9 @@ def _evaluate_answers_preset(preset):
             f"Preset {preset!r} ({type(model).__name__}) generates no answers."
         )
     model.attach_loss_predictor(predictor)
-    report = evaluate_answers(model, single_model=single, single_model_name="member_0")
+    report = evaluate_answers(
+        model, single_model=single, single_model_name="member_0", progress=progress
+    )
     report.name = preset
     return report
 

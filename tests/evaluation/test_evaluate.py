@@ -247,3 +247,38 @@ def test_a_model_with_its_own_uncertainty_output_gets_that_ood_score(digits):
     probs = keras.ops.convert_to_numpy(keras.ops.softmax(model(x)["logits"]))
     assert report.metrics["in_distribution"]["accuracy"] == pytest.approx(np.mean(probs.argmax(1) == y))
     assert "predicted loss" in str(report)
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="NumPy and matplotlib only; runs once")
+def test_plots_keep_legends_inside_the_figure_and_curves_distinct(tmp_path, monkeypatch):
+    """The leaderboard's accuracy-rejection plot had a 17-entry legend over
+    two thirds of the axes and running off the bottom, with 10 colours
+    repeating over 17 lines; the reliability diagram's legend covered bars.
+    Every legend lies inside the figure (outside the axes when long), and
+    every curve differs from the others by colour or line style."""
+    figures = []
+    save = ez.evaluation.plots._save
+    monkeypatch.setattr(ez.evaluation.plots, "_save", lambda f, p: (figures.append(f), save(f, p))[1])
+    rng = np.random.default_rng(0)
+    curves = {}
+    for i in range(17):
+        probs = rng.dirichlet(np.ones(8) * 0.3, size=60)
+        curves[f"preset_{i:02d}_with_a_long_name"] = (probs, probs.argmax(1) ^ (rng.random(60) < 0.2))
+    ez.evaluation.plots.accuracy_rejection_curves(curves, tmp_path / "a.png")
+    probs, labels = curves["preset_00_with_a_long_name"]
+    ez.evaluation.plots.reliability_diagram(probs, labels, tmp_path / "r.png")
+    ez.evaluation.plots.score_histograms({"id": probs.max(1), "far": probs.min(1)}, tmp_path / "s.png", "msp")
+    for figure in figures:
+        renderer = figure.canvas.get_renderer()
+        figure.canvas.draw()
+        legends = figure.legends + [a.get_legend() for a in figure.axes if a.get_legend()]
+        assert legends
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert box.x0 >= -1 and box.y0 >= -1, box
+            assert box.x1 <= figure.bbox.x1 + 1 and box.y1 <= figure.bbox.y1 + 1, box
+            for axis in figure.axes if len(legend.texts) > 4 else []:
+                assert not box.overlaps(axis.get_window_extent(renderer)), "a long legend covers the axes"
+    lines = [l for l in figures[0].axes[0].get_lines()]
+    assert len(lines) == 17
+    assert len({(l.get_color(), l.get_linestyle()) for l in lines}) == 17

@@ -45,6 +45,10 @@ def test_list_presets_matches_shipped_directories():
             "config.json", "metadata.json", "task.json", "model.weights.h5", "task.weights.h5",
             "preprocessor.json", "image_converter.json", "tokenizer.json", "assets",
         }, name
+        # The model is named after its preset (reports and plots take the
+        # model's name; it was Keras' "deep_ensemble_classifier_4").
+        with open(os.path.join(ez.presets.get_preset_path(name), "task.json")) as f:
+            assert json.load(f)["config"]["name"] == name
 
 
 TRAINED = ez.evaluation.trained_presets()
