@@ -8,8 +8,9 @@ the `ood` questions, and per answer the mean over its generated tokens
 uncertainty, of the attached loss predictor's prediction, and of a single
 model's entropy on its own answers (`single_model`, scored on its own
 correctness, reported under the name the caller gives it: the presets'
-evaluation names member 0 alone `member_0`, not the base model). Each uncertainty gets the AUROC for wrong answers and the
-prediction rejection ratio on `test` (`ez.metrics.answer_auroc`,
+evaluation names member 0 alone `member_0`, not the base model). Each
+uncertainty gets the AUROC for wrong answers and the prediction
+rejection ratio on `test` (`ez.metrics.answer_auroc`,
 `prediction_rejection_ratio`), and the AUROC for telling `ood` from
 `test` questions (`ez.metrics.ood_auroc`).
 """
@@ -36,6 +37,19 @@ SCORES = {
 }
 
 
+_GREEDY = []
+
+
+def _greedy_sampler():
+    """One greedy sampler for every call: the decode engine compiles a
+    loop per sampler object, so a new one per call would compile anew."""
+    import keras_hub
+
+    if not _GREEDY:
+        _GREEDY.append(keras_hub.samplers.GreedySampler())
+    return _GREEDY[0]
+
+
 def answer_scores(model, questions, answers, max_length=12):
     """Greedy answers of `model` and their uncertainty scores.
 
@@ -50,13 +64,11 @@ def answer_scores(model, questions, answers, max_length=12):
         dict: `answers` (the parsed answers), `correct` (bool array) and
         one float array per available score of `SCORES`.
     """
-    import keras_hub
-
     # Greedy answers, without `compile` (which would reset the caller's
     # optimizer and loss): the sampler is swapped and put back (the decode
     # engine compiles one loop per sampler object).
     previous = model.sampler
-    model.sampler = keras_hub.samplers.get("greedy")
+    model.sampler = _greedy_sampler()
     try:
         out = model.generate(list(questions), max_length=max_length, return_uncertainty=True)
     finally:
@@ -107,14 +119,20 @@ def evaluate_answers(
     """
     from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
 
+    if single_model is not None and not str(single_model_name).isidentifier():
+        raise ValueError(
+            "`single_model_name` must be an identifier such as "
+            f"'member_0'; got {single_model_name!r}."
+        )
     test_q, test_a = arithmetic.load_questions("test")
     ood_q, ood_a = arithmetic.load_questions("ood")
-    steps = [("test", test_q, test_a), ("ood", ood_q, ood_a)]
+    splits = {"test": (test_q, test_a), "ood": (ood_q, ood_a)}
     scored = {}
-    for split, questions, answers in progress_bar(
-        steps, desc="answers", enable=progress, name_steps=True
+    for split in progress_bar(
+        list(splits), desc="answers", enable=progress, name_steps=True,
+        unit="splits",
     ):
-        scored[split] = answer_scores(model, questions, answers, max_length)
+        scored[split] = answer_scores(model, *splits[split], max_length)
     test, ood = scored["test"], scored["ood"]
     metrics = {
         "num_test": len(test_q),
@@ -128,11 +146,6 @@ def evaluate_answers(
             continue  # zero for one model
         if name in test:
             metrics["uncertainty"][name] = _ranking(test[name], test["correct"], ood[name])
-    if single_model is not None and not str(single_model_name).isidentifier():
-        raise ValueError(
-            "`single_model_name` must be an identifier such as "
-            f"'member_0'; got {single_model_name!r}."
-        )
     if single_model is not None:
         # One model as a one-member ensemble with zero adapters (its own
         # generate, bit for bit): its total uncertainty is its entropy.
@@ -155,7 +168,9 @@ class AnswerReport:
 
     Attributes:
         metrics: dict (`test_accuracy`, `ood_accuracy`, and per
-            uncertainty `wrong_answer_auroc`, `prr`, `ood_auroc`).
+            uncertainty `wrong_answer_auroc`, `prr`, `ood_auroc`; with a
+            single model, `single_model` naming it, its
+            `{name}_test_accuracy` and the uncertainty `{name}_entropy`).
     """
 
     def __init__(self, metrics, name="answers"):

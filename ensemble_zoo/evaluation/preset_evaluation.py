@@ -99,7 +99,8 @@ def evaluate_preset(
             must already be prepared in `data_dir` (nothing is
             downloaded).
         batch_size: int. Defaults to `256`.
-        progress: bool, show progress bars.
+        progress: bool, show progress: bars on a terminal, lines in a log
+            (`ensemble_zoo.utils.progress`).
         data_dir: optional tfds data directory.
 
     Returns:
@@ -258,7 +259,7 @@ class Leaderboard:
         base_presets: dict mapping a report name to the name of its base
             model's report.
         latencies_ms: optional dict mapping a report name to a latency
-            measured for all presets together (`interleaved_latencies`);
+            measured for all presets together (`interleaved_timings`);
             used for the relative latency instead of the reports' own.
         latency_spread: optional float, the timing noise of
             `latencies_ms` (`timing_spread`, e.g. 0.05 for +-5%): a
@@ -349,20 +350,23 @@ def compare_presets(
     """Evaluates presets on the same data and returns a `Leaderboard`.
 
     Args:
-        presets: optional list of preset names; defaults to every trained
-            preset.
+        presets: optional list of preset names; defaults to the trained
+            ensemble classifiers (`trained_presets()`).
         dataset: str, see `evaluate_preset`. Defaults to `"digits"`.
         output_dir: optional directory; when given, the leaderboard, the
             per-preset reports and the plots are written there (checked for
             writability before anything is evaluated).
         batch_size: int. Defaults to `256`.
-        progress: bool, show progress bars.
+        progress: bool, show progress: bars on a terminal, lines in a log
+            (`ensemble_zoo.utils.progress`).
         data_dir: optional tfds data directory.
 
     The latencies come from one timing of all presets in alternation
-    (`interleaved_timings`, medians of 21 rounds at a batch of 4), so machine drift affects every
-    preset alike; each report's `cost.latency_ms` is its preset's
-    (the reports are not timed one by one as well).
+    (`interleaved_timings`, medians of 21 rounds at a batch of 4), so
+    machine drift affects every preset alike; each report's
+    `cost.latency_ms` is its preset's (the reports are not timed one by
+    one as well), and the leaderboard's `latency_spread` says how much of
+    a ratio is noise.
     """
     names = trained_presets() if presets is None else list(presets)
     if not names:

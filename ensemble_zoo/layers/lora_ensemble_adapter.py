@@ -243,7 +243,8 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
                 f"{self.n_in} (rows, then the features); got shape {shape}."
             )
         features = shape[len(shape) - self.n_in:]
-        if all(isinstance(size, int) for size in features) and math.prod(features) != self.d_in:
+        known = all(isinstance(size, int) for size in features)
+        if known and math.prod(features) != self.d_in:
             raise ValueError(
                 f"LoRAEnsembleAdapter '{self.name}' was built for {self.d_in} "
                 f"input features (its base layer '{self.base_layer.name}'); got "

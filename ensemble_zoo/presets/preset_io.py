@@ -497,16 +497,25 @@ MODEL_KEYWORDS = ("name", "trainable", "dtype", "compile")
 
 
 def _check_constructor_arguments(cls, arguments, path):
-    """A `PresetError` for a key of `arguments` (a config's `"config"`)
+    """A `PresetError` for a key of `arguments` (`task.json`'s `"config"`)
     that `cls`'s constructor does not take: Keras' functional models drop
     unknown keyword arguments without a word, so a misspelt or stale
-    argument in `task.json` or `config.json` would load as the default."""
+    argument would load as the default. The accepted names are those of
+    the constructors up the class's MRO while they pass `**kwargs` on
+    (a superset where a class calls a grandparent's constructor)."""
     import inspect
 
+    if not isinstance(arguments, dict):
+        raise PresetError(
+            f"Damaged preset: {path} holds a {type(arguments).__name__} as the "
+            "model's \"config\"; expected a dict of constructor arguments."
+        )
+    skipped = {keras.Model, keras.layers.Layer, object}
+    skipped |= {k for k in cls.__mro__ if k.__name__ in ("Functional", "Function")}
     accepted = set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
-        if init is None or klass in (keras.Model, keras.layers.Layer, object):
+        if init is None or klass in skipped:
             continue
         parameters = inspect.signature(init).parameters.values()
         accepted |= {

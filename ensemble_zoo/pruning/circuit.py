@@ -45,7 +45,9 @@ def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False
         )
     mask = np.ones((num_layers, num_heads), np.float32)
     order = []
-    for _ in progress_bar(range(budget), desc="circuit search", enable=progress):
+    for _ in progress_bar(
+        range(budget), desc="circuit search", enable=progress, unit="search steps"
+    ):
         best, best_head = -np.inf, None
         for layer, head in zip(*np.nonzero(mask)):
             mask[layer, head] = 0.0

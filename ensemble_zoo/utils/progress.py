@@ -7,15 +7,18 @@ outermost loop prints plain lines to stderr: one when it starts (how many
 steps), one per step when the steps are named (`[3/17] name`), and one
 when it ends, each with the elapsed time. Loops nested inside a loop that
 prints lines stay silent, so a log gets one line per preset, not one per
-batch.
+batch. (A loop in another thread starts its own lines.)
 """
 
 import contextvars
 import sys
 import time
+import weakref
 
-#: Whether an enclosing loop already prints lines (nested loops stay quiet).
-_LINES_ACTIVE = contextvars.ContextVar("ensemble_zoo_progress_lines", default=False)
+#: A weak reference to the loop that prints lines (its generator): nested
+#: loops stay quiet while it runs. A generator that has finished, was
+#: closed or was collected no longer counts, so nothing needs resetting.
+_LINES = contextvars.ContextVar("ensemble_zoo_progress_lines", default=None)
 
 
 def interactive_stderr():
@@ -37,59 +40,62 @@ def format_seconds(seconds):
     return f"{minutes} min {seconds:02d} s"
 
 
+def _lines_active():
+    reference = _LINES.get()
+    loop = reference() if reference is not None else None
+    return loop is not None and loop.gi_frame is not None
+
+
 def _print_line(text):
-    print(text, file=sys.stderr, flush=True)
+    # One write per line, so that lines of two threads do not interleave.
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
-def _progress_lines(iterable, desc, total, name_steps):
-    outer = _LINES_ACTIVE.get()
-    _LINES_ACTIVE.set(True)
+def _progress_lines(iterable, desc, total, name_steps, unit):
     start = time.perf_counter()
-    try:
-        if total is None:
-            try:
-                total = len(iterable)
-            except TypeError:
-                total = None
-        count = "" if total is None else f" {total}"
-        unit = "steps" if name_steps else "batches"
-        _print_line(f"{desc}:{count} {unit}")
-        done = 0
-        for item in iterable:
-            if name_steps:
-                elapsed = format_seconds(time.perf_counter() - start)
-                of = "" if total is None else f"/{total}"
-                _print_line(f"{desc} [{done + 1}{of}] {item} (elapsed {elapsed})")
-            yield item
-            done += 1
-        _print_line(
-            f"{desc}: {done} {unit} done in "
-            f"{format_seconds(time.perf_counter() - start)}"
-        )
-    finally:
-        # `set`, not `reset(token)`: a generator closed early may be
-        # finalised in another context, where the token is not valid.
-        _LINES_ACTIVE.set(outer)
+    if total is None:
+        try:
+            total = len(iterable)
+        except TypeError:
+            total = None
+    count = "" if total is None else f" {total}"
+    _print_line(f"{desc}:{count} {unit}")
+    done = 0
+    for item in iterable:
+        if name_steps:
+            elapsed = format_seconds(time.perf_counter() - start)
+            of = "" if total is None else f"/{total}"
+            _print_line(f"{desc} [{done + 1}{of}] {item} (elapsed {elapsed})")
+        yield item
+        done += 1
+    _print_line(
+        f"{desc}: {done} {unit} done in {format_seconds(time.perf_counter() - start)}"
+    )
 
 
 def progress_note(text, enable=True):
     """Prints one line of progress to stderr (a stage without a loop),
     unless disabled or inside a loop that prints lines."""
-    if enable and not _LINES_ACTIVE.get():
+    if enable and not _lines_active():
         _print_line(text)
 
 
-def progress_bar(iterable, desc=None, total=None, enable=True, name_steps=False):
+def progress_bar(
+    iterable, desc=None, total=None, enable=True, name_steps=False, unit=None
+):
     """Shows the progress of a loop over `iterable`.
 
     Args:
         iterable: the items the loop goes over.
-        desc: str, what the loop does (`"presets"`, `"predict test"`).
+        desc: str, what the loop does (`"compare"`, `"predict test"`).
         total: optional int, the number of items when `len` cannot tell.
         enable: bool. `False` returns `iterable` unchanged.
         name_steps: bool. When stderr is not interactive, also print one
-            line per item naming it (for a few long steps such as presets,
-            not for batches).
+            line per item naming it (`str(item)`: for a few long steps
+            such as presets, not for batches).
+        unit: optional str naming the items in the lines (default
+            `"steps"` with `name_steps`, else `"batches"`).
 
     Returns:
         A tqdm bar over `iterable` when stderr is interactive; otherwise,
@@ -100,9 +106,12 @@ def progress_bar(iterable, desc=None, total=None, enable=True, name_steps=False)
     if not enable:
         return iterable
     if not interactive_stderr():
-        if _LINES_ACTIVE.get():
+        if _lines_active():
             return iterable
-        return _progress_lines(iterable, desc or "progress", total, name_steps)
+        unit = unit or ("steps" if name_steps else "batches")
+        lines = _progress_lines(iterable, desc or "progress", total, name_steps, unit)
+        _LINES.set(weakref.ref(lines))
+        return lines
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)

@@ -111,18 +111,39 @@ BACKEND_PACKAGES = {
 }
 
 
+class MissingBackendError(ImportError):
+    """The Keras backend selected (`KERAS_BACKEND`, else
+    `~/.keras/keras.json`) is not installed."""
+
+
+def _selected_backend():
+    """The backend Keras selects: `KERAS_BACKEND`, else the `backend` of
+    `keras.json` under `KERAS_HOME` (default `~/.keras`), else TensorFlow."""
+    import json
+
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            return json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
 def missing_backend_error(error):
-    """An `ImportError` that names the extra to install when `error` (a
-    `ModuleNotFoundError` raised while importing Keras) is the backend
-    that `KERAS_BACKEND` selects; None for any other missing module."""
-    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    """A `MissingBackendError` that names the extra to install when `error`
+    (a `ModuleNotFoundError` raised while importing Keras) is the backend
+    Keras selected; None for any other missing module."""
+    backend = _selected_backend()
     package, extra = BACKEND_PACKAGES.get(backend, (None, None))
     if package is None or (error.name or "").split(".")[0] != package:
         return None
-    return ImportError(
+    other = "tensorflow" if backend == "jax" else "jax"
+    return MissingBackendError(
         f"KERAS_BACKEND={backend} needs the {package!r} package, which is not "
         f"installed. Install it with the {extra!r} extra: "
         f"pip install \"ensemble_zoo[{extra}]\" (in a source checkout: "
         f"pip install -e \".[{extra}]\"), or pick an installed backend, "
-        "e.g. KERAS_BACKEND=jax."
+        f"e.g. KERAS_BACKEND={other}."
     )

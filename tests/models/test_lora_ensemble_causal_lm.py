@@ -444,7 +444,7 @@ def test_gemma3_with_its_preprocessor_owns_a_copy_and_names_wrong_inputs():
     assert ensemble.generate(prompts, max_length=10) == base.generate(prompts, max_length=10)
     with pytest.raises(ValueError, match="holds token ids, but the model has a preprocessor"):
         ensemble.generate(PROMPT, max_length=10)
-    with pytest.raises(ValueError, match=r'trains on a dict of `\{"prompts"'):
+    with pytest.raises(ValueError, match=r'takes a dict of `\{"prompts"'):
         ensemble.fit(["1+2=3"], epochs=1)
     with pytest.raises(TypeError, match="a list holding an int"):
         ensemble.generate(["1+2=", 3], max_length=10)

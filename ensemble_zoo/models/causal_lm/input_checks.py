@@ -205,9 +205,10 @@ def check_lm_loop_data(model, x, y=None, sample_weight=None, batch_size=None, ep
         _prompts(x, "x")  # a list: non-empty, strings only
     if _takes_prompts_and_responses(model) and (_is_text(x) or isinstance(x, (list, tuple))):
         raise ValueError(
-            f"{type(model.preprocessor).__name__} trains on a dict of "
-            '`{"prompts": [...], "responses": [...]}` (the loss covers the '
-            "responses); got plain text. For text without a prompt, pass "
+            f"{type(model.preprocessor).__name__} takes a dict of "
+            '`{"prompts": [...], "responses": [...]}` (in `fit`, the loss '
+            "covers the responses); got plain text. For text without a "
+            "prompt, pass "
             '`{"prompts": [""] * n, "responses": texts}`, or token ids '
             "without the preprocessor."
         )
