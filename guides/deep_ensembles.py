@@ -76,7 +76,7 @@ ensemble = ez.models.DeepEnsembleClassifier.from_model(
     classifier, num_members=3, seed=0
 )
 ensemble.compile(jit_compile=keras.config.backend() != "torch")
-ensemble.fit(train, epochs=5, verbose=2)
+ensemble.fit(train, epochs=3, verbose=2)
 print("member logits:", ensemble.predict(x_test[:2], verbose=0).shape)
 
 """

@@ -127,7 +127,7 @@ vmoe_k2 = ViTMoEImageClassifier.from_keras_hub(
 )
 
 
-def fine_tune(model, epochs=4):
+def fine_tune(model, epochs=2):
     model.compile(optimizer=keras.optimizers.Adam(5e-4), jit_compile=jit)
     model.fit(x_train, y_train, batch_size=64, epochs=epochs, verbose=0)
     return model
