@@ -19,6 +19,10 @@ ensemble (listed here, and in ARCHITECTURE.md):
 What the harness file (`tests/models/test_keras_hub_harness.py`) leaves
 out, and why:
 
+- Each of its tests runs under PyTorch and one of JAX and TensorFlow (test
+  budget; the harness checks configs, saving, presets, dtype policies and
+  Keras' loops, code the two XLA backends share).
+
 - MC dropout runs at rate 0 there: the harness compares two calls, and
   MC dropout's samples differ from call to call by design.
 - The quantization check of a backbone built with a quantization map
