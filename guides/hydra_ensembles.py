@@ -113,7 +113,7 @@ for seed, member in enumerate(members):
         block.dense_1.trainable = block.dense_2.trainable = False
     keras.utils.set_random_seed(seed)
     member.compile(optimizer=keras.optimizers.SGD(0.003, momentum=0.9))
-    member.fit(x_train, y_train, epochs=3, batch_size=64, verbose=0)
+    member.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
 
 fused = ez.models.HydraImageClassifier.fuse(members, mlp="merge")
 separate = np.stack([m.predict(x_test, verbose=0)[:, 0] for m in members], axis=1)
