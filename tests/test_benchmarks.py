@@ -34,7 +34,7 @@ def test_metrics_benchmark_results_equal_sklearn():
 @pytest.mark.skipif(BACKEND != "torch", reason="one backend suffices for the script")
 def test_implicit_ensembles_experiment_runs_and_collapse_shows(tmp_path):
     out = run_python(
-        "import sys; sys.argv = ['implicit_ensembles.py', '--seeds', '0', '--epochs', '5',"
+        "import sys; sys.argv = ['implicit_ensembles.py', '--seeds', '0', '--epochs', '3',"
         f" '--widths', '1', '4', '--mask-epochs', '2', '--output', {str(tmp_path)!r}];"
         "sys.path.insert(0, 'benchmarks');"
         "import runpy; runpy.run_path('benchmarks/implicit_ensembles.py', run_name='__main__')"
