@@ -51,6 +51,23 @@ def _speed_up_xla_compilation():
 _speed_up_xla_compilation()
 
 
+def _one_thread_per_worker():
+    """Test budget: one OpenMP thread per process. The suite runs two
+    pytest-xdist workers on two cores, and PyTorch's CPU kernels (and
+    NumPy's BLAS) default to a thread per core: two processes with two
+    spinning OpenMP threads each slow PyTorch's small ops tenfold and more
+    (a V-MoE epoch on the digits took 9-44 s in each of two concurrent
+    processes, against 1.0 s each with one thread, on 2 cores). Subprocesses
+    (guides, README blocks, other backends) inherit the setting; JAX's and
+    TensorFlow's own thread pools are unaffected by it and were measured
+    unaffected by the contention. Runs before PyTorch is imported; set
+    `OMP_NUM_THREADS` to override."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+_one_thread_per_worker()
+
+
 def with_xla_defaults(env):
     """A copy of `env` without `TEST_XLA_FLAGS` and the test run's JAX
     cache: for subprocesses that train or evaluate for minutes (the guides,

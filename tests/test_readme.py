@@ -141,11 +141,14 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
                 g.write(f.read())
     # Verbatim: none of the test run's XLA flags or cache (conftest).
     # And none of the test script's settings: TF_CPP_MIN_LOG_LEVEL would
-    # hide the log lines a user sees.
+    # hide the log lines a user sees (nor conftest's OMP_NUM_THREADS).
     env = with_xla_defaults(
         {
             k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL")
+            if k not in (
+                "PYTHONPATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL",
+                "OMP_NUM_THREADS",
+            )
         }
     )
     # Test budget: pip skips byte-compiling every installed package (13 s

@@ -3,11 +3,12 @@
 `run_backbone_test` the precision and quantization checks) on the zoo's
 functional backbones and tasks, with tiny configs.
 
-Test budget: every check runs under PyTorch and under one of JAX and
-TensorFlow, picked per test by a stable hash of its name (about half the
-tests each). The harness checks configs, saving, presets, dtype policies
-and Keras' loops, code that JAX and TensorFlow share; each model's own
-tests run its numbers, training and presets under all three backends."""
+Test budget: every check runs under one backend, JAX, TensorFlow or
+PyTorch, picked per test by a stable hash of its name (about a third of
+the tests each, every model under all three). The harness checks configs,
+saving, presets, dtype policies and Keras' loops, code that the backends
+share; each model's own tests run its numbers, training and presets under
+all three backends."""
 
 import zlib
 
@@ -39,17 +40,18 @@ from ensemble_zoo.models import ViTMoEBackbone
 from ensemble_zoo.models import ViTMoEImageClassifier
 from keras_hub_testcase import ZooTestCase
 
+from conftest import ALL_BACKENDS
+
 @pytest.fixture(autouse=True)
-def _under_torch_and_one_xla_backend(request):
-    """Skips a test under the XLA backend (JAX or TensorFlow) it is not
-    assigned to (see the module docstring); tests already limited to one
-    backend keep their own."""
-    backend = keras.config.backend()
-    if backend == "torch" or request.node.get_closest_marker("skipif"):
+def _under_one_backend(request):
+    """Skips a test under the backends it is not assigned to (see the
+    module docstring); tests already limited to one backend keep their
+    own."""
+    if request.node.get_closest_marker("skipif"):
         return
-    home = ("jax", "tensorflow")[zlib.crc32(request.node.name.encode()) % 2]
-    if backend != home:
-        pytest.skip(f"runs under PyTorch and {home} (test budget)")
+    home = ALL_BACKENDS[zlib.crc32(request.node.name.encode()) % len(ALL_BACKENDS)]
+    if keras.config.backend() != home:
+        pytest.skip(f"runs under {home} (test budget)")
 
 
 VIT = dict(image_shape=(8, 8, 1), patch_size=4, num_layers=2, hidden_dim=8, mlp_dim=16)
