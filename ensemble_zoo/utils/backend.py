@@ -335,7 +335,10 @@ def concrete_value(x):
 
         if torch.compiler.is_compiling() or x.device.type == "meta":
             return None
-        return x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:  # NumPy has no bfloat16
+            x = x.float()
+        return x.numpy()
     return None
 
 

@@ -3,6 +3,7 @@ import json
 import pytest
 
 import ensemble_zoo as ez
+from conftest import BACKEND
 from ensemble_zoo import cli
 
 
@@ -34,8 +35,13 @@ def test_evaluate_preset_errors():
         ez.evaluation.compare_presets(presets=[])
 
 
+@pytest.mark.skipif(
+    BACKEND != "jax",
+    reason="once: the CLI's path is backend-independent (test_evaluate.py "
+    "checks the numbers on every backend)",
+)
 def test_cli_evaluates_the_loss_prediction_preset(tmp_path, capsys):
-    """Issue 15: the CLI listed this preset but refused it. Its classifier
+    """The CLI once listed this preset but refused it. Its classifier
     is vit_tiny_digits unchanged, so its accuracy is the recorded one; its
     report adds the predicted loss as an OOD score (that score's numbers
     are checked in tests/evaluation/test_evaluate.py)."""

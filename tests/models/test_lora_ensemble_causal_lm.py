@@ -17,6 +17,7 @@ import pytest
 import ensemble_zoo as ez
 from ensemble_zoo.models import LoRAEnsembleCausalLM
 from ensemble_zoo.models import LoRAEnsembleGemmaCausalLM
+from zoo_testing import np_token_figures
 from zoo_testing import to_np
 
 TINY = dict(
@@ -107,21 +108,12 @@ def test_member_logits_equal_the_model_with_each_members_merged_kernels(pair):
         ensemble.member_causal_lm(3)
 
 
-def reference_figures(member_logits, tokens):
-    """NumPy: per position, total / aleatoric / epistemic of the mean of
-    the member softmaxes, and log p of `tokens` under it and each member."""
-    z = member_logits.astype("float64")
-    log_p = z - z.max(-1, keepdims=True)
-    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
-    p = np.exp(log_p)
-    mean = p.mean(axis=1)
-    total = -(mean * np.log(mean)).sum(-1)
-    aleatoric = -(p * log_p).sum(-1).mean(axis=1)
-    idx = tokens[:, None, :, None]
-    member = np.take_along_axis(log_p, np.broadcast_to(idx, log_p.shape[:-1] + (1,)), -1)[..., 0]
-    log_prob = np.log(np.take_along_axis(mean, tokens[..., None], -1)[..., 0])
-    return dict(total=total, aleatoric=aleatoric, epistemic=total - aleatoric,
-                log_prob=log_prob, member_log_probs=member)
+#: The per-position figures of `generate` and `score_uncertainty`.
+POSITION_FIGURES = (
+    "total", "aleatoric", "epistemic", "expected_pairwise_kl",
+    "reverse_mutual_information", "max_probability", "log_prob",
+)
+MEMBER_FIGURES = ("member_log_probs", "member_entropy")
 
 
 def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
@@ -136,15 +128,18 @@ def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
     generated = out["generated_mask"]
     np.testing.assert_array_equal(generated, ~PROMPT["padding_mask"])
     member_logits = to_np(ensemble({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
-    ref = reference_figures(member_logits[:, :, :-1], tokens[:, 1:])
+    ref = np_token_figures(member_logits[:, :, :-1], tokens[:, 1:])
     scored = ensemble.score_uncertainty(tokens, chunk_size=2)
-    for name in ("total", "aleatoric", "epistemic", "log_prob"):
-        expected = np.where(generated[:, 1:], ref[name], 0.0)
-        np.testing.assert_allclose(out[name][:, 1:], expected, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(scored[name][:, 1:], ref[name], atol=1e-5, err_msg=name)
-    member_expected = np.where(generated[:, None, 1:], ref["member_log_probs"], 0.0)
-    np.testing.assert_allclose(out["member_log_probs"][:, :, 1:], member_expected, atol=1e-5)
+    for name in POSITION_FIGURES + MEMBER_FIGURES:
+        mask = generated[:, None, 1:] if name in MEMBER_FIGURES else generated[:, 1:]
+        expected = np.where(mask, ref[name], 0.0)
+        np.testing.assert_allclose(out[name][..., 1:], expected, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(scored[name][..., 1:], ref[name], atol=1e-5, err_msg=name)
     np.testing.assert_allclose(out["total"], out["aleatoric"] + out["epistemic"], atol=1e-6)
+    np.testing.assert_allclose(
+        out["expected_pairwise_kl"],
+        out["epistemic"] + out["reverse_mutual_information"], atol=1e-5,
+    )
     assert out["epistemic"][generated].min() > 0.0
     # Sequence level: sums over the generated tokens.
     np.testing.assert_allclose(out["log_likelihood"], out["log_prob"].sum(-1), rtol=1e-6)
@@ -205,11 +200,10 @@ def check_figures_against_teacher_forcing(ensemble, out, atol=1e-5):
     scored = ensemble.score_uncertainty(out["token_ids"])
     generated = out["generated_mask"]
     assert generated.any()
-    for name in ("total", "aleatoric", "epistemic", "log_prob"):
-        expected = np.where(generated, scored[name], 0.0)
+    for name in POSITION_FIGURES + MEMBER_FIGURES:
+        mask = generated[:, None] if name in MEMBER_FIGURES else generated
+        expected = np.where(mask, scored[name], 0.0)
         np.testing.assert_allclose(out[name], expected, atol=atol, err_msg=name)
-    expected = np.where(generated[:, None], scored["member_log_probs"], 0.0)
-    np.testing.assert_allclose(out["member_log_probs"], expected, atol=atol)
 
 
 def test_every_sampler_records_the_teacher_forced_figures(pair):
@@ -344,7 +338,7 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
         torch._dynamo.reset()
     assert (graphs, breaks) == (1, {}), (graphs, breaks)
     np.testing.assert_array_equal(compiled["token_ids"], eager["token_ids"])
-    for name in ("total", "aleatoric", "epistemic", "log_prob", "member_log_probs"):
+    for name in POSITION_FIGURES + MEMBER_FIGURES:
         np.testing.assert_allclose(compiled[name], eager[name], atol=1e-5, err_msg=name)
 
 
@@ -541,7 +535,7 @@ def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):
     np.testing.assert_array_equal(out["token_ids"], to_np(expected["token_ids"]))
     tokens = out["token_ids"]
     logits = to_np(base({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
-    ref = reference_figures(logits[:, None, :-1], tokens[:, 1:])  # one member, T = 1
+    ref = np_token_figures(logits[:, None, :-1], tokens[:, 1:])  # one member, T = 1
     generated = out["generated_mask"][:, 1:]
     np.testing.assert_allclose(out["total"][:, 1:], np.where(generated, ref["total"], 0.0), atol=2e-4)
     np.testing.assert_allclose(out["log_prob"][:, 1:], np.where(generated, ref["log_prob"], 0.0), atol=2e-4)

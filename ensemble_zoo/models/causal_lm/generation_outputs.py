@@ -2,8 +2,8 @@
 
 The loop hands back token ids, keras-hub's output padding mask and one
 row of per-token figures per position (`token_uncertainty.FIGURES`, the
-members' log-probabilities, then the attached loss predictor's
-prediction). These functions turn them into keras-hub's return value
+members' log-probabilities and entropies, then the attached loss
+predictor's prediction). These functions turn them into keras-hub's return value
 (`strip_prompt`) and the NumPy dict of `generate(...,
 return_uncertainty=True)`.
 """
@@ -57,13 +57,15 @@ def strip_prompt(outputs, prompt_mask):
 
 def token_outputs(figures, valid, num_members):
     """The per-position figures as a dict of `(batch, length)` arrays
-    (`member_log_probs`: `(batch, members, length)`), zero where `valid`
-    is false."""
+    (`member_log_probs` and `member_entropy`: `(batch, members, length)`),
+    zero where `valid` is false."""
     figures = np.where(valid[..., None], figures, 0.0).astype("float32")
     out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
-    members = figures[..., len(FIGURES) : len(FIGURES) + num_members]
-    out["member_log_probs"] = np.moveaxis(members, -1, 1)
-    if figures.shape[-1] > len(FIGURES) + num_members:
+    start = len(FIGURES)
+    for name in ("member_log_probs", "member_entropy"):
+        out[name] = np.moveaxis(figures[..., start : start + num_members], -1, 1)
+        start += num_members
+    if figures.shape[-1] > start:
         out["loss_prediction"] = figures[..., -1]
     return out
 
@@ -85,7 +87,8 @@ def uncertainty_outputs(batch, num_members):
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)
     out["member_log_likelihoods"] = member_ll
-    for name in ("total", "aleatoric", "epistemic", "loss_prediction"):
+    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl",
+                 "reverse_mutual_information", "loss_prediction"):
         if name not in out:
             continue
         out[f"mean_{name}"] = out[name].sum(axis=-1) / count

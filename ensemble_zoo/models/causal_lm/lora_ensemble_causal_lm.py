@@ -444,9 +444,10 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
 
     @property
     def _num_figures(self):
-        """Figures per position: `FIGURES`, one log-probability per member,
-        and the predicted loss when a loss predictor is attached."""
-        return len(FIGURES) + self.num_members + (self.loss_predictor is not None)
+        """Figures per position: `FIGURES`, one log-probability and one
+        entropy per member, and the predicted loss when a loss predictor is
+        attached."""
+        return len(FIGURES) + 2 * self.num_members + (self.loss_predictor is not None)
 
     def _figures(self, member_logits, tokens, member_hidden):
         """`token_figures`, and the attached loss predictor's prediction
@@ -522,13 +523,19 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 `False` returns), `token_ids` and `padding_mask` `(batch,
                 length)` (the whole sequences, prompt included, whatever
                 `strip_prompt`), `generated_mask` (the generated tokens),
-                and per position `total`, `aleatoric`, `epistemic` (nats),
-                `log_prob` (the token under the ensemble) and
-                `member_log_probs` `(batch, members, length)`, all zero
-                outside `generated_mask`; and per sequence
-                `log_likelihood` (sum of `log_prob`), `member_log_likelihoods`
-                `(batch, members)`, `mean_total`, `mean_aleatoric`,
-                `mean_epistemic` (means over the generated tokens) and
+                and per position the figures of
+                `ensemble_zoo.ops.token_uncertainty` (`total`,
+                `aleatoric`, `epistemic`, `expected_pairwise_kl`,
+                `reverse_mutual_information` in nats, `max_probability`),
+                `log_prob` (the token under the ensemble),
+                `member_log_probs` and `member_entropy` `(batch, members,
+                length)`, all zero outside `generated_mask`; and per
+                sequence `log_likelihood` (sum of `log_prob`),
+                `member_log_likelihoods` `(batch, members)`, `mean_total`,
+                `mean_aleatoric`, `mean_epistemic`,
+                `mean_expected_pairwise_kl`,
+                `mean_reverse_mutual_information` (means over the
+                generated tokens) and
                 `sequence_epistemic`, `log mean_m exp(l_m) - mean_m l_m`
                 of the members' sequence log-likelihoods `l_m` (>= 0).
                 With a loss predictor attached (`attach_loss_predictor`),
@@ -607,9 +614,12 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             chunk_size: int, positions per chunk.
 
         Returns:
-            dict of NumPy arrays: `total`, `aleatoric`, `epistemic`,
-            `log_prob` `(batch, length)` and `member_log_probs` `(batch,
-            members, length)` (and `loss_prediction` with a loss
+            dict of NumPy arrays: the figures of `generate(...,
+            return_uncertainty=True)` per position (`total`, `aleatoric`,
+            `epistemic`, `expected_pairwise_kl`,
+            `reverse_mutual_information`, `max_probability`, `log_prob`
+            `(batch, length)`; `member_log_probs` and `member_entropy`
+            `(batch, members, length)`; and `loss_prediction` with a loss
             predictor attached): position `t` holds the figures of token
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """

@@ -2,19 +2,22 @@
 
 One function serves the compiled decode loop (one position at a time) and
 teacher-forced scoring (a chunk of positions): from member logits over
-the vocabulary it computes, per position, the decomposition of the
-ensemble's predictive entropy (`ensemble_zoo.ops.uncertainty_decomposition`
-on the member axis) and the log-probability of a given token under the
-ensemble and under each member.
+the vocabulary it computes, per position, the token-level figures of
+`ensemble_zoo.ops.token_uncertainty` and the log-probability of a given
+token under the ensemble and under each member, packed along one last
+axis so that the loop carries one array.
 """
 
 from keras import ops
 
-from ensemble_zoo.ops.uncertainty import uncertainty_decomposition_on_axis
+from ensemble_zoo.ops.token_uncertainty import TOKEN_FIGURES
+from ensemble_zoo.ops.token_uncertainty import ensemble_log_probs
+from ensemble_zoo.ops.token_uncertainty import token_figures_from_log_probs
+from ensemble_zoo.ops.token_uncertainty import token_log_probs
 
 #: The per-token figures, in the order of `token_figures`' last axis
-#: (then one member log-probability per member).
-FIGURES = ("total", "aleatoric", "epistemic", "log_prob")
+#: (then one log-probability per member, then one entropy per member).
+FIGURES = TOKEN_FIGURES + ("log_prob",)
 
 
 def token_figures(member_logits, tokens):
@@ -26,35 +29,22 @@ def token_figures(member_logits, tokens):
             position.
 
     Returns:
-        float32 tensor `(batch, ..., 4 + members)`: total, aleatoric and
-        epistemic uncertainty (nats) of the ensemble's predictive
-        distribution (the mean of the members' softmaxes), the token's
-        log-probability under it, then the token's log-probability under
-        each member.
+        float32 tensor `(batch, ..., len(FIGURES) + 2 * members)`: the
+        `FIGURES` (`ensemble_zoo.ops.token_uncertainty`'s figures, then
+        the token's log-probability under the ensemble), the token's
+        log-probability under each member, then each member's entropy.
     """
     log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
-    parts = uncertainty_decomposition_on_axis(log_p)
-    log_mean = _log_mean(log_p)
-    index = ops.expand_dims(ops.cast(tokens, "int32"), -1)
-    log_prob = ops.take_along_axis(log_mean, index, axis=-1)[..., 0]
-    member_index = ops.expand_dims(index, 1)
-    member_index = ops.broadcast_to(
-        member_index, tuple(ops.shape(log_p)[:-1]) + (1,)
-    )
-    member = ops.take_along_axis(log_p, member_index, axis=-1)[..., 0]
-    member = ops.moveaxis(member, 1, -1)  # (batch, ..., members)
-    scalars = ops.stack(
-        [parts["total"], parts["aleatoric"], parts["epistemic"], log_prob], axis=-1
-    )
-    return ops.concatenate([scalars, member], axis=-1)
+    figures = token_figures_from_log_probs(log_p)
+    figures.update(token_log_probs(log_p, tokens))
+    scalars = ops.stack([figures[name] for name in FIGURES], axis=-1)
+    per_member = [
+        ops.moveaxis(figures[name], 1, -1)  # (batch, ..., members)
+        for name in ("member_log_probs", "member_entropy")
+    ]
+    return ops.concatenate([scalars] + per_member, axis=-1)
 
 
 def ensemble_log_probabilities(member_logits):
     """`log mean_m softmax(z_m)` over the member axis 1 (float32)."""
-    return _log_mean(ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1))
-
-
-def _log_mean(log_p):
-    """`log mean_m p_m` from member log-probabilities (members on axis 1)."""
-    num_members = ops.shape(log_p)[1]
-    return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
+    return ensemble_log_probs(ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1))

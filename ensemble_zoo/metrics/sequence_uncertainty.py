@@ -1,0 +1,202 @@
+"""Sequence-level uncertainty of generated text, from per-token figures.
+
+`sequence_uncertainty` turns the per-token arrays that a causal-LM
+ensemble's `generate(..., return_uncertainty=True)` returns (or
+`score_uncertainty` on given text, with a `generated_mask` added) into one
+score per sequence for each estimator. Every score is oriented the same
+way: **higher means more uncertain**, so each can be given to
+`answer_auroc`, `prediction_rejection_ratio` or `aurc` as it is.
+
+Which tokens count: the generated ones (`generated_mask`), which include
+the end-of-sequence token when the model emitted one, as lm-polygraph
+counts it (its greedy log-likelihoods and token entropies keep the
+position of the end token; the decoded text drops it). The prompt and the
+padding after the end token do not count.
+
+Single-model baselines, for the ensemble's predictive distribution or,
+with `member=m`, for one member alone (lm-polygraph's definitions):
+
+- `maximum_sequence_probability`: `-sum_t log p(y_t)`, minus the
+  sequence's log-likelihood;
+- `perplexity`: `-mean_t log p(y_t)`, the log of the perplexity (what
+  lm-polygraph's `Perplexity` returns);
+- `mean_token_entropy` and `max_token_entropy`: the mean and the maximum
+  over tokens of the entropy of the next-token distribution.
+
+Ensemble measures (Malinin & Gales, "Uncertainty estimation in
+autoregressive structured prediction", arXiv:2002.07650), normalised by
+the number of tokens `L` as in the paper:
+
+- product of expectations (the ensemble predicts `mean_m p_m` at each
+  token), their chain-rule estimates, the token figures averaged over the
+  sequence: `pe_total`, `pe_data` (expected member entropy),
+  `pe_mutual_information`, `pe_expected_pairwise_kl` and
+  `pe_reverse_mutual_information` (`pe_expected_pairwise_kl =
+  pe_mutual_information + pe_reverse_mutual_information`);
+- expectation of products (the ensemble predicts `mean_m P_m(y)` for the
+  whole sequence), their Monte-Carlo estimates from the one generated
+  sequence, from the members' sequence log-likelihoods `l_m`: `ep_total =
+  -log(mean_m exp(l_m)) / L` and `ep_reverse_mutual_information =
+  (log(mean_m exp(l_m)) - mean_m l_m) / L` (>= 0). (lm-polygraph's
+  `EPStu` scores `-mean_m exp(l_m)` over beams instead, without the
+  length normalisation.)
+
+With one member, every mutual information, pairwise KL and reverse
+mutual information is exactly 0.
+"""
+
+import numpy as np
+
+from ensemble_zoo.utils.validation import is_integer
+
+#: The estimators of one model's distribution (the ensemble's or a member's).
+SINGLE_MODEL_ESTIMATORS = (
+    "maximum_sequence_probability",
+    "perplexity",
+    "mean_token_entropy",
+    "max_token_entropy",
+)
+#: The estimators that need the members (`member=None` only).
+ENSEMBLE_ESTIMATORS = (
+    "pe_total",
+    "pe_data",
+    "pe_mutual_information",
+    "pe_expected_pairwise_kl",
+    "pe_reverse_mutual_information",
+    "ep_total",
+    "ep_reverse_mutual_information",
+)
+_PE_FIGURES = {
+    "pe_total": "total",
+    "pe_data": "aleatoric",
+    "pe_mutual_information": "epistemic",
+    "pe_expected_pairwise_kl": "expected_pairwise_kl",
+    "pe_reverse_mutual_information": "reverse_mutual_information",
+}
+_REQUIRED = ("generated_mask", "log_prob", "total", "member_log_probs", "member_entropy") + tuple(
+    f for f in _PE_FIGURES.values() if f != "total"
+)
+
+
+def sequence_uncertainty(outputs, member=None):
+    """One uncertainty score per sequence for each estimator.
+
+    Args:
+        outputs: dict of arrays, as `generate(..., return_uncertainty=True)`
+            returns it: `generated_mask` `(batch, length)`, the per-token
+            `log_prob`, `total`, `aleatoric`, `epistemic`,
+            `expected_pairwise_kl`, `reverse_mutual_information`
+            `(batch, length)`, and `member_log_probs`, `member_entropy`
+            `(batch, members, length)`. Values outside `generated_mask`
+            are ignored.
+        member: optional int. `None` (default): the ensemble's estimators
+            (`SINGLE_MODEL_ESTIMATORS` on its predictive distribution and
+            `ENSEMBLE_ESTIMATORS`). An index `m`: the single-model
+            estimators of member `m` alone.
+
+    Returns:
+        dict of float64 arrays `(batch,)`, one per estimator named in the
+        module docstring, higher = more uncertain; NaN for a sequence with
+        no generated token.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+    import keras_hub
+    import numpy as np
+
+    gemma = keras_hub.models.GemmaCausalLM(
+        backbone=keras_hub.models.GemmaBackbone(
+            vocabulary_size=50, num_layers=1, num_query_heads=2,
+            num_key_value_heads=1, hidden_dim=16, intermediate_dim=32, head_dim=8,
+        ),
+        preprocessor=None,
+    )
+    ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(gemma, num_members=3, rank=2)
+    prompt = {"token_ids": np.array([[1, 5, 7, 0, 0]]),
+              "padding_mask": np.array([[1, 1, 1, 0, 0]], bool)}
+    out = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
+    scores = ez.metrics.sequence_uncertainty(out)
+    scores["pe_mutual_information"], scores["perplexity"]
+    ```
+    """
+    mask, arrays = _checked_outputs(outputs)
+    num_members = arrays["member_log_probs"].shape[1]
+    if member is not None:
+        if not is_integer(member) or not 0 <= member < num_members:
+            raise ValueError(
+                f"`member` must be None or a member index in [0, {num_members}); got {member!r}."
+            )
+        return _single_model(
+            arrays["member_log_probs"][:, member], arrays["member_entropy"][:, member], mask
+        )
+    scores = _single_model(arrays["log_prob"], arrays["total"], mask)
+    length = mask.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for name, figure in _PE_FIGURES.items():
+            scores[name] = np.where(mask, arrays[figure], 0.0).sum(axis=1) / length
+        member_ll = np.where(mask[:, None], arrays["member_log_probs"], 0.0).sum(axis=2)
+        peak = member_ll.max(axis=1)
+        log_ep = peak + np.log(np.mean(np.exp(member_ll - peak[:, None]), axis=1))
+        scores["ep_total"] = -log_ep / length
+        rmi = np.maximum(log_ep - member_ll.mean(axis=1), 0.0)  # 0 for one member
+        scores["ep_reverse_mutual_information"] = rmi / length
+    for name in scores:
+        scores[name] = np.where(length > 0, scores[name], np.nan)
+    return scores
+
+
+def _single_model(log_probs, entropies, mask):
+    length = mask.sum(axis=1)
+    nll = -np.where(mask, log_probs, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scores = {
+            "maximum_sequence_probability": nll,
+            "perplexity": nll / length,
+            "mean_token_entropy": np.where(mask, entropies, 0.0).sum(axis=1) / length,
+            "max_token_entropy": np.where(mask, entropies, -np.inf).max(axis=1),
+        }
+    return {k: np.where(length > 0, v, np.nan) for k, v in scores.items()}
+
+
+def _checked_outputs(outputs):
+    if not isinstance(outputs, dict):
+        raise TypeError(
+            "`outputs` must be the dict that `generate(..., return_uncertainty=True)` "
+            f"returns; got {type(outputs).__name__}."
+        )
+    missing = [k for k in _REQUIRED if k not in outputs]
+    if missing:
+        raise ValueError(
+            f"`outputs` lacks {missing}: pass the dict of `generate(..., "
+            "return_uncertainty=True)` (or of `score_uncertainty` with a `generated_mask`)."
+        )
+    mask = np.asarray(outputs["generated_mask"])
+    if mask.ndim != 2 or mask.dtype != bool:
+        raise ValueError(
+            "`outputs['generated_mask']` must be a bool array (batch, length); "
+            f"got dtype {mask.dtype} and shape {mask.shape}."
+        )
+    arrays = {}
+    for name in _REQUIRED[1:]:
+        value = np.asarray(outputs[name], np.float64)
+        per_member = name.startswith("member_")
+        expected = 3 if per_member else 2
+        if value.ndim != expected or value.shape[0] != mask.shape[0] or value.shape[-1] != mask.shape[1]:
+            layout = "(batch, members, length)" if per_member else "(batch, length)"
+            raise ValueError(
+                f"`outputs['{name}']` must have shape {layout} matching "
+                f"`generated_mask` {mask.shape}; got {value.shape}."
+            )
+        where = np.broadcast_to(mask[:, None], value.shape) if per_member else mask
+        if np.isnan(value[where]).any():
+            raise ValueError(f"`outputs['{name}']` has NaN values at generated tokens.")
+        arrays[name] = value
+    if arrays["member_log_probs"].shape != arrays["member_entropy"].shape:
+        raise ValueError(
+            "`outputs['member_log_probs']` and `outputs['member_entropy']` must have the "
+            f"same shape; got {arrays['member_log_probs'].shape} and "
+            f"{arrays['member_entropy'].shape}."
+        )
+    return mask, arrays

@@ -1,0 +1,178 @@
+"""Token-level uncertainty of an ensemble of language models.
+
+At each position of a sequence, every member `m` gives a next-token
+distribution `p_m` over the vocabulary; the ensemble predicts their mean
+`p̄ = mean_m p_m`. The figures below are the token-level measures of
+Malinin & Gales, "Uncertainty estimation in autoregressive structured
+prediction" (ICLR 2021, arXiv:2002.07650), section 3, in nats:
+
+- `total = H[p̄]`, the entropy of the predictive distribution;
+- `aleatoric = mean_m H[p_m]`, the expected member entropy (their "data
+  uncertainty");
+- `epistemic = mean_m KL(p_m || p̄)`, the mutual information between the
+  next token and the member. It equals `total - aleatoric`, but that
+  difference of two entropies loses float32 precision over a 256k-token
+  vocabulary, so it is summed here directly, term by term;
+- `expected_pairwise_kl = mean_m mean_m' KL(p_m || p_m')`, the paper's
+  EPKL, with `m` and `m'` drawn independently (so pairs `m == m'` count,
+  with divergence 0): this is the definition under which their identity
+  `EPKL = MI + RMI` holds exactly. Computed as
+  `mean_m sum_v p_m (log p_m - mean_m' log p_m')`;
+- `reverse_mutual_information = mean_m KL(p̄ || p_m)`, the paper's RMI;
+- `max_probability = max_v p̄`, the ensemble's most probable token;
+- `member_entropy`, each member's entropy `H[p_m]`.
+
+With one member `epistemic`, `expected_pairwise_kl` and
+`reverse_mutual_information` are exactly 0. Every figure is computed in
+float32 whatever the dtype of the logits (a log-softmax in bfloat16 is off
+by tenths of a nat over a large vocabulary), and rounding below zero is
+clipped at 0 for the three divergences. A member that gives a token
+probability 0 (a `-inf` logit) where another does not makes
+`reverse_mutual_information` and `expected_pairwise_kl` infinite, as the
+divergences are.
+
+The causal-LM decode loop calls the unchecked `token_figures_from_log_probs`
+at each generated position; `token_uncertainty` is the same computation on
+arrays, for member logits from any model.
+"""
+
+import keras
+from keras import ops
+
+from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.validation import as_tensor
+from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_logits
+from ensemble_zoo.utils.validation import check_nonempty_axes
+from ensemble_zoo.utils.validation import check_rank
+
+#: The per-position figures of one distribution per member, in the order
+#: the decode loop records them.
+TOKEN_FIGURES = (
+    "total",
+    "aleatoric",
+    "epistemic",
+    "expected_pairwise_kl",
+    "reverse_mutual_information",
+    "max_probability",
+)
+
+_LAYOUT = "(batch, members, tokens, vocabulary)"
+
+
+def token_uncertainty(member_logits, tokens=None):
+    """Token-level uncertainty figures of an ensemble of language models.
+
+    Args:
+        member_logits: float tensor `(batch, members, tokens, vocabulary)`,
+            each member's next-token logits at each position (`-inf` marks
+            a token a member rules out).
+        tokens: optional int tensor `(batch, tokens)`, the token taken at
+            each position (the generated or the reference one). With it the
+            result also holds `log_prob`, the token's log-probability under
+            the ensemble, and `member_log_probs`, under each member.
+
+    Returns:
+        dict of float32 tensors `(batch, tokens)`: `total`, `aleatoric`,
+        `epistemic`, `expected_pairwise_kl`, `reverse_mutual_information`
+        (nats; see the module docstring for the formulas) and
+        `max_probability`; `member_entropy` is `(batch, members, tokens)`.
+        Higher means more uncertain for every figure but `max_probability`
+        and `log_prob`.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import ensemble_zoo as ez
+
+    member_logits = np.random.normal(size=(2, 4, 5, 100)).astype("float32")
+    figures = ez.ops.token_uncertainty(member_logits)
+    figures["expected_pairwise_kl"].shape  # (2, 5)
+    # EPKL = mutual information + reverse mutual information
+    ```
+    """
+    x = as_tensor(member_logits, "member_logits")
+    shape = check_rank(x, 4, "member_logits", _LAYOUT)
+    check_nonempty_axes(shape, "member_logits", _LAYOUT, {1: "member", 3: "vocabulary"})
+    check_floating(x, "member_logits")
+    values = backend_utils.concrete_value(x)
+    if values is not None:
+        check_logits(values, "member_logits")
+    log_p = ops.log_softmax(ops.cast(x, "float32"), axis=-1)
+    figures = token_figures_from_log_probs(log_p)
+    if tokens is None:
+        return figures
+    tokens = _checked_tokens(tokens, shape)
+    figures.update(token_log_probs(log_p, tokens))
+    return figures
+
+
+def token_figures_from_log_probs(log_p):
+    """`token_uncertainty`'s figures from member log-probabilities
+    `(batch, members, ..., vocabulary)` (float32, members on axis 1),
+    unchecked: the form compiled code calls. Returns a dict of
+    `(batch, ...)` tensors, and `member_entropy` `(batch, members, ...)`."""
+    num_members = ops.shape(log_p)[1]
+    log_mean = ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
+    p = ops.exp(log_p)
+    p_mean = ops.exp(log_mean)
+    member_entropy = -ops.sum(_xlogy(p, log_p), axis=-1)
+    mean_log_p = ops.mean(log_p, axis=1)
+    # KL(p_m || p̄) and the EPKL term per member, summed term by term.
+    mutual = _xlogy(p, log_p - ops.expand_dims(log_mean, 1))
+    pairwise = _xlogy(p, log_p - ops.expand_dims(mean_log_p, 1))
+    reverse = _xlogy(p_mean, log_mean - mean_log_p)
+    return {
+        "total": -ops.sum(_xlogy(p_mean, log_mean), axis=-1),
+        "aleatoric": ops.mean(member_entropy, axis=1),
+        "epistemic": ops.maximum(ops.mean(ops.sum(mutual, axis=-1), axis=1), 0.0),
+        "expected_pairwise_kl": ops.maximum(ops.mean(ops.sum(pairwise, axis=-1), axis=1), 0.0),
+        "reverse_mutual_information": ops.maximum(ops.sum(reverse, axis=-1), 0.0),
+        "max_probability": ops.amax(p_mean, axis=-1),  # Keras' torch `max` breaks dynamo
+        "member_entropy": member_entropy,
+    }
+
+
+def token_log_probs(log_p, tokens):
+    """The log-probability of `tokens` `(batch, ...)` under the ensemble
+    (`log_prob`, `(batch, ...)`) and under each member (`member_log_probs`,
+    `(batch, members, ...)`), from member log-probabilities
+    `(batch, members, ..., vocabulary)`; unchecked."""
+    index = ops.expand_dims(ops.cast(tokens, "int32"), -1)
+    member_index = ops.broadcast_to(ops.expand_dims(index, 1), tuple(ops.shape(log_p)[:-1]) + (1,))
+    return {
+        "log_prob": ops.take_along_axis(ensemble_log_probs(log_p), index, axis=-1)[..., 0],
+        "member_log_probs": ops.take_along_axis(log_p, member_index, axis=-1)[..., 0],
+    }
+
+
+def ensemble_log_probs(log_p):
+    """`log mean_m p_m` from member log-probabilities (members on axis 1)."""
+    num_members = ops.shape(log_p)[1]
+    return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
+
+
+def _xlogy(p, log_ratio):
+    """`p * log_ratio` with `0 * anything = 0` (a token of probability 0
+    contributes nothing, even where the log-ratio is infinite)."""
+    return ops.where(p == 0, ops.zeros_like(p), p * log_ratio)
+
+
+def _checked_tokens(tokens, shape):
+    tokens = as_tensor(tokens, "tokens")
+    dtype = keras.backend.standardize_dtype(tokens.dtype)
+    if "int" not in dtype:
+        raise TypeError(f"`tokens` must hold integer token ids; got dtype {dtype}.")
+    if tuple(tokens.shape) != (shape[0], shape[2]):
+        raise ValueError(
+            f"`tokens` must have shape (batch, tokens) = {(shape[0], shape[2])} to "
+            f"match `member_logits` {tuple(shape)}; got {tuple(tokens.shape)}."
+        )
+    values = backend_utils.concrete_value(tokens)
+    if values is not None and values.size and (values.min() < 0 or values.max() >= shape[3]):
+        raise ValueError(
+            f"`tokens` must be ids in [0, {shape[3]}) (the vocabulary of "
+            f"`member_logits`); got values in [{values.min()}, {values.max()}]."
+        )
+    return tokens

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+
+import ensemble_zoo as ez
+from zoo_testing import np_token_figures
+from zoo_testing import to_np
+
+NAMES = (
+    "total", "aleatoric", "epistemic", "expected_pairwise_kl",
+    "reverse_mutual_information", "max_probability", "member_entropy",
+    "log_prob", "member_log_probs",
+)
+
+
+def figures(member_logits, tokens=None):
+    return {k: to_np(v) for k, v in ez.ops.token_uncertainty(member_logits, tokens).items()}
+
+
+def test_figures_equal_the_papers_definitions_and_their_identities(rng):
+    logits = (rng.normal(size=(3, 4, 5, 40)) * 3).astype("float32")
+    logits[0, :, 1] = logits[0, 0, 1]  # members that agree at one position
+    tokens = rng.integers(0, 40, size=(3, 5))
+    got = figures(logits, tokens)
+    expected = np_token_figures(logits, tokens)
+    assert sorted(got) == sorted(NAMES)
+    for name in NAMES:
+        assert got[name].dtype == np.float32, name
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-5, err_msg=name)
+    assert got["member_entropy"].shape == (3, 4, 5) and got["total"].shape == (3, 5)
+    # EPKL = MI + RMI, total = aleatoric + MI (Malinin & Gales, section 3).
+    np.testing.assert_allclose(
+        got["expected_pairwise_kl"],
+        got["epistemic"] + got["reverse_mutual_information"], atol=1e-5,
+    )
+    np.testing.assert_allclose(got["total"], got["aleatoric"] + got["epistemic"], atol=1e-5)
+    for name in ("epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+        np.testing.assert_allclose(got[name][0, 1], 0.0, atol=1e-6)
+        assert got[name][1:].min() > 1e-3
+
+
+def test_one_member_has_zero_divergences_and_low_precision_is_computed_in_float32(rng):
+    logits = rng.normal(size=(2, 1, 3, 30)).astype("float32")
+    got = figures(logits)
+    for name in ("epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+        assert (got[name] == 0.0).all(), name
+    np.testing.assert_allclose(got["total"], got["aleatoric"], atol=1e-6)
+    # bfloat16 logits: the figures are float32 and equal the float64
+    # reference on the same (rounded) logits.
+    import keras
+
+    rounded = keras.ops.cast(keras.ops.convert_to_tensor(logits * 8), "bfloat16")
+    low = figures(rounded)
+    assert low["total"].dtype == np.float32
+    exact = np_token_figures(to_np(keras.ops.cast(rounded, "float32")))
+    np.testing.assert_allclose(low["total"], exact["total"], atol=1e-5)
+
+
+def test_ruled_out_tokens(rng):
+    """`-inf` logits: a token every member rules out changes nothing; one
+    only some members rule out makes RMI and EPKL infinite."""
+    logits = rng.normal(size=(1, 3, 2, 6)).astype("float32")
+    logits[..., 5] = -np.inf
+    got = figures(logits)
+    finite = figures(logits[..., :5])
+    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+        np.testing.assert_allclose(got[name], finite[name], atol=1e-6, err_msg=name)
+    logits[0, 0, :, 4] = -np.inf
+    got = figures(logits)
+    assert np.isinf(got["reverse_mutual_information"]).all()
+    assert np.isinf(got["expected_pairwise_kl"]).all()
+    np.testing.assert_allclose(got["epistemic"], np_token_figures(logits)["epistemic"], atol=1e-5)
+
+
+def test_bad_input_is_a_clear_error(rng):
+    logits = rng.normal(size=(2, 3, 4, 10)).astype("float32")
+    with pytest.raises(ValueError, match=r"\(batch, members, tokens, vocabulary\)"):
+        ez.ops.token_uncertainty(logits[0])
+    with pytest.raises(ValueError, match="at least one member"):
+        ez.ops.token_uncertainty(logits[:, :0])
+    with pytest.raises(ValueError, match="floating-point"):
+        ez.ops.token_uncertainty(logits.astype("int32"))
+    bad = logits.copy()
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        ez.ops.token_uncertainty(bad)
+    with pytest.raises(ValueError, match=r"tokens.*\(2, 4\)"):
+        ez.ops.token_uncertainty(logits, np.zeros((2, 3), "int32"))
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        ez.ops.token_uncertainty(logits, np.full((2, 4), 10))
+    with pytest.raises(TypeError, match="integer"):
+        ez.ops.token_uncertainty(logits, np.zeros((2, 4), "float32"))
