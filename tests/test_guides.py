@@ -23,16 +23,16 @@ from conftest import run_python
 GUIDES = sorted(glob.glob(os.path.join(REPO_ROOT, "guides", "*.py")))
 
 HOME_BACKEND = {
-    "deep_ensembles.py": "torch",  # 97 / 96 / 104; 31
-    "efficient_ensemble_baselines.py": "torch",  # - / - / 26; 30
-    "evaluating_uncertainty.py": "tensorflow",  # - / 43 / 36; 43
-    "hydra_ensembles.py": "torch",  # - / 101 / 71
-    "implicit_ensembles.py": "jax",  # 63 / - / 48; 63
-    "llm_uncertainty.py": "torch",  # 43 / - / 18
-    "lora_ensemble.py": "torch",  # 119 / - / 61
-    "loss_prediction.py": "torch",  # - / 48 / 34
-    "sharing_with_keras_hub.py": "torch",  # - / - / 55; 14
-    "vmoe_and_e3.py": "torch",  # 235 / 254 / 30; 40
+    "deep_ensembles.py": "torch",  # 97 / 96 / 104; 32
+    "efficient_ensemble_baselines.py": "torch",  # - / - / 26; 27
+    "evaluating_uncertainty.py": "tensorflow",  # - / 43 / 36; 44
+    "hydra_ensembles.py": "torch",  # - / 101 / 71; 68
+    "implicit_ensembles.py": "jax",  # 63 / - / 48; 55
+    "llm_uncertainty.py": "torch",  # 43 / - / 18; 17
+    "lora_ensemble.py": "torch",  # 119 / - / 61; 56
+    "loss_prediction.py": "torch",  # - / 48 / 34; 35
+    "sharing_with_keras_hub.py": "torch",  # - / - / 55; 12
+    "vmoe_and_e3.py": "torch",  # 235 / 254 / 30; 33
 }
 
 
