@@ -43,6 +43,9 @@ from ensemble_zoo.metrics.retrieval import r_auroc
 from ensemble_zoo.metrics.retrieval import recall_at_one
 from ensemble_zoo.metrics.retrieval import recall_at_one_with_rejection
 from ensemble_zoo.metrics.selective import aurc
+from ensemble_zoo.metrics.semantic_sets import number_of_semantic_sets
+from ensemble_zoo.metrics.semantic_sets import semantic_classes
+from ensemble_zoo.metrics.semantic_sets import semantic_entropy
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
 from ensemble_zoo.metrics.selective import risk_coverage_curve
 from ensemble_zoo.metrics.ensembles_of_ensembles import (
