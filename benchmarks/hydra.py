@@ -15,8 +15,8 @@ preset against `vit_tiny_digits`; `vit_s16` is a ViT-S/16 (224x224, 12
 layers, 6 heads of 64, MLP 1536, 1000 classes) with random weights and 3
 members that each keep 4 of 6 heads in every layer (the paper's 8 of 12).
 
-Goals (issue 4): fused / separate <= 0.6 at batch 1 and <= 1.0 at batch
-64; fused / single within 1.15x of the multiply-add ratio.
+Goals: fused / separate <= 0.6 at batch 1 and <= 1.0 at batch 64; fused /
+single within 1.15x of the multiply-add ratio.
 """
 
 import argparse

@@ -1,4 +1,6 @@
-"""Epistemic uncertainty collapse and implicit ensemble extraction (paper 000).
+"""Epistemic uncertainty collapse and implicit ensemble extraction (Kirsch,
+"(Implicit) Ensembles of Ensembles: Epistemic Uncertainty Collapse in Large
+Models").
 
     KERAS_BACKEND=jax python benchmarks/implicit_ensembles.py
         [--seeds 0 1 2] [--epochs 30] [--output implicit_ensembles_results]

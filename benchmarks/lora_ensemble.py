@@ -20,8 +20,8 @@ Every model is compiled the backend's best way (XLA under JAX and
 TensorFlow, eager under PyTorch). The `tiny` configuration (8x8 images,
 4 layers) is a quick smoke run.
 
-Goals (issue 6): inference <= 0.33x the explicit ensemble, train step <=
-0.5x, parameters <= 1.15x the single model.
+Goals: inference <= 0.33x the explicit ensemble, train step <= 0.5x,
+parameters <= 1.15x the single model.
 """
 
 import argparse

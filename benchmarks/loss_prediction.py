@@ -1,11 +1,12 @@
 """Loss-prediction head training: from an embedding cache vs on the fly.
 
-Paper 003's speed-up (§3.3.3): with the backbone and classifier frozen, the
-head only needs pooled embeddings, so they are cached once and the head
-trains without running the backbone. This script builds a randomly
-initialized keras-hub ViT of ViT-S/16 size (224x224 images, 12 layers,
-width 384, 6 heads, MLP 1536; 1000 classes) with the paper's 512-512 head
-and trains two identical heads on the same batches:
+The speed-up of "Pretrained Visual Uncertainties" (§3.3.3): with the
+backbone and classifier frozen, the head only needs pooled embeddings, so
+they are cached once and the head trains without running the backbone.
+This script builds a randomly initialized keras-hub ViT of ViT-S/16 size
+(224x224 images, 12 layers, width 384, 6 heads, MLP 1536; 1000 classes)
+with the paper's 512-512 head and trains two identical heads on the same
+batches:
 
 - on the fly: `model.fit` on the images (the frozen backbone runs every
   step, in inference mode);

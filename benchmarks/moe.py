@@ -6,18 +6,19 @@
         [--experts 32] [--batch-size 16] [--repeats 3]
         [--eval-capacity-factor 8] [--moe-capacity-factor 1.0]
 
-Models share width and depth: a ViT-S/32-like encoder (paper 004's S/32:
-width 512, MLP 2048, 8 blocks, 8 heads) with random weights and 1000
-classes; the V-MoE models upcycle it (`from_keras_hub`) with E experts in
-the last two odd blocks (5 and 7 of 8), and E³ (K=1, M=2) is `from_vmoe` of
-the first V-MoE K=1. The two-model ensemble is two V-MoE K=1 (different
-routers) run one after the other; its time is the sum. For each model it
-prints analytic multiply-adds per image (`vit_moe_flops`), the expert
-capacity C and the median wall time of one forward pass at batch 1
-(`5 * --repeats` runs) and `--batch-size` (`--repeats` runs), every model
-compiled the backend's best way (XLA under JAX and TensorFlow, eager under
-PyTorch) and warmed up twice; within each repeat the models run in turn,
-so load changes on a shared machine hit them alike.
+Models share width and depth: a ViT-S/32-like encoder (the S/32 of the E³
+paper, "Sparse MoEs meet Efficient Ensembles": width 512, MLP 2048, 8
+blocks, 8 heads) with random weights and 1000 classes; the V-MoE models
+upcycle it (`from_keras_hub`) with E experts in the last two odd blocks (5
+and 7 of 8), and E³ (K=1, M=2) is `from_vmoe` of the first V-MoE K=1. The
+two-model ensemble is two V-MoE K=1 (different routers) run one after the
+other; its time is the sum. For each model it prints analytic multiply-adds
+per image (`vit_moe_flops`), the expert capacity C and the median wall time
+of one forward pass at batch 1 (`5 * --repeats` runs) and `--batch-size`
+(`--repeats` runs), every model compiled the backend's best way (XLA under
+JAX and TensorFlow, eager under PyTorch) and warmed up twice; within each
+repeat the models run in turn, so load changes on a shared machine hit them
+alike.
 
 Capacity: the models run at inference with `--eval-capacity-factor`
 (default 8, the paper's) and route each image's tokens as one group, so
@@ -40,8 +41,8 @@ same active multiply-adds, on `(batch, S, D)` tokens, compiled, median of
 `5 * --repeats` runs; the analytic multiply-add ratio (capacity slots,
 einsums and router against the dense MLP) is printed alongside.
 
-Goals (issue 5): E³ wall time <= 0.75x the two-model ensemble; SparseMoE
-tokens per second >= 0.5x the dense MLP's.
+Goals: E³ wall time <= 0.75x the two-model ensemble; SparseMoE tokens per
+second >= 0.5x the dense MLP's.
 """
 
 import argparse

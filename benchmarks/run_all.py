@@ -43,13 +43,14 @@ Sections (each row's ratio is against the first row of its section):
   at capacity factor 8 (the E³ paper's inference), which leaves the memory
   of routing, dispatch, expert buffers and combine. Goal: index dispatch
   peak memory <= 0.25x one-hot.
-- `baselines`: the papers' efficient-ensemble baselines with M = 3 (paper
-  001's setting) against the single ViT and an explicit ensemble of 3
-  (three forward passes or train steps of the single model): BatchEnsemble
-  (every projection), Packed-Ensembles (alpha = 2, gamma = 1; `--quick`:
-  alpha = 3, whole heads on its 4-head ViT; trained from scratch, so built
-  rather than converted), MIMO and Masksembles (scale 2),
-  each one pass over all members.
+- `baselines`: the papers' efficient-ensemble baselines with M = 3 (the
+  setting of the Hydra paper, "Ensembling Pruned Attention Heads for
+  Uncertainty-Aware Efficient Transformers") against the single ViT and an
+  explicit ensemble of 3 (three forward passes or train steps of the single
+  model): BatchEnsemble (every projection), Packed-Ensembles (alpha = 2,
+  gamma = 1; `--quick`: alpha = 3, whole heads on its 4-head ViT; trained
+  from scratch, so built rather than converted), MIMO and Masksembles
+  (scale 2), each one pass over all members.
 - `metrics`: ECE and OOD AUROC on 10^6 samples (10^4 with `--quick`)
   against scikit-learn-based references; the largest difference is printed.
 - `decoding`: a keras-hub Gemma with Gemma-2B's layer shapes (2 layers,

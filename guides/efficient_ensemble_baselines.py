@@ -10,12 +10,15 @@ Description: Build the four efficient-ensemble baselines of the Hydra, LoRA-Ense
 ## Introduction
 
 Every paper behind this zoo measures its method against the same
-efficient-ensemble baselines: Hydra (paper 001, Table 1) against
-Packed-Ensembles, MIMO and BatchEnsemble; LoRA-Ensemble (paper 002)
-against BatchEnsemble, MIMO and Masksembles; E³ (paper 004, Table 5)
-against BatchEnsemble and MIMO. Here they are as keras-hub ViT
-classifiers. Each runs all of its members in one forward pass and returns
-member logits `(batch, members, classes)`, like every model in the zoo:
+efficient-ensemble baselines: Hydra (the Hydra paper, "Ensembling Pruned
+Attention Heads for Uncertainty-Aware Efficient Transformers", Table 1)
+against Packed-Ensembles, MIMO and BatchEnsemble; LoRA-Ensemble (the
+LoRA-Ensemble paper, "LoRA-Ensemble: Efficient Uncertainty Modelling for
+Self-Attention Networks") against BatchEnsemble, MIMO and Masksembles; E³
+(the E³ paper, "Sparse MoEs meet Efficient Ensembles", Table 5) against
+BatchEnsemble and MIMO. Here they are as keras-hub ViT classifiers. Each
+runs all of its members in one forward pass and returns member logits
+`(batch, members, classes)`, like every model in the zoo:
 
 | baseline | what the members share | what is per member |
 |---|---|---|
@@ -61,8 +64,8 @@ vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
 BatchEnsemble, MIMO and Masksembles convert a copy of a pretrained ViT
 (`from_keras_hub`; the ViT itself is not changed). Packed-Ensembles
 members are narrower than the base model, so they train from scratch;
-`like_keras_hub` takes the base model's geometry and packs it with paper
-001's `M = 3`, `alpha = 2`.
+`like_keras_hub` takes the base model's geometry and packs it with the
+Hydra paper's `M = 3`, `alpha = 2`.
 """
 
 baselines = {
@@ -104,7 +107,7 @@ print(f"{'single ViT':18s} {1:7d} {vit.count_params():10,d}")
 MIMO trains each member on its own examples: `fit` stacks `M` images on
 the channel axis, shows a share `input_repetition` of every batch to all
 members alike, repeats each batch `batch_repetition` times (Havasi et al.;
-paper 001 uses 0.5 and 4) and gives the loss per-member labels
+the Hydra paper uses 0.5 and 4) and gives the loss per-member labels
 `(batch, members)`. At test time the same image goes to every input.
 """
 

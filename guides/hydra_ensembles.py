@@ -10,7 +10,8 @@ Description: Turn one trained keras-hub ViT into a 3-member ensemble of differen
 ## Introduction
 
 A deep ensemble of M transformers costs M times the parameters and compute.
-Hydra Ensembles (paper 001 in `shared/papers/`) start from **one** trained
+Hydra Ensembles (the Hydra paper, "Ensembling Pruned Attention Heads for
+Uncertainty-Aware Efficient Transformers") start from **one** trained
 transformer. Each member is a copy that keeps a different subset of
 attention heads. The members are then **fused**: all members' heads run in
 one grouped attention call over a `(batch, members, tokens, dim)` tensor.

@@ -9,8 +9,9 @@ Description: See epistemic uncertainty collapse in ensembles of ensembles and wi
 """
 ## Introduction
 
-Kirsch (paper 000 in `shared/papers/`) points out that ensembles can
-under-report epistemic uncertainty:
+Kirsch ("(Implicit) Ensembles of Ensembles: Epistemic Uncertainty Collapse
+in Large Models") points out that ensembles can under-report epistemic
+uncertainty:
 
 - grouping the members of an ensemble into sub-ensembles, the mutual
   information (MI) *between* the sub-ensembles shrinks as they grow, even

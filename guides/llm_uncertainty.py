@@ -10,7 +10,8 @@ Description: Put an ensemble of LoRA adapters on a frozen keras-hub causal LM, f
 ## Introduction
 
 A language model that answers wrongly usually answers just as fluently.
-LoRA-Ensemble (Mühlematter et al., paper 002) gives one frozen pretrained
+LoRA-Ensemble (Mühlematter et al., "LoRA-Ensemble: Efficient Uncertainty
+Modelling for Self-Attention Networks") gives one frozen pretrained
 model `M` low-rank adapters, one per member: the members share every
 weight of the model, run as one batch, and disagree where the fine-tuning
 data left them unsure. Their disagreement, the *epistemic* uncertainty
@@ -144,9 +145,10 @@ print("adapter file:", os.path.getsize(adapters), "bytes")
 training and 500 held-out sums) and, out of distribution, with `a, b` in
 50-99. The presets hold a 4-layer Gemma pretrained on 1,000 training sums
 (`gemma_tiny_arithmetic`), a LoRA-Ensemble of 4 rank-8 members fine-tuned
-on all 2,000, and paper 003's per-token loss predictor on the pretrained
-model (`presets/make_gemma_tiny_arithmetic.py` rebuilds all three in a
-few minutes).
+on all 2,000, and the per-token loss predictor of "Pretrained Visual
+Uncertainties" on the pretrained model
+(`presets/make_gemma_tiny_arithmetic.py` rebuilds all three in a few
+minutes).
 """
 
 ensemble = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")

@@ -10,7 +10,8 @@ Description: Turn a keras-hub ViT or BERT into an ensemble of LoRA members that 
 ## Introduction
 
 An explicit ensemble of M fine-tuned transformers stores and trains M full
-copies. LoRA-Ensemble (paper 002 in `shared/papers/`) keeps **one frozen**
+copies. LoRA-Ensemble (the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
+Uncertainty Modelling for Self-Attention Networks") keeps **one frozen**
 pretrained backbone. Each member adds its own low-rank update `B_m A_m` to
 the query, key, value and output projections of every attention layer and
 has its own classifier head. The input is tiled once, the backbone runs

@@ -9,11 +9,10 @@ Description: Train an uncertainty head on a frozen keras-hub ViT from cached emb
 """
 ## Introduction
 
-Kirchhof et al. ("Pretrained Visual Uncertainties", paper 003 in
-`shared/papers/`) put a small MLP, the *loss-prediction head*, on the
-pooled embedding of a pretrained classifier and train it to rank samples
-by the classifier's own cross-entropy. Four choices make it cheap and
-safe:
+Kirchhof et al. ("Pretrained Visual Uncertainties") put a small MLP, the
+*loss-prediction head*, on the pooled embedding of a pretrained classifier
+and train it to rank samples by the classifier's own cross-entropy. Four
+choices make it cheap and safe:
 
 1. the head reads the embedding through a **stop-gradient**, so it can
    never change the backbone or the classifier;

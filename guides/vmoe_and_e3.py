@@ -12,8 +12,9 @@ Description: Upcycle a keras-hub ViT into a sparse mixture of experts, fine-tune
 A sparse mixture-of-experts ViT (V-MoE, Riquelme et al.) replaces the MLP
 of a few transformer blocks by E expert MLPs; a router sends every token
 to K of them, so the parameters grow with E but the compute only with K.
-Allingham et al. (paper 004 in `shared/papers/`) turn one V-MoE into an
-ensemble almost for free, **E³** (efficient ensemble of experts):
+Allingham et al. (the E³ paper, "Sparse MoEs meet Efficient Ensembles")
+turn one V-MoE into an ensemble almost for free, **E³** (efficient
+ensemble of experts):
 
 - the E experts are split into M groups, one per ensemble member;
 - the tokens are copied M times right before the first MoE block, so

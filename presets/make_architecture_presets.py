@@ -14,33 +14,35 @@ weights): `from_preset` builds them with random initial weights.
   3 members keeping 6 heads per layer and 2 classes (SST-2); multiply-adds
   are counted for 128 tokens, the paper's max_length.
 
-- `lora_ensemble_vit_b16_16x8`: LoRA-Ensemble (paper 002) on ViT-B/16,
-  16 members of rank 8 on query/key/value/output, 100 classes (the paper's
-  CIFAR-100 setting; its backbone there is ViT-B/32): 10.7M trainable
-  parameters on the frozen 85.8M backbone.
+- `lora_ensemble_vit_b16_16x8`: LoRA-Ensemble (the LoRA-Ensemble paper,
+  "LoRA-Ensemble: Efficient Uncertainty Modelling for Self-Attention
+  Networks") on ViT-B/16, 16 members of rank 8 on query/key/value/output,
+  100 classes (the paper's CIFAR-100 setting; its backbone there is
+  ViT-B/32): 10.7M trainable parameters on the frozen 85.8M backbone.
 
 - `lora_ensemble_bert_base_8x64`: the paper's SST-2 setting (App. A.7):
   bert-base uncased, 8 members of rank 64, 2 classes.
 
 - `vmoe_b16_e32_k2`, `e3_b16_e32_k1_m2`, `vmoe_s32_e32_k2`,
-  `e3_s32_e32_k1_m2`: the V-MoE / E³ paper's (004) fine-tuning
-  configurations at 384 px with 1000 classes: ViT-B/16 (12 blocks) and
-  the V-MoE "S/32" (8 blocks, hidden 512, MLP 2048, 8 heads), E = 32
-  experts in the last two odd blocks (9 and 11, or 5 and 7); V-MoE with
-  K = 2, E³ with M = 2 members of K = 1. Their multiply-adds are forward
-  multiply-adds of the `ensemble_zoo` implementation at inference
-  (`vit_moe_flops` with one routing group per image, capacity factor 8,
-  einsum dispatch and combine counted: expert MLPs run on every buffer
-  slot, so the paper's evaluation capacity costs more than its training
-  capacity 1.5, also recorded).
+  `e3_s32_e32_k1_m2`: the V-MoE / E³ paper's ("Sparse MoEs meet Efficient
+  Ensembles") fine-tuning configurations at 384 px with 1000 classes:
+  ViT-B/16 (12 blocks) and the V-MoE "S/32" (8 blocks, hidden 512, MLP
+  2048, 8 heads), E = 32 experts in the last two odd blocks (9 and 11, or
+  5 and 7); V-MoE with K = 2, E³ with M = 2 members of K = 1. Their
+  multiply-adds are forward multiply-adds of the `ensemble_zoo`
+  implementation at inference (`vit_moe_flops` with one routing group per
+  image, capacity factor 8, einsum dispatch and combine counted: expert
+  MLPs run on every buffer slot, so the paper's evaluation capacity costs
+  more than its training capacity 1.5, also recorded).
 
 - `packed_ensemble_vit_b16_3x2`, `batch_ensemble_vit_b16_3`,
   `mimo_vit_b16_3`, `masksembles_vit_b16_4`: the efficient-ensemble
-  baselines of paper 001 (Table 1, App. C.1.4: ViT-B/16 on ImageNet-1k,
-  E = 3; Packed-Ensembles with alpha = 2, gamma = 1; MIMO with input
-  repetition 0.5 and batch repetition 4) and Masksembles with the
-  Masksembles paper's 4 masks at scale 2 (paper 002 compares it; its
-  ViT setting is not given). Multiply-adds: Packed-Ensembles by
+  baselines of the Hydra paper ("Ensembling Pruned Attention Heads for
+  Uncertainty-Aware Efficient Transformers", Table 1, App. C.1.4: ViT-B/16
+  on ImageNet-1k, E = 3; Packed-Ensembles with alpha = 2, gamma = 1; MIMO
+  with input repetition 0.5 and batch repetition 4) and Masksembles with
+  the Masksembles paper's 4 masks at scale 2 (the LoRA-Ensemble paper
+  compares it; its ViT setting is not given). Multiply-adds: Packed-Ensembles by
   `packed_ensemble_multiply_adds`; BatchEnsemble and Masksembles run the
   whole ViT once per member (M x the single model; their element-wise
   fast-weight and mask products are not multiply-adds, as layer norms

@@ -1,5 +1,9 @@
 """Rebuilds the `batch_ensemble_vit_tiny_digits` preset (BatchEnsemble,
-Wen et al. 2020, the efficient-ensemble baseline of papers 001, 002, 004).
+Wen et al. 2020, the efficient-ensemble baseline of the Hydra paper, the
+LoRA-Ensemble paper and the E³ paper: "Ensembling Pruned Attention Heads
+for Uncertainty-Aware Efficient Transformers", "LoRA-Ensemble: Efficient
+Uncertainty Modelling for Self-Attention Networks" and "Sparse MoEs meet
+Efficient Ensembles").
 
 Starts from the trained base preset `vit_tiny_digits` (4 layers x 6
 heads): every attention projection, both MLP layers of every block and the

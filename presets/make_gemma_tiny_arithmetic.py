@@ -1,5 +1,5 @@
-"""Rebuilds the arithmetic presets (issue 32): a tiny Gemma "pretrained"
-on sums, a LoRA-Ensemble fine-tuned on it, and a per-token loss predictor.
+"""Rebuilds the arithmetic presets: a tiny Gemma "pretrained" on sums, a
+LoRA-Ensemble fine-tuned on it, and a per-token loss predictor.
 
 The bundled task (`ensemble_zoo.datasets.arithmetic`) asks `"a+b="` with
 `a, b` in 0-49 (2,000 `train` pairs, 500 held-out `test` pairs) and, out
@@ -14,9 +14,9 @@ on one corpus and fine-tuned on a task:
    members of rank `--rank` on every attention and MLP projection of the
    frozen model, fine-tuned on all 2,000 training pairs (mean of the
    members' cross-entropies).
-3. `loss_prediction_gemma_tiny_arithmetic`: paper 003's head on the
-   frozen pretrained model, trained to rank answer tokens by that model's
-   own loss on the training pairs.
+3. `loss_prediction_gemma_tiny_arithmetic`: the head of "Pretrained Visual
+   Uncertainties" on the frozen pretrained model, trained to rank answer
+   tokens by that model's own loss on the training pairs.
 
 Then every uncertainty is scored on the answers
 (`ensemble_zoo.evaluation.answer_evaluation`), and the numbers go into

@@ -1,5 +1,7 @@
 """Rebuilds the `hydra_taylor_vit_tiny_digits` and
-`hydra_circuit_vit_tiny_digits` presets (Hydra Ensembles, paper 001).
+`hydra_circuit_vit_tiny_digits` presets (Hydra Ensembles; the Hydra paper,
+"Ensembling Pruned Attention Heads for Uncertainty-Aware Efficient
+Transformers").
 
 Both start from the trained base preset `vit_tiny_digits` (4 layers x 6
 heads) and build 3 members that each prune 8 of the 24 heads:

@@ -6,11 +6,12 @@ presets, both from the trained base preset `vit_tiny_digits`.
   blocks and MLPs); no training. Its dropout layers are seeded, so a fresh
   load predicts the same samples on the same backend; other backends draw
   other masks.
-- `subnetwork_vit_tiny_digits`: implicit ensemble extraction A of paper 000
-  (§4.1, App. A.4): the base's weights frozen, 10 members (the paper's)
-  each learning sigmoid row and column masks on both Dense layers of every
-  transformer MLP, with the paper's diversity weight 2.0; masks trained
-  with Adam (lr 0.05) for 10 epochs, batch 64.
+- `subnetwork_vit_tiny_digits`: implicit ensemble extraction A of Kirsch's
+  "(Implicit) Ensembles of Ensembles: Epistemic Uncertainty Collapse in
+  Large Models" (§4.1, App. A.4): the base's weights frozen, 10 members
+  (the paper's) each learning sigmoid row and column masks on both Dense
+  layers of every transformer MLP, with the paper's diversity weight 2.0;
+  masks trained with Adam (lr 0.05) for 10 epochs, batch 64.
 
 Run from the repository root (about a minute on 2 CPU cores under JAX):
 

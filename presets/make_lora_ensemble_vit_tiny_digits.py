@@ -1,5 +1,6 @@
-"""Rebuilds the `lora_ensemble_vit_tiny_digits` preset (LoRA-Ensemble,
-paper 002).
+"""Rebuilds the `lora_ensemble_vit_tiny_digits` preset (LoRA-Ensemble; the
+LoRA-Ensemble paper, "LoRA-Ensemble: Efficient Uncertainty Modelling for
+Self-Attention Networks").
 
 Starts from the trained base preset `vit_tiny_digits` (4 layers x 6
 heads), frozen, and trains 8 members of rank 4 on every attention

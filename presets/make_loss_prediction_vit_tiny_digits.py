@@ -1,5 +1,5 @@
-"""Rebuilds the `loss_prediction_vit_tiny_digits` preset (pretrained
-visual uncertainties, paper 003).
+"""Rebuilds the `loss_prediction_vit_tiny_digits` preset ("Pretrained
+Visual Uncertainties").
 
 The paper's recipe at toy scale: the trained base preset `vit_tiny_digits`
 is frozen (backbone and classifier), the class-token embeddings of

@@ -1,5 +1,6 @@
 """Rebuilds the `masksembles_vit_tiny_digits` preset (Masksembles, Durasov
-et al. 2021, a baseline of the LoRA-Ensemble paper, 002).
+et al. 2021, a baseline of the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
+Uncertainty Modelling for Self-Attention Networks").
 
 Starts from the trained base preset `vit_tiny_digits`: 4 fixed masks
 (scale 2, so each member keeps 52 of the 96 hidden units of every MLP

@@ -1,10 +1,13 @@
 """Rebuilds the `mimo_vit_tiny_digits` preset (MIMO, Havasi et al. 2021,
-the baseline of papers 001, 002 and 004).
+the baseline of the Hydra paper, the LoRA-Ensemble paper and the E³ paper:
+"Ensembling Pruned Attention Heads for Uncertainty-Aware Efficient
+Transformers", "LoRA-Ensemble: Efficient Uncertainty Modelling for
+Self-Attention Networks" and "Sparse MoEs meet Efficient Ensembles").
 
 Starts from the trained base preset `vit_tiny_digits`, widened as the E³
 paper builds MIMO from V-MoE checkpoints (App. B.3): the patch kernel is
 replicated over 3 stacked inputs and the head over 3 outputs, both scaled
-by 1/3. Fine-tuned on MIMO batches with paper 001's setting (M = 3,
+by 1/3. Fine-tuned on MIMO batches with the Hydra paper's setting (M = 3,
 input repetition 0.5, batch repetition 4), every weight trained: Adam, 5%
 warm-up then cosine decay, global clipping at 1.0, +-1 pixel
 translations.

@@ -1,8 +1,9 @@
 """Rebuilds the `packed_ensemble_vit_tiny_digits` preset (Packed-Ensembles,
-Laurent et al. 2023, the baseline of paper 001, Table 1).
+Laurent et al. 2023, the baseline of Table 1 of the Hydra paper, "Ensembling
+Pruned Attention Heads for Uncertainty-Aware Efficient Transformers").
 
 The geometry of the base preset `vit_tiny_digits` (4 layers, 6 heads of
-8, width 48, MLP 96, patch 2) packed with paper 001's setting `M = 3`,
+8, width 48, MLP 96, patch 2) packed with the Hydra paper's setting `M = 3`,
 `alpha = 2`, `gamma = 1`: three members of width 32 with 4 heads and MLP
 64. Packed-Ensembles train from scratch, so this uses the base model's own
 recipe (`make_vit_tiny_digits.py`: AdamW, lr 3e-3 cosine, weight decay

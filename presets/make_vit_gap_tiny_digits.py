@@ -3,7 +3,8 @@
 `vit_gap_tiny_digits` is `vit_tiny_digits`' recipe (same backbone, seed 0,
 150 epochs, AdamW, cosine schedule, +-1 pixel translations) with keras-hub's
 `pooling="gap"` head: the tokens are averaged before the classifier, which
-is what tile ensembles need (paper 000, §4.1, extraction B).
+is what tile ensembles need (Kirsch, "(Implicit) Ensembles of Ensembles:
+Epistemic Uncertainty Collapse in Large Models", §4.1, extraction B).
 `tile_vit_tiny_digits` reads it as 2 x 2 spatial tiles of the 4 x 4 patch
 grid, four members, with no training.
 

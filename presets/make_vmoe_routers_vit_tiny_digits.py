@@ -1,5 +1,5 @@
 """Rebuilds the `experts_choice_vit_tiny_digits` and `soft_moe_vit_tiny_digits`
-presets (issue 31: vmoe's Experts Choice and Soft MoE routers).
+presets (vmoe's Experts Choice and Soft MoE routers).
 
 The recipe of `vmoe_vit_tiny_digits` (`make_vmoe_vit_tiny_digits.py`) with
 another router: the trained base preset `vit_tiny_digits` (4 blocks) is

@@ -1,5 +1,5 @@
 """Rebuilds the `vmoe_vit_tiny_digits` and `e3_vit_tiny_digits` presets
-(V-MoE and E³, paper 004).
+(V-MoE and E³; the E³ paper, "Sparse MoEs meet Efficient Ensembles").
 
 The paper's pipeline at toy scale, on the bundled digits:
 

@@ -1,6 +1,6 @@
-"""The package's import graph, read with `ast` (issue 34).
+"""The package's import graph, read with `ast`.
 
-`presets/` and `models/` imported each other (34 modules in one import
+`presets/` and `models/` once imported each other (34 modules in one import
 cycle), `utils/backend` and `utils/workarounds` did too, and method
 packages imported each other's private helpers (`resolve_head` from
 LoRA-Ensemble's task module in three other methods, `_member_io_shapes`

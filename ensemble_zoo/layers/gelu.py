@@ -1,8 +1,9 @@
 """The two GELU variants of the zoo's models, serializable by name.
 
-ViT (keras-hub) uses the exact erf GELU; BERT and vit_jax / vmoe (paper
-004's released checkpoints, `flax.linen.gelu`) use the tanh
-approximation. Layers take the names `"gelu"` / `"gelu_approximate"`.
+ViT (keras-hub) uses the exact erf GELU; BERT and vit_jax / vmoe (the
+checkpoints released with "Sparse MoEs meet Efficient Ensembles",
+`flax.linen.gelu`) use the tanh approximation. Layers take the names
+`"gelu"` / `"gelu_approximate"`.
 """
 
 import keras

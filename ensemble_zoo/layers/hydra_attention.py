@@ -34,14 +34,16 @@ def _check_member_num_heads(member_num_heads, num_members, num_heads):
 class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
     """Multi-head self-attention for all ensemble members in one call.
 
-    The input holds one residual stream per member, `(batch, members,
-    tokens, dim)`. Member `m` has its own query / key / value kernels
-    `(dim, num_heads, key_dim)` and output kernel `(num_heads, key_dim,
-    dim)` (the layout of `keras.layers.MultiHeadAttention`, with a member
-    axis in front). The `members * num_heads` heads run in a single
-    `keras.ops.dot_product_attention` call; each head only attends within
-    its own member's stream, so the result equals `members` separate
-    attention layers exactly (Hydra Ensembles, paper 001, §4.2). The
+    The input holds one residual stream per member,
+    `(batch, members, tokens, dim)`. Member `m` has its own query / key /
+    value kernels `(dim, num_heads, key_dim)` and output kernel
+    `(num_heads, key_dim, dim)` (the layout of
+    `keras.layers.MultiHeadAttention`, with a member axis in front). The
+    `members * num_heads` heads run in a single
+    `keras.ops.dot_product_attention` call; each head only attends within its
+    own member's stream, so the result equals `members` separate attention
+    layers exactly (Hydra Ensembles; the Hydra paper, "Ensembling Pruned
+    Attention Heads for Uncertainty-Aware Efficient Transformers", §4.2). The
     attention is computed with einsums in a head-major layout, as
     `keras.layers.MultiHeadAttention` does without flash attention.
 

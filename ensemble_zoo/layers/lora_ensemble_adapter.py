@@ -96,7 +96,8 @@ def projection_layout(layer):
 class LoRAEnsembleAdapter(keras.layers.Layer):
     """A frozen projection plus one low-rank update per ensemble member.
 
-    LoRA-Ensemble (paper 002): member `m` computes
+    LoRA-Ensemble (the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks"): member `m` computes
     `W0 x + scale * B_m A_m x` with the frozen base weights `W0` (and bias)
     shared by all members and its own `A_m` `(d_in, rank)` and `B_m`
     `(rank, d_out)`. The input is a member-major batch

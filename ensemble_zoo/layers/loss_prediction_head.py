@@ -10,7 +10,8 @@ from ensemble_zoo.utils.validation import check_positive_int
 class LossPredictionHead(keras.layers.Layer):
     """An MLP predicting a classifier's loss from its pooled embedding.
 
-    The uncertainty head of Kirchhof et al. (paper 003, App. A):
+    The uncertainty head of Kirchhof et al. ("Pretrained Visual
+    Uncertainties", App. A):
     `Dense(512) -> LeakyReLU(0.01) -> Dense(512) -> LeakyReLU(0.01) ->
     Dense(1) -> softplus (+ epsilon)`, one positive score per sample. Its
     input passes through `stop_gradient`, so the head can never change the

@@ -31,16 +31,16 @@ def mask_mutual_information(logits):
 class SubnetworkMaskedDense(keras.layers.Layer):
     """A frozen `Dense` layer seen through one learned mask per member.
 
-    Implicit ensemble extraction A of Kirsch (paper 000, §4.1): member `m`
-    keeps input columns `c_m = sigmoid(column_logits[m])` and output rows
+    Implicit ensemble extraction A of Kirsch ("(Implicit) Ensembles of
+    Ensembles: Epistemic Uncertainty Collapse in Large Models", §4.1): member
+    `m` keeps input columns `c_m = sigmoid(column_logits[m])` and output rows
     `r_m = sigmoid(row_logits[m])` of the frozen kernel; their outer product
-    selects a dense sub-matrix, and the row mask also drops the unit's
-    bias: `y_m = act(((x * c_m) W + b) * r_m)`, which equals a `Dense`
-    layer with kernel `W * outer(c_m, r_m)` and bias `b * r_m` without
-    building M kernels. Inputs are member-major `(members * batch, ...,
-    d_in)` (`ensemble_zoo.ops.tile_members`). Only the mask logits are
-    trainable; masks stay soft (sigmoids), which the diversity term drives
-    towards 0 / 1.
+    selects a dense sub-matrix, and the row mask also drops the unit's bias:
+    `y_m = act(((x * c_m) W + b) * r_m)`, which equals a `Dense` layer with
+    kernel `W * outer(c_m, r_m)` and bias `b * r_m` without building M
+    kernels. Inputs are member-major `(members * batch, ..., d_in)`
+    (`ensemble_zoo.ops.tile_members`). Only the mask logits are trainable;
+    masks stay soft (sigmoids), which the diversity term drives towards 0 / 1.
 
     Args:
         base_layer: a built `keras.layers.Dense`; frozen by the wrapper.

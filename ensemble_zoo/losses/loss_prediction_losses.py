@@ -32,7 +32,8 @@ def _loss_pair(target_losses, predicted):
 
 
 def pairwise_ranking_loss(target_losses, predicted, margin=0.1):
-    """The pairwise ranking loss of Yoo & Kweon (2019), as paper 003 uses it.
+    """The pairwise ranking loss of Yoo & Kweon (2019), as "Pretrained Visual
+    Uncertainties" uses it.
 
     The batch is split into consecutive disjoint pairs `(0, 1), (2, 3),
     ...` (shuffle the data for random pairs). For a pair with target losses
@@ -40,7 +41,8 @@ def pairwise_ranking_loss(target_losses, predicted, margin=0.1):
     (ties count as -1, as in the authors' code), the loss is
     `max(0, -s * (u1 - u2) + margin)`, averaged over pairs.
 
-    Paper 003 writes Eq. 3 as `max(0, s * (u1 - u2) + m)`, which would push
+    Pretrained Visual Uncertainties writes Eq. 3 as
+    `max(0, s * (u1 - u2) + m)`, which would push
     the predicted order *against* the target order; that is a sign error
     (its code and Yoo & Kweon use the form above), and we follow the code.
     The loss depends on the targets only through their order, so it is
@@ -102,7 +104,8 @@ class LossRankingLoss(keras.losses.Loss):
 
 
 def squared_error_loss(target_losses, predicted):
-    """The vanilla loss-prediction objective (paper 003, Eq. 1):
+    """The vanilla loss-prediction objective (Pretrained Visual Uncertainties,
+    Eq. 1):
     `mean((u - l)^2)`; not scale-free, but no pairs are needed."""
     target_losses, predicted, _ = _loss_pair(target_losses, predicted)
     return ops.mean(ops.square(predicted - target_losses))

@@ -1,11 +1,11 @@
 """Ensembles of ensembles: epistemic uncertainty between and within groups.
 
-Kirsch (paper 000) groups the N members of an ensemble into K
-sub-ensembles of M members each. The sub-ensembles' average predictions
-are themselves an ensemble, whose mutual information I[Y; K] (the
-"between" MI) shrinks as M grows ("epistemic uncertainty collapse"), while
-the flat ensemble's MI I[Y; K, M] stays the same. The chain rule splits it
-exactly:
+Kirsch ("(Implicit) Ensembles of Ensembles: Epistemic Uncertainty Collapse in
+Large Models") groups the N members of an ensemble into K sub-ensembles of M
+members each. The sub-ensembles' average predictions are themselves an
+ensemble, whose mutual information I[Y; K] (the "between" MI) shrinks as M
+grows ("epistemic uncertainty collapse"), while the flat ensemble's MI
+I[Y; K, M] stays the same. The chain rule splits it exactly:
 
     I[Y; K, M] = I[Y; K] + I[Y; M | K]
     total      = between + mean over groups of the within-group MI
@@ -88,14 +88,14 @@ def ensemble_of_ensembles_mutual_information(
 def weighted_mutual_information(member_logits, reduction="mean"):
     """Mutual information with members weighted by their logit energy.
 
-    For tile ensembles (paper 000, App. B.1): member `j` of sample `x` gets
-    the weight `w_j(x) = softmax_j(logsumexp_c z_jc(x))`, and
-    `MI_w = H(sum_j w_j p_j) - sum_j w_j H(p_j)`. The paper's formula
-    ("the logit sum for the i-th input and j-th member") is ambiguous; we
-    read its sum as running over classes, per input, as the notes
-    recommend. With this reading the weighted mixture is
-    `softmax_c(logsumexp_j z_jc)`, log-sum-exp pooling of the tile logits,
-    so tiles with more evidence dominate. Equal energies give the plain MI.
+    For tile ensembles (Ensembles of Ensembles, App. B.1): member `j` of
+    sample `x` gets the weight `w_j(x) = softmax_j(logsumexp_c z_jc(x))`, and
+    `MI_w = H(sum_j w_j p_j) - sum_j w_j H(p_j)`. The paper's formula ("the
+    logit sum for the i-th input and j-th member") is ambiguous; we read its
+    sum as running over classes, per input, as the notes recommend. With this
+    reading the weighted mixture is `softmax_c(logsumexp_j z_jc)`, log-sum-exp
+    pooling of the tile logits, so tiles with more evidence dominate. Equal
+    energies give the plain MI.
 
     Args:
         member_logits: `(samples, members, classes)` logits.

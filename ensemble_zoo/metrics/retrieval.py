@@ -1,4 +1,5 @@
-"""Retrieval metrics: Recall@1 and R-AUROC (Kirchhof et al., paper 003).
+"""Retrieval metrics: Recall@1 and R-AUROC (Kirchhof et al., "Pretrained
+Visual Uncertainties").
 
 Both use leave-one-out 1-nearest-neighbour retrieval with cosine
 similarity: every sample queries all *other* samples of the same set, and
@@ -7,7 +8,7 @@ Recall@1 is the fraction correct; R-AUROC is the AUROC of the negated
 uncertainty `-u` for predicting correct retrievals (0.5 = uninformative).
 Similarity ties go to the neighbour with the lowest index.
 
-**Exact duplicates (a decision, issue 15).** The query is excluded by its
+**Exact duplicates (a design decision).** The query is excluded by its
 index, not by taking the second hit of a search over all samples as the
 authors' FAISS code does (`IndexFlatIP`, k=2, drop the first hit). The two
 agree whenever no two embeddings are identical. With an exact duplicate,
@@ -107,8 +108,9 @@ def r_auroc(embeddings, labels, uncertainties):
     """R-AUROC: how well an uncertainty predicts failed retrievals.
 
     The AUROC of `-uncertainties` for separating correct from incorrect
-    leave-one-out cosine 1-NN retrievals (paper 003, §4.1): 1.0 means every
-    failed retrieval is more uncertain than every correct one.
+    leave-one-out cosine 1-NN retrievals (Pretrained Visual Uncertainties,
+    §4.1): 1.0 means every failed retrieval is more uncertain than every
+    correct one.
 
     Args:
         embeddings: `(samples, dim)` embeddings used for retrieval.
@@ -120,8 +122,8 @@ def r_auroc(embeddings, labels, uncertainties):
             is undefined then, and we raise as scikit-learn's
             `roc_auc_score` does. The authors' code uses torchmetrics, which
             returns 0.0 with a warning in that case; 0.0 would read as the
-            worst possible uncertainty, so we do not return it (a decision,
-            issue 15).
+            worst possible uncertainty, so we do not return it (a design
+            decision).
     """
     correct = nearest_neighbour_correct(embeddings, labels)
     uncertainties = as_scores(uncertainties, "uncertainties")
@@ -138,12 +140,12 @@ def r_auroc(embeddings, labels, uncertainties):
 def recall_at_one_with_rejection(embeddings, labels, uncertainties, rejection_rates=(0.0, 0.1, 0.2, 0.5)):
     """Recall@1 of the queries left after rejecting the most uncertain ones.
 
-    Uncertainty-aware retrieval (paper 003, §5): every sample is a query
-    against all other samples (leave-one-out cosine 1-NN, the gallery is
-    never reduced); the `rate` most uncertain queries are withheld and
-    Recall@1 is computed on the rest. A useful uncertainty makes the curve
-    rise with the rejection rate. Ties in uncertainty are broken by sample
-    index (the later sample is rejected first), so results are
+    Uncertainty-aware retrieval (Pretrained Visual Uncertainties, §5): every
+    sample is a query against all other samples (leave-one-out cosine 1-NN,
+    the gallery is never reduced); the `rate` most uncertain queries are
+    withheld and Recall@1 is computed on the rest. A useful uncertainty makes
+    the curve rise with the rejection rate. Ties in uncertainty are broken by
+    sample index (the later sample is rejected first), so results are
     deterministic.
 
     Args:

@@ -33,15 +33,16 @@ PRESETS = {
     "subnetwork_vit_tiny_digits": {
         "path": "subnetwork_vit_tiny_digits",
         "description": (
-            "Masked sub-networks of the frozen vit_tiny_digits (paper 000, "
-            "extraction A): 10 members with learned row and column masks on "
-            "every transformer MLP, diversity weight 2.0."
+            "Masked sub-networks of the frozen vit_tiny_digits (Ensembles of "
+            "Ensembles, extraction A): 10 members with learned row and "
+            "column masks on every transformer MLP, diversity weight 2.0."
         ),
     },
     "tile_vit_tiny_digits": {
         "path": "tile_vit_tiny_digits",
         "description": (
-            "Tiles of vit_gap_tiny_digits (paper 000, extraction B): the "
+            "Tiles of vit_gap_tiny_digits (Ensembles of Ensembles, extraction "
+            "B): the "
             "head applied to each 2 x 2 quarter of the 4 x 4 patch grid, "
             "four members; no training."
         ),
@@ -81,7 +82,8 @@ PRESETS = {
     "packed_ensemble_vit_tiny_digits": {
         "path": "packed_ensemble_vit_tiny_digits",
         "description": (
-            "Packed-Ensembles (M=3, alpha=2, gamma=1, paper 001's setting) of "
+            "Packed-Ensembles (M=3, alpha=2, gamma=1, the Hydra paper's "
+            "setting) of "
             "vit_tiny_digits' geometry, trained from scratch: three 4-head "
             "ViTs of width 32 in one grouped network."
         ),
@@ -97,7 +99,7 @@ PRESETS = {
     "mimo_vit_tiny_digits": {
         "path": "mimo_vit_tiny_digits",
         "description": (
-            "MIMO of 3 members fine-tuned from vit_tiny_digits (paper 004, "
+            "MIMO of 3 members fine-tuned from vit_tiny_digits (the E³ paper, "
             "App. B.3: patch kernel and head replicated and scaled by 1/3): "
             "three stacked inputs, three heads, input repetition 0.5, "
             "batch repetition 4."
@@ -172,7 +174,7 @@ PRESETS = {
         "path": "packed_ensemble_vit_b16_3x2",
         "description": (
             "Architecture only (random weights): Packed-Ensembles of ViT-B/16 "
-            "in paper 001's setting, M=3, alpha=2, gamma=1 (three 8-head "
+            "in the Hydra paper's setting, M=3, alpha=2, gamma=1 (three 8-head "
             "ViTs of width 512), 1000 classes."
         ),
     },
@@ -180,7 +182,8 @@ PRESETS = {
         "path": "batch_ensemble_vit_b16_3",
         "description": (
             "Architecture only (random weights): BatchEnsemble of 3 members "
-            "on every projection of ViT-B/16 (paper 001's baseline), 1000 classes."
+            "on every projection of ViT-B/16 (the Hydra paper's baseline), "
+            "1000 classes."
         ),
     },
     "mimo_vit_b16_3": {
@@ -188,7 +191,7 @@ PRESETS = {
         "description": (
             "Architecture only (random weights): MIMO ViT-B/16 with 3 stacked "
             "inputs and heads, input repetition 0.5, batch repetition 4 "
-            "(paper 001's setting), 1000 classes."
+            "(the Hydra paper's setting), 1000 classes."
         ),
     },
     "masksembles_vit_b16_4": {
@@ -280,9 +283,10 @@ PRESETS = {
     "loss_prediction_gemma_tiny_arithmetic": {
         "path": "loss_prediction_gemma_tiny_arithmetic",
         "description": (
-            "Paper 003's loss-prediction head per token on the frozen "
-            "gemma_tiny_arithmetic, trained to rank answer tokens by that "
-            "model's own loss; attach it to the LoRA-Ensemble preset."
+            "Pretrained Visual Uncertainties' loss-prediction head per token "
+            "on the frozen gemma_tiny_arithmetic, trained to rank answer "
+            "tokens by that model's own loss; attach it to the LoRA-Ensemble "
+            "preset."
         ),
     },
 }

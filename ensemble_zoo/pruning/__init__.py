@@ -1,6 +1,7 @@
-"""Attention-head pruning for Hydra Ensembles (paper 001): Taylor
-importance with sequential prune-recompute, greedy circuit search, and
-member masks."""
+"""Attention-head pruning for Hydra Ensembles (the Hydra paper, "Ensembling
+Pruned Attention Heads for Uncertainty-Aware Efficient Transformers"):
+Taylor importance with sequential prune-recompute, greedy circuit search,
+and member masks."""
 
 from ensemble_zoo.pruning.circuit import circuit_head_ranking
 from ensemble_zoo.pruning.circuit import head_ablation_scorer

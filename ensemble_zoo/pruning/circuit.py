@@ -1,5 +1,6 @@
-"""Greedy, gradient-free circuit search over attention heads (paper 001,
-App. D.1.2, Algorithm 1)."""
+"""Greedy, gradient-free circuit search over attention heads (the Hydra
+paper, "Ensembling Pruned Attention Heads for Uncertainty-Aware Efficient
+Transformers", App. D.1.2, Algorithm 1)."""
 
 import numpy as np
 

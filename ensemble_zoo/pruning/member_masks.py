@@ -1,4 +1,6 @@
-"""Member head masks from head rankings (paper 001, §4.3 and App. B.5)."""
+"""Member head masks from head rankings (the Hydra paper, "Ensembling Pruned
+Attention Heads for Uncertainty-Aware Efficient Transformers", §4.3 and
+App. B.5)."""
 
 import numpy as np
 

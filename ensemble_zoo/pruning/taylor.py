@@ -1,4 +1,6 @@
-"""First-order Taylor importance of attention heads (paper 001, App. D.1.1)."""
+"""First-order Taylor importance of attention heads (the Hydra paper,
+"Ensembling Pruned Attention Heads for Uncertainty-Aware Efficient
+Transformers", App. D.1.1)."""
 
 import numpy as np
 from keras import ops

@@ -1,6 +1,6 @@
-"""The bundled arithmetic task (issue 32): seeded splits, answers, the
-in-memory tokenizer and the answer-only training weights, against plain
-Python. Backend-independent: run under one backend."""
+"""The bundled arithmetic task: seeded splits, answers, the in-memory
+tokenizer and the answer-only training weights, against plain Python.
+Backend-independent: run under one backend."""
 
 import keras
 import numpy as np

@@ -1,6 +1,6 @@
-"""Generated-answer metrics (issue 32) against scikit-learn and brute-force
-NumPy references: every order of tied answers is enumerated for the
-prediction rejection ratio. Pure NumPy: run under one backend."""
+"""Generated-answer metrics against scikit-learn and brute-force NumPy
+references: every order of tied answers is enumerated for the prediction
+rejection ratio. Pure NumPy: run under one backend."""
 
 import itertools
 

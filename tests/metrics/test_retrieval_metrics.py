@@ -80,7 +80,7 @@ def test_recall_with_rejection_drops_the_most_uncertain_queries():
 
 
 def test_exact_duplicates_are_each_others_neighbours_and_column_labels_work():
-    """Issue 15 decision: the query is left out by index, so an exact
+    """A design decision: the query is left out by index, so an exact
     duplicate is its neighbour. The reference's "second FAISS hit" can be
     the query itself here (its tie order decides) and would count both as
     correct; a brute-force reference that drops index i agrees with us."""

@@ -1,5 +1,5 @@
-"""BatchEnsemble on a keras-hub ViT (issue 16): the fused model equals its
-members run one at a time as plain keras-hub ViTs whose kernels are
+"""BatchEnsemble on a keras-hub ViT: the fused model equals its members run
+one at a time as plain keras-hub ViTs whose kernels are
 `W * outer(r_m, s_m)`; parameter counts follow Wen et al.'s formula."""
 
 import keras

@@ -1,4 +1,4 @@
-"""BatchEnsemble on a keras-hub BERT (issue 16's text variant): each member
+"""BatchEnsemble on a keras-hub BERT (the text variant): each member
 equals a plain keras-hub BertTextClassifier whose kernels are
 `W * outer(r_m, s_m)`."""
 

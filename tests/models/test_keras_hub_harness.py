@@ -274,8 +274,9 @@ class TestKerasHubHarnessText(ZooTestCase):
 
 
 class TestKerasHubHarnessLossPrediction(ZooTestCase):
-    """Loss prediction (paper 003) is one model, not an ensemble: its task
-    returns `{"logits": (batch, classes), "uncertainty": (batch,)}`."""
+    """Loss prediction ("Pretrained Visual Uncertainties") is one model, not
+    an ensemble: its task returns
+    `{"logits": (batch, classes), "uncertainty": (batch,)}`."""
 
     def test_backbone_task_saving_and_preset(self):
         from ensemble_zoo.models import LossPredictionImageClassifier
@@ -451,7 +452,7 @@ def _gemma_tokenizer():
 
 
 class TestKerasHubHarnessCausalLM(ZooTestCase):
-    """LoRA-Ensemble on a keras-hub causal LM (issue 32). Its backbone takes
+    """LoRA-Ensemble on a keras-hub causal LM. Its backbone takes
     batch-major rows (batch * members); the task returns member logits
     `(batch, members, tokens, vocabulary)` and trains on text through
     keras-hub's `GemmaCausalLMPreprocessor`."""

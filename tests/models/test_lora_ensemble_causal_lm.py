@@ -594,7 +594,8 @@ def test_token_loss_predictor_trains_on_its_own_models_losses_and_joins_the_figu
 
 def test_token_ranking_loss_equals_a_loop_over_pairs():
     """Position j of the flattened batch pairs with j + n // 2; pairs with
-    an invalid token do not count; the hinge is paper 003's."""
+    an invalid token do not count; the hinge is the one of "Pretrained
+    Visual Uncertainties"."""
     from ensemble_zoo.models.causal_lm.token_loss_predictor import token_ranking_loss
 
     rng = np.random.default_rng(0)

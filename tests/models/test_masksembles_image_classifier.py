@@ -1,6 +1,5 @@
-"""Masksembles on a keras-hub ViT (issue 16): member m equals the plain ViT
-with mask m applied, folded by hand into the layers that read the masked
-units."""
+"""Masksembles on a keras-hub ViT: member m equals the plain ViT with mask m
+applied, folded by hand into the layers that read the masked units."""
 
 import keras
 import keras_hub

@@ -1,7 +1,6 @@
 """Member-tiled tasks at inference: one tiled pass or one pass per member
-(`member_batching`, issue 34 item 4). The sequential run must compute
-what the one-pass graph computes, on image and text tasks of the three
-methods."""
+(`member_batching`). The sequential run must compute what the one-pass graph
+computes, on image and text tasks of the three methods."""
 
 import numpy as np
 import pytest

@@ -1,11 +1,10 @@
 """Applying a method to a keras-hub backbone builds a new backbone.
 
-Issue 34: classifiers used to apply their method to the user's backbone in
-place and then swap its class (`backbone.__class__ = ...`); a second task
-could not be built on it. Now the classifier builds a new backbone of the
-method's class from the source's config and weights and leaves the
-source alone; a method backbone can carry several tasks, as keras-hub
-backbones do.
+Classifiers used to apply their method to the user's backbone in place and
+then swap its class (`backbone.__class__ = ...`); a second task could not be
+built on it. Now the classifier builds a new backbone of the method's class
+from the source's config and weights and leaves the source alone; a method
+backbone can carry several tasks, as keras-hub backbones do.
 """
 
 import keras

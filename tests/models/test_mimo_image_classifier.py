@@ -1,5 +1,5 @@
-"""MIMO on a keras-hub ViT (issue 16): stacked inputs, member heads, the
-E³ paper's widening of a pretrained ViT, and Havasi et al.'s batches."""
+"""MIMO on a keras-hub ViT: stacked inputs, member heads, the E³ paper's
+widening of a pretrained ViT, and Havasi et al.'s batches."""
 
 import keras
 import numpy as np

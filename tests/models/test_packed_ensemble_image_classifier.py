@@ -1,6 +1,6 @@
-"""Packed-Ensembles ViT (issue 16): `alpha=1, gamma=1` is M separate narrow
-keras-hub ViTs; `gamma > 1` makes every member's projections
-block-diagonal; parameter counts follow Laurent et al.'s formula."""
+"""Packed-Ensembles ViT: `alpha=1, gamma=1` is M separate narrow keras-hub
+ViTs; `gamma > 1` makes every member's projections block-diagonal; parameter
+counts follow Laurent et al.'s formula."""
 
 import keras
 import keras_hub
@@ -107,8 +107,9 @@ def test_cost_formulas_reduce_to_the_single_vit_and_scale_as_published():
     vit_b16 = dict(image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=1000)
     single = hydra_parameter_count(**vit_b16)
     assert packed_ensemble_parameter_count(**vit_b16, num_members=1, alpha=1, gamma=1) == single
-    # paper 001's setting M=3, alpha=2: projections cost alpha^2 / M = 4/3
-    # of the base model's; gamma=2 halves them.
+    # The setting of the Hydra paper ("Ensembling Pruned Attention Heads for
+    # Uncertainty-Aware Efficient Transformers"), M=3, alpha=2: projections
+    # cost alpha^2 / M = 4/3 of the base model's; gamma=2 halves them.
     projections = 12 * (4 * 768 * 768 + 2 * 768 * 3072)
     p32 = packed_ensemble_parameter_count(**vit_b16, num_members=3, alpha=2, gamma=1)
     p32g = packed_ensemble_parameter_count(**vit_b16, num_members=3, alpha=2, gamma=2)

@@ -1,12 +1,12 @@
 """`compile(jit_compile=True)` under PyTorch (Keras' torch.compile path).
 
-Issue 14: dynamo broke the graph inside every keras-hub attention (the
+Dynamo once broke the graph inside every keras-hub attention (the
 flash-attention check) and at every seeded random op (V-MoE router noise),
 fell back to eager layer by layer, recompiled until its limit, crashed on
 the deep ensemble's member loop, and traced each train step twice. Each
-model here must predict and train with one graph per step function and
-input shape, no graph break but Keras' own `loss.backward()`, and the
-numbers of eager execution.
+model here must predict and train with one graph per step function and input
+shape, no graph break but Keras' own `loss.backward()`, and the numbers of
+eager execution.
 
 Most checks run dynamo with its `eager` backend (the captured graph runs
 without code generation), which is where graph breaks, guards and

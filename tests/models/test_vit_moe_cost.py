@@ -1,4 +1,5 @@
-"""The V-MoE / E³ cost counter against paper 004 and against real layers."""
+"""The V-MoE / E³ cost counter against the E³ paper ("Sparse MoEs meet
+Efficient Ensembles") and against real layers."""
 
 import math
 import os
@@ -17,7 +18,7 @@ from ensemble_zoo.models.vit_moe import vit_moe_flops
 
 SIZES = ("S/32", "B/32", "B/16", "L/32", "L/16", "H/14")
 
-# Paper 004, App. M.1, Table 20: downstream training GFLOPs per image.
+# The E³ paper, App. M.1, Table 20: downstream training GFLOPs per image.
 # Keys: None for ViT, (K, M) for V-MoE (M = 1) and E³ (M > 1).
 TABLE_20 = {
     None: dict(zip(SIZES, (24.01, 77.97, 334.48, 271.83, 1151.71, 3033.60))),

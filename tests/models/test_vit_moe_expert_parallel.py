@@ -1,4 +1,5 @@
-"""Expert-parallel V-MoE / E³ through `keras.distribution` (paper 004).
+"""Expert-parallel V-MoE / E³ through `keras.distribution` (the E³ paper,
+"Sparse MoEs meet Efficient Ensembles").
 
 The layout-map tests run under every backend (a `LayoutMap` is plain
 Python); the sharded run needs JAX and 8 simulated CPU devices

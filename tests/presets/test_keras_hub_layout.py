@@ -179,9 +179,9 @@ def _edit_json(path, edit):
     ids=["backbone", "preprocessor", "image_converter", "task_without_preprocessor"],
 )
 def test_config_copies_that_differ_are_named(preprocessor_preset, tmp_path, filename, edit, match):
-    """Issue 33: each config the layout holds twice is compared at load
-    time; before, damaging the copy that the zoo's loader does not read
-    (keras-hub's loader does) went unnoticed."""
+    """Each config the layout holds twice is compared at load time; before,
+    damaging the copy that the zoo's loader does not read (keras-hub's
+    loader does) went unnoticed."""
     path = str(tmp_path / "damaged")
     shutil.copytree(preprocessor_preset, path)
     _edit_json(os.path.join(path, filename), edit)

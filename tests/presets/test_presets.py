@@ -387,7 +387,7 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     assert spearmanr(low_out["uncertainty"], out["uncertainty"]).statistic > 0.99
 
 
-# === Integrity (issue 15): damaged weights and metadata are named ===
+# === Integrity: damaged weights and metadata are named ===
 
 
 def _edit_weights(path, edit, keep_checksum=False):

@@ -1,6 +1,6 @@
 """Fuzz sweep of the public functions: every bad input is a `ValueError` or
 `TypeError` whose message names the argument, never a number and never a
-backend traceback (issue 15).
+backend traceback.
 
 Each case corrupts one argument of an otherwise valid call. The table is
 built from a few generators of bad values (bad probabilities, bad labels,

@@ -1,6 +1,6 @@
-"""Issue 33: the metric and loss classes check the values they can see in
-eager use (as scikit-learn does for arrays): NaN predictions, fractional
-and out-of-range labels, and a 2-D `y_pred` that is not probabilities were
+"""The metric and loss classes check the values they can see in eager use
+(as scikit-learn does for arrays): NaN predictions, fractional and
+out-of-range labels, and a 2-D `y_pred` that is not probabilities were
 silently turned into numbers before."""
 
 import numpy as np

@@ -1,7 +1,6 @@
 """A bad batch is a clear error before Keras compiles a step, and the model
-stays usable afterwards (issue 15: JAX left the model broken after a
-`predict` that raised; TensorFlow let a wrong image size through after a
-retrace)."""
+stays usable afterwards (JAX once left the model broken after a `predict`
+that raised; TensorFlow let a wrong image size through after a retrace)."""
 
 import numpy as np
 import pytest
@@ -65,7 +64,7 @@ def test_bad_labels_are_clear_errors_and_the_model_stays_usable(model_and_data):
 
 
 def test_labels_of_shape_n_by_1_equal_labels_of_shape_n(model_and_data):
-    """Issue 15: TensorFlow failed on (N, 1) labels in `evaluate` and `fit`."""
+    """TensorFlow once failed on (N, 1) labels in `evaluate` and `fit`."""
     model, x, y = model_and_data
     flat = model.evaluate(x, y, verbose=0, return_dict=True)
     column = model.evaluate(x, y[:, None], verbose=0, return_dict=True)
@@ -79,7 +78,7 @@ skip_jax = pytest.mark.skipif(BACKEND == "jax", reason="JAX follows the PyTorch 
 
 @skip_jax
 def test_frozen_loss_prediction_preset_trains_only_its_head():
-    """Issue 15: under TensorFlow the loaded preset listed the frozen ViT's
+    """Under TensorFlow the loaded preset once listed the frozen ViT's
     76 variables as trainable (a backbone deserialized with `trainable:
     false` did not pass the flag to its sublayers)."""
     model = ez.models.LossPredictionImageClassifier.from_preset(
@@ -96,9 +95,9 @@ def test_frozen_loss_prediction_preset_trains_only_its_head():
 
 @skip_jax
 def test_loss_prediction_keeps_adamw_evaluates_odd_batches_and_predicts_uncertainty():
-    """Issue 15: `compile(jit_compile=...)` alone swapped AdamW for
-    RMSprop; `evaluate` failed on the odd last batch (289 = 4 x 64 + 33);
-    there was no `predict_uncertainty`."""
+    """`compile(jit_compile=...)` alone once swapped AdamW for RMSprop;
+    `evaluate` failed on the odd last batch (289 = 4 x 64 + 33); there was
+    no `predict_uncertainty`."""
     model = ez.models.LossPredictionImageClassifier.from_preset(
         "loss_prediction_vit_tiny_digits", preprocessor=None
     )

@@ -1,6 +1,6 @@
 """NumPy integer scalars are accepted wherever Python ints are, with the
 same results and configs that stay JSON-serializable; bools, floats and
-strings are still rejected (issue 15)."""
+strings are still rejected."""
 
 import json
 

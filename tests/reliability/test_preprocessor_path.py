@@ -1,6 +1,6 @@
-"""Issue 33: a shipped preset given raw images through `predict`,
-`evaluate` and `fit` (its preprocessor path) checks labels, images and
-arguments before anything is compiled, and stays usable after the error.
+"""A shipped preset given raw images through `predict`, `evaluate` and `fit`
+(its preprocessor path) checks labels, images and arguments before anything
+is compiled, and stays usable after the error.
 
 The fuzz tests cross every loop entry point with bad images, bad labels
 and bad arguments, for the three kinds of loops the image tasks have
@@ -155,10 +155,10 @@ def test_fuzz_task_loops(name, plain):
 
 
 def test_wrong_channels_after_a_retrace_and_no_layout_warning(preset):
-    """Issue 33: under TensorFlow, after a retrace (new batch sizes and
-    image sizes), raw (4, 8, 8, 3) images went through `predict` without
-    an error; `load_preset(name, preprocessor=None)` warned that every
-    shipped preset was in the old layout."""
+    """Under TensorFlow, after a retrace (new batch sizes and image sizes),
+    raw (4, 8, 8, 3) images went through `predict` without an error;
+    `load_preset(name, preprocessor=None)` warned that every shipped preset
+    was in the old layout."""
     model, raw, y = preset
     for images in (raw[:5], raw[:7], np.repeat(np.repeat(raw[:3], 2, 1), 2, 2)):
         model.predict(images, verbose=0)

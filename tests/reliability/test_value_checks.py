@@ -1,7 +1,6 @@
 """Where values exist (NumPy, eager tensors) the ops reject NaN and bad
 probabilities; inside a compiled graph they let values through like Keras'
-own ops, and the models' internal calls never raise on NaN outputs
-(issue 15)."""
+own ops, and the models' internal calls never raise on NaN outputs."""
 
 import keras
 import numpy as np

@@ -1,11 +1,11 @@
 """The zoo's workarounds for dependency bugs are scoped to its own models.
 
-Issue 34: importing `ensemble_zoo` replaced Keras functions for every model
-in the process. Now it changes nothing (checked in a fresh interpreter);
-the replacements are installed only inside `zoo_workarounds()`, which the
-zoo's models enter around their forward computation; and each workaround
-has a test that fails once its dependency no longer has the bug (then
-delete the workaround, see `ensemble_zoo/utils/workarounds.py`).
+Importing `ensemble_zoo` once replaced Keras functions for every model in
+the process. Now it changes nothing (checked in a fresh interpreter); the
+replacements are installed only inside `zoo_workarounds()`, which the zoo's
+models enter around their forward computation; and each workaround has a
+test that fails once its dependency no longer has the bug (then delete the
+workaround, see `ensemble_zoo/utils/workarounds.py`).
 
 Nothing was ever replaced under TensorFlow, and no workaround applies
 there: those tests run under JAX and PyTorch.

@@ -19,13 +19,13 @@ class SparseMoE(keras.layers.Layer):
 
     Replaces a transformer block's MLP. A `TopKRouter` (sublayer `router`)
     sends every token to `top_k` of the experts, each expert processes the
-    tokens in its buffer, and a token's output is the gate-weighted sum of
-    its experts' outputs, `Σ_e g_e(x) · MLP_e(x)`, with the un-renormalised
-    softmax gates of V-MoE (paper 004 eq. 1). A token dropped by every
-    chosen expert (buffers full) gets output 0, so in a residual block only
-    the skip connection carries it. See `TopKRouter` for routing groups,
-    capacity, Batch-Prioritized Routing, noise and the auxiliary losses
-    (added to `layer.losses` in training).
+    tokens in its buffer, and a token's output is the gate-weighted sum of its
+    experts' outputs, `Σ_e g_e(x) · MLP_e(x)`, with the un-renormalised
+    softmax gates of V-MoE (the E³ paper, "Sparse MoEs meet Efficient
+    Ensembles", eq. 1). A token dropped by every chosen expert (buffers full)
+    gets output 0, so in a residual block only the skip connection carries it.
+    See `TopKRouter` for routing groups, capacity, Batch-Prioritized Routing,
+    noise and the auxiliary losses (added to `layer.losses` in training).
 
     Every expert is the MLP of a keras-hub ViT block
     (`keras_hub.src.models.vit.vit_layers.MLP`): `Dense(mlp_dim,

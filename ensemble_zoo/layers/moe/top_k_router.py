@@ -50,9 +50,10 @@ class TopKRouter(GatedRouter):
     `keras.layers.Dense(num_experts, use_bias=False)`), gives each token
     router logits; softmax gates choose `top_k` experts per token, and each
     expert takes at most `C` tokens per routing group (its buffer, or
-    capacity). The combine weights are the softmax probabilities of the
-    chosen experts, **not renormalised** (V-MoE, paper 004 eq. 1): with
-    `top_k=1` an expert's output is scaled by the token's largest gate.
+    capacity). The combine weights are the softmax probabilities of the chosen
+    experts, **not renormalised** (V-MoE; the E³ paper, "Sparse MoEs meet
+    Efficient Ensembles", eq. 1): with `top_k=1` an expert's output is scaled
+    by the token's largest gate.
 
     **Tokens and routing groups.** The input is `(num_members * batch, ...,
     dim)` in the member-major order of `ensemble_zoo.ops.tile_members`: rows
@@ -69,10 +70,10 @@ class TopKRouter(GatedRouter):
     **E³ partition.** With `num_members=M`, the `num_experts=E` experts are
     split into `M` contiguous groups of `E / M`: member `m` routes only to
     experts `[m * E / M, (m + 1) * E / M)`, with router logits taken from the
-    matching columns of the one `(dim, E)` kernel, so an E³ router has
-    exactly the parameters of a V-MoE router (paper 004 §2, App. B.1). The
-    softmax, the top-K and the capacity are per member, and
-    `num_members=1` is V-MoE.
+    matching columns of the one `(dim, E)` kernel, so an E³ router has exactly
+    the parameters of a V-MoE router (the E³ paper's §2 and App. B.1). The
+    softmax, the top-K and the capacity are per member, and `num_members=1` is
+    V-MoE.
 
     **Capacity.** `C = ceil(capacity_factor * top_k * group_size /
     experts_per_member)`, rounded up to a multiple of
@@ -90,19 +91,18 @@ class TopKRouter(GatedRouter):
     are first sorted by their top-1 gate, highest first, so confident tokens
     win the slots.
 
-    **Noise and auxiliary losses (training only).** Gaussian noise of
-    standard deviation `noise_std` (default `1 / num_experts`, the paper's
-    σ = 1/E; vmoe's E³ code effectively uses `M / num_experts`) is added to
-    the router logits before the softmax. The layer then adds
+    **Noise and auxiliary losses (training only).** Gaussian noise of standard
+    deviation `noise_std` (default `1 / num_experts`, the paper's σ = 1/E;
+    vmoe's E³ code effectively uses `M / num_experts`) is added to the router
+    logits before the softmax. The layer then adds
     `importance_loss_weight * L_imp + load_loss_weight * L_load` with
     `self.add_loss`, both averaged over routing groups and members:
     `L_imp = CV²(Σ_tokens softmax(clean logits))`, and
     `L_load = CV²(mean_tokens P(e in top-K))` with
-    `P = 1 - Φ((t - clean_logit_e) / σ)`, `t` the K-th largest *noisy*
-    logit of the token and `Φ` the normal CDF (paper 004 App. A / vmoe
-    `_load_loss`); `CV² = var / mean²` with the population variance. The
-    load loss needs noise: with `noise_std=0` only the importance loss is
-    added.
+    `P = 1 - Φ((t - clean_logit_e) / σ)`, `t` the K-th largest *noisy* logit
+    of the token and `Φ` the normal CDF (the E³ paper's App. A / vmoe
+    `_load_loss`); `CV² = var / mean²` with the population variance. The load
+    loss needs noise: with `noise_std=0` only the importance loss is added.
 
     **Top-K** is K successive argmax-and-mask steps (ties go to the lower
     expert index), not `keras.ops.top_k`, so the layer exports to a

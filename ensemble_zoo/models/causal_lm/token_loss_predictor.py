@@ -1,4 +1,5 @@
-"""Per-token loss prediction on a frozen keras-hub causal LM (paper 003).
+"""Per-token loss prediction on a frozen keras-hub causal LM ("Pretrained
+Visual Uncertainties").
 
 Kirchhof et al. train a small MLP on a frozen classifier's embedding to
 rank samples by the classifier's own loss. For a language model the
@@ -47,21 +48,23 @@ class TokenLossPredictor(
 ):
     """A loss-prediction head per token on a frozen keras-hub causal LM.
 
-    The head (`LossPredictionHead`, paper 003's MLP, with `stop_gradient`)
-    reads the frozen backbone's final hidden state at each position `t`
-    and predicts the loss of the next token. The model returns a dict:
-    `predicted_loss` and `token_loss` (the frozen model's actual loss of
-    the next token, the training target), both `(batch, tokens)`; position
-    `t` refers to token `t + 1`, and the last position holds 0.
+    The head (`LossPredictionHead`, the MLP of Pretrained Visual
+    Uncertainties, with `stop_gradient`) reads the frozen backbone's final
+    hidden state at each position `t` and predicts the loss of the next token.
+    The model returns a dict: `predicted_loss` and `token_loss` (the frozen
+    model's actual loss of the next token, the training target), both
+    `(batch, tokens)`; position `t` refers to token `t + 1`, and the last
+    position holds 0.
 
-    Training (`compile` then `fit` on token ids; labels, if the data has
-    any, are ignored) minimises paper 003's pairwise ranking loss over
-    pairs of tokens whose next token is not padding, or, given a
-    `sample_weight` `(batch, tokens)` (what a `CausalLMPreprocessor`
-    gives, or weights on the answer tokens only), whose weight is positive: the flattened batch's
-    position `j` is paired with `j + n // 2`, so that a pair joins tokens
-    of different sequences or far apart in one. Only the head trains; the
-    backbone is a frozen copy (the given model is not changed).
+    Training (`compile` then `fit` on token ids; labels, if the data has any,
+    are ignored) minimises the pairwise ranking loss of Pretrained Visual
+    Uncertainties over pairs of tokens whose next token is not padding, or,
+    given a `sample_weight` `(batch, tokens)` (what a `CausalLMPreprocessor`
+    gives, or weights on the answer tokens only), whose weight is positive:
+    the flattened batch's position `j` is paired with `j + n // 2`, so that a
+    pair joins tokens of different sequences or far apart in one. Only the
+    head trains; the backbone is a frozen copy (the given model is not
+    changed).
 
     `LoRAEnsembleCausalLM.attach_loss_predictor(predictor)` makes the
     predicted loss a fourth uncertainty of `generate` and
@@ -195,7 +198,8 @@ class TokenLossPredictor(
 
 
 def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
-    """Paper 003's pairwise ranking loss over the valid tokens of a batch.
+    """The pairwise ranking loss of Pretrained Visual Uncertainties over the
+    valid tokens of a batch.
 
     The flattened `(batch * tokens)` position `j` is paired with `j + n //
     2` (`n` the number of positions; an odd last one is left out), and a

@@ -20,11 +20,13 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
     """Hydra Ensemble image classifier: pruned ViT members, fused.
 
     Members are copies of one ViT that each keep a different subset of
-    attention heads (Hydra Ensembles, paper 001). The fused model runs all
-    of them in one forward pass over `(batch, members, tokens, dim)`:
-    shared embedding, per-member heads in one grouped attention, shared
-    (merged) or per-member MLPs, per-member layer norms and classifier
-    heads. `call` returns member logits `(batch, members, classes)`.
+    attention heads (Hydra Ensembles; the Hydra paper, "Ensembling Pruned
+    Attention Heads for Uncertainty-Aware Efficient Transformers"). The fused
+    model runs all of them in one forward pass over
+    `(batch, members, tokens, dim)`: shared embedding, per-member heads in one
+    grouped attention, shared (merged) or per-member MLPs, per-member layer
+    norms and classifier heads. `call` returns member logits
+    `(batch, members, classes)`.
 
     Decisions where the paper is silent (see `../notes/hydra.md` §1.4):
     layer norms and classifier heads stay per member (exact, and the

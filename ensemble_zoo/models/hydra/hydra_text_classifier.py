@@ -19,15 +19,16 @@ class HydraTextClassifier(
 ):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
-    The text counterpart of `HydraImageClassifier` (paper 001, §5.2): the
-    members are copies of one BERT classifier that each keep a different
-    subset of attention heads, fused into one forward pass over
-    `(batch, members, tokens, dim)` with shared embeddings, per-member
-    heads, layer norms, poolers and classifiers, and a merged (or grouped)
-    MLP. `call` takes keras-hub's BERT inputs, a dict of int
-    `(batch, tokens)` tensors `token_ids`, `segment_ids` and
-    `padding_mask` (as a `keras_hub.models.BertTextClassifierPreprocessor`
-    returns them), and returns member logits `(batch, members, classes)`.
+    The text counterpart of `HydraImageClassifier` (the Hydra paper,
+    "Ensembling Pruned Attention Heads for Uncertainty-Aware Efficient
+    Transformers", §5.2): the members are copies of one BERT classifier that
+    each keep a different subset of attention heads, fused into one forward
+    pass over `(batch, members, tokens, dim)` with shared embeddings,
+    per-member heads, layer norms, poolers and classifiers, and a merged (or
+    grouped) MLP. `call` takes keras-hub's BERT inputs, a dict of int
+    `(batch, tokens)` tensors `token_ids`, `segment_ids` and `padding_mask`
+    (as a `keras_hub.models.BertTextClassifierPreprocessor` returns them), and
+    returns member logits `(batch, members, classes)`.
 
     Args:
         backbone: a `HydraTextBackbone`.

@@ -33,11 +33,12 @@ def _output_operations(model):
 class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     """A frozen copy of a classifier with member masks on its Dense layers.
 
-    The network of a `SubnetworkEnsembleClassifier` (Kirsch, paper 000,
+    The network of a `SubnetworkEnsembleClassifier` (Kirsch, "(Implicit)
+    Ensembles of Ensembles: Epistemic Uncertainty Collapse in Large Models",
     §4.1, extraction A). The backbone copies `model` (config and weights;
     `model` itself is not changed), freezes every copied weight and puts a
-    `SubnetworkMaskedDense` (one column and one row mask per member) on
-    its Dense layers:
+    `SubnetworkMaskedDense` (one column and one row mask per member) on its
+    Dense layers:
 
     - a keras-hub `ViTImageClassifier`: both `Dense` layers of every
       transformer MLP block (the patch embedding, attention and head stay

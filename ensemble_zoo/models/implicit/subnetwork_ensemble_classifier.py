@@ -17,17 +17,17 @@ from ensemble_zoo.ops.member_tiling import untile_members
 class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Diverse masked sub-networks of one frozen network, as an ensemble.
 
-    Implicit ensemble extraction A of Kirsch (paper 000, §4.1, App. A.4):
-    the weights of one trained network stay frozen; each of M members
-    learns a sigmoid column mask and row mask per `Dense` layer
-    (`SubnetworkMaskedDense`; their outer product selects a dense
-    sub-matrix). Training minimizes the mean member cross-entropy minus
-    `diversity_weight` times the mutual information between mask and
-    member index, `I[mask; M]`, averaged over mask units and over all mask
-    vectors (the paper's weight is 2.0; it gives no normalization, we
-    average). The members run in one pass: the input is tiled to
-    `(members * batch, ...)` and every masked layer applies its members'
-    masks; `call` returns `(batch, members, classes)`.
+    Implicit ensemble extraction A of Kirsch ("(Implicit) Ensembles of
+    Ensembles: Epistemic Uncertainty Collapse in Large Models", §4.1,
+    App. A.4): the weights of one trained network stay frozen; each of M
+    members learns a sigmoid column mask and row mask per `Dense` layer
+    (`SubnetworkMaskedDense`; their outer product selects a dense sub-matrix).
+    Training minimizes the mean member cross-entropy minus `diversity_weight`
+    times the mutual information between mask and member index, `I[mask; M]`,
+    averaged over mask units and over all mask vectors (the paper's weight is
+    2.0; it gives no normalization, we average). The members run in one pass:
+    the input is tiled to `(members * batch, ...)` and every masked layer
+    applies its members' masks; `call` returns `(batch, members, classes)`.
 
     The network is a `SubnetworkEnsembleBackbone`: a frozen copy of
     `model` (which is not changed) with the masks on its Dense layers (see

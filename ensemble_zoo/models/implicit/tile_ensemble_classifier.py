@@ -14,13 +14,14 @@ from ensemble_zoo.utils.validation import check_positive_int
 class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Spatial tiles of one average-pooled classifier, read as an ensemble.
 
-    Implicit ensemble extraction B of Kirsch (paper 000, §4.1): a
-    classifier that averages its last feature map (or its tokens) and
-    applies a head is, for a linear head, the mean of the head applied to
-    every position. Pooling the feature map to `grid_size x grid_size`
-    tiles instead and applying the head to each tile gives `grid_size**2`
-    members, `(batch, tiles, classes)`, with no training. One tile (`1 x
-    1`) is the original classifier.
+    Implicit ensemble extraction B of Kirsch ("(Implicit) Ensembles of
+    Ensembles: Epistemic Uncertainty Collapse in Large Models", §4.1): a
+    classifier that averages its last feature map (or its tokens) and applies
+    a head is, for a linear head, the mean of the head applied to every
+    position. Pooling the feature map to `grid_size x grid_size` tiles instead
+    and applying the head to each tile gives `grid_size**2` members,
+    `(batch, tiles, classes)`, with no training. One tile (`1 x 1`) is the
+    original classifier.
 
     Use `from_model` for a functional model with a
     `GlobalAveragePooling2D` layer (CNNs) and `from_keras_hub` for a

@@ -64,14 +64,15 @@ def apply_lora_ensemble(
 ):
     """Freezes a keras-hub backbone and gives it M LoRA adapters per projection.
 
-    LoRA-Ensemble (paper 002): every `keras.layers.MultiHeadAttention` in
-    the backbone (keras-hub's ViT and BERT blocks use it) gets a
-    `LoRAEnsembleAdapter` on each projection in `targets`, holding
-    `num_members` independent low-rank updates. Every other weight of the
-    backbone is frozen. Afterwards the backbone expects member-major
-    batches `(num_members * batch, ...)` (`ensemble_zoo.ops.tile_members`);
-    rows of member `m` go through `W0 + B_m A_m` in every adapted
-    projection, all members in one pass.
+    LoRA-Ensemble (the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks"): every
+    `keras.layers.MultiHeadAttention` in the backbone (keras-hub's ViT and
+    BERT blocks use it) gets a `LoRAEnsembleAdapter` on each projection in
+    `targets`, holding `num_members` independent low-rank updates. Every other
+    weight of the backbone is frozen. Afterwards the backbone expects
+    member-major batches `(num_members * batch, ...)`
+    (`ensemble_zoo.ops.tile_members`); rows of member `m` go through
+    `W0 + B_m A_m` in every adapted projection, all members in one pass.
 
     The backbone is changed in place (as keras-hub's `enable_lora` does),
     and its own `get_config` does not describe the adapters: save it

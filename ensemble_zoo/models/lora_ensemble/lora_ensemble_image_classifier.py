@@ -24,15 +24,16 @@ class LoRAEnsembleImageClassifier(
 ):
     """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
 
-    LoRA-Ensemble (paper 002): one frozen, pretrained keras-hub ViT
-    backbone shared by every member; member `m` adds its own rank-r update
-    `B_m A_m` to the query, key, value and output projections of every
-    attention layer (`apply_lora_ensemble`) and has its own classifier head
-    (`GroupedDense`). The image batch is tiled once to
-    `(members * batch, ...)`, the backbone runs once on it, and `call`
-    returns member logits `(batch, members, classes)`. Only the adapters
-    and the heads are trainable; `fit` trains every member on the same
-    batches with the mean of the member cross-entropies (the paper's loss).
+    LoRA-Ensemble (the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks"): one frozen,
+    pretrained keras-hub ViT backbone shared by every member; member `m` adds
+    its own rank-r update `B_m A_m` to the query, key, value and output
+    projections of every attention layer (`apply_lora_ensemble`) and has its
+    own classifier head (`GroupedDense`). The image batch is tiled once to
+    `(members * batch, ...)`, the backbone runs once on it, and `call` returns
+    member logits `(batch, members, classes)`. Only the adapters and the heads
+    are trainable; `fit` trains every member on the same batches with the mean
+    of the member cross-entropies (the paper's loss).
 
     Decisions: per-member heads (the paper's main setting, App. L); the
     classifier reads the class token (`"token"`) or the mean of all tokens

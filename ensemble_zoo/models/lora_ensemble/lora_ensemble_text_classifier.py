@@ -23,13 +23,15 @@ class LoRAEnsembleTextClassifier(
 ):
     """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
 
-    The text counterpart of `LoRAEnsembleImageClassifier` (paper 002, its
-    SST-2 experiments): adapters on every attention projection of a frozen
-    keras-hub `BertBackbone`, the backbone's (frozen) pooled output, and a
-    classifier head per member. `call` takes keras-hub's BERT inputs, a
-    dict of int `(batch, tokens)` tensors `token_ids`, `segment_ids` and
-    `padding_mask`, tiles each once to `(members * batch, tokens)`, and
-    returns member logits `(batch, members, classes)`.
+    The text counterpart of `LoRAEnsembleImageClassifier` (the SST-2
+    experiments of the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks"): adapters on every
+    attention projection of a frozen keras-hub `BertBackbone`, the backbone's
+    (frozen) pooled output, and a classifier head per member. `call` takes
+    keras-hub's BERT inputs, a dict of int `(batch, tokens)` tensors
+    `token_ids`, `segment_ids` and `padding_mask`, tiles each once to
+    `(members * batch, tokens)`, and returns member logits
+    `(batch, members, classes)`.
 
     Args:
         backbone: a `LoRAEnsembleBertBackbone` (its adapters' arguments

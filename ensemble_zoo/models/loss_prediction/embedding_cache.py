@@ -1,4 +1,5 @@
-"""Cached training of a loss-prediction head (paper 003, §3.3.3).
+"""Cached training of a loss-prediction head ("Pretrained Visual
+Uncertainties", §3.3.3).
 
 With the backbone and the classifier frozen, the head only ever sees the
 pooled embeddings. `cache_embeddings` runs the frozen backbone once over

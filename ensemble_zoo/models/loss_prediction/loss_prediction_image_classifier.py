@@ -69,7 +69,7 @@ class LossPredictionImageClassifier(
     backend_utils.TorchParametersMixin,
     keras_hub.models.ImageClassifier,
 ):
-    """A ViT classifier with a loss-prediction uncertainty head (paper 003).
+    """A ViT classifier with a loss-prediction uncertainty head.
 
     "Pretrained Visual Uncertainties" (Kirchhof et al.): a
     `LossPredictionHead` on the pooled embedding predicts, per sample, the
@@ -105,7 +105,7 @@ class LossPredictionImageClassifier(
             is about, so a trainable backbone learns from the uncertainty
             loss alone (with `stop_gradient=False`; with the stop-gradient
             it does not change). Before, the CE was kept unless the
-            backbone was frozen too; the reference decides (issue 15).
+            backbone was frozen too; the reference decides.
         uncertainty_weight: float. Defaults to `1.0`.
         stop_gradient: bool, the head's stop-gradient. Defaults to `True`;
             `False` is the "vanilla loss prediction" ablation whose head

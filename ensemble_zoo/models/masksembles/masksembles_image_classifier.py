@@ -34,7 +34,8 @@ class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, Ensemb
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the
-    LoRA-Ensemble paper, 002) replaces MC dropout's random masks by `M`
+    LoRA-Ensemble paper, "LoRA-Ensemble: Efficient Uncertainty Modelling for
+    Self-Attention Networks") replaces MC dropout's random masks by `M`
     fixed binary masks with controlled overlap (`scale`, see
     `ez.layers.masksembles_masks`). Where the masks go in a transformer is
     not in the papers; the decision here: on the hidden units of every

@@ -26,22 +26,25 @@ from ensemble_zoo.models.task_head import task_head
 class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """MIMO on a keras-hub ViT: M inputs stacked on channels, M heads.
 
-    MIMO (Havasi et al., ICLR 2021; the baseline of papers 001, 002 and
-    004) trains one network on `M` independent examples at once: their
-    images are stacked on the channel axis of the patch embedding (member
-    `m` in channels `[m * C, (m + 1) * C)`), and `M` classifier heads
-    (one `Dense` of `M * classes` units) predict each member's label. At
-    test time the same image is fed to every input, so one pass gives `M`
-    predictions: `call` on `(batch, H, W, C)` images returns `(batch,
-    members, classes)`. `call` also takes stacked `(batch, H, W, M * C)`
-    inputs, as `fit` builds them.
+    MIMO (Havasi et al., ICLR 2021; the baseline of the Hydra paper, the
+    LoRA-Ensemble paper and the E³ paper: "Ensembling Pruned Attention Heads
+    for Uncertainty-Aware Efficient Transformers", "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks" and "Sparse MoEs meet
+    Efficient Ensembles") trains one network on `M` independent examples at
+    once: their images are stacked on the channel axis of the patch
+    embedding (member `m` in channels `[m * C, (m + 1) * C)`), and `M`
+    classifier heads (one `Dense` of `M * classes` units) predict each
+    member's label. At test time the same image is fed to every input, so
+    one pass gives `M` predictions: `call` on `(batch, H, W, C)` images
+    returns `(batch, members, classes)`. `call` also takes stacked
+    `(batch, H, W, M * C)` inputs, as `fit` builds them.
 
     `fit(x, y)` (arrays, or a batched dataset of `(images, labels)`)
     builds the MIMO batches itself (`MIMOBatches`): batch repetition
     (`batch_repetition` copies of each batch) and input repetition (a
     share `input_repetition` of each batch shows all members the same
     example), with per-member labels `(batch, members)` that the zoo's
-    loss and accuracy accept. Paper 001 trains MIMO with `M = 3`,
+    loss and accuracy accept. The Hydra paper trains MIMO with `M = 3`,
     `input_repetition = 0.5`, `batch_repetition = 4`, the defaults here.
 
     Args:

@@ -46,10 +46,11 @@ def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, g
 class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     """A Packed-Ensembles ViT: M narrow ViTs in one grouped network.
 
-    Packed-Ensembles (Laurent et al., ICLR 2023; the baseline of paper
-    001, Table 1, with `M = 3`, `alpha = 2`) widens a base network by
-    `alpha` and splits every layer into `M` independent members, each
-    split again into `gamma` groups. For a ViT with width `D`, `H` heads
+    Packed-Ensembles (Laurent et al., ICLR 2023; the baseline of Table 1 of
+    the Hydra paper, "Ensembling Pruned Attention Heads for Uncertainty-Aware
+    Efficient Transformers", with `M = 3`, `alpha = 2`) widens a base
+    network by `alpha` and splits every layer into `M` independent members,
+    each split again into `gamma` groups. For a ViT with width `D`, `H` heads
     and MLP width `F`, member `m` is a ViT of width `alpha * D / M`,
     `alpha * H / M` heads (of the base's head size) and MLP width
     `alpha * F / M`; with `gamma > 1` its attention and MLP projections are
@@ -73,7 +74,7 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         hidden_dim: int, width of the base ViT.
         mlp_dim: int, MLP width of the base ViT.
         num_members: int, `M`.
-        alpha: float, the width factor. Defaults to `2` (paper 001's
+        alpha: float, the width factor. Defaults to `2` (the Hydra paper's
             setting).
         gamma: int, groups per member. Defaults to `1`.
         dropout_rate: float. Defaults to `0.0`.

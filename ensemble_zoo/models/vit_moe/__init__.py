@@ -1,4 +1,5 @@
-"""V-MoE sparse mixtures of experts and E³ ensembles of experts (paper 004)."""
+"""V-MoE sparse mixtures of experts and E³ ensembles of experts (the E³
+paper, "Sparse MoEs meet Efficient Ensembles")."""
 
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 from ensemble_zoo.models.vit_moe.moe_cost import soft_moe_config

@@ -1,12 +1,12 @@
 """Analytic multiply-add and FLOP counts of ViT, V-MoE and E³ classifiers.
 
 Counts are per input image and come straight from the architecture, so the
-cost of the paper's configurations (paper 004, App. M.1, Table 20) can be
-checked without building them. Every linear map and matmul is counted:
-patch embedding, query/key/value/output projections, the two attention
-matmuls (`Q K^T` and `A V`), dense MLPs, expert MLPs, router, dispatch and
-combine einsums, pre-logits and classifier. Softmax, layer norm, GELU,
-additions and top-k are ignored.
+cost of the configurations of the E³ paper ("Sparse MoEs meet Efficient
+Ensembles", App. M.1, Table 20) can be checked without building them. Every
+linear map and matmul is counted: patch embedding, query/key/value/output
+projections, the two attention matmuls (`Q K^T` and `A V`), dense MLPs, expert
+MLPs, router, dispatch and combine einsums, pre-logits and classifier.
+Softmax, layer norm, GELU, additions and top-k are ignored.
 
 Units (`unit=`):
 
@@ -416,7 +416,7 @@ def vit_moe_config(
     num_classes=1000,
     capacity_factor=1.5,
 ):
-    """`vit_moe_flops` arguments of a configuration of paper 004.
+    """`vit_moe_flops` arguments of a configuration of the E³ paper.
 
     The ViT families S (8 blocks), B (12), L (24) and H (32) with the
     paper's "last-n" MoE placement (last 2 odd blocks for S, B, L, e.g.

@@ -48,7 +48,7 @@ class ApproximateGELUViTEncoderBlock(ViTEncoderBlock):
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
-    """A ViT with sparse mixture-of-experts blocks: V-MoE and E³ (paper 004).
+    """A ViT with sparse mixture-of-experts blocks: V-MoE and E³.
 
     keras-hub's ViT (patch embedding, pre-norm blocks, final layer norm)
     where the blocks in `moe_layers` replace their MLP by a `SparseMoE` of
@@ -57,12 +57,13 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     - `ensemble_size == 1` is **V-MoE** (Riquelme et al.), a one-member
       ensemble.
     - `ensemble_size = M > 1` is **E³**, the efficient ensemble of experts
-      (Allingham et al.): the experts are split into M contiguous groups
-      of `E / M`, the tokens are tiled M times right before the block that
-      holds the first MoE layer (everything earlier runs once), and copy m
-      of every token is routed only within expert group m. All other
-      weights are shared and the router kernel is V-MoE's `(dim, E)`, so
-      E³ has exactly V-MoE's parameters.
+      (Allingham et al., "Sparse MoEs meet Efficient Ensembles"): the
+      experts are split into M contiguous groups of `E / M`, the tokens are
+      tiled M times right before the block that holds the first MoE layer
+      (everything earlier runs once), and copy m of every token is routed
+      only within expert group m. All other weights are shared and the
+      router kernel is V-MoE's `(dim, E)`, so E³ has exactly V-MoE's
+      parameters.
 
     The output is `(batch, members, tokens, hidden_dim)` (the zoo's member
     axis; one member for V-MoE).

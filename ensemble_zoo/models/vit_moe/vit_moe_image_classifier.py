@@ -15,7 +15,7 @@ from ensemble_zoo.models.task_head import task_head
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
-    """V-MoE and E³ image classifiers (paper 004).
+    """V-MoE and E³ image classifiers ("Sparse MoEs meet Efficient Ensembles").
 
     A `ViTMoEBackbone`, class-token (or average) pooling, optionally a
     `tanh` pre-logits layer (keras-hub's `intermediate_dim`, vit_jax's
@@ -225,7 +225,7 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         ensemble_size=None, image_shape=None, preprocessor="vmoe",
         pooling=None, **backbone_kwargs,
     ):
-        """Loads a V-MoE / E³ checkpoint released with paper 004.
+        """Loads a V-MoE / E³ checkpoint released with the E³ paper.
 
         Reads google-research/vmoe's Flax checkpoint format (`<prefix>.index`
         plus `<prefix>.data-NNNNN-of-MMMMM`, MessagePack; our own reader,

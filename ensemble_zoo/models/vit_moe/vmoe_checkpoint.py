@@ -1,4 +1,5 @@
-"""Reads the V-MoE / E³ checkpoints released with paper 004 (vmoe's format).
+"""Reads the V-MoE / E³ checkpoints released with the E³ paper ("Sparse MoEs
+meet Efficient Ensembles") in vmoe's format.
 
 google-research/vmoe stores parameters as `<prefix>.index` plus
 `<prefix>.data-NNNNN-of-MMMMM` files, each one MessagePack document

@@ -1,4 +1,4 @@
-"""Experts Choice and Soft MoE against vmoe's own code (issue 31).
+"""Experts Choice and Soft MoE against vmoe's own code.
 
 `tests/fixtures/vmoe/routers.npz` was written by vmoe's
 `NoisyTopItemsPerExpertRouter`, `SoftRouter` and `MlpMoeBlock`
