@@ -103,18 +103,23 @@ def text_inputs(n=4, seed=1, length=10, vocabulary_size=50):
     }
 
 
-def np_token_figures(member_logits, tokens=None):
+def np_token_figures(member_logits, tokens=None, weights=None):
     """Float64 NumPy reference of the token-level figures of Malinin &
     Gales (arXiv:2002.07650), written from their definitions with loops
     over the members: member logits `(batch, members, ..., vocabulary)`,
     figures `(batch, ...)` (`member_entropy`, `member_log_probs`:
-    `(batch, members, ...)`)."""
+    `(batch, members, ...)`). `weights` `(batch, members, ...)` (summing
+    to one over members; default uniform) weigh the members' mixture."""
     z = np.asarray(member_logits, np.float64)
+    num = z.shape[1]
+    if weights is None:
+        weights = np.full(z.shape[:-1], 1.0 / num)
+    w = [np.asarray(weights, np.float64)[:, m] for m in range(num)]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         shifted = z - z.max(-1, keepdims=True)
         log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
         p = np.exp(log_p)
-        mean = p.mean(axis=1)
+        mean = sum(w[m][..., None] * p[:, m] for m in range(num))
         log_mean = np.log(mean)
 
         def kl(a, log_a, log_b):
@@ -123,20 +128,20 @@ def np_token_figures(member_logits, tokens=None):
         def h(a, log_a):
             return -np.where(a > 0, a * log_a, 0.0).sum(-1)
 
-        members = range(z.shape[1])
+        members = range(num)
         out = {
             "total": h(mean, log_mean),
             "member_entropy": np.stack([h(p[:, m], log_p[:, m]) for m in members], 1),
-            "epistemic": np.mean([kl(p[:, m], log_p[:, m], log_mean) for m in members], 0),
-            "expected_pairwise_kl": np.mean(
-                [kl(p[:, m], log_p[:, m], log_p[:, n]) for m in members for n in members], 0
+            "epistemic": sum(w[m] * kl(p[:, m], log_p[:, m], log_mean) for m in members),
+            "expected_pairwise_kl": sum(
+                w[m] * w[n] * kl(p[:, m], log_p[:, m], log_p[:, n]) for m in members for n in members
             ),
-            "reverse_mutual_information": np.mean(
-                [kl(mean, log_mean, log_p[:, m]) for m in members], 0
+            "reverse_mutual_information": sum(
+                w[m] * kl(mean, log_mean, log_p[:, m]) for m in members
             ),
             "max_probability": mean.max(-1),
         }
-    out["aleatoric"] = out["member_entropy"].mean(axis=1)
+    out["aleatoric"] = sum(w[m] * out["member_entropy"][:, m] for m in members)
     if tokens is not None:
         tokens = np.asarray(tokens)
         out["log_prob"] = np.log(np.take_along_axis(mean, tokens[..., None], -1)[..., 0])

@@ -34,9 +34,13 @@ the number of tokens `L` as in the paper:
   `pe_reverse_mutual_information` (`pe_expected_pairwise_kl =
   pe_mutual_information + pe_reverse_mutual_information`);
 - expectation of products (the ensemble predicts `mean_m P_m(y)` for the
-  whole sequence), their Monte-Carlo estimates from the one generated
-  sequence, from the members' sequence log-likelihoods `l_m`: `ep_total =
-  -log(mean_m exp(l_m)) / L` and `ep_reverse_mutual_information =
+  whole sequence, so at each token the members weigh by their likelihood
+  of the answer so far), their chain-rule estimates from the `ep_*` token
+  figures: `ep_total`, `ep_data`, `ep_mutual_information`,
+  `ep_expected_pairwise_kl`, `ep_reverse_mutual_information`; and their
+  Monte-Carlo estimates from the one generated sequence, from the
+  members' sequence log-likelihoods `l_m`: `ep_mc_total =
+  -log(mean_m exp(l_m)) / L` and `ep_mc_reverse_mutual_information =
   (log(mean_m exp(l_m)) - mean_m l_m) / L` (>= 0). (lm-polygraph's
   `EPStu` scores `-mean_m exp(l_m)` over beams instead, without the
   length normalisation.)
@@ -64,17 +68,27 @@ ENSEMBLE_ESTIMATORS = (
     "pe_expected_pairwise_kl",
     "pe_reverse_mutual_information",
     "ep_total",
+    "ep_data",
+    "ep_mutual_information",
+    "ep_expected_pairwise_kl",
     "ep_reverse_mutual_information",
+    "ep_mc_total",
+    "ep_mc_reverse_mutual_information",
 )
-_PE_FIGURES = {
-    "pe_total": "total",
-    "pe_data": "aleatoric",
-    "pe_mutual_information": "epistemic",
-    "pe_expected_pairwise_kl": "expected_pairwise_kl",
-    "pe_reverse_mutual_information": "reverse_mutual_information",
+_MEASURES = {
+    "total": "total",
+    "data": "aleatoric",
+    "mutual_information": "epistemic",
+    "expected_pairwise_kl": "expected_pairwise_kl",
+    "reverse_mutual_information": "reverse_mutual_information",
 }
-_REQUIRED = ("generated_mask", "log_prob", "total", "member_log_probs", "member_entropy") + tuple(
-    f for f in _PE_FIGURES.values() if f != "total"
+#: Sequence estimator -> the per-token figure it averages.
+_CHAIN_RULE = {
+    **{f"pe_{name}": figure for name, figure in _MEASURES.items()},
+    **{f"ep_{name}": f"ep_{figure}" for name, figure in _MEASURES.items()},
+}
+_REQUIRED = ("generated_mask", "log_prob", "member_log_probs", "member_entropy") + tuple(
+    _CHAIN_RULE.values()
 )
 
 
@@ -85,8 +99,9 @@ def sequence_uncertainty(outputs, member=None):
         outputs: dict of arrays, as `generate(..., return_uncertainty=True)`
             returns it: `generated_mask` `(batch, length)`, the per-token
             `log_prob`, `total`, `aleatoric`, `epistemic`,
-            `expected_pairwise_kl`, `reverse_mutual_information`
-            `(batch, length)`, and `member_log_probs`, `member_entropy`
+            `expected_pairwise_kl`, `reverse_mutual_information` and their
+            `ep_*` versions `(batch, length)`, and `member_log_probs`,
+            `member_entropy`
             `(batch, members, length)`. Values outside `generated_mask`
             are ignored.
         member: optional int. `None` (default): the ensemble's estimators
@@ -134,14 +149,14 @@ def sequence_uncertainty(outputs, member=None):
     scores = _single_model(arrays["log_prob"], arrays["total"], mask)
     length = mask.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        for name, figure in _PE_FIGURES.items():
+        for name, figure in _CHAIN_RULE.items():
             scores[name] = np.where(mask, arrays[figure], 0.0).sum(axis=1) / length
         member_ll = np.where(mask[:, None], arrays["member_log_probs"], 0.0).sum(axis=2)
         peak = member_ll.max(axis=1)
         log_ep = peak + np.log(np.mean(np.exp(member_ll - peak[:, None]), axis=1))
-        scores["ep_total"] = -log_ep / length
+        scores["ep_mc_total"] = -log_ep / length
         rmi = np.maximum(log_ep - member_ll.mean(axis=1), 0.0)  # 0 for one member
-        scores["ep_reverse_mutual_information"] = rmi / length
+        scores["ep_mc_reverse_mutual_information"] = rmi / length
     for name in scores:
         scores[name] = np.where(length > 0, scores[name], np.nan)
     return scores

@@ -108,26 +108,44 @@ def token_uncertainty(member_logits, tokens=None):
     return figures
 
 
-def token_figures_from_log_probs(log_p):
+def token_figures_from_log_probs(log_p, log_weights=None):
     """`token_uncertainty`'s figures from member log-probabilities
     `(batch, members, ..., vocabulary)` (float32, members on axis 1),
     unchecked: the form compiled code calls. Returns a dict of
-    `(batch, ...)` tensors, and `member_entropy` `(batch, members, ...)`."""
-    num_members = ops.shape(log_p)[1]
-    log_mean = ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
+    `(batch, ...)` tensors, and `member_entropy` `(batch, members, ...)`.
+
+    `log_weights`: optional `(batch, members, ...)`, the log of member
+    weights `pi_m` that sum to one over the members (default: uniform,
+    `1 / M`). The figures are then those of the mixture `sum_m pi_m p_m`:
+    total `H[p_w]`, aleatoric `sum_m pi_m H[p_m]`, epistemic
+    `sum_m pi_m KL(p_m || p_w)`, EPKL `sum_m sum_m' pi_m pi_m' KL(p_m ||
+    p_m')` and RMI `sum_m pi_m KL(p_w || p_m)` (still EPKL = MI + RMI).
+    With the weights `P_m(y_<t) / sum_k P_k(y_<t)` of the members'
+    likelihoods of the prefix these are Malinin & Gales' token-level
+    figures of the expectation-of-products ensemble."""
+    if log_weights is None:
+        num_members = ops.shape(log_p)[1]
+        log_weights = ops.zeros_like(log_p[..., 0]) - ops.log(ops.cast(num_members, log_p.dtype))
+    log_w = ops.expand_dims(log_weights, -1)
+    weights = ops.exp(log_w)
+    log_mean = ops.logsumexp(log_p + log_w, axis=1)
     p = ops.exp(log_p)
     p_mean = ops.exp(log_mean)
     member_entropy = -ops.sum(_xlogy(p, log_p), axis=-1)
-    mean_log_p = ops.mean(log_p, axis=1)
-    # KL(p_m || p̄) and the EPKL term per member, summed term by term.
+    mean_log_p = ops.sum(weights * log_p, axis=1)
+    # KL(p_m || p_w) and the EPKL term per member, summed term by term.
     mutual = _xlogy(p, log_p - ops.expand_dims(log_mean, 1))
     pairwise = _xlogy(p, log_p - ops.expand_dims(mean_log_p, 1))
     reverse = _xlogy(p_mean, log_mean - mean_log_p)
+
+    def over_members(x):
+        return ops.sum(weights[..., 0] * x, axis=1)
+
     return {
         "total": -ops.sum(_xlogy(p_mean, log_mean), axis=-1),
-        "aleatoric": ops.mean(member_entropy, axis=1),
-        "epistemic": ops.maximum(ops.mean(ops.sum(mutual, axis=-1), axis=1), 0.0),
-        "expected_pairwise_kl": ops.maximum(ops.mean(ops.sum(pairwise, axis=-1), axis=1), 0.0),
+        "aleatoric": over_members(member_entropy),
+        "epistemic": ops.maximum(over_members(ops.sum(mutual, axis=-1)), 0.0),
+        "expected_pairwise_kl": ops.maximum(over_members(ops.sum(pairwise, axis=-1)), 0.0),
         "reverse_mutual_information": ops.maximum(ops.sum(reverse, axis=-1), 0.0),
         "max_probability": ops.amax(p_mean, axis=-1),  # Keras' torch `max` breaks dynamo
         "member_entropy": member_entropy,

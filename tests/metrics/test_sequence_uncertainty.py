@@ -15,6 +15,14 @@ def generation(rng, members=3, batch=3, length=7):
     mask = np.zeros((batch, length), bool)
     mask[0, 2:6] = True
     mask[1] = True
+    # Expectation of products: members weighted by their likelihood of
+    # the generated tokens before each position.
+    taken = np.where(mask[:, None], figures["member_log_probs"], 0.0)
+    prefix = np.cumsum(taken, axis=-1) - taken
+    weights = np.exp(prefix) / np.exp(prefix).sum(axis=1, keepdims=True)
+    ep = np_token_figures(logits, tokens, weights=weights)
+    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+        figures["ep_" + name] = ep[name]
     out = {"generated_mask": mask}
     for name, value in figures.items():
         where = mask[:, None] if value.ndim == 3 else mask
@@ -40,16 +48,17 @@ def reference(out, member=None):
             "max_token_entropy": h.max(),
         }
         if member is None:
-            for name, figure in [("pe_total", "total"), ("pe_data", "aleatoric"),
-                                 ("pe_mutual_information", "epistemic"),
-                                 ("pe_expected_pairwise_kl", "expected_pairwise_kl"),
-                                 ("pe_reverse_mutual_information", "reverse_mutual_information")]:
-                row_scores[name] = np.mean([out[figure][row, t] for t in ts])
+            for name, figure in [("total", "total"), ("data", "aleatoric"),
+                                 ("mutual_information", "epistemic"),
+                                 ("expected_pairwise_kl", "expected_pairwise_kl"),
+                                 ("reverse_mutual_information", "reverse_mutual_information")]:
+                row_scores["pe_" + name] = np.mean([out[figure][row, t] for t in ts])
+                row_scores["ep_" + name] = np.mean([out["ep_" + figure][row, t] for t in ts])
             ll = [sum(float(out["member_log_probs"][row, m, t]) for t in ts)
                   for m in range(out["member_log_probs"].shape[1])]
             log_ep = np.log(np.mean(np.exp(ll)))
-            row_scores["ep_total"] = -log_ep / len(ts)
-            row_scores["ep_reverse_mutual_information"] = (log_ep - np.mean(ll)) / len(ts)
+            row_scores["ep_mc_total"] = -log_ep / len(ts)
+            row_scores["ep_mc_reverse_mutual_information"] = (log_ep - np.mean(ll)) / len(ts)
         scores[row] = row_scores
     return scores
 
@@ -60,7 +69,9 @@ def test_every_estimator_equals_a_loop_over_the_generated_tokens(rng):
     assert sorted(scores) == sorted(
         ("maximum_sequence_probability", "perplexity", "mean_token_entropy", "max_token_entropy",
          "pe_total", "pe_data", "pe_mutual_information", "pe_expected_pairwise_kl",
-         "pe_reverse_mutual_information", "ep_total", "ep_reverse_mutual_information")
+         "pe_reverse_mutual_information", "ep_total", "ep_data", "ep_mutual_information",
+         "ep_expected_pairwise_kl", "ep_reverse_mutual_information", "ep_mc_total",
+         "ep_mc_reverse_mutual_information")
     )
     expected = reference(out)
     for name, values in scores.items():
@@ -68,12 +79,14 @@ def test_every_estimator_equals_a_loop_over_the_generated_tokens(rng):
         for row in (0, 1):
             assert values[row] == pytest.approx(expected[row][name], rel=1e-5, abs=1e-6), (name, row)
         assert np.isnan(values[2]), name  # nothing generated
-    np.testing.assert_allclose(
-        scores["pe_expected_pairwise_kl"][:2],
-        scores["pe_mutual_information"][:2] + scores["pe_reverse_mutual_information"][:2],
-        atol=1e-5,
-    )
-    assert (scores["ep_reverse_mutual_information"][:2] > 0).all()
+    for kind in ("pe", "ep"):
+        np.testing.assert_allclose(
+            scores[f"{kind}_expected_pairwise_kl"][:2],
+            scores[f"{kind}_mutual_information"][:2] + scores[f"{kind}_reverse_mutual_information"][:2],
+            atol=1e-5,
+        )
+    assert (scores["ep_mc_reverse_mutual_information"][:2] > 0).all()
+    assert np.abs(scores["ep_mutual_information"] - scores["pe_mutual_information"])[:2].max() > 1e-4
     # One member's baselines.
     member = ez.metrics.sequence_uncertainty(out, member=1)
     assert sorted(member) == sorted(
@@ -88,10 +101,11 @@ def test_one_member_has_zero_ensemble_divergences(rng):
     scores = ez.metrics.sequence_uncertainty(generation(rng, members=1))
     # The PE measures average the token figures (0 up to the float64
     # reference's round-off here; exactly 0 from `ez.ops.token_uncertainty`).
-    for name in ("pe_mutual_information", "pe_expected_pairwise_kl", "pe_reverse_mutual_information"):
-        np.testing.assert_allclose(scores[name][:2], 0.0, atol=1e-12, err_msg=name)
-    assert (scores["ep_reverse_mutual_information"][:2] == 0.0).all()
-    np.testing.assert_allclose(scores["ep_total"][:2], scores["perplexity"][:2], rtol=1e-6)
+    for kind in ("pe", "ep"):
+        for name in ("mutual_information", "expected_pairwise_kl", "reverse_mutual_information"):
+            np.testing.assert_allclose(scores[f"{kind}_{name}"][:2], 0.0, atol=1e-12, err_msg=name)
+    assert (scores["ep_mc_reverse_mutual_information"][:2] == 0.0).all()
+    np.testing.assert_allclose(scores["ep_mc_total"][:2], scores["perplexity"][:2], rtol=1e-6)
 
 
 def test_bad_outputs_are_clear_errors(rng):

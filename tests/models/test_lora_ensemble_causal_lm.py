@@ -109,10 +109,28 @@ def test_member_logits_equal_the_model_with_each_members_merged_kernels(pair):
 
 
 #: The per-position figures of `generate` and `score_uncertainty`.
+EP_FIGURES = (
+    "ep_total", "ep_aleatoric", "ep_epistemic", "ep_expected_pairwise_kl",
+    "ep_reverse_mutual_information",
+)
 POSITION_FIGURES = (
     "total", "aleatoric", "epistemic", "expected_pairwise_kl",
     "reverse_mutual_information", "max_probability", "log_prob",
-)
+) + EP_FIGURES
+
+
+def with_ep_reference(ref, member_logits, tokens, counted):
+    """Adds the expectation-of-products figures to a reference: members
+    weighted by the softmax of their log-likelihoods of the counted
+    tokens before each position."""
+    taken = np.where(counted[:, None], ref["member_log_probs"], 0.0)
+    prefix = np.cumsum(taken, axis=-1) - taken
+    weights = np.exp(prefix - prefix.max(axis=1, keepdims=True))
+    weights /= weights.sum(axis=1, keepdims=True)
+    ep = np_token_figures(member_logits, tokens, weights=weights)
+    for name in EP_FIGURES:
+        ref[name] = ep[name[len("ep_"):]]
+    return ref
 MEMBER_FIGURES = ("member_log_probs", "member_entropy")
 
 
@@ -129,18 +147,24 @@ def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
     np.testing.assert_array_equal(generated, ~PROMPT["padding_mask"])
     member_logits = to_np(ensemble({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
     ref = np_token_figures(member_logits[:, :, :-1], tokens[:, 1:])
-    scored = ensemble.score_uncertainty(tokens, chunk_size=2)
+    ref = with_ep_reference(ref, member_logits[:, :, :-1], tokens[:, 1:], generated[:, 1:])
+    scored = ensemble.score_uncertainty(tokens, chunk_size=2, prompt_mask=PROMPT["padding_mask"])
     for name in POSITION_FIGURES + MEMBER_FIGURES:
         mask = generated[:, None, 1:] if name in MEMBER_FIGURES else generated[:, 1:]
         expected = np.where(mask, ref[name], 0.0)
         np.testing.assert_allclose(out[name][..., 1:], expected, atol=1e-5, err_msg=name)
         np.testing.assert_allclose(scored[name][..., 1:], ref[name], atol=1e-5, err_msg=name)
     np.testing.assert_allclose(out["total"], out["aleatoric"] + out["epistemic"], atol=1e-6)
-    np.testing.assert_allclose(
-        out["expected_pairwise_kl"],
-        out["epistemic"] + out["reverse_mutual_information"], atol=1e-5,
-    )
+    for prefix in ("", "ep_"):
+        np.testing.assert_allclose(
+            out[prefix + "expected_pairwise_kl"],
+            out[prefix + "epistemic"] + out[prefix + "reverse_mutual_information"], atol=1e-5,
+        )
     assert out["epistemic"][generated].min() > 0.0
+    # The first generated token: no prefix yet, both ensembles agree.
+    first = generated & ~np.roll(generated, 1, axis=1)
+    np.testing.assert_allclose(out["ep_epistemic"][first], out["epistemic"][first], atol=1e-6)
+    assert np.abs(out["ep_epistemic"] - out["epistemic"])[generated].max() > 1e-6
     # Sequence level: sums over the generated tokens.
     np.testing.assert_allclose(out["log_likelihood"], out["log_prob"].sum(-1), rtol=1e-6)
     ll = out["member_log_likelihoods"].astype("float64")
@@ -197,8 +221,8 @@ SAMPLERS = {
 def check_figures_against_teacher_forcing(ensemble, out, atol=1e-5):
     """The figures `generate` returned equal `score_uncertainty` on the
     ids it returned, at every generated position, and zero elsewhere."""
-    scored = ensemble.score_uncertainty(out["token_ids"])
     generated = out["generated_mask"]
+    scored = ensemble.score_uncertainty(out["token_ids"], prompt_mask=~generated)
     assert generated.any()
     for name in POSITION_FIGURES + MEMBER_FIGURES:
         mask = generated[:, None] if name in MEMBER_FIGURES else generated

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 
@@ -46,8 +47,6 @@ def test_one_member_has_zero_divergences_and_low_precision_is_computed_in_float3
     np.testing.assert_allclose(got["total"], got["aleatoric"], atol=1e-6)
     # bfloat16 logits: the figures are float32 and equal the float64
     # reference on the same (rounded) logits.
-    import keras
-
     rounded = keras.ops.cast(keras.ops.convert_to_tensor(logits * 8), "bfloat16")
     low = figures(rounded)
     assert low["total"].dtype == np.float32
@@ -89,3 +88,26 @@ def test_bad_input_is_a_clear_error(rng):
         ez.ops.token_uncertainty(logits, np.full((2, 4), 10))
     with pytest.raises(TypeError, match="integer"):
         ez.ops.token_uncertainty(logits, np.zeros((2, 4), "float32"))
+
+
+def test_weighted_members_give_the_mixtures_figures(rng):
+    """Member weights (the expectation-of-products ensemble's, from prefix
+    likelihoods): the figures of the mixture `sum_m pi_m p_m`, with EPKL =
+    MI + RMI still; uniform weights give the unweighted figures."""
+    from ensemble_zoo.ops.token_uncertainty import token_figures_from_log_probs
+
+    logits = (rng.normal(size=(2, 3, 4, 20)) * 2).astype("float32")
+    weights = rng.dirichlet(np.ones(3), size=(2, 4)).transpose(0, 2, 1).astype("float32")
+    log_p = keras.ops.log_softmax(keras.ops.convert_to_tensor(logits), axis=-1)
+    got = {k: to_np(v) for k, v in token_figures_from_log_probs(log_p, np.log(weights)).items()}
+    expected = np_token_figures(logits, weights=weights)
+    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(
+        got["expected_pairwise_kl"], got["epistemic"] + got["reverse_mutual_information"], atol=1e-5
+    )
+    uniform = np.log(np.full((2, 3, 4), 1 / 3, "float32"))
+    plain = figures(logits)
+    weighted = {k: to_np(v) for k, v in token_figures_from_log_probs(log_p, uniform).items()}
+    for name in ("total", "epistemic", "reverse_mutual_information"):
+        np.testing.assert_allclose(weighted[name], plain[name], atol=1e-6, err_msg=name)

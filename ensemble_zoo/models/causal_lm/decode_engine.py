@@ -49,6 +49,7 @@ from ensemble_zoo.models.causal_lm.generation_outputs import output_padding_mask
 from ensemble_zoo.models.causal_lm.member_rows import merge_members
 from ensemble_zoo.models.causal_lm.member_rows import repeat_rows
 from ensemble_zoo.models.causal_lm.member_rows import split_members
+from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.utils.workarounds import zoo_workarounds
 
@@ -158,11 +159,28 @@ def loop_step(model, sampler):
                 ops.take(prompt_mask, index, axis=1), ops.take(prompt, index, axis=1), next_token
             )
             prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
-            row = model._figures(member_logits, next_token, member_hidden[:, :, 0])
+            row = model._figures(
+                member_logits, next_token, member_hidden[:, :, 0],
+                _prefix_log_likelihoods(figures, index, prompt_mask, model.num_members),
+            )
             figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
         return prompt, cache, index + 1, figures
 
     return step
+
+
+def _prefix_log_likelihoods(figures, index, prompt_mask, num_members):
+    """Each member's log-likelihood `(batch, members)` of the tokens
+    generated before `index`, read from the figures already written (the
+    members' log-probability columns; prompt positions do not count):
+    the expectation-of-products weights of the token at `index`."""
+    start = len(FIGURES)
+    member = figures[:, :, start : start + num_members]  # (batch, length, members)
+    positions = ops.arange(ops.shape(figures)[1])
+    before = ops.logical_and(
+        ops.expand_dims(positions < index, 0), ops.logical_not(prompt_mask)
+    )
+    return ops.sum(ops.where(ops.expand_dims(before, -1), member, 0.0), axis=1)
 
 
 def _start(padding_mask):
@@ -212,7 +230,7 @@ def generate_batch(model, sampler, inputs, stop_token_ids, step=None):
             hidden_states=hidden,
             model=model,
         )
-        figures = model._teacher_forced_figures(token_ids)
+        figures = model._teacher_forced_figures(token_ids, prompt_mask)
     else:
         figures = ops.zeros((batch, length, model._num_figures), "float32")
         loop_vars = (token_ids, cache, index, figures)

@@ -87,9 +87,8 @@ def uncertainty_outputs(batch, num_members):
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)
     out["member_log_likelihoods"] = member_ll
-    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl",
-                 "reverse_mutual_information", "loss_prediction"):
-        if name not in out:
+    for name in FIGURES[: FIGURES.index("log_prob")] + ("loss_prediction",):
+        if name == "max_probability" or name not in out:
             continue
         out[f"mean_{name}"] = out[name].sum(axis=-1) / count
     peak = member_ll.max(axis=1, keepdims=True)

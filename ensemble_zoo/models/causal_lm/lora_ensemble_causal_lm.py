@@ -41,6 +41,7 @@ from ensemble_zoo.models.causal_lm.member_rows import split_members
 from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
+from ensemble_zoo.ops.token_uncertainty import token_log_probs
 from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_preprocessor
@@ -410,34 +411,51 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             decoders[key] = (self.sampler, function)  # the sampler keeps its id
         return decoders[key][1]
 
-    def _teacher_forced_figures(self, token_ids):
+    def _teacher_forced_figures(self, token_ids, prompt_mask=None):
         """`(batch, length, figures)`: position `t > 0` holds the figures
-        of token `t` given tokens `< t` (position 0: zeros)."""
-        return self._chunked_figures(token_ids, ops.ones_like(token_ids, dtype="bool"))
+        of token `t` given tokens `< t` (position 0: zeros); the
+        expectation-of-products weights count the tokens outside
+        `prompt_mask`."""
+        return self._chunked_figures(
+            token_ids, ops.ones_like(token_ids, dtype="bool"), prompt_mask=prompt_mask
+        )
 
-    def _chunked_figures(self, token_ids, padding_mask, chunk_size=128):
+    def _chunked_figures(self, token_ids, padding_mask, chunk_size=128, prompt_mask=None):
         """Teacher-forced figures `(batch, length, figures)` (position 0:
         zeros): the backbone runs once over the sequence, the vocabulary
         projection and the figures `chunk_size` positions at a time, so
         that the member logits `(batch, members, tokens, vocabulary)` are
-        never held whole."""
+        never held whole. The members' prefix log-likelihoods (the
+        expectation-of-products weights) sum the tokens at positions
+        `>= 1` inside `padding_mask` and outside `prompt_mask`, carried
+        from chunk to chunk."""
         tiled = {
             "token_ids": repeat_rows(token_ids, self.num_members),
             "padding_mask": repeat_rows(padding_mask, self.num_members),
         }
         hidden = self.backbone(tiled, training=False)
         length = int(token_ids.shape[1])
-        chunks = [ops.zeros((ops.shape(token_ids)[0], 1, self._num_figures), "float32")]
+        counted = ops.cast(padding_mask, "float32")
+        if prompt_mask is not None:
+            counted = counted * (1.0 - ops.cast(prompt_mask, "float32"))
+        batch = ops.shape(token_ids)[0]
+        chunks = [ops.zeros((batch, 1, self._num_figures), "float32")]
+        prefix = ops.zeros((batch, self.num_members), "float32")
         for start in range(0, length - 1, chunk_size):
             stop = min(start + chunk_size, length - 1)
             part = hidden[:, start:stop]
             member_logits = split_members(
                 self.backbone.token_embedding(part, reverse=True), self.num_members
             )
+            tokens = token_ids[:, start + 1 : stop + 1]
+            log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
+            taken = token_log_probs(log_p, tokens)["member_log_probs"]
+            taken = taken * ops.expand_dims(counted[:, start + 1 : stop + 1], 1)
+            before = ops.expand_dims(prefix, -1) + ops.cumsum(taken, axis=-1) - taken
+            prefix = prefix + ops.sum(taken, axis=-1)
             chunks.append(
                 self._figures(
-                    member_logits, token_ids[:, start + 1 : stop + 1],
-                    split_members(part, self.num_members),
+                    member_logits, tokens, split_members(part, self.num_members), before
                 )
             )
         return ops.concatenate(chunks, axis=1)
@@ -449,10 +467,10 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         attached."""
         return len(FIGURES) + 2 * self.num_members + (self.loss_predictor is not None)
 
-    def _figures(self, member_logits, tokens, member_hidden):
+    def _figures(self, member_logits, tokens, member_hidden, prefix_log_likelihoods):
         """`token_figures`, and the attached loss predictor's prediction
         (the mean over members of its head on each member's hidden state)."""
-        figures = token_figures(member_logits, tokens)
+        figures = token_figures(member_logits, tokens, prefix_log_likelihoods)
         if self.loss_predictor is None:
             return figures
         predicted = ops.mean(self.loss_predictor.head(member_hidden), axis=1)
@@ -526,16 +544,20 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 and per position the figures of
                 `ensemble_zoo.ops.token_uncertainty` (`total`,
                 `aleatoric`, `epistemic`, `expected_pairwise_kl`,
-                `reverse_mutual_information` in nats, `max_probability`),
+                `reverse_mutual_information` in nats, `max_probability`;
+                and `ep_total`, `ep_aleatoric`, `ep_epistemic`,
+                `ep_expected_pairwise_kl`, `ep_reverse_mutual_information`,
+                the same measures of the expectation-of-products ensemble,
+                whose members are weighted by their likelihood of the
+                answer so far),
                 `log_prob` (the token under the ensemble),
                 `member_log_probs` and `member_entropy` `(batch, members,
                 length)`, all zero outside `generated_mask`; and per
                 sequence `log_likelihood` (sum of `log_prob`),
-                `member_log_likelihoods` `(batch, members)`, `mean_total`,
-                `mean_aleatoric`, `mean_epistemic`,
-                `mean_expected_pairwise_kl`,
-                `mean_reverse_mutual_information` (means over the
-                generated tokens) and
+                `member_log_likelihoods` `(batch, members)`, `mean_<f>`
+                for each of those uncertainty figures `f` (`mean_total`,
+                `mean_ep_epistemic`, ...: means over the generated
+                tokens) and
                 `sequence_epistemic`, `log mean_m exp(l_m) - mean_m l_m`
                 of the members' sequence log-likelihoods `l_m` (>= 0).
                 With a loss predictor attached (`attach_loss_predictor`),
@@ -599,7 +621,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         }
         return {"output": output, **uncertainty_outputs(merged, self.num_members)}
 
-    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128):
+    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128, prompt_mask=None):
         """Per-token uncertainty of given text, teacher-forced.
 
         The backbone runs once over the sequence; the vocabulary
@@ -612,12 +634,18 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             padding_mask: optional bool array `(batch, length)` (default:
                 all true).
             chunk_size: int, positions per chunk.
+            prompt_mask: optional bool array `(batch, length)`, the prompt
+                tokens: they are not part of the answer whose members'
+                likelihoods weigh the expectation-of-products figures
+                (`ep_*`). Pass the prompts' mask to reproduce `generate`'s
+                figures; by default every token from position 1 counts.
 
         Returns:
             dict of NumPy arrays: the figures of `generate(...,
             return_uncertainty=True)` per position (`total`, `aleatoric`,
             `epistemic`, `expected_pairwise_kl`,
-            `reverse_mutual_information`, `max_probability`, `log_prob`
+            `reverse_mutual_information`, `max_probability`, their
+            expectation-of-products `ep_*` versions, `log_prob`
             `(batch, length)`; `member_log_probs` and `member_entropy`
             `(batch, members, length)`; and `loss_prediction` with a loss
             predictor attached): position `t` holds the figures of token
@@ -627,11 +655,20 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         token_ids, padding_mask = check_token_batch(
             token_ids, padding_mask, self.backbone.vocabulary_size, min_length=2
         )
+        if prompt_mask is not None:
+            prompt_mask = np.asarray(prompt_mask)
+            if prompt_mask.dtype != bool or prompt_mask.shape != np.shape(token_ids):
+                raise ValueError(
+                    "`prompt_mask` must be a bool array of the shape of `token_ids` "
+                    f"{np.shape(token_ids)}; got dtype {prompt_mask.dtype} and shape "
+                    f"{prompt_mask.shape}."
+                )
+            prompt_mask = ops.convert_to_tensor(prompt_mask, "bool")
         valid = np.array(padding_mask, bool)
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         padding_mask = ops.convert_to_tensor(padding_mask, "bool")
         figures = ops.convert_to_numpy(
-            self._chunked_figures(token_ids, padding_mask, chunk_size)
+            self._chunked_figures(token_ids, padding_mask, chunk_size, prompt_mask)
         )
         valid[:, 0] = False
         return token_outputs(figures, valid, self.num_members)

@@ -3,9 +3,15 @@
 One function serves the compiled decode loop (one position at a time) and
 teacher-forced scoring (a chunk of positions): from member logits over
 the vocabulary it computes, per position, the token-level figures of
-`ensemble_zoo.ops.token_uncertainty` and the log-probability of a given
-token under the ensemble and under each member, packed along one last
-axis so that the loop carries one array.
+`ensemble_zoo.ops.token_uncertainty` for the two ensembles of Malinin &
+Gales ("Uncertainty estimation in autoregressive structured prediction",
+arXiv:2002.07650): the product of expectations, whose next-token
+distribution is the members' mean (`total`, `aleatoric`, ...), and the
+expectation of products, whose next-token distribution weighs each member
+by its likelihood of the answer so far (`ep_total`, `ep_aleatoric`, ...);
+then the log-probability of the taken token under the ensemble and under
+each member, packed along one last axis so that the loop carries one
+array.
 """
 
 from keras import ops
@@ -15,27 +21,40 @@ from ensemble_zoo.ops.token_uncertainty import ensemble_log_probs
 from ensemble_zoo.ops.token_uncertainty import token_figures_from_log_probs
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
 
+#: The expectation-of-products figures (the same measures, members
+#: weighted by their likelihood of the prefix).
+EP_FIGURES = tuple(
+    "ep_" + name
+    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information")
+)
 #: The per-token figures, in the order of `token_figures`' last axis
 #: (then one log-probability per member, then one entropy per member).
-FIGURES = TOKEN_FIGURES + ("log_prob",)
+FIGURES = TOKEN_FIGURES + EP_FIGURES + ("log_prob",)
 
 
-def token_figures(member_logits, tokens):
+def token_figures(member_logits, tokens, prefix_log_likelihoods):
     """Uncertainty figures of `tokens` under an ensemble of members.
 
     Args:
         member_logits: float tensor `(batch, members, ..., vocabulary)`.
         tokens: int tensor `(batch, ...)`, the token taken at each
             position.
+        prefix_log_likelihoods: float tensor `(batch, members, ...)`, each
+            member's log-likelihood of the generated tokens before each
+            position (0 at the first generated token): the
+            expectation-of-products weights are their softmax over members.
 
     Returns:
         float32 tensor `(batch, ..., len(FIGURES) + 2 * members)`: the
-        `FIGURES` (`ensemble_zoo.ops.token_uncertainty`'s figures, then
-        the token's log-probability under the ensemble), the token's
-        log-probability under each member, then each member's entropy.
+        `FIGURES`, the token's log-probability under each member, then
+        each member's entropy.
     """
     log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
     figures = token_figures_from_log_probs(log_p)
+    weights = ops.log_softmax(ops.cast(prefix_log_likelihoods, "float32"), axis=1)
+    weighted = token_figures_from_log_probs(log_p, weights)
+    for name in EP_FIGURES:
+        figures[name] = weighted[name[len("ep_"):]]
     figures.update(token_log_probs(log_p, tokens))
     scalars = ops.stack([figures[name] for name in FIGURES], axis=-1)
     per_member = [
