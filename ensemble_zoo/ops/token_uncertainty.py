@@ -39,12 +39,11 @@ arrays, for member logits from any model.
 import keras
 from keras import ops
 
+from ensemble_zoo.ops.uncertainty import _xlogy
+from ensemble_zoo.ops.uncertainty import checked_member_tensor
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import as_tensor
-from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_logits
-from ensemble_zoo.utils.validation import check_nonempty_axes
-from ensemble_zoo.utils.validation import check_rank
 
 #: The per-position figures of one distribution per member, in the order
 #: the decode loop records them.
@@ -92,11 +91,9 @@ def token_uncertainty(member_logits, tokens=None):
     # EPKL = mutual information + reverse mutual information
     ```
     """
-    x = as_tensor(member_logits, "member_logits")
-    shape = check_rank(x, 4, "member_logits", _LAYOUT)
-    check_nonempty_axes(shape, "member_logits", _LAYOUT, {1: "member", 3: "vocabulary"})
-    check_floating(x, "member_logits")
-    values = backend_utils.concrete_value(x)
+    x, shape, values = checked_member_tensor(
+        member_logits, _LAYOUT, {1: "member", 3: "vocabulary"}
+    )
     if values is not None:
         check_logits(values, "member_logits")
     log_p = ops.log_softmax(ops.cast(x, "float32"), axis=-1)
@@ -169,12 +166,6 @@ def ensemble_log_probs(log_p):
     """`log mean_m p_m` from member log-probabilities (members on axis 1)."""
     num_members = ops.shape(log_p)[1]
     return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
-
-
-def _xlogy(p, log_ratio):
-    """`p * log_ratio` with `0 * anything = 0` (a token of probability 0
-    contributes nothing, even where the log-ratio is infinite)."""
-    return ops.where(p == 0, ops.zeros_like(p), p * log_ratio)
 
 
 def _checked_tokens(tokens, shape):

@@ -33,14 +33,22 @@ from ensemble_zoo.utils.validation import check_rank
 _LAYOUT = "(batch, members, classes)"
 
 
+def checked_member_tensor(member_logits, layout, axes):
+    """Validates a public `member_logits` argument of `layout` (a string
+    such as `"(batch, members, classes)"`, whose rank it sets) with the
+    non-empty `axes` (index -> name). Returns the tensor, its static shape
+    and its values where they exist (else `None`)."""
+    x = as_tensor(member_logits, "member_logits")
+    shape = check_rank(x, layout.count(",") + 1, "member_logits", layout)
+    check_nonempty_axes(shape, "member_logits", layout, axes)
+    check_floating(x, "member_logits")
+    return x, shape, backend_utils.concrete_value(x)
+
+
 def _checked_member_outputs(member_logits, from_logits):
     """Validates a public `member_logits` argument; returns it as a tensor."""
     from_logits = check_bool(from_logits, "from_logits")
-    x = as_tensor(member_logits, "member_logits")
-    shape = check_rank(x, 3, "member_logits", _LAYOUT)
-    check_nonempty_axes(shape, "member_logits", _LAYOUT, {1: "member", 2: "class"})
-    check_floating(x, "member_logits")
-    values = backend_utils.concrete_value(x)
+    x, _, values = checked_member_tensor(member_logits, _LAYOUT, {1: "member", 2: "class"})
     if values is not None:
         if from_logits:
             check_logits(values, "member_logits")
