@@ -285,3 +285,29 @@ def test_index_dispatch_needs_less_memory_than_one_hot():
         memory[dispatcher] = (peak_memory_mb(model, x), peak_memory_mb(model, x, train=True))
     assert memory["indices"][0] < 0.5 * memory["einsum"][0], memory
     assert memory["indices"][1] < 0.6 * memory["einsum"][1], memory
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices; kernel counts are JAX's")
+def test_hydra_profile_stages_compose_to_the_block():
+    """The profile's stages are the block split in two: attention then MLP
+    equals the whole block for the single and the fused model, and every
+    stage gets a time and a kernel count."""
+    sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+    import hydra_profile
+
+    size = hydra_profile.SIZES["tiny"]
+    single, fused = hydra_profile.models(size, "auto")
+    stages = hydra_profile.stage_models(single, fused, size, batch=2)
+    rng = np.random.default_rng(0)
+    _, x = hydra_profile.stage_inputs("block", 2, size, rng)
+    for which, x in enumerate((x[:, 0], x)):
+        attention, mlp, block = (stages[s][which] for s in ("attention", "mlp", "block"))
+        np.testing.assert_allclose(
+            np.asarray(mlp(attention(x))), np.asarray(block(x)), atol=1e-5
+        )
+    rows = hydra_profile.profile("tiny", batch=2, repeats=1, attention="auto")
+    assert [r["stage"] for r in rows] == [
+        "embedding", "attention", "mlp", "block", "block x layers", "whole model"
+    ]
+    assert all(r["fused_kernels"] > 0 for r in rows if r["stage"] != "block x layers")
+    assert rows[-1]["mac_ratio"] == pytest.approx(2.24, abs=0.01)

@@ -35,6 +35,8 @@ from ensemble_zoo.metrics.ensemble_accuracy import EnsembleAccuracy
 from ensemble_zoo.metrics.generation import accuracy_rejection_curve
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
+from ensemble_zoo.metrics.lexical_similarity import lexical_similarity
+from ensemble_zoo.metrics.lexical_similarity import rouge_l
 from ensemble_zoo.metrics.ood import fpr_at_95_tpr
 from ensemble_zoo.metrics.ood import ood_aupr
 from ensemble_zoo.metrics.ood import ood_auroc

@@ -19,7 +19,11 @@ like every uncertainty score here: higher = more uncertain.
   probability is the sum of its answers' likelihoods, `log p(C | x) =
   logsumexp_{s in C} log p(s | x)` (unnormalised, as lm-polygraph's
   `SemanticEntropy` computes it; pass length-normalised log-likelihoods
-  for their length-normalised variant).
+  for their length-normalised variant). Every sampled answer counts, so an
+  answer drawn several times adds its likelihood once per draw, as in
+  lm-polygraph and Kuhn et al.'s code: a class drawn repeatedly can sum to
+  more than 1 and the estimate of a confident prompt can fall below 0. It
+  ranks prompts (higher = more uncertain); it is not a normalised entropy.
 - `number_of_semantic_sets`: Lin et al., "Generating with confidence"
   (arXiv:2305.19187): the number of connected components of the graph
   whose edges join answers equivalent in both directions (as

@@ -659,3 +659,55 @@ def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
     values = {tuple(np.round(to_np(keras.ops.cast(w, "float32")).ravel()[:3], 4))
               for w in lm.backbone.trainable_weights}
     assert tuple(np.round(a.ravel()[:3], 4)) in values
+
+
+def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
+    """Answers are drawn per prompt in one decode; their log-likelihoods are
+    the ensemble's teacher-forced ones, and semantic entropy, the number of
+    sets and lexical similarity equal brute-force computations on them."""
+    family, base, ensemble = pair
+    if family != "gemma":
+        pytest.skip("one family suffices: sampling reuses the engine's loop")
+    randomize_adapters(ensemble, scale=2.0)
+    stop = 11
+    out = ensemble.sample_uncertainty(
+        PROMPT, num_samples=6, stop_token_ids=(stop,),
+        sampler=keras_hub.samplers.RandomSampler(seed=0),
+    )
+    prompts, samples, length = out["token_ids"].shape
+    assert (prompts, samples, length) == (2, 6, 7)
+    for p in range(prompts):
+        mask = PROMPT["padding_mask"][p]
+        np.testing.assert_array_equal(out["token_ids"][p][:, mask], np.tile(PROMPT["token_ids"][p][mask], (6, 1)))
+    flat = out["token_ids"].reshape(prompts * samples, length)
+    generated = out["generated_mask"].reshape(prompts * samples, length)
+    scored = ensemble.score_uncertainty(flat, prompt_mask=~generated)
+    expected_ll = np.where(generated, scored["log_prob"], 0.0).sum(-1).reshape(prompts, samples)
+    np.testing.assert_allclose(out["log_likelihoods"], expected_ll, atol=1e-4)
+    assert len({a for row in out["answers"] for a in row}) > 2  # the samples differ
+    for p, row in enumerate(out["answers"]):
+        for ids, answer, mask in zip(out["token_ids"][p], row, out["generated_mask"][p]):
+            assert answer == tuple(int(t) for t in ids[mask] if t != stop)
+        distinct = sorted(set(row))
+        probability = {a: sum(np.exp(out["log_likelihoods"][p][i]) for i, b in enumerate(row) if b == a) for a in distinct}
+        entropy = -np.mean([np.log(probability[a]) for a in row])
+        np.testing.assert_allclose(out["semantic_entropy"][p], entropy, rtol=1e-6)
+        assert out["number_of_semantic_sets"][p] == len(distinct)
+        lcs = [ez.metrics.rouge_l(a, b) for i, a in enumerate(row) for b in row[i + 1 :]]
+        np.testing.assert_allclose(out["lexical_similarity"][p], -np.mean(lcs))
+    # A callable equivalence: every answer the same meaning -> one set, entropy
+    # the negative log of the total probability.
+    same = ensemble.sample_uncertainty(
+        PROMPT, num_samples=2, equivalence=lambda a, b: True, stop_token_ids=None,
+        sampler=keras_hub.samplers.RandomSampler(seed=1),
+    )
+    np.testing.assert_array_equal(same["number_of_semantic_sets"], [1, 1])
+    np.testing.assert_allclose(
+        same["semantic_entropy"], -np.log(np.exp(same["log_likelihoods"]).sum(1)), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="num_samples"):
+        ensemble.sample_uncertainty(PROMPT, num_samples=1)
+    with pytest.raises(TypeError, match="equivalence"):
+        ensemble.sample_uncertainty(PROMPT, num_samples=2, equivalence="nli")
+    with pytest.raises(TypeError, match="prompts"):
+        ensemble.sample_uncertainty(np.ones((2, 3)), num_samples=2)

@@ -38,6 +38,7 @@ from ensemble_zoo.models.causal_lm.member_rows import RepeatMembers
 from ensemble_zoo.models.causal_lm.member_rows import SplitMembers
 from ensemble_zoo.models.causal_lm.member_rows import repeat_rows
 from ensemble_zoo.models.causal_lm.member_rows import split_members
+from ensemble_zoo.models.causal_lm.sample_uncertainty import sample_uncertainty
 from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
@@ -400,15 +401,17 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         """
         return decode_engine.generate_batch(self, self.sampler, inputs, stop_token_ids)
 
-    def _decode_function(self, stop_token_ids):
-        """The compiled generation of one batch for the current sampler and
-        `stop_token_ids` (a tuple or `None`), built once and kept; `compile`
-        and `attach_loss_predictor` drop the kept ones."""
+    def _decode_function(self, stop_token_ids, sampler=None):
+        """The compiled generation of one batch for `sampler` (the compiled
+        one by default) and `stop_token_ids` (a tuple or `None`), built once
+        and kept; `compile` and `attach_loss_predictor` drop the kept
+        ones."""
+        sampler = self.sampler if sampler is None else sampler
         decoders = self.__dict__.setdefault("_decoders", {})
-        key = (id(self.sampler), stop_token_ids)
+        key = (id(sampler), stop_token_ids)
         if key not in decoders:
-            function = decode_engine.decode_function(self, self.sampler, stop_token_ids)
-            decoders[key] = (self.sampler, function)  # the sampler keeps its id
+            function = decode_engine.decode_function(self, sampler, stop_token_ids)
+            decoders[key] = (sampler, function)  # the sampler keeps its id
         return decoders[key][1]
 
     def _teacher_forced_figures(self, token_ids, prompt_mask=None):
@@ -567,6 +570,16 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         Returns:
             As described for `return_uncertainty`.
         """
+        return self._generate(
+            inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty
+        )
+
+    def _generate(
+        self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
+        sampler=None,
+    ):
+        """`generate` with `sampler` in place of the compiled one (`None`:
+        the compiled one)."""
         return_uncertainty = check_bool(return_uncertainty, "return_uncertainty")
         check_generate_call(self, inputs, max_length, stop_token_ids, strip_prompt)
         if stop_token_ids == "auto":
@@ -582,7 +595,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 stop_token_ids.append(tokenizer.end_token2_id)
         if stop_token_ids is not None:
             stop_token_ids = tuple(int(t) for t in stop_token_ids)
-        decode = self._decode_function(stop_token_ids)
+        decode = self._decode_function(stop_token_ids, sampler)
         batches, input_is_scalar = self._normalize_generate_inputs(inputs)
         outputs, records = [], []
         for batch in batches:
@@ -672,6 +685,58 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         )
         valid[:, 0] = False
         return token_outputs(figures, valid, self.num_members)
+
+    def sample_uncertainty(
+        self,
+        prompts,
+        num_samples=10,
+        equivalence="exact",
+        max_length=None,
+        stop_token_ids="auto",
+        sampler=None,
+        similarity=None,
+    ):
+        """Sampling-based uncertainty per prompt: `num_samples` answers
+        drawn from the ensemble in one batched decode, grouped by meaning.
+
+        See `ensemble_zoo.models.causal_lm.sample_uncertainty` for how the
+        answers are drawn (token by token from the ensemble's predictive
+        distribution, whose sequence likelihood weighs them) and compared.
+
+        Args:
+            prompts: a string or a list of strings (with a preprocessor),
+                or a dict of `token_ids` and `padding_mask`.
+            num_samples: int >= 2.
+            equivalence: `"exact"` (after SQuAD's normalisation) or
+                `callable(first, second) -> bool`, e.g. an NLI model's
+                entailment; equivalent = true both ways.
+            max_length, stop_token_ids: as for `generate`.
+            sampler: a keras-hub sampler; defaults to `RandomSampler`
+                at temperature 1.
+            similarity: `callable(first, second) -> float` for the lexical
+                similarity; defaults to ROUGE-L.
+
+        Returns:
+            dict: `answers`, `log_likelihoods` and
+            `member_log_likelihoods`, `equivalent`, `classes`, and
+            `(prompts,)` arrays `semantic_entropy` (Kuhn et al.),
+            `number_of_semantic_sets` (Lin et al.) and
+            `lexical_similarity` (higher = more uncertain).
+
+        Example:
+
+        ```python
+        import ensemble_zoo as ez
+
+        model = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
+        scores = model.sample_uncertainty(["12+7=", "3+4="], num_samples=8)
+        scores["semantic_entropy"], scores["answers"][0]
+        ```
+        """
+        return sample_uncertainty(
+            self, prompts, num_samples, equivalence, max_length, stop_token_ids,
+            sampler, similarity,
+        )
 
     def get_config(self):
         # Task's config (backbone, preprocessor, name, trainable).

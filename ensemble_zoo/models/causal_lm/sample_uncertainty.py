@@ -1,0 +1,211 @@
+"""Sampling-based uncertainty of a LoRA-Ensemble causal LM.
+
+`sample_uncertainty(model, prompts, num_samples)` draws `num_samples`
+answers per prompt in one batched decode (every prompt repeated
+`num_samples` times, every row run by all members), groups them by
+meaning and scores each prompt with the estimators of
+`ensemble_zoo.metrics.semantic_sets` and `lexical_similarity`.
+
+How the ensemble samples. Each answer is drawn token by token from the
+ensemble's predictive distribution `p̄ = mean_m p_m` (a random sampler
+over what `generate` decodes), so the probability of an answer under the
+distribution it was drawn from is the product of its tokens' `p̄`: the
+log-likelihood that semantic entropy weighs each answer by (Kuhn et al.,
+arXiv:2302.09664, use the likelihood of the model that sampled) is the
+decode loop's `log_likelihood`, exact, with no second pass. Every sample
+sees every member at every token: the members shape each answer together
+rather than each member drawing whole answers of its own, which would
+need one KV stream per member and answer and a teacher-forced pass for
+the mixture's likelihood. The members' own sequence log-likelihoods of
+each answer come with it (`member_log_likelihoods`).
+
+Equivalence. `"exact"` compares answers after SQuAD's normalisation
+(lower case, punctuation and the articles a / an / the removed,
+whitespace collapsed; on token ids, the generated ids without the stop
+token); any `callable(first, second) -> bool` (for instance an NLI model's
+"first entails second") is called on every ordered pair of a prompt's
+answers, and two answers are equivalent when it holds both ways.
+"""
+
+import re
+import string
+
+import keras_hub
+import numpy as np
+
+from ensemble_zoo.metrics.lexical_similarity import lexical_similarity
+from ensemble_zoo.metrics.semantic_sets import number_of_semantic_sets
+from ensemble_zoo.metrics.semantic_sets import semantic_classes
+from ensemble_zoo.metrics.semantic_sets import semantic_entropy
+from ensemble_zoo.utils.validation import check_positive_int
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(answer):
+    """SQuAD's answer normalisation: lower case, no punctuation, no
+    articles, single spaces. Token-id answers (tuples) are returned as
+    they are."""
+    if not isinstance(answer, str):
+        return answer
+    answer = _ARTICLES.sub(" ", answer.lower().translate(_PUNCTUATION))
+    return " ".join(answer.split())
+
+
+def equivalence_matrix(answers, equivalence="exact"):
+    """`(prompts, samples, samples)` bool: `[p, i, j]` whether answer `i`
+    of prompt `p` is equivalent to answer `j` (see the module docstring);
+    the diagonal is true."""
+    if equivalence == "exact":
+        def equivalence(first, second):
+            return normalize_answer(first) == normalize_answer(second)
+    elif not callable(equivalence):
+        raise TypeError(
+            '`equivalence` must be "exact" or a callable(first, second) -> bool; '
+            f"got {equivalence!r}."
+        )
+    prompts, samples = len(answers), len(answers[0])
+    out = np.eye(samples, dtype=bool)[None].repeat(prompts, axis=0)
+    for p, row in enumerate(answers):
+        for i in range(samples):
+            for j in range(samples):
+                if i != j:
+                    out[p, i, j] = bool(equivalence(row[i], row[j]))
+    return out
+
+
+def _repeat_prompts(prompts, num_samples):
+    """The prompts, each repeated `num_samples` times in a row, and their
+    count."""
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if isinstance(prompts, dict):
+        if set(prompts) != {"token_ids", "padding_mask"}:
+            raise ValueError(
+                "`prompts` given as a dict must hold `token_ids` and `padding_mask` "
+                f"(batch, length); got keys {sorted(prompts)}."
+            )
+        arrays = {k: np.asarray(v) for k, v in prompts.items()}
+        if arrays["token_ids"].ndim != 2:
+            raise ValueError(
+                "`prompts['token_ids']` must be (batch, length); got shape "
+                f"{arrays['token_ids'].shape}."
+            )
+        count = arrays["token_ids"].shape[0]
+        return {k: np.repeat(v, num_samples, axis=0) for k, v in arrays.items()}, count
+    if isinstance(prompts, (list, tuple)) and prompts and all(
+        isinstance(p, str) for p in prompts
+    ):
+        return [p for p in prompts for _ in range(num_samples)], len(prompts)
+    raise TypeError(
+        "`prompts` must be a string, a non-empty list of strings (with a "
+        "preprocessor attached) or a dict of `token_ids` and `padding_mask`; "
+        f"got {type(prompts).__name__}."
+    )
+
+
+def _answers(outputs, stop_token_ids):
+    """Answers as the model returned them: strings with a preprocessor,
+    otherwise tuples of the generated token ids without stop tokens."""
+    output = outputs["output"]
+    if not isinstance(output, dict):
+        return [a.decode() if isinstance(a, bytes) else str(a) for a in output]
+    stops = set(stop_token_ids or ())
+    return [
+        tuple(int(t) for t in ids[mask] if int(t) not in stops)
+        for ids, mask in zip(outputs["token_ids"], outputs["generated_mask"])
+    ]
+
+
+def default_sampler(model):
+    """The random sampler (temperature 1) `sample_uncertainty` uses by
+    default: one per model, kept with its compiled decoders."""
+    return model.__dict__.setdefault(
+        "_sampling_sampler", keras_hub.samplers.RandomSampler(temperature=1.0)
+    )
+
+
+def sample_uncertainty(
+    model,
+    prompts,
+    num_samples=10,
+    equivalence="exact",
+    max_length=None,
+    stop_token_ids="auto",
+    sampler=None,
+    similarity=None,
+):
+    """Semantic entropy, semantic sets and lexical similarity per prompt.
+
+    See the module docstring for how the answers are drawn and compared.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM`.
+        prompts: a string or a list of strings (the model needs a
+            preprocessor), or a dict of `token_ids` and `padding_mask`
+            `(prompts, length)` as `generate` takes them.
+        num_samples: int >= 2, answers drawn per prompt.
+        equivalence: `"exact"` (default) or `callable(first, second) ->
+            bool`.
+        max_length, stop_token_ids: as for `generate`.
+        sampler: a keras-hub sampler; defaults to `RandomSampler` at
+            temperature 1 (the ensemble's predictive distribution). Pass
+            one with a `seed` to draw the same answers again.
+        similarity: `callable(first, second) -> float` for
+            `lexical_similarity`; defaults to ROUGE-L.
+
+    Returns:
+        dict: `answers`, a list over prompts of `num_samples` answers
+        (strings, or tuples of token ids without a preprocessor);
+        `token_ids` and `generated_mask` `(prompts, samples, length)`, the
+        whole sequences and their generated tokens;
+        `log_likelihoods` `(prompts, samples)`, each answer's log-likelihood
+        under the ensemble; `member_log_likelihoods` `(prompts, samples,
+        members)`; `equivalent` `(prompts, samples, samples)`; `classes`
+        `(prompts, samples)`; and per prompt (higher = more uncertain)
+        `semantic_entropy`, `number_of_semantic_sets` and
+        `lexical_similarity`.
+    """
+    if isinstance(num_samples, bool) or check_positive_int(num_samples, "num_samples") < 2:
+        raise ValueError(
+            f"`num_samples` must be an int >= 2 (answers to compare); got {num_samples!r}."
+        )
+    if equivalence != "exact" and not callable(equivalence):
+        raise TypeError(
+            '`equivalence` must be "exact" or a callable(first, second) -> bool; '
+            f"got {equivalence!r}."
+        )
+    if sampler is None:
+        sampler = default_sampler(model)
+    elif not isinstance(sampler, keras_hub.samplers.Sampler):
+        raise TypeError(f"`sampler` must be a keras-hub `Sampler`; got {sampler!r}.")
+    repeated, count = _repeat_prompts(prompts, num_samples)
+    if stop_token_ids == "auto" and model.preprocessor is not None:
+        tokenizer = model.preprocessor.tokenizer
+        stops = (tokenizer.end_token_id,)
+    else:
+        stops = None if stop_token_ids == "auto" else stop_token_ids
+    outputs = model._generate(
+        repeated, max_length, stop_token_ids, True, True, sampler=sampler
+    )
+    flat = _answers(outputs, stops)
+    answers = [flat[p * num_samples : (p + 1) * num_samples] for p in range(count)]
+    shape = (count, num_samples)
+    log_likelihoods = outputs["log_likelihood"].astype(np.float64).reshape(shape)
+    equivalent = equivalence_matrix(answers, equivalence)
+    classes = semantic_classes(equivalent)
+    return {
+        "answers": answers,
+        "token_ids": outputs["token_ids"].reshape(shape + (-1,)),
+        "generated_mask": outputs["generated_mask"].reshape(shape + (-1,)),
+        "log_likelihoods": log_likelihoods,
+        "member_log_likelihoods": outputs["member_log_likelihoods"]
+        .astype(np.float64)
+        .reshape(shape + (-1,)),
+        "equivalent": equivalent,
+        "classes": classes,
+        "semantic_entropy": semantic_entropy(log_likelihoods, classes),
+        "number_of_semantic_sets": number_of_semantic_sets(equivalent),
+        "lexical_similarity": lexical_similarity(answers, similarity),
+    }
