@@ -3,6 +3,8 @@ the preset leaderboard behind `ensemble-zoo compare`."""
 
 from ensemble_zoo.evaluation import plots
 from ensemble_zoo.evaluation.evaluate import evaluate
+from ensemble_zoo.evaluation.generation_evaluation import GenerationReport
+from ensemble_zoo.evaluation.generation_evaluation import evaluate_generation
 from ensemble_zoo.evaluation.preset_evaluation import Leaderboard
 from ensemble_zoo.evaluation.preset_evaluation import compare_presets
 from ensemble_zoo.evaluation.preset_evaluation import evaluate_preset

@@ -1,102 +1,39 @@
-"""Evaluation of generated answers: accuracy, and how well each
-uncertainty ranks wrong answers and out-of-distribution questions.
+"""The arithmetic task's answer evaluation: `evaluate_generation` on the
+bundled `arithmetic` questions, with the names its presets record.
 
-For a `LoRAEnsembleCausalLM` on a task with checkable answers (the
-bundled `arithmetic`): greedy answers to the in-distribution `test` and
-the `ood` questions, and per answer the mean over its generated tokens
-(answer and end token) of the ensemble's epistemic and total
-uncertainty, of the attached loss predictor's prediction, and of a single
-model's entropy on its own answers (`single_model`, scored on its own
-correctness, reported under the name the caller gives it: the presets'
-evaluation names member 0 alone `member_0`, not the base model). Each
-uncertainty gets the AUROC for wrong answers and the prediction
-rejection ratio on `test` (`ez.metrics.answer_auroc`,
-`prediction_rejection_ratio`), and the AUROC for telling `ood` from
-`test` questions (`ez.metrics.ood_auroc`).
+For a `LoRAEnsembleCausalLM` with the task's preprocessor: greedy answers
+to the 500 in-distribution `test` and 500 `ood` questions, checked by
+`arithmetic.parse_answer`, and every estimator's ranking of the wrong
+answers and of the OOD questions (`evaluate_generation`). The presets'
+metadata records, and `ensemble-zoo list` shows, the report's
+`test_accuracy`, `ood_accuracy` and, under `uncertainty`, the rankings of
+four of those estimators by their historical names: `epistemic` (the
+mean over the answer's tokens of the ensemble's mutual information,
+`pe_mutual_information`), `total` (`pe_total`), `loss_prediction`, and
+`{name}_entropy` for a single model given as `single_model`
+(`{name}: mean_token_entropy`, its entropy on its own answers; the
+presets' evaluation names member 0 alone `member_0`, not the base model).
 """
 
-import json
-import os
-
-import numpy as np
-
 from ensemble_zoo.datasets import arithmetic
-from ensemble_zoo.evaluation.tables import text_table
-from ensemble_zoo.metrics.generation import answer_auroc
-from ensemble_zoo.metrics.generation import prediction_rejection_ratio
-from ensemble_zoo.metrics.ood import ood_auroc
-from ensemble_zoo.utils.progress import progress_bar
-from ensemble_zoo.utils.progress import progress_note
+from ensemble_zoo.evaluation.generation_evaluation import evaluate_generation
 
-#: Per-answer uncertainty scores: the key of `generate`'s output whose
-#: mean over the answer's tokens is the score.
-SCORES = {
-    "epistemic": "mean_epistemic",
-    "total": "mean_total",
-    "loss_prediction": "mean_loss_prediction",
+#: The recorded names: `uncertainty` key -> `evaluate_generation` estimator.
+RECORDED = {
+    "epistemic": "pe_mutual_information",
+    "total": "pe_total",
+    "loss_prediction": "loss_prediction",
 }
 
 
-_GREEDY = []
-
-
-def _greedy_sampler():
-    """One greedy sampler for every call: the decode engine compiles a
-    loop per sampler object, so a new one per call would compile anew."""
-    import keras_hub
-
-    if not _GREEDY:
-        _GREEDY.append(keras_hub.samplers.GreedySampler())
-    return _GREEDY[0]
-
-
-def answer_scores(model, questions, answers, max_length=12):
-    """Greedy answers of `model` and their uncertainty scores.
-
-    Args:
-        model: a `LoRAEnsembleCausalLM` with its preprocessor (it answers
-            greedily here; its compiled state is left as it was).
-        questions, answers: lists of strings.
-        max_length: int, the generation length (prompt included, in
-            tokens).
-
-    Returns:
-        dict: `answers` (the parsed answers), `correct` (bool array) and
-        one float array per available score of `SCORES`.
-    """
-    # Greedy answers, without `compile` (which would reset the caller's
-    # optimizer and loss): the sampler is swapped and put back (the decode
-    # engine compiles one loop per sampler object).
-    previous = model.sampler
-    model.sampler = _greedy_sampler()
-    try:
-        out = model.generate(list(questions), max_length=max_length, return_uncertainty=True)
-    finally:
-        model.sampler = previous
-    given = [arithmetic.parse_answer(text) for text in out["output"]]
-    result = {
-        "answers": given,
-        "correct": np.array([g == a for g, a in zip(given, answers)]),
-    }
-    for name, key in SCORES.items():
-        if key in out:
-            result[name] = np.asarray(out[key], "float64")
-    return result
-
-
-def _ranking(scores_test, correct, scores_ood=None):
-    row = {}
-    if 0 < correct.sum() < correct.size:
-        row["wrong_answer_auroc"] = answer_auroc(scores_test, correct)
-        row["prr"] = prediction_rejection_ratio(scores_test, correct)
-    if scores_ood is not None:
-        row["ood_auroc"] = ood_auroc(scores_test, scores_ood)
-    return row
+def arithmetic_checker(text, answer):
+    """Whether a generated text answers the sum `answer`."""
+    return arithmetic.parse_answer(text) == answer
 
 
 def evaluate_answers(
     model, single_model=None, max_length=12, single_model_name="single_model",
-    progress=True,
+    progress=True, base_model=False, num_samples=0,
 ):
     """Answers and uncertainty rankings on the arithmetic task.
 
@@ -104,7 +41,7 @@ def evaluate_answers(
         model: a `LoRAEnsembleCausalLM` with the task's preprocessor
             (optionally with a loss predictor attached).
         single_model: optional keras-hub `CausalLM` (one model) whose
-            entropy on its own answers is the baseline.
+            estimators on its own answers are baselines.
         max_length: int, generation length in tokens.
         single_model_name: str, what `single_model` is (an identifier):
             its metrics are `f"{single_model_name}_test_accuracy"` and the
@@ -113,93 +50,47 @@ def evaluate_answers(
             passes `"member_0"` for an ensemble's first member alone.
         progress: bool, print a line per stage where stderr is not a
             terminal (`ensemble_zoo.utils.progress`). Defaults to `True`.
+        base_model: bool, also the frozen model the ensemble was built on
+            as a single model (`base_model`). Defaults to `False`.
+        num_samples: int, answers drawn per question for the
+            sampling-based estimators (0, the default: none).
 
     Returns:
-        An `AnswerReport`.
+        A `GenerationReport` named `"answers"`, whose metrics add to
+        `evaluate_generation`'s the recorded names (module docstring):
+        `num_test`, `test_accuracy`, `num_ood`, `ood_accuracy`,
+        `uncertainty`, and with a single model `single_model` (its name)
+        and `{name}_test_accuracy`.
     """
-    from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
-
     if single_model is not None and not str(single_model_name).isidentifier():
         raise ValueError(
             "`single_model_name` must be an identifier such as "
             f"'member_0'; got {single_model_name!r}."
         )
+    singles = {} if single_model is None else {single_model_name: single_model}
+    if base_model:
+        singles["base_model"] = model.base_causal_lm()
     test_q, test_a = arithmetic.load_questions("test")
     ood_q, ood_a = arithmetic.load_questions("ood")
-    splits = {"test": (test_q, test_a), "ood": (ood_q, ood_a)}
-    scored = {}
-    for split in progress_bar(
-        list(splits), desc="answers", enable=progress, name_steps=True,
-        unit="splits",
-    ):
-        scored[split] = answer_scores(model, *splits[split], max_length)
-    test, ood = scored["test"], scored["ood"]
-    metrics = {
-        "num_test": len(test_q),
-        "num_ood": len(ood_q),
-        "test_accuracy": float(test["correct"].mean()),
-        "ood_accuracy": float(ood["correct"].mean()),
-        "uncertainty": {},
-    }
-    for name in SCORES:
+    report = evaluate_generation(
+        model, test_q, test_a, checker=arithmetic_checker, ood_prompts=ood_q,
+        ood_references=ood_a, single_models=singles, num_samples=num_samples,
+        max_length=max_length, progress=progress, name="answers",
+    )
+    m = report.metrics
+    estimators = m["estimators"]
+    m.update(
+        num_test=m["num_prompts"], test_accuracy=m["accuracy"], uncertainty={}
+    )
+    for name, estimator in RECORDED.items():
         if name == "epistemic" and model.num_members == 1:
             continue  # zero for one model
-        if name in test:
-            metrics["uncertainty"][name] = _ranking(test[name], test["correct"], ood[name])
+        if estimator in estimators:
+            m["uncertainty"][name] = estimators[estimator]
     if single_model is not None:
-        # One model as a one-member ensemble with zero adapters (its own
-        # generate, bit for bit): its total uncertainty is its entropy.
-        single = LoRAEnsembleCausalLM.from_keras_hub(single_model, num_members=1, rank=1, seed=0)
-        progress_note(f"answers: {single_model_name} alone", progress)
-        single_test = answer_scores(single, test_q, test_a, max_length)
-        single_ood = answer_scores(single, ood_q, ood_a, max_length)
-        metrics["single_model"] = single_model_name
-        metrics[f"{single_model_name}_test_accuracy"] = float(
-            single_test["correct"].mean()
-        )
-        metrics["uncertainty"][f"{single_model_name}_entropy"] = _ranking(
-            single_test["total"], single_test["correct"], single_ood["total"]
-        )
-    return AnswerReport(metrics)
-
-
-class AnswerReport:
-    """The metrics of `evaluate_answers`, printable and savable.
-
-    Attributes:
-        metrics: dict (`test_accuracy`, `ood_accuracy`, and per
-            uncertainty `wrong_answer_auroc`, `prr`, `ood_auroc`; with a
-            single model, `single_model` naming it, its
-            `{name}_test_accuracy` and the uncertainty `{name}_entropy`).
-    """
-
-    def __init__(self, metrics, name="answers"):
-        self.metrics = metrics
-        self.name = name
-
-    def __str__(self):
-        m = self.metrics
-        lines = [
-            f"{self.name}: test accuracy {m['test_accuracy']:.3f} "
-            f"({m['num_test']} questions), OOD accuracy {m['ood_accuracy']:.3f} "
-            f"({m['num_ood']} questions)",
+        m["single_model"] = single_model_name
+        m[f"{single_model_name}_test_accuracy"] = m["single_models"][single_model_name]["accuracy"]
+        m["uncertainty"][f"{single_model_name}_entropy"] = estimators[
+            f"{single_model_name}: mean_token_entropy"
         ]
-        if "single_model" in m:
-            name = m["single_model"]
-            lines.append(
-                f"{name} alone: test accuracy {m[f'{name}_test_accuracy']:.3f}"
-            )
-        rows = [
-            [name, row.get("wrong_answer_auroc"), row.get("prr"), row.get("ood_auroc")]
-            for name, row in m["uncertainty"].items()
-        ]
-        lines.append(text_table(rows, ["uncertainty", "wrong-answer AUROC", "PRR", "OOD AUROC"]))
-        return "\n".join(lines)
-
-    def save(self, directory):
-        """Writes `report.json` to `directory`; returns its path."""
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, "report.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"name": self.name, "metrics": self.metrics}, f, indent=2, sort_keys=True)
-        return [path]
+    return report

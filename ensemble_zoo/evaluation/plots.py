@@ -10,6 +10,7 @@ import numpy as np
 
 from ensemble_zoo.metrics.classification import calibration_bins
 from ensemble_zoo.metrics.diversity import disagreement
+from ensemble_zoo.metrics.generation import accuracy_rejection_curve
 from ensemble_zoo.metrics.selective import risk_coverage_curve
 
 
@@ -153,22 +154,48 @@ def accuracy_rejection_curves(curves, path, title=None):
     Returns:
         dict mapping each label to `(rejection_rate, accuracy)` arrays.
     """
-    many = len(curves) > LEGEND_INSIDE_MAX
-    figure, axis = _figure(width=8.0 if many else 5.0, height=4.5 if many else 4.0)
     drawn = {}
-    for index, (label, (probs, labels)) in enumerate(curves.items()):
+    for label, (probs, labels) in curves.items():
         coverage, risk = risk_coverage_curve(probs, labels)
-        rejection, accuracy = 1.0 - coverage, 1.0 - risk
+        drawn[label] = (1.0 - coverage, 1.0 - risk)
+    _rejection_plot(drawn, path, title, "rejected fraction (least confident first)",
+                    "accuracy of kept samples")
+    return drawn
+
+
+def answer_rejection_curves(curves, path, title=None):
+    """Accuracy of the kept answers as the most uncertain are rejected.
+
+    Args:
+        curves: dict mapping a label (an estimator) to `(uncertainty,
+            correct)`, `(answers,)` each
+            (`ez.metrics.accuracy_rejection_curve`).
+        path: output PNG path.
+
+    Returns:
+        dict mapping each label to `(rejection_rate, accuracy)` arrays.
+    """
+    drawn = {
+        label: accuracy_rejection_curve(uncertainty, correct)
+        for label, (uncertainty, correct) in curves.items()
+    }
+    _rejection_plot(drawn, path, title, "rejected fraction (most uncertain first)",
+                    "accuracy of kept answers")
+    return drawn
+
+
+def _rejection_plot(drawn, path, title, xlabel, ylabel):
+    many = len(drawn) > LEGEND_INSIDE_MAX
+    figure, axis = _figure(width=8.0 if many else 5.0, height=4.5 if many else 4.0)
+    for index, (label, (rejection, accuracy)) in enumerate(drawn.items()):
         color, style = curve_style(index)
         axis.plot(rejection, accuracy, label=label, color=color, linestyle=style)
-        drawn[label] = (rejection, accuracy)
-    axis.set_xlabel("rejected fraction (least confident first)")
-    axis.set_ylabel("accuracy of kept samples")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
     axis.set_xlim(0, 1)
-    _legend(figure, axis, len(curves))
+    _legend(figure, axis, len(drawn))
     axis.set_title(title or "Accuracy vs. rejection")
     _save(figure, path)
-    return drawn
 
 
 def disagreement_histograms(member_logits, path, title=None):

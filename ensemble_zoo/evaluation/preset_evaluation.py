@@ -88,8 +88,11 @@ def evaluate_preset(
 
     A language-model preset of the bundled `"arithmetic"` task is
     evaluated on its answers instead
-    (`ensemble_zoo.evaluation.answer_evaluation`): accuracy, and how well
-    each uncertainty ranks wrong answers and OOD questions.
+    (`ensemble_zoo.evaluation.answer_evaluation`, built on
+    `evaluate_generation`): accuracy, and how well every estimator (5
+    sampled answers per question for the sampling-based ones) ranks wrong
+    answers and OOD questions, against member 0 alone and the frozen base
+    model.
 
     Args:
         preset: str, a name from `ensemble_zoo.presets.list_presets()`.
@@ -104,8 +107,8 @@ def evaluate_preset(
         data_dir: optional tfds data directory.
 
     Returns:
-        An `EvaluationReport` named after the preset (an `AnswerReport`
-        for the arithmetic presets).
+        An `EvaluationReport` named after the preset (a
+        `GenerationReport` for the arithmetic presets).
     """
     _check_preset(preset)
     own = preset_registry.preset_metadata(preset).get("dataset", "digits")
@@ -153,7 +156,8 @@ def _evaluate_answers_preset(preset, progress=True):
         )
     model.attach_loss_predictor(predictor)
     report = evaluate_answers(
-        model, single_model=single, single_model_name="member_0", progress=progress
+        model, single_model=single, single_model_name="member_0", progress=progress,
+        base_model=single is not None, num_samples=5,
     )
     report.name = preset
     return report

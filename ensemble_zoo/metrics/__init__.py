@@ -33,6 +33,7 @@ from ensemble_zoo.metrics.diversity import entropy
 from ensemble_zoo.metrics.diversity import mutual_information
 from ensemble_zoo.metrics.ensemble_accuracy import EnsembleAccuracy
 from ensemble_zoo.metrics.generation import accuracy_rejection_curve
+from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
 from ensemble_zoo.metrics.lexical_similarity import lexical_similarity

@@ -97,6 +97,32 @@ def accuracy_rejection_curve(uncertainty, correct):
     return (1.0 - kept / correct.shape[0])[::-1], (kept_right / kept)[::-1]
 
 
+def answer_aurc(uncertainty, correct):
+    """Area under the risk-coverage curve of answers (lower is better).
+
+    The selective-prediction measure of `ez.metrics.aurc` with the
+    answers' correctness in place of a classifier's: keep the most certain
+    answers first; at coverage `c` the risk is the share of wrong answers
+    kept; `AURC = sum_k (c_k - c_{k-1}) r_k` over one point per distinct
+    uncertainty (tied answers are kept together).
+
+    Args:
+        uncertainty: `(answers,)` scores, higher = rejected first.
+        correct: `(answers,)` booleans (or 0 / 1).
+
+    Returns:
+        float.
+    """
+    uncertainty, correct = _as_uncertainty_and_quality(
+        uncertainty, correct, "correct", binary=True
+    )
+    confidence = -uncertainty if uncertainty.dtype.kind == "f" else -uncertainty.astype(np.float64)
+    errors, kept_right, _, _ = threshold_counts(confidence, correct == 0.0)
+    kept = errors + kept_right
+    steps = np.diff(np.concatenate([[0.0], kept / correct.shape[0]]))
+    return float(np.sum(steps * errors / kept))
+
+
 def prediction_rejection_ratio(uncertainty, quality):
     """Prediction rejection ratio (PRR), as LM-uncertainty work computes it.
 

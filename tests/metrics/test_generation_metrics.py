@@ -56,6 +56,17 @@ def test_answer_metrics_equal_references(rng, rounding):
     thresholds = np.unique(uncertainty)  # keep u <= t
     np.testing.assert_allclose(rejected, [np.mean(uncertainty > t) for t in thresholds[::-1]])
     np.testing.assert_allclose(accuracy, [correct[uncertainty <= t].mean() for t in thresholds[::-1]])
+    # AURC: the classifier's `aurc` on probabilities whose argmax is right
+    # exactly where the answer is, confidence = -uncertainty; and by hand.
+    probs = np.where(correct[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
+    expected = metrics.aurc(probs, np.zeros(7, int), confidence=-uncertainty)
+    assert metrics.answer_aurc(uncertainty, correct) == pytest.approx(expected, abs=1e-12)
+    by_hand = sum(
+        np.mean(uncertainty <= t) * np.mean(~correct[uncertainty <= t])
+        - np.mean(uncertainty < t) * np.mean(~correct[uncertainty <= t])
+        for t in thresholds
+    )
+    assert metrics.answer_aurc(uncertainty, correct) == pytest.approx(by_hand, abs=1e-12)
 
 
 def test_oracle_and_reversed_rankings_and_clear_errors():

@@ -106,6 +106,10 @@ def test_member_logits_equal_the_model_with_each_members_merged_kernels(pair):
     np.testing.assert_allclose(to_np(single(inputs)), logits[:, 2], atol=1e-5)
     with pytest.raises(ValueError, match="member"):
         ensemble.member_causal_lm(3)
+    # The frozen model alone: the keras-hub model the ensemble was built on.
+    frozen = ensemble.base_causal_lm()
+    assert type(frozen) is type(base)
+    np.testing.assert_allclose(to_np(frozen(inputs)), to_np(base(inputs)), atol=1e-6)
 
 
 #: The per-position figures of `generate` and `score_uncertainty`.

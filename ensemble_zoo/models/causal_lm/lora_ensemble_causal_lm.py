@@ -335,6 +335,22 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             raise ValueError(
                 f"`member` must be an int in [0, {self.num_members}); got {member!r}."
             )
+        return self._plain_causal_lm(member)
+
+    def base_causal_lm(self):
+        """The frozen model the ensemble was built on (no adapter), as a
+        plain keras-hub causal LM of the base family with this ensemble's
+        preprocessor: the single-model baseline.
+
+        Returns:
+            A new `keras_hub.models.<Family>CausalLM`; this ensemble is not
+            changed.
+        """
+        return self._plain_causal_lm(None)
+
+    def _plain_causal_lm(self, member):
+        """A keras-hub causal LM with the frozen weights and, unless
+        `member` is `None`, member `member`'s adapters merged."""
         base_cls = self.backbone.family.causal_lm_cls
         base_backbone = type(self.backbone).base_cls()
         config = {
@@ -350,7 +366,9 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 parent, attribute = target_site(block, self.backbone.sites[target])
                 source_parent, _ = target_site(source_block, self.backbone.sites[target])
                 adapter = getattr(source_parent, attribute)
-                getattr(parent, attribute).kernel.assign(adapter.merged_kernel(member))
+                getattr(parent, attribute).kernel.assign(
+                    adapter.base_layer.kernel if member is None else adapter.merged_kernel(member)
+                )
         return base_cls(backbone=backbone, preprocessor=copy_preprocessor(self.preprocessor))
 
     def save_adapters(self, filepath):

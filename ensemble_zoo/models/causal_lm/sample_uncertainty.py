@@ -105,7 +105,7 @@ def _repeat_prompts(prompts, num_samples):
     )
 
 
-def _answers(outputs, stop_token_ids):
+def answers_of(outputs, stop_token_ids):
     """Answers as the model returned them: strings with a preprocessor,
     otherwise tuples of the generated token ids without stop tokens."""
     output = outputs["output"]
@@ -189,7 +189,7 @@ def sample_uncertainty(
     outputs = model._generate(
         repeated, max_length, stop_token_ids, True, True, sampler=sampler
     )
-    flat = _answers(outputs, stops)
+    flat = answers_of(outputs, stops)
     answers = [flat[p * num_samples : (p + 1) * num_samples] for p in range(count)]
     shape = (count, num_samples)
     log_likelihoods = outputs["log_likelihood"].astype(np.float64).reshape(shape)

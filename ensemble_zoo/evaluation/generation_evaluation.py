@@ -1,0 +1,374 @@
+"""Which uncertainty finds the wrong answers: one harness for generation.
+
+`evaluate_generation(model, prompts, references)` answers every prompt
+once, greedily, checks each answer against its reference, scores it with
+every estimator the zoo has and reports, per estimator, how well it ranks
+the wrong answers (and, given OOD prompts, the OOD ones):
+
+- the ensemble's sequence estimators, `ez.metrics.sequence_uncertainty`
+  on the greedy decode's own figures (no second pass): the single-model
+  baselines of its predictive distribution and Malinin & Gales' ensemble
+  measures; the attached loss predictor's mean prediction
+  (`loss_prediction`);
+- with `num_samples >= 2`, the sampling-based estimators of
+  `LoRAEnsembleCausalLM.sample_uncertainty` (`semantic_entropy`,
+  `number_of_semantic_sets`, `lexical_similarity`) over that many answers
+  drawn per prompt (with a seeded random sampler, so the report repeats);
+- for each single model (by default the frozen model the ensemble was
+  built on, `base_model`), its own greedy answers, their correctness and
+  its single-model estimators, prefixed with its name (`base_model:
+  perplexity`, ...): a single model's uncertainty ranks its own answers.
+
+Per estimator: `wrong_answer_auroc` (`ez.metrics.answer_auroc`), `prr`
+(`prediction_rejection_ratio`, lm-polygraph's), `aurc`
+(`answer_aurc`) and, with OOD prompts, `ood_auroc`
+(`ez.metrics.ood_auroc`, OOD prompts' scores against the in-distribution
+ones). Every estimator is oriented higher = more uncertain.
+"""
+
+import json
+import os
+
+import keras_hub
+import numpy as np
+
+from ensemble_zoo.evaluation.tables import markdown_table
+from ensemble_zoo.evaluation.tables import text_table
+from ensemble_zoo.metrics.generation import answer_aurc
+from ensemble_zoo.metrics.generation import answer_auroc
+from ensemble_zoo.metrics.generation import prediction_rejection_ratio
+from ensemble_zoo.metrics.ood import ood_auroc
+from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
+from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
+from ensemble_zoo.models.causal_lm.sample_uncertainty import answers_of
+from ensemble_zoo.models.causal_lm.sample_uncertainty import normalize_answer
+from ensemble_zoo.utils.progress import progress_note
+
+#: The sampling-based estimators (`sample_uncertainty`'s per-prompt keys).
+SAMPLING_ESTIMATORS = ("semantic_entropy", "number_of_semantic_sets", "lexical_similarity")
+
+#: Ranking measures per estimator, in report order.
+MEASURES = ("wrong_answer_auroc", "prr", "aurc", "ood_auroc")
+
+_GREEDY = []
+
+
+def greedy_sampler():
+    """One greedy sampler for every evaluation: the decode engine compiles
+    a loop per sampler object."""
+    if not _GREEDY:
+        _GREEDY.append(keras_hub.samplers.GreedySampler())
+    return _GREEDY[0]
+
+
+def exact_match(answer, reference):
+    """The default checker: equal after SQuAD's normalisation."""
+    return normalize_answer(answer) == normalize_answer(reference)
+
+
+def _checked(prompts, name):
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise TypeError(f"`{name}` must be a non-empty list of strings; got {prompts!r}.")
+    bad = [p for p in prompts if not isinstance(p, str)]
+    if bad:
+        raise TypeError(
+            f"`{name}` must hold strings (the model's preprocessor tokenises "
+            f"them); got {type(bad[0]).__name__}."
+        )
+    return list(prompts)
+
+
+def _correctness(answers, references, checker, name):
+    if len(references) != len(answers):
+        raise ValueError(
+            f"`{name}` must hold one reference per prompt ({len(answers)}); got "
+            f"{len(references)}."
+        )
+    values = np.array([float(checker(a, r)) for a, r in zip(answers, references)])
+    if ((values < 0) | (values > 1)).any() or np.isnan(values).any():
+        raise ValueError(
+            "`checker` must return a bool or a quality in [0, 1]; got "
+            f"{values[(values < 0) | (values > 1) | np.isnan(values)][0]!r}."
+        )
+    return values
+
+
+def greedy_answers(model, prompts, max_length):
+    """Greedy answers and their per-sequence estimators.
+
+    Returns:
+        `(answers, scores)`: the stripped answers (strings) and a dict of
+        `(prompts,)` float64 arrays (`sequence_uncertainty`'s estimators,
+        and `loss_prediction` with a loss predictor attached).
+    """
+    out = model._generate(
+        list(prompts), max_length, "auto", True, True, sampler=greedy_sampler()
+    )
+    scores = dict(sequence_uncertainty(out))
+    if "mean_loss_prediction" in out:
+        scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
+    return answers_of(out, None), scores
+
+
+def _ranking(scores, quality, ood_scores=None):
+    """The ranking measures of one estimator (those defined for the data:
+    AUROC and AURC need right and wrong answers, PRR unequal qualities)."""
+    row = {}
+    right = quality >= 0.5
+    finite = np.isfinite(scores)
+    scores, quality, right = scores[finite], quality[finite], right[finite]
+    if 0 < right.sum() < right.size:
+        row["wrong_answer_auroc"] = answer_auroc(scores, right)
+        row["aurc"] = answer_aurc(scores, right)
+    if quality.size and not np.all(quality == quality[0]):
+        row["prr"] = prediction_rejection_ratio(scores, quality)
+    if ood_scores is not None:
+        ood_scores = ood_scores[np.isfinite(ood_scores)]
+        if scores.size and ood_scores.size:
+            row["ood_auroc"] = ood_auroc(scores, ood_scores)
+    return row
+
+
+def evaluate_generation(
+    model,
+    prompts,
+    references,
+    checker=None,
+    ood_prompts=None,
+    ood_references=None,
+    single_models="base",
+    num_samples=5,
+    max_length=None,
+    equivalence="exact",
+    seed=0,
+    progress=True,
+    name="generation",
+):
+    """Accuracy and every estimator's ranking of wrong and OOD answers.
+
+    See the module docstring for the estimators and measures.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` with a preprocessor (with a loss
+            predictor attached, its prediction is one more estimator).
+        prompts: list of strings.
+        references: one reference answer per prompt (anything `checker`
+            takes).
+        checker: `callable(answer, reference) -> bool` or a quality in
+            `[0, 1]` (e.g. ROUGE): PRR uses the quality, AUROC and AURC
+            count quality >= 0.5 as right. Defaults to exact match after
+            SQuAD's normalisation.
+        ood_prompts: optional list of strings, out-of-distribution prompts:
+            each estimator's OOD AUROC (OOD = positive).
+        ood_references: optional references of `ood_prompts`, for the OOD
+            accuracy.
+        single_models: `"base"` (default: the frozen model the ensemble
+            was built on, `model.base_causal_lm()`, named `base_model`), a
+            dict `{name: keras-hub CausalLM}`, or `None`.
+        num_samples: int, answers drawn per prompt for the sampling-based
+            estimators (0: none; otherwise >= 2).
+        max_length: int, the generation length in tokens (prompt
+            included); defaults to the preprocessor's.
+        equivalence: as for `sample_uncertainty`.
+        seed: int, the sampling seed.
+        progress: bool, a line per stage where stderr is not a terminal.
+        name: str, the report's title.
+
+    Returns:
+        A `GenerationReport`.
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+    from ensemble_zoo.datasets import arithmetic
+
+    model = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
+    questions, answers = arithmetic.load_questions("test")
+    report = ez.evaluation.evaluate_generation(
+        model, questions[:40], answers[:40], num_samples=0, max_length=12,
+        checker=lambda text, answer: arithmetic.parse_answer(text) == answer,
+    )
+    print(report)
+    ```
+    """
+    from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
+
+    if not isinstance(model, LoRAEnsembleCausalLM):
+        raise TypeError(
+            "`model` must be a LoRAEnsembleCausalLM (wrap one keras-hub model with "
+            "`LoRAEnsembleCausalLM.from_keras_hub(model, num_members=1)`); got "
+            f"{type(model).__name__}."
+        )
+    if model.preprocessor is None:
+        raise ValueError("`model` needs a preprocessor: the prompts are strings.")
+    prompts = _checked(prompts, "prompts")
+    references = list(references)
+    checker = exact_match if checker is None else checker
+    if not callable(checker):
+        raise TypeError(f"`checker` must be callable(answer, reference); got {checker!r}.")
+    if ood_prompts is not None:
+        ood_prompts = _checked(ood_prompts, "ood_prompts")
+    if ood_references is not None and ood_prompts is None:
+        raise ValueError("`ood_references` needs `ood_prompts`.")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or (
+        num_samples < 0 or num_samples == 1
+    ):
+        raise ValueError(f"`num_samples` must be 0 or an int >= 2; got {num_samples!r}.")
+    if single_models == "base":
+        single_models = {"base_model": model.base_causal_lm()}
+    elif single_models is None:
+        single_models = {}
+    elif not isinstance(single_models, dict) or not all(
+        isinstance(k, str) and isinstance(v, keras_hub.models.CausalLM)
+        for k, v in single_models.items()
+    ):
+        raise TypeError(
+            '`single_models` must be "base", None or a dict {name: keras-hub '
+            f"CausalLM}}; got {single_models!r}."
+        )
+
+    def answer(who, m, name_of_stage):
+        progress_note(f"{name}: {name_of_stage}", progress)
+        result = {"answers": {}, "scores": {}, "quality": {}}
+        for split, split_prompts, split_refs in (
+            ("test", prompts, references), ("ood", ood_prompts, ood_references)
+        ):
+            if split_prompts is None:
+                continue
+            answers, scores = greedy_answers(m, split_prompts, max_length)
+            if who == "ensemble" and num_samples:
+                sampled = m.sample_uncertainty(
+                    split_prompts, num_samples, equivalence=equivalence,
+                    max_length=max_length,
+                    sampler=_seeded_sampler(m, seed),
+                )
+                scores.update({k: np.asarray(sampled[k], np.float64) for k in SAMPLING_ESTIMATORS})
+            result["answers"][split] = answers
+            result["scores"][split] = scores
+            if split_refs is not None:
+                ref_name = "references" if split == "test" else "ood_references"
+                result["quality"][split] = _correctness(answers, split_refs, checker, ref_name)
+        return result
+
+    ensemble = answer("ensemble", model, "the ensemble's answers")
+    metrics = {
+        "num_prompts": len(prompts),
+        "accuracy": float(np.mean(ensemble["quality"]["test"] >= 0.5)),
+        "estimators": {},
+        "single_models": {},
+    }
+    if ood_prompts is not None:
+        metrics["num_ood"] = len(ood_prompts)
+        if ood_references is not None:
+            metrics["ood_accuracy"] = float(np.mean(ensemble["quality"]["ood"] >= 0.5))
+    curves = {}
+    for estimator, values in ensemble["scores"]["test"].items():
+        ood = ensemble["scores"].get("ood", {}).get(estimator)
+        metrics["estimators"][estimator] = _ranking(values, ensemble["quality"]["test"], ood)
+        curves[estimator] = (values, ensemble["quality"]["test"] >= 0.5)
+    for single_name, single in single_models.items():
+        one = LoRAEnsembleCausalLM.from_keras_hub(single, num_members=1, rank=1, seed=0)
+        result = answer(single_name, one, f"{single_name} alone")
+        metrics["single_models"][single_name] = {
+            "accuracy": float(np.mean(result["quality"]["test"] >= 0.5))
+        }
+        if "ood" in result["quality"]:
+            metrics["single_models"][single_name]["ood_accuracy"] = float(
+                np.mean(result["quality"]["ood"] >= 0.5)
+            )
+        for estimator in SINGLE_MODEL_ESTIMATORS:
+            values = result["scores"]["test"][estimator]
+            ood = result["scores"].get("ood", {}).get(estimator)
+            label = f"{single_name}: {estimator}"
+            metrics["estimators"][label] = _ranking(values, result["quality"]["test"], ood)
+            curves[label] = (values, result["quality"]["test"] >= 0.5)
+    return GenerationReport(
+        metrics, name=name, answers=ensemble["answers"]["test"], curves=curves
+    )
+
+
+def _seeded_sampler(model, seed):
+    """A random sampler (temperature 1) with `seed`, one per model and
+    seed, kept with the model's compiled decoders."""
+    samplers = model.__dict__.setdefault("_evaluation_samplers", {})
+    if seed not in samplers:
+        samplers[seed] = keras_hub.samplers.RandomSampler(temperature=1.0, seed=seed)
+    return samplers[seed]
+
+
+class GenerationReport:
+    """The result of `evaluate_generation`: printable, savable.
+
+    Attributes:
+        metrics: dict: `num_prompts`, `accuracy` (share of right answers),
+            `num_ood` and `ood_accuracy` when given, `single_models`
+            (`{name: {"accuracy", "ood_accuracy"}}`) and `estimators`
+            (`{estimator: {"wrong_answer_auroc", "prr", "aurc",
+            "ood_auroc"}}`, each measure where it is defined).
+        answers: the ensemble's greedy answers to the prompts.
+        curves: `{estimator: (uncertainty, correct)}` for the
+            accuracy-rejection plot.
+    """
+
+    def __init__(self, metrics, name="generation", answers=None, curves=None):
+        self.metrics = metrics
+        self.name = name
+        self.answers = answers
+        self.curves = curves or {}
+
+    def rows(self):
+        """`[estimator, AUROC, PRR, AURC, OOD AUROC]` per estimator, best
+        wrong-answer AUROC first."""
+        rows = [
+            [estimator] + [row.get(k) for k in MEASURES]
+            for estimator, row in self.metrics["estimators"].items()
+        ]
+        return sorted(rows, key=lambda r: -(r[1] if r[1] is not None else -1.0))
+
+    HEADERS = ["estimator", "wrong-answer AUROC", "PRR", "AURC", "OOD AUROC"]
+
+    def _summary(self):
+        m = self.metrics
+        line = f"{self.name}: accuracy {m['accuracy']:.4f} ({m['num_prompts']} prompts)"
+        if "ood_accuracy" in m:
+            line += f", OOD accuracy {m['ood_accuracy']:.4f} ({m['num_ood']} prompts)"
+        lines = [line]
+        for single, row in m["single_models"].items():
+            text = f"{single} alone: accuracy {row['accuracy']:.4f}"
+            if "ood_accuracy" in row:
+                text += f", OOD accuracy {row['ood_accuracy']:.4f}"
+            lines.append(text)
+        return lines
+
+    def __str__(self):
+        return "\n".join(self._summary() + [text_table(self.rows(), self.HEADERS)])
+
+    def to_markdown(self):
+        """The report as Markdown: the accuracies and the estimator table."""
+        summary = "\n\n".join(self._summary())
+        return f"# {self.name}\n\n{summary}\n\n{markdown_table(self.rows(), self.HEADERS)}\n"
+
+    def save(self, directory):
+        """Writes `report.json`, `report.md` and, with curves,
+        `accuracy_rejection.png` (the four ensemble estimators with the
+        best wrong-answer AUROC and the best single-model one) to
+        `directory`; returns their paths."""
+        from ensemble_zoo.evaluation.plots import answer_rejection_curves
+
+        os.makedirs(directory, exist_ok=True)
+        paths = [os.path.join(directory, "report.json"), os.path.join(directory, "report.md")]
+        with open(paths[0], "w", encoding="utf-8") as f:
+            json.dump({"name": self.name, "metrics": self.metrics}, f, indent=2, sort_keys=True)
+        with open(paths[1], "w", encoding="utf-8") as f:
+            f.write(self.to_markdown())
+        ranked = [r[0] for r in self.rows() if r[0] in self.curves]
+        best = [k for k in ranked if ":" not in k][:4]
+        best += [k for k in ranked if ":" in k][:1]  # the best single-model one
+        if best:
+            path = os.path.join(directory, "accuracy_rejection.png")
+            answer_rejection_curves(
+                {k: self.curves[k] for k in best}, path, title="Accuracy vs. rejection"
+            )
+            paths.append(path)
+        return paths

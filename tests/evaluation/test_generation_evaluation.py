@@ -1,0 +1,99 @@
+"""`evaluate_generation` against the pieces it is made of, computed here
+independently: keras-hub's greedy answers, scikit-learn's AUROC and the
+exact ranking metrics on the same scores."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+import ensemble_zoo as ez
+from ensemble_zoo.datasets import arithmetic
+from zoo_testing import to_np
+
+pytestmark = pytest.mark.skipif(
+    keras.config.backend() != "jax",
+    reason="once: the harness is NumPy over the decode engine, tested on every backend",
+)
+
+
+def checker(text, answer):
+    return arithmetic.parse_answer(text) == answer
+
+
+@pytest.fixture(scope="module")
+def evaluated():
+    model = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
+    questions, answers = arithmetic.load_questions("test")
+    ood, _ = arithmetic.load_questions("ood")
+    data = questions[:60], answers[:60], ood[:20]
+    report = ez.evaluation.evaluate_generation(
+        model, data[0], data[1], checker=checker, ood_prompts=data[2],
+        num_samples=3, max_length=12, progress=False, name="tiny",
+    )
+    return model, data, report
+
+
+def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evaluated):
+    model, (questions, answers, ood), report = evaluated
+    model.compile(sampler="greedy")
+    out = model.generate(questions, max_length=12, return_uncertainty=True)
+    correct = np.array([checker(t, a) for t, a in zip(out["output"], answers)])
+    assert report.metrics["accuracy"] == correct.mean()
+    assert 0 < correct.sum() < correct.size
+    scores = ez.metrics.sequence_uncertainty(out)
+    ood_scores = ez.metrics.sequence_uncertainty(model.generate(ood, max_length=12, return_uncertainty=True))
+    probs = np.where(correct[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
+    for name in ("perplexity", "pe_mutual_information", "ep_mc_total"):
+        row = report.metrics["estimators"][name]
+        assert row["wrong_answer_auroc"] == pytest.approx(roc_auc_score(~correct, scores[name]), abs=1e-9)
+        assert row["prr"] == pytest.approx(ez.metrics.prediction_rejection_ratio(scores[name], correct), abs=1e-9)
+        assert row["aurc"] == pytest.approx(
+            ez.metrics.aurc(probs, np.zeros(len(correct), int), confidence=-scores[name]), abs=1e-9
+        )
+        labels = np.r_[np.zeros(len(questions)), np.ones(len(ood))]
+        assert row["ood_auroc"] == pytest.approx(
+            roc_auc_score(labels, np.r_[scores[name], ood_scores[name]]), abs=1e-9
+        )
+    for name in ("semantic_entropy", "number_of_semantic_sets", "lexical_similarity"):
+        assert set(report.metrics["estimators"][name]) == {"wrong_answer_auroc", "prr", "aurc", "ood_auroc"}
+    # The frozen base model on its own answers (keras-hub's own generate).
+    base = model.base_causal_lm()
+    base.compile(sampler="greedy")
+    base_correct = [checker(t, a) for t, a in zip(base.generate(questions, max_length=12), answers)]
+    assert report.metrics["single_models"]["base_model"]["accuracy"] == np.mean(base_correct)
+    assert "base_model: perplexity" in report.metrics["estimators"]
+
+
+def test_report_prints_and_saves_table_json_and_plot(evaluated, tmp_path):
+    _, _, report = evaluated
+    printed = str(report)
+    assert printed.startswith("tiny: accuracy ") and "wrong-answer AUROC" in printed
+    paths = report.save(tmp_path)
+    assert [p.split("/")[-1] for p in paths] == ["report.json", "report.md", "accuracy_rejection.png"]
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["metrics"]["estimators"] == json.loads(json.dumps(report.metrics["estimators"]))
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| estimator | wrong-answer AUROC | PRR | AURC | OOD AUROC |" in markdown
+    best = report.rows()[0]
+    assert best[1] == max(r[1] for r in report.rows() if r[1] is not None)
+
+
+def test_bad_input_names_the_argument(evaluated):
+    model, (questions, answers, _), _ = evaluated
+    evaluate = ez.evaluation.evaluate_generation
+    with pytest.raises(TypeError, match="prompts"):
+        evaluate(model, "12+7=", ["19"])
+    with pytest.raises(ValueError, match="one reference per prompt"):
+        evaluate(model, questions[:3], answers[:2], single_models=None, num_samples=0)
+    with pytest.raises(ValueError, match=r"quality in \[0, 1\]"):
+        evaluate(model, questions[:3], answers[:3], checker=lambda a, r: 2.0,
+                 single_models=None, num_samples=0, max_length=12)
+    with pytest.raises(ValueError, match="num_samples"):
+        evaluate(model, questions[:3], answers[:3], num_samples=1)
+    with pytest.raises(TypeError, match="LoRAEnsembleCausalLM"):
+        evaluate(model.base_causal_lm(), questions[:3], answers[:3])
+    with pytest.raises(TypeError, match="single_models"):
+        evaluate(model, questions[:3], answers[:3], single_models=["base"])
