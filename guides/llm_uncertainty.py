@@ -173,11 +173,13 @@ print("log p of the answer's last digit:", scored["log_prob"][:, 9].round(3))
 
 """
 How well does each uncertainty find the wrong answers? `evaluate_answers`
-answers all 500 test and 500 OOD questions and ranks the answers by each
-uncertainty: the AUROC for wrong answers, the prediction rejection ratio
-(PRR: 1 is an oracle's ranking, 0 chance) and the AUROC for telling OOD
-questions from test ones. The single model is member 0 alone (one LoRA
-fine-tune), scored by its own entropy on its own answers.
+(the arithmetic task's `ez.evaluation.evaluate_generation`) answers all
+500 test and 500 OOD questions and ranks the answers by every sequence
+estimator: the AUROC for wrong answers, the prediction rejection ratio
+(PRR: 1 is an oracle's ranking, 0 chance), AURC (lower is better) and the
+AUROC for telling OOD questions from test ones. The single model is
+member 0 alone (one LoRA fine-tune), its estimators ranking its own
+answers.
 """
 
 report = evaluate_answers(

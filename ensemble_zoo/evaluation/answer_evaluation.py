@@ -9,7 +9,8 @@ metadata records, and `ensemble-zoo list` shows, the report's
 `test_accuracy`, `ood_accuracy` and, under `uncertainty`, the rankings of
 four of those estimators by their historical names: `epistemic` (the
 mean over the answer's tokens of the ensemble's mutual information,
-`pe_mutual_information`), `total` (`pe_total`), `loss_prediction`, and
+`pe_mutual_information`), `total` (`mean_token_entropy`, the mean
+entropy of the predictive distribution, `pe_total`), `loss_prediction`, and
 `{name}_entropy` for a single model given as `single_model`
 (`{name}: mean_token_entropy`, its entropy on its own answers; the
 presets' evaluation names member 0 alone `member_0`, not the base model).
@@ -21,7 +22,7 @@ from ensemble_zoo.evaluation.generation_evaluation import evaluate_generation
 #: The recorded names: `uncertainty` key -> `evaluate_generation` estimator.
 RECORDED = {
     "epistemic": "pe_mutual_information",
-    "total": "pe_total",
+    "total": "mean_token_entropy",  # = pe_total, also for one model
     "loss_prediction": "loss_prediction",
 }
 

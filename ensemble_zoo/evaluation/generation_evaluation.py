@@ -8,8 +8,8 @@ the wrong answers (and, given OOD prompts, the OOD ones):
 - the ensemble's sequence estimators, `ez.metrics.sequence_uncertainty`
   on the greedy decode's own figures (no second pass): the single-model
   baselines of its predictive distribution and Malinin & Gales' ensemble
-  measures; the attached loss predictor's mean prediction
-  (`loss_prediction`);
+  measures (left out for a one-member model, where they are 0); the
+  attached loss predictor's mean prediction (`loss_prediction`);
 - with `num_samples >= 2`, the sampling-based estimators of
   `LoRAEnsembleCausalLM.sample_uncertainty` (`semantic_entropy`,
   `number_of_semantic_sets`, `lexical_similarity`) over that many answers
@@ -105,6 +105,8 @@ def greedy_answers(model, prompts, max_length):
         list(prompts), max_length, "auto", True, True, sampler=greedy_sampler()
     )
     scores = dict(sequence_uncertainty(out))
+    if model.num_members == 1:  # the ensemble measures are 0 for one model
+        scores = {k: scores[k] for k in SINGLE_MODEL_ESTIMATORS}
     if "mean_loss_prediction" in out:
         scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
     return answers_of(out, None), scores
@@ -251,7 +253,10 @@ def evaluate_generation(
                 result["quality"][split] = _correctness(answers, split_refs, checker, ref_name)
         return result
 
-    ensemble = answer("ensemble", model, "the ensemble's answers")
+    ensemble = answer(
+        "ensemble", model,
+        "the ensemble's answers" if model.num_members > 1 else "the model's answers",
+    )
     metrics = {
         "num_prompts": len(prompts),
         "accuracy": float(np.mean(ensemble["quality"]["test"] >= 0.5)),
