@@ -715,3 +715,37 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
         ensemble.sample_uncertainty(PROMPT, num_samples=2, equivalence="nli")
     with pytest.raises(TypeError, match="prompts"):
         ensemble.sample_uncertainty(np.ones((2, 3)), num_samples=2)
+
+
+@pytest.mark.skipif(
+    keras.config.backend() != "torch",
+    reason="eager PyTorch runs the loop in Python, so calls can be counted",
+)
+def test_figures_add_no_second_pass_over_the_model(pair):
+    """Every transformer block runs once for the prompt and once per
+    generated token, with or without the figures (and the loss predictor's
+    head reads the hidden states the step already has)."""
+    family, base, ensemble = pair
+    if family != "gemma":
+        pytest.skip("one family suffices")
+    block = ensemble.backbone.transformer_layers[0]
+    calls = []
+    original = block.call
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    ensemble.compile(sampler="greedy", jit_compile=False)
+    block.call = counted
+    try:
+        counts = {}
+        for figures in (False, True):
+            calls.clear()
+            ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=figures)
+            counts[figures] = len(calls)
+    finally:
+        del block.call
+        ensemble.compile(sampler="greedy")
+    steps = PROMPT["token_ids"].shape[1] - PROMPT["padding_mask"].sum(1).min()
+    assert counts == {False: 1 + steps, True: 1 + steps}

@@ -43,6 +43,7 @@ from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredicto
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
+from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_preprocessor
@@ -469,7 +470,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
                 self.backbone.token_embedding(part, reverse=True), self.num_members
             )
             tokens = token_ids[:, start + 1 : stop + 1]
-            log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
+            log_p = vocabulary_log_softmax(member_logits)
             taken = token_log_probs(log_p, tokens)["member_log_probs"]
             taken = taken * ops.expand_dims(counted[:, start + 1 : stop + 1], 1)
             before = ops.expand_dims(prefix, -1) + ops.cumsum(taken, axis=-1) - taken

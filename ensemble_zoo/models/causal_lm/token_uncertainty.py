@@ -20,6 +20,7 @@ from ensemble_zoo.ops.token_uncertainty import TOKEN_FIGURES
 from ensemble_zoo.ops.token_uncertainty import ensemble_log_probs
 from ensemble_zoo.ops.token_uncertainty import token_figures_from_log_probs
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
+from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 
 #: The expectation-of-products figures (the same measures, members
 #: weighted by their likelihood of the prefix).
@@ -49,7 +50,7 @@ def token_figures(member_logits, tokens, prefix_log_likelihoods):
         `FIGURES`, the token's log-probability under each member, then
         each member's entropy.
     """
-    log_p = ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1)
+    log_p = vocabulary_log_softmax(member_logits)
     figures = token_figures_from_log_probs(log_p)
     weights = ops.log_softmax(ops.cast(prefix_log_likelihoods, "float32"), axis=1)
     weighted = token_figures_from_log_probs(log_p, weights)
@@ -66,4 +67,4 @@ def token_figures(member_logits, tokens, prefix_log_likelihoods):
 
 def ensemble_log_probabilities(member_logits):
     """`log mean_m softmax(z_m)` over the member axis 1 (float32)."""
-    return ensemble_log_probs(ops.log_softmax(ops.cast(member_logits, "float32"), axis=-1))
+    return ensemble_log_probs(vocabulary_log_softmax(member_logits))
