@@ -143,6 +143,7 @@ def evaluate_generation(
     max_length=None,
     equivalence="exact",
     seed=0,
+    batch_size=None,
     progress=True,
     name="generation",
 ):
@@ -173,6 +174,9 @@ def evaluate_generation(
             included); defaults to the preprocessor's.
         equivalence: as for `sample_uncertainty`.
         seed: int, the sampling seed.
+        batch_size: optional int, prompts per generation call (default:
+            all at once); with `num_samples`, a call decodes
+            `batch_size * num_samples` rows.
         progress: bool, a line per stage where stderr is not a terminal.
         name: str, the report's title.
 
@@ -217,6 +221,11 @@ def evaluate_generation(
         num_samples < 0 or num_samples == 1
     ):
         raise ValueError(f"`num_samples` must be 0 or an int >= 2; got {num_samples!r}.")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
+        raise ValueError(f"`batch_size` must be a positive int or None; got {batch_size!r}.")
     if single_models == "base":
         single_models = {"base_model": model.base_causal_lm()}
     elif single_models is None:
@@ -238,14 +247,21 @@ def evaluate_generation(
         ):
             if split_prompts is None:
                 continue
-            answers, scores = greedy_answers(m, split_prompts, max_length)
-            if who == "ensemble" and num_samples:
-                sampled = m.sample_uncertainty(
-                    split_prompts, num_samples, equivalence=equivalence,
-                    max_length=max_length,
-                    sampler=_seeded_sampler(m, seed),
-                )
-                scores.update({k: np.asarray(sampled[k], np.float64) for k in SAMPLING_ESTIMATORS})
+            answers, parts = [], []
+            for start in range(0, len(split_prompts), batch_size or len(split_prompts)):
+                chunk = split_prompts[start : start + (batch_size or len(split_prompts))]
+                chunk_answers, scores = greedy_answers(m, chunk, max_length)
+                if who == "ensemble" and num_samples:
+                    sampled = m.sample_uncertainty(
+                        chunk, num_samples, equivalence=equivalence,
+                        max_length=max_length, sampler=_seeded_sampler(m, seed),
+                    )
+                    scores.update(
+                        {k: np.asarray(sampled[k], np.float64) for k in SAMPLING_ESTIMATORS}
+                    )
+                answers += chunk_answers
+                parts.append(scores)
+            scores = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
             result["answers"][split] = answers
             result["scores"][split] = scores
             if split_refs is not None:

@@ -81,6 +81,18 @@ def test_report_prints_and_saves_table_json_and_plot(evaluated, tmp_path):
     assert best[1] == max(r[1] for r in report.rows() if r[1] is not None)
 
 
+def test_batches_of_prompts_give_the_same_report(evaluated):
+    model, (questions, answers, ood), report = evaluated
+    batched = ez.evaluation.evaluate_generation(
+        model, questions, answers, checker=checker, ood_prompts=ood, num_samples=0,
+        max_length=12, progress=False, batch_size=25, single_models=None,
+    )
+    for name, row in batched.metrics["estimators"].items():
+        for measure, value in row.items():
+            assert value == pytest.approx(report.metrics["estimators"][name][measure], abs=1e-6)
+    assert batched.answers == report.answers
+
+
 def test_bad_input_names_the_argument(evaluated):
     model, (questions, answers, _), _ = evaluated
     evaluate = ez.evaluation.evaluate_generation
@@ -95,5 +107,7 @@ def test_bad_input_names_the_argument(evaluated):
         evaluate(model, questions[:3], answers[:3], num_samples=1)
     with pytest.raises(TypeError, match="LoRAEnsembleCausalLM"):
         evaluate(model.base_causal_lm(), questions[:3], answers[:3])
+    with pytest.raises(ValueError, match="batch_size"):
+        evaluate(model, questions[:3], answers[:3], batch_size=0)
     with pytest.raises(TypeError, match="single_models"):
         evaluate(model, questions[:3], answers[:3], single_models=["base"])
