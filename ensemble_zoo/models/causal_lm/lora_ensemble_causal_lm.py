@@ -13,7 +13,10 @@ epistemic uncertainty, computed inside the compiled decode loop
 
 The task class of each family is made from `families.FAMILIES` by
 `_causal_lm_class`; the member layout is `member_rows`', the figures
-`token_uncertainty`'s, what `generate` returns `generation_outputs`'.
+`token_uncertainty`'s, `generate`'s input handling `generation`'s and what
+it returns `generation_outputs`', the teacher-forced figures
+`teacher_forcing`'s, one member or the base as a plain model
+`member_models`', sampling-based estimators `sample_uncertainty`'s.
 """
 
 import numpy as np
@@ -23,31 +26,23 @@ from keras import ops
 
 from ensemble_zoo.models.causal_lm import adapter_files
 from ensemble_zoo.models.causal_lm import decode_engine
+from ensemble_zoo.models.causal_lm import generation
+from ensemble_zoo.models.causal_lm import member_models
+from ensemble_zoo.models.causal_lm import teacher_forcing
 from ensemble_zoo.models.causal_lm.families import DEFAULT_TARGETS
 from ensemble_zoo.models.causal_lm.families import FAMILIES
-from ensemble_zoo.models.causal_lm.families import TARGETS
-from ensemble_zoo.models.causal_lm.families import target_site
-from ensemble_zoo.models.causal_lm.generation_outputs import strip_prompt as strip_prompt_rows
 from ensemble_zoo.models.causal_lm.generation_outputs import token_outputs
-from ensemble_zoo.models.causal_lm.generation_outputs import uncertainty_outputs
 from ensemble_zoo.models.causal_lm.input_checks import CausalLMLoopsMixin
-from ensemble_zoo.models.causal_lm.input_checks import check_generate_call
 from ensemble_zoo.models.causal_lm.input_checks import check_token_batch
 from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
 from ensemble_zoo.models.causal_lm.member_rows import RepeatMembers
 from ensemble_zoo.models.causal_lm.member_rows import SplitMembers
-from ensemble_zoo.models.causal_lm.member_rows import repeat_rows
-from ensemble_zoo.models.causal_lm.member_rows import split_members
 from ensemble_zoo.models.causal_lm.sample_uncertainty import sample_uncertainty
 from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.causal_lm.token_uncertainty import token_figures
-from ensemble_zoo.ops.token_uncertainty import token_log_probs
-from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
-from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_preprocessor
-from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -264,55 +259,13 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             `len(filepaths)` members.
         """
         cls = _task_class(causal_lm)
-        filepaths = [filepaths] if isinstance(filepaths, str) else list(filepaths)
-        if not filepaths:
-            raise ValueError("`filepaths` must name at least one `.lora.h5` file.")
-        files = [adapter_files.read_keras_hub_lora(path) for path in filepaths]
-        layers = [
-            layer for layer in causal_lm.backbone._flatten_layers(include_self=False)
-            if layer.weights
-        ]  # keras-hub's indexing of adapted layers
-        blocks = causal_lm.backbone.transformer_layers
-        where = {}
-        for block_index, block in enumerate(blocks):
-            for target, path in cls.backbone_cls.sites.items():
-                parent, attribute = target_site(block, path)
-                where[id(getattr(parent, attribute))] = (block_index, target)
-        first_rank, first_layers = files[0]
-        adapted = {}
-        for index in sorted(first_layers):
-            site = where.get(id(layers[index])) if index < len(layers) else None
-            if site is None:
-                raise ValueError(
-                    f"'{filepaths[0]}' adapts layer {index}, which is not a "
-                    f"projection LoRA-Ensemble adapts (targets {list(TARGETS)})."
-                )
-            adapted[site] = layers[index]
-        for path, (rank, file_layers) in zip(filepaths[1:], files[1:]):
-            if rank != first_rank or sorted(file_layers) != sorted(first_layers):
-                raise ValueError(
-                    f"'{path}' adapts other layers or has another rank than "
-                    f"'{filepaths[0]}'; the members must share them."
-                )
-        targets = [t for t in TARGETS if any(site[1] == t for site in adapted)]
-        if len(adapted) != len(blocks) * len(targets):
-            raise ValueError(
-                f"'{filepaths[0]}' adapts {sorted(set(s[1] for s in adapted))} "
-                "in some blocks only; LoRA-Ensemble adapts the same "
-                "projections in every block."
-            )
-        factors = {
-            site: [
-                adapter_files.keras_hub_lora_factors(layer, *file_layers[layers.index(layer)])
-                for _, file_layers in files
-            ]
-            for site, layer in adapted.items()
-        }
-        ranks = {t: factors[(0, t)][0][0].shape[1] for t in targets}
-        ensemble = LoRAEnsembleCausalLM.from_keras_hub(
-            causal_lm, num_members=len(files), rank=ranks, targets=targets, seed=0
+        targets, ranks, factors, num_blocks, count = member_models.keras_hub_lora_factors(
+            causal_lm, filepaths, cls.backbone_cls.sites
         )
-        sites = [(b, t) for b in range(len(blocks)) for t in targets]
+        ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+            causal_lm, num_members=count, rank=ranks, targets=targets, seed=0
+        )
+        sites = [(b, t) for b in range(num_blocks) for t in targets]
         for adapter, site in zip(ensemble.adapters, sites, strict=True):
             adapter.lora_a.assign(np.stack([a for a, _ in factors[site]]))
             adapter.lora_b.assign(np.stack([b for _, b in factors[site]]))
@@ -336,7 +289,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             raise ValueError(
                 f"`member` must be an int in [0, {self.num_members}); got {member!r}."
             )
-        return self._plain_causal_lm(member)
+        return member_models.plain_causal_lm(self, member)
 
     def base_causal_lm(self):
         """The frozen model the ensemble was built on (no adapter), as a
@@ -347,30 +300,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             A new `keras_hub.models.<Family>CausalLM`; this ensemble is not
             changed.
         """
-        return self._plain_causal_lm(None)
-
-    def _plain_causal_lm(self, member):
-        """A keras-hub causal LM with the frozen weights and, unless
-        `member` is `None`, member `member`'s adapters merged."""
-        base_cls = self.backbone.family.causal_lm_cls
-        base_backbone = type(self.backbone).base_cls()
-        config = {
-            k: v for k, v in self.backbone.get_config().items()
-            if k not in self.backbone.method_config
-        }
-        backbone = base_backbone.from_config(config)
-        sources = dict(zip(_relative_paths(self.backbone.weights), self.backbone.weights))
-        for path, target in zip(_relative_paths(backbone.weights), backbone.weights):
-            target.assign(sources[path])
-        for block, source_block in zip(backbone.transformer_layers, self.backbone.transformer_layers):
-            for target in self.backbone.targets:
-                parent, attribute = target_site(block, self.backbone.sites[target])
-                source_parent, _ = target_site(source_block, self.backbone.sites[target])
-                adapter = getattr(source_parent, attribute)
-                getattr(parent, attribute).kernel.assign(
-                    adapter.base_layer.kernel if member is None else adapter.merged_kernel(member)
-                )
-        return base_cls(backbone=backbone, preprocessor=copy_preprocessor(self.preprocessor))
+        return member_models.plain_causal_lm(self, None)
 
     def save_adapters(self, filepath):
         """Writes the members' adapters only (`*.lora_ensemble.h5`); the
@@ -443,44 +373,10 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         )
 
     def _chunked_figures(self, token_ids, padding_mask, chunk_size=128, prompt_mask=None):
-        """Teacher-forced figures `(batch, length, figures)` (position 0:
-        zeros): the backbone runs once over the sequence, the vocabulary
-        projection and the figures `chunk_size` positions at a time, so
-        that the member logits `(batch, members, tokens, vocabulary)` are
-        never held whole. The members' prefix log-likelihoods (the
-        expectation-of-products weights) sum the tokens at positions
-        `>= 1` inside `padding_mask` and outside `prompt_mask`, carried
-        from chunk to chunk."""
-        tiled = {
-            "token_ids": repeat_rows(token_ids, self.num_members),
-            "padding_mask": repeat_rows(padding_mask, self.num_members),
-        }
-        hidden = self.backbone(tiled, training=False)
-        length = int(token_ids.shape[1])
-        counted = ops.cast(padding_mask, "float32")
-        if prompt_mask is not None:
-            counted = counted * (1.0 - ops.cast(prompt_mask, "float32"))
-        batch = ops.shape(token_ids)[0]
-        chunks = [ops.zeros((batch, 1, self._num_figures), "float32")]
-        prefix = ops.zeros((batch, self.num_members), "float32")
-        for start in range(0, length - 1, chunk_size):
-            stop = min(start + chunk_size, length - 1)
-            part = hidden[:, start:stop]
-            member_logits = split_members(
-                self.backbone.token_embedding(part, reverse=True), self.num_members
-            )
-            tokens = token_ids[:, start + 1 : stop + 1]
-            log_p = vocabulary_log_softmax(member_logits)
-            taken = token_log_probs(log_p, tokens)["member_log_probs"]
-            taken = taken * ops.expand_dims(counted[:, start + 1 : stop + 1], 1)
-            before = ops.expand_dims(prefix, -1) + ops.cumsum(taken, axis=-1) - taken
-            prefix = prefix + ops.sum(taken, axis=-1)
-            chunks.append(
-                self._figures(
-                    member_logits, tokens, split_members(part, self.num_members), before
-                )
-            )
-        return ops.concatenate(chunks, axis=1)
+        """`teacher_forcing.chunked_figures` of this model."""
+        return teacher_forcing.chunked_figures(
+            self, token_ids, padding_mask, chunk_size, prompt_mask
+        )
 
     @property
     def _num_figures(self):
@@ -599,59 +495,10 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
     ):
         """`generate` with `sampler` in place of the compiled one (`None`:
         the compiled one)."""
-        return_uncertainty = check_bool(return_uncertainty, "return_uncertainty")
-        check_generate_call(self, inputs, max_length, stop_token_ids, strip_prompt)
-        if stop_token_ids == "auto":
-            if self.preprocessor is None:
-                raise ValueError(
-                    'A `preprocessor` must be attached to the model if '
-                    '`stop_token_ids="auto"`. Pass `stop_token_ids=None` to '
-                    "generate up to the inputs' length, or a tuple of token ids."
-                )
-            tokenizer = self.preprocessor.tokenizer
-            stop_token_ids = [tokenizer.end_token_id]
-            if hasattr(tokenizer, "end_token2_id"):  # Llama 3's two end tokens
-                stop_token_ids.append(tokenizer.end_token2_id)
-        if stop_token_ids is not None:
-            stop_token_ids = tuple(int(t) for t in stop_token_ids)
-        decode = self._decode_function(stop_token_ids, sampler)
-        batches, input_is_scalar = self._normalize_generate_inputs(inputs)
-        outputs, records = [], []
-        for batch in batches:
-            if self.preprocessor is not None:
-                batch = self.preprocessor.generate_preprocess(batch, sequence_length=max_length)
-            batch = {
-                "token_ids": ops.convert_to_tensor(batch["token_ids"], "int32"),
-                "padding_mask": ops.convert_to_tensor(batch["padding_mask"], "bool"),
-            }
-            try:
-                # JAX dispatches asynchronously: an allocation failure
-                # surfaces when the outputs are read.
-                record = {k: ops.convert_to_numpy(v) for k, v in decode(batch).items()}
-            except Exception as e:
-                if not _is_out_of_memory(e):
-                    raise
-                raise ValueError(
-                    f"Generation ran out of memory (`max_length`={max_length}): the "
-                    "KV cache holds (batch, members, layers, 2, max_length, "
-                    "key-value heads, head size) values. Pass a smaller "
-                    f"`max_length` or fewer prompts. ({type(e).__name__})"
-                ) from e
-            record["prompt_mask"] = ops.convert_to_numpy(batch["padding_mask"])
-            records.append(record)
-            result = {k: record[k] for k in ("token_ids", "padding_mask")}
-            if strip_prompt:
-                result = strip_prompt_rows(result, record["prompt_mask"])
-            if self.preprocessor is not None:
-                result = self.preprocessor.generate_postprocess(result)
-            outputs.append(result)
-        output = self._normalize_generate_outputs(outputs, input_is_scalar)
-        if not return_uncertainty:
-            return output
-        merged = {
-            key: np.concatenate([r[key] for r in records], axis=0) for key in records[0]
-        }
-        return {"output": output, **uncertainty_outputs(merged, self.num_members)}
+        return generation.generate(
+            self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
+            sampler,
+        )
 
     def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128, prompt_mask=None):
         """Per-token uncertainty of given text, teacher-forced.
@@ -760,19 +607,6 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
     def get_config(self):
         # Task's config (backbone, preprocessor, name, trainable).
         return keras_hub.models.Task.get_config(self)
-
-
-def _is_out_of_memory(error):
-    """Whether a backend error is an allocation failure (JAX's
-    RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError, PyTorch's
-    OutOfMemoryError or a failed CPU allocation)."""
-    text = f"{type(error).__name__}: {error}"
-    return isinstance(error, MemoryError) or any(
-        marker in text for marker in (
-            "RESOURCE_EXHAUSTED", "ResourceExhausted", "OutOfMemory",
-            "out of memory", "Out of memory", "can't allocate memory",
-        )
-    )
 
 
 def _task_class(causal_lm):
