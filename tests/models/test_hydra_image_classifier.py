@@ -7,6 +7,7 @@ from conftest import jit_compile
 from conftest import requires_jit
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import HydraImageClassifier
+from ensemble_zoo.models import PackedEnsembleImageClassifier
 from ensemble_zoo.utils.parameters import parameter_count
 from zoo_testing import perturb_weights
 from zoo_testing import to_np
@@ -150,6 +151,11 @@ def test_bad_arguments():
         HydraImageClassifier.from_keras_hub(vit, mlp="average")
     with pytest.raises(ValueError, match="ViTImageClassifier"):
         HydraImageClassifier.from_keras_hub(vit.backbone)
+    # A wrong backbone is a wrong type, as for Packed-Ensembles.
+    with pytest.raises(TypeError, match="must be a HydraBackbone; got ViTBackbone"):
+        HydraImageClassifier(vit.backbone, num_classes=3)
+    with pytest.raises(TypeError, match="must be a PackedEnsembleBackbone; got ViTBackbone"):
+        PackedEnsembleImageClassifier(vit.backbone, num_classes=3)
     hydra = HydraImageClassifier.from_keras_hub(vit, MASKS)
     with pytest.raises(ValueError, match=r"\(batch, 8, 8, 1\)"):
         hydra(np.zeros((2, 8, 8), "float32"))

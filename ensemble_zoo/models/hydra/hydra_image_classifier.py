@@ -72,7 +72,7 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
         **kwargs,
     ):
         if not isinstance(backbone, HydraBackbone):
-            raise ValueError(
+            raise TypeError(
                 f"`backbone` must be a HydraBackbone; got {type(backbone).__name__}."
             )
         pooling = check_pooling(pooling)
