@@ -116,6 +116,8 @@ def readme_section(title):
     """A `## title` section of the README, as a page (`# title`)."""
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    # The README links to `docs/<page>`; on the site the page is `<page>`.
+    section = section.replace("](docs/", "](")
     return f"# {title}\n{section}"
 
 

@@ -8,7 +8,7 @@ is imported (keras-hub's pipeline code checks for the real grain then and
 must keep seeing none) and removed again at once.
 
 `ZooTestCase` is that `TestCase`, unchanged but for what is wrong for an
-ensemble (listed here, and in ARCHITECTURE.md):
+ensemble (listed here, and in docs/architecture.md):
 
 - `run_precision_test` requires every sublayer to compute in the policy's
   dtype. A mixture-of-experts router (`TopKRouter`) deliberately keeps
@@ -19,9 +19,9 @@ ensemble (listed here, and in ARCHITECTURE.md):
 What the harness file (`tests/models/test_keras_hub_harness.py`) leaves
 out, and why:
 
-- Each of its tests runs under PyTorch and one of JAX and TensorFlow (test
-  budget; the harness checks configs, saving, presets, dtype policies and
-  Keras' loops, code the two XLA backends share).
+- Each of its tests runs under one of JAX, TensorFlow and PyTorch, picked
+  by a stable hash of its name, so every model meets all three (test
+  budget; each model's own tests run on all three).
 
 - MC dropout runs at rate 0 there: the harness compares two calls, and
   MC dropout's samples differ from call to call by design.
