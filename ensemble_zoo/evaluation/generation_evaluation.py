@@ -41,6 +41,7 @@ from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
 from ensemble_zoo.models.causal_lm.sample_uncertainty import answers_of
+from ensemble_zoo.models.causal_lm.sample_uncertainty import default_sampler
 from ensemble_zoo.models.causal_lm.sample_uncertainty import normalize_answer
 from ensemble_zoo.utils.progress import progress_note
 
@@ -254,7 +255,7 @@ def evaluate_generation(
                 if who == "ensemble" and num_samples:
                     sampled = m.sample_uncertainty(
                         chunk, num_samples, equivalence=equivalence,
-                        max_length=max_length, sampler=_seeded_sampler(m, seed),
+                        max_length=max_length, sampler=default_sampler(m, seed),
                     )
                     scores.update(
                         {k: np.asarray(sampled[k], np.float64) for k in SAMPLING_ESTIMATORS}
@@ -307,15 +308,6 @@ def evaluate_generation(
     return GenerationReport(
         metrics, name=name, answers=ensemble["answers"]["test"], curves=curves
     )
-
-
-def _seeded_sampler(model, seed):
-    """A random sampler (temperature 1) with `seed`, one per model and
-    seed, kept with the model's compiled decoders."""
-    samplers = model.__dict__.setdefault("_evaluation_samplers", {})
-    if seed not in samplers:
-        samplers[seed] = keras_hub.samplers.RandomSampler(temperature=1.0, seed=seed)
-    return samplers[seed]
 
 
 class GenerationReport:

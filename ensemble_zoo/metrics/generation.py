@@ -113,14 +113,10 @@ def answer_aurc(uncertainty, correct):
     Returns:
         float.
     """
-    uncertainty, correct = _as_uncertainty_and_quality(
-        uncertainty, correct, "correct", binary=True
-    )
-    confidence = -uncertainty if uncertainty.dtype.kind == "f" else -uncertainty.astype(np.float64)
-    errors, kept_right, _, _ = threshold_counts(confidence, correct == 0.0)
-    kept = errors + kept_right
-    steps = np.diff(np.concatenate([[0.0], kept / correct.shape[0]]))
-    return float(np.sum(steps * errors / kept))
+    rejected, accuracy = accuracy_rejection_curve(uncertainty, correct)
+    coverage, risk = (1.0 - rejected)[::-1], (1.0 - accuracy)[::-1]
+    steps = np.diff(np.concatenate([[0.0], coverage]))
+    return float(np.sum(steps * risk))
 
 
 def prediction_rejection_ratio(uncertainty, quality):

@@ -118,12 +118,15 @@ def answers_of(outputs, stop_token_ids):
     ]
 
 
-def default_sampler(model):
-    """The random sampler (temperature 1) `sample_uncertainty` uses by
-    default: one per model, kept with its compiled decoders."""
-    return model.__dict__.setdefault(
-        "_sampling_sampler", keras_hub.samplers.RandomSampler(temperature=1.0)
-    )
+def default_sampler(model, seed=None):
+    """The random sampler (temperature 1, `seed`) that `sample_uncertainty`
+    and `evaluate_generation` use by default: one per model and seed, kept
+    with the model's compiled decoders (a new sampler object would compile
+    a new decode loop)."""
+    samplers = model.__dict__.setdefault("_sampling_samplers", {})
+    if seed not in samplers:
+        samplers[seed] = keras_hub.samplers.RandomSampler(temperature=1.0, seed=seed)
+    return samplers[seed]
 
 
 def sample_uncertainty(
