@@ -15,40 +15,36 @@ JSON objects, a registered `keras.Model` class, configs held twice that
 agree (`config_copies`: keras-hub's loader reads the other copy), `kind` consistent with the
 presence of weights, the weights file's checksum, variable paths, shapes
 and dtypes against the model, and finite values; each failure is a
-`PresetError` that names the file. Saving writes into a temporary
+`PresetError` that names the file. Saving (`preset_saving`) writes into a temporary
 directory and moves the finished files into place, so a failed save
 leaves the previous preset as it was.
 """
 
 import copy
-import datetime
-import hashlib
 import importlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 
 import keras
-import numpy as np
 
 from ensemble_zoo.presets import hub_handles
 from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets import keras_hub_layout
 from ensemble_zoo.presets.config_copies import check_config_copies
-from ensemble_zoo.presets.keras_hub_layout import PREPROCESSOR_FILES
 from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
 from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
+from ensemble_zoo.presets.preset_files import CONFIG_FILE
+from ensemble_zoo.presets.preset_files import METADATA_FILE
+from ensemble_zoo.presets.preset_files import WEIGHTS_FILE
+from ensemble_zoo.presets.preset_files import check_weights_file
+from ensemble_zoo.presets.preset_files import file_sha256  # noqa: F401 (its old path)
+from ensemble_zoo.presets.preset_saving import save_preset  # noqa: F401 (its old path)
 from ensemble_zoo.presets.registry import PRESETS
-from ensemble_zoo.utils.parameters import parameter_count
 from ensemble_zoo.utils.quiet_import import quiet_stderr
 from ensemble_zoo.utils.validation import check_bool
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.weights.h5"
-METADATA_FILE = "metadata.json"
 
 
 def list_presets():
@@ -112,132 +108,6 @@ def _read_json(directory, filename):
 def preset_metadata(preset):
     """The parsed `metadata.json` of a preset (name or directory)."""
     return _read_json(get_preset_path(preset), METADATA_FILE)
-
-
-def _h5_datasets(path):
-    """`{variable path: (shape, dtype)}` of an HDF5 weights file."""
-    import h5py
-
-    found = {}
-
-    def visit(name, obj):
-        if isinstance(obj, h5py.Dataset):
-            found[name] = (tuple(obj.shape), np.dtype(obj.dtype).name)
-
-    with h5py.File(path, "r") as f:
-        f.visititems(visit)
-    return found
-
-
-def _dtype_kind(name):
-    """`"float"` for every floating dtype name of an HDF5 dataset (h5py
-    writes bfloat16 as the opaque `void16`), else the name. Loading casts a
-    float32 file's weights to the model's dtype policy (a float32 preset
-    loads under `dtype="bfloat16"`); any other dtype must match."""
-    if name.startswith(("float", "bfloat")) or name == "void16":
-        return "float"
-    return name
-
-
-def _non_finite_variables(path):
-    """Paths of floating-point variables holding NaN or infinity."""
-    import h5py
-
-    bad = []
-
-    def visit(name, obj):
-        if (
-            isinstance(obj, h5py.Dataset)
-            and np.issubdtype(obj.dtype, np.floating)
-            and not _is_optimizer_state(name)
-            and not np.isfinite(obj[()]).all()
-        ):
-            bad.append(name)
-
-    with h5py.File(path, "r") as f:
-        f.visititems(visit)
-    return bad
-
-
-def file_sha256(path):
-    """The SHA-256 hex digest of a file (`weights_sha256` in metadata)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _check_weights_file(write_reference, path, sha256=None, what="the model"):
-    """Checks the file's checksum (when the metadata records one), then its
-    variables by path, shape and dtype against the file that
-    `write_reference(filepath)` writes, then that they are finite."""
-    if sha256 is not None:
-        if not isinstance(sha256, str):
-            raise PresetError(
-                f"Damaged preset: `weights_sha256` in the metadata.json next "
-                f"to {path} must be a hex string; got {sha256!r}."
-            )
-        actual = file_sha256(path)
-        if actual != sha256:
-            raise PresetError(
-                f"Damaged preset: {path} has SHA-256 {actual[:16]}..., but "
-                f"metadata.json records {sha256[:16]}...: the file was "
-                "changed or corrupted after the preset was saved."
-            )
-    try:
-        found = _h5_datasets(path)
-    except OSError as e:
-        raise PresetError(
-            f"Damaged preset: {path} is not a readable HDF5 weights file "
-            f"({e})."
-        ) from e
-    with tempfile.TemporaryDirectory() as tmp:
-        reference = os.path.join(tmp, WEIGHTS_FILE)
-        write_reference(reference)
-        expected = {
-            k: v for k, v in _h5_datasets(reference).items()
-            if not _is_optimizer_state(k)
-        }
-    found = {k: v for k, v in found.items() if not _is_optimizer_state(k)}
-    missing = sorted(set(expected) - set(found))
-    unexpected = sorted(set(found) - set(expected))
-    common = sorted(set(expected) & set(found))
-    wrong = [k for k in common if expected[k][0] != found[k][0]]
-    retyped = [
-        k for k in common
-        if k not in wrong and expected[k][1] != found[k][1]
-        and not (found[k][1] == "float32" and _dtype_kind(expected[k][1]) == "float")
-    ]
-    problems = [
-        f"variable {k!r} has shape {found[k][0]}, the model expects "
-        f"{expected[k][0]}"
-        for k in wrong[:5]
-    ]
-    problems += [
-        f"variable {k!r} has dtype {found[k][1]}, the model expects "
-        f"{expected[k][1]}"
-        for k in retyped[:5]
-    ]
-    if missing:
-        problems.append(
-            f"{len(missing)} variable(s) missing, e.g. {missing[:3]}"
-        )
-    if unexpected:
-        problems.append(
-            f"{len(unexpected)} unexpected variable(s), e.g. {unexpected[:3]}"
-        )
-    if problems:
-        raise PresetError(
-            f"Damaged preset: {path} does not match {what}: "
-            + "; ".join(problems) + "."
-        )
-    non_finite = _non_finite_variables(path)
-    if non_finite:
-        raise PresetError(
-            f"Damaged preset: {path} holds NaN or infinite values in "
-            f"{len(non_finite)} variable(s), e.g. {non_finite[:3]}."
-        )
 
 
 def _import_config_packages(config_text):
@@ -557,7 +427,7 @@ def _load_keras_hub_weights(model, directory, metadata):
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     task_path = os.path.join(directory, TASK_WEIGHTS_FILE)
     backbone = model.backbone
-    _check_weights_file(
+    check_weights_file(
         backbone.save_weights, weights_path, metadata.get("weights_sha256"),
         f"the backbone in {CONFIG_FILE}",
     )
@@ -570,7 +440,7 @@ def _load_keras_hub_weights(model, directory, metadata):
             f"{TASK_CONFIG_FILE} has no weights outside its backbone."
         )
     if has_task_weights:
-        _check_weights_file(
+        check_weights_file(
             model.save_task_weights, task_path,
             metadata.get("task_weights_sha256"), f"the task in {TASK_CONFIG_FILE}",
         )
@@ -603,165 +473,3 @@ def _loader_hint(preset, preset_cls):
     if preset_cls.__module__.startswith("ensemble_zoo") and hasattr(preset_cls, "from_preset"):
         calls = f"ensemble_zoo.models.{preset_cls.__name__}.from_preset({preset!r}) or " + calls
     return calls
-
-
-def _is_optimizer_state(path):
-    """Whether an HDF5 path is optimizer state: the model's own or that of
-    a compiled sub-model (keras-hub tasks compile themselves, and under
-    `mixed_float16` their optimizer is a LossScaleOptimizer with variables)."""
-    return "optimizer" in path.split("/")
-
-
-def _strip_optimizer_state(path):
-    """Presets hold model weights only: drop every optimizer's state."""
-    import h5py
-
-    with h5py.File(path, "a") as f:
-        groups = []
-        f.visit(
-            lambda name: groups.append(name)
-            if name.split("/")[-1] == "optimizer" else None
-        )
-        for name in sorted(groups, key=len, reverse=True):
-            if name in f:
-                del f[name]
-
-
-def save_preset(model, preset_dir, metadata=None, include_weights=True):
-    """Writes a model as a preset directory.
-
-    Every zoo classifier is a keras-hub task with a keras-hub backbone and
-    is written in keras-hub's layout (`config.json` = backbone,
-    `model.weights.h5`, `task.json`, `task.weights.h5`, the preprocessor's
-    files, `metadata.json`; see `ensemble_zoo.presets.keras_hub_layout`),
-    which `keras_hub.models.ImageClassifier.from_preset` /
-    `TextClassifier.from_preset` load and `keras_hub.upload_preset`
-    accepts. `metadata.json` records the layout, the method, the versions
-    and the weights files' SHA-256, which loading checks.
-
-    With `include_weights=False` the preset is an *architecture* preset
-    (`kind: "architecture"` in its metadata): `from_preset` builds it with
-    freshly initialized weights.
-
-    Every file is first written to a temporary directory next to
-    `preset_dir` and moved into place only when all of them are complete:
-    a save that fails (e.g. on metadata that is not JSON-serializable)
-    leaves an existing preset in `preset_dir` unchanged. Other preset
-    files left in `preset_dir` (e.g. `task.weights.h5` of a task that has
-    no task weights now) are removed.
-
-    Raises:
-        TypeError: `model` is not a keras-hub task with a keras-hub
-            backbone, or `metadata` is not a JSON-serializable dict.
-    """
-    from ensemble_zoo.version import __version__
-
-    preset_dir = os.fspath(preset_dir)
-    if os.path.exists(preset_dir) and not os.path.isdir(preset_dir):
-        raise PresetError(f"`preset_dir` {preset_dir!r} exists and is not a directory.")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise TypeError(f"`metadata` must be a dict or None; got {type(metadata).__name__}.")
-    if not keras_hub_layout.uses_keras_hub_layout(model):
-        raise TypeError(
-            "`model` must be a keras-hub task with a keras-hub backbone (every "
-            f"zoo classifier is one); got {type(model).__name__}."
-        )
-    quantized = [l for l in model._flatten_layers() if l.quantization_mode]
-    if quantized:
-        # Keras 3.15.1 rebuilds a quantized `Embedding` (keras-hub's
-        # position embeddings) under a `DTypePolicyMap` whose
-        # `dtype_policy.quantization_mode` reads None, and then cannot save
-        # or check its weights: such a preset would not load.
-        raise NotImplementedError(
-            f"{type(model).__name__} is quantized ({quantized[0].path}: "
-            f"{quantized[0].quantization_mode}); presets hold float weights. "
-            "Save the float model and call `quantize` after `from_preset`."
-        )
-    config = keras_hub_layout.strip_build_state(keras.saving.serialize_keras_object(model))
-    parent = os.path.dirname(os.path.abspath(preset_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".preset-", dir=parent)
-    try:
-        content = {
-            "name": os.path.basename(os.path.normpath(preset_dir)),
-            "kind": "trained" if include_weights else "architecture",
-            "layout": "keras_hub",
-            "class_name": type(model).__name__,
-            "num_members": getattr(model, "num_members", None),
-            "num_classes": getattr(model, "num_classes", None),
-            "parameter_count": parameter_count(model),
-            "keras_version": keras.__version__,
-            "ensemble_zoo_version": __version__,
-            "backend": keras.config.backend(),
-            "date_saved": datetime.date.today().isoformat(),
-        }
-        content.update(keras_hub_layout.keras_hub_metadata(model))
-        _write_json(staging, TASK_CONFIG_FILE, config)
-        backbone_config = keras_hub_layout.strip_build_state(
-            keras.saving.serialize_keras_object(model.backbone)
-        )
-        _write_json(staging, CONFIG_FILE, backbone_config)
-        _save_preprocessor(model.preprocessor, staging)
-        if include_weights:
-            weights = [(WEIGHTS_FILE, "weights_sha256")]
-            model.backbone.save_weights(os.path.join(staging, WEIGHTS_FILE))
-            if model.has_task_weights():
-                model.save_task_weights(os.path.join(staging, TASK_WEIGHTS_FILE))
-                weights.append((TASK_WEIGHTS_FILE, "task_weights_sha256"))
-            for filename, key in weights:
-                path = os.path.join(staging, filename)
-                _strip_optimizer_state(path)
-                content[key] = file_sha256(path)
-        content.update(metadata or {})
-        try:
-            metadata_text = json.dumps(content, indent=2, sort_keys=True)
-        except (TypeError, ValueError) as e:
-            raise TypeError(
-                f"`metadata` must be JSON-serializable ({e}); the preset in "
-                f"{preset_dir} was not changed."
-            ) from e
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
-            f.write(metadata_text)
-        os.makedirs(preset_dir, exist_ok=True)
-        written = set(os.listdir(staging))
-        for name in PRESET_FILES:
-            target = os.path.join(preset_dir, name)
-            if name not in written and os.path.lexists(target):
-                _remove(target)
-        for name in sorted(written):
-            target = os.path.join(preset_dir, name)
-            if os.path.isdir(target):
-                shutil.rmtree(target)
-            os.replace(os.path.join(staging, name), target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-#: Every file a preset directory may hold.
-PRESET_FILES = (
-    CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE, TASK_CONFIG_FILE, TASK_WEIGHTS_FILE,
-) + PREPROCESSOR_FILES
-
-
-def _write_json(directory, filename, content):
-    with open(os.path.join(directory, filename), "w", encoding="utf-8") as f:
-        f.write(json.dumps(content, indent=2, sort_keys=True))
-
-
-def _save_preprocessor(preprocessor, directory):
-    """The preprocessor's files, as keras-hub writes them."""
-    if preprocessor is None:
-        return
-    if hasattr(preprocessor, "save_to_preset"):
-        preprocessor.save_to_preset(directory)
-    else:
-        from keras_hub.src.utils.preset_utils import get_preset_saver
-
-        get_preset_saver(directory).save_preprocessor(preprocessor)
-
-
-def _remove(path):
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    else:
-        os.remove(path)

@@ -109,7 +109,13 @@ import threading
 
 import keras
 
-from ensemble_zoo.utils.devices import accelerator
+from ensemble_zoo.utils.workaround_replacements import cudnn_attention_only_where_it_traces
+from ensemble_zoo.utils.workaround_replacements import float32_attention_for_float16_on_cpu
+from ensemble_zoo.utils.workaround_replacements import gathered_slices_while_compiling
+from ensemble_zoo.utils.workaround_replacements import global_generator_while_compiling
+from ensemble_zoo.utils.workaround_replacements import no_forced_flash_attention_while_compiling
+from ensemble_zoo.utils.workaround_replacements import numpy_scalars_as_python_numbers_while_compiling
+from ensemble_zoo.utils.workaround_replacements import tensordot_einsum_on_cpu_while_compiling
 
 
 class Workaround:
@@ -185,203 +191,48 @@ class Workaround:
         return f"Workaround({self.name!r}, {self.module}.{self.attribute})"
 
 
-def _is_cpu():
-    return accelerator() == "cpu"
-
-
-def _float32_attention_for_float16_on_cpu(original):
-    def dot_product_attention(query, key, value, *args, **kwargs):
-        import jax.numpy as jnp
-
-        query = jnp.asarray(query)
-        if query.dtype != jnp.float16 or not _is_cpu():
-            return original(query, key, value, *args, **kwargs)
-        out = original(
-            query.astype(jnp.float32),
-            jnp.asarray(key).astype(jnp.float32),
-            jnp.asarray(value).astype(jnp.float32),
-            *args,
-            **kwargs,
-        )
-        return out.astype(jnp.float16)
-
-    return dot_product_attention
-
-
-def _cudnn_attention_only_where_it_traces(original, platform=None):
-    import functools
-
-    import jax
-
-    platform = platform or (lambda: jax.devices()[0].platform)
-    verdicts = {}  # (shapes and dtypes of query, key, value, bias) -> bool
-
-    def _can_use_flash_attention(query, key, value, bias, raise_error=False):
-        usable = original(query, key, value, bias, raise_error=raise_error)
-        if not usable or raise_error or platform() != "gpu":
-            return usable
-        operands = [x for x in (query, key, value, bias) if x is not None]
-        signature = tuple((tuple(x.shape), str(x.dtype)) for x in operands) + (
-            bias is not None,
-        )
-        if signature not in verdicts:
-            cudnn = functools.partial(jax.nn.dot_product_attention, implementation="cudnn")
-            specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)]
-            bias_spec = None if bias is None else jax.ShapeDtypeStruct(bias.shape, bias.dtype)
-            try:
-                jax.eval_shape(lambda q, k, v, b: cudnn(q, k, v, bias=b), *specs, bias_spec)
-                verdicts[signature] = True
-            except Exception:
-                verdicts[signature] = False
-        return verdicts[signature]
-
-    return _can_use_flash_attention
-
-
-def _no_forced_flash_attention_while_compiling(original):
-    import torch
-
-    def _can_use_flash_attention(*args, raise_error=False, **kwargs):
-        if not raise_error and torch.compiler.is_compiling():
-            return False
-        return original(*args, raise_error=raise_error, **kwargs)
-
-    return _can_use_flash_attention
-
-
-def _global_generator_while_compiling(original):
-    import torch
-
-    def torch_seed_generator(seed):
-        if torch.compiler.is_compiling():
-            return None  # torch's global generator
-        return original(seed)
-
-    return torch_seed_generator
-
-
-def _numpy_scalars_as_python_numbers_while_compiling(original):
-    import numpy as np
-    import torch
-
-    def convert_to_tensor(x, dtype=None, sparse=None, ragged=None):
-        if isinstance(x, (np.ndarray, np.generic)) and torch.compiler.is_compiling():
-            x = torch.as_tensor(x)
-        return original(x, dtype=dtype, sparse=sparse, ragged=ragged)
-
-    return convert_to_tensor
-
-
-def _gathered_slices_while_compiling(original):
-    import torch
-
-    def slice(inputs, start_indices, shape):
-        if not torch.compiler.is_compiling() or not any(
-            isinstance(s, torch.Tensor) for s in start_indices
-        ):
-            return original(inputs, start_indices, shape)
-        result = torch.as_tensor(inputs)
-        for axis, (start, size) in enumerate(zip(start_indices, shape)):
-            if isinstance(start, int) and start == 0 and size == result.shape[axis]:
-                continue
-            index = torch.arange(int(size), device=result.device) + start
-            result = torch.index_select(result, axis, index)
-        return result
-
-    return slice
-
-
-def tensordot_einsum(subscripts, a, b):
-    """A two-operand einsum as `torch.tensordot` and a permutation, or
-    `None` where the equation is not a pure contraction (a label shared by
-    both operands kept in the output, a repeated label, an ellipsis, a
-    label summed within one operand)."""
-    import torch
-
-    if "->" not in subscripts or "." in subscripts:
-        return None
-    inputs, output = subscripts.replace(" ", "").split("->")
-    if inputs.count(",") != 1:
-        return None
-    left, right = inputs.split(",")
-    shared = set(left) & set(right)
-    free = (set(left) | set(right)) - shared
-    if (
-        len(set(left)) != len(left) or len(set(right)) != len(right)
-        or set(output) != free or len(output) != len(free)
-        or len(left) != a.dim() or len(right) != b.dim()
-    ):
-        return None
-    contracted = [c for c in left if c in shared]
-    out = torch.tensordot(
-        a, b, dims=([left.index(c) for c in contracted], [right.index(c) for c in contracted])
-    )
-    labels = [c for c in left if c not in shared] + [c for c in right if c not in shared]
-    return out.permute([labels.index(c) for c in output])
-
-
-def _tensordot_einsum_on_cpu_while_compiling(original):
-    import torch
-
-    from keras.src.backend.torch.core import convert_to_tensor
-
-    def einsum(subscripts, *operands, **kwargs):
-        if torch.compiler.is_compiling() and len(operands) == 2:
-            a, b = (convert_to_tensor(x) for x in operands)  # Keras variables
-            if (
-                a.device.type == "cpu" and a.dtype == b.dtype
-                and a.dtype.is_floating_point
-            ):
-                out = tensordot_einsum(subscripts, a, b)
-                if out is not None:
-                    return out
-        return original(subscripts, *operands, **kwargs)
-
-    return einsum
-
-
 # See the module docstring for each one's reason and upstream fix.
 WORKAROUNDS = (
     Workaround(
         "jax_float16_attention_on_cpu", "jax",
         "keras.src.backend.jax.nn", "dot_product_attention",
-        _float32_attention_for_float16_on_cpu,
+        float32_attention_for_float16_on_cpu,
         "keras-team/keras-hub#2338 (open); no fix in Keras 3.15.1",
     ),
     Workaround(
         "jax_cudnn_attention_per_shape", "jax",
         "keras.src.backend.jax.nn", "_can_use_flash_attention",
-        _cudnn_attention_only_where_it_traces,
+        cudnn_attention_only_where_it_traces,
         "no upstream issue yet (keras 3.15.1, jax 0.10-0.11)",
     ),
     Workaround(
         "torch_flash_attention_check_under_compile", "torch",
         "keras.src.backend.torch.nn", "_can_use_flash_attention",
-        _no_forced_flash_attention_while_compiling,
+        no_forced_flash_attention_while_compiling,
         "keras-team/keras#23327 (merged after Keras 3.15.1)",
     ),
     Workaround(
         "torch_seeded_random_under_compile", "torch",
         "keras.src.backend.torch.random", "torch_seed_generator",
-        _global_generator_while_compiling,
+        global_generator_while_compiling,
         "pytorch/pytorch#88576 (open); no Keras issue",
     ),
     Workaround(
         "torch_numpy_scalars_under_compile", "torch",
         "keras.src.backend.torch.core", "convert_to_tensor",
-        _numpy_scalars_as_python_numbers_while_compiling,
+        numpy_scalars_as_python_numbers_while_compiling,
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
     Workaround(
         "torch_tensor_slice_start_under_compile", "torch",
         "keras.src.backend.torch.core", "slice",
-        _gathered_slices_while_compiling,
+        gathered_slices_while_compiling,
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
     Workaround(
         "torch_cpu_einsum_under_compile", "torch",
         "keras.src.backend.torch.numpy", "einsum",
-        _tensordot_einsum_on_cpu_while_compiling,
+        tensordot_einsum_on_cpu_while_compiling,
         "no upstream issue yet (torch 2.13 inductor, CPU)",
     ),
 )

@@ -337,7 +337,10 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
     """With `jit_compile=True` each decode step is one `torch.compile`
     graph: no graph break, no recompilation over steps and generations;
     tokens equal the eager loop's and figures agree within 1e-5 (Gemma 3,
-    whose step needs every PyTorch workaround). The graph runs through
+    whose step needs every PyTorch workaround). On a CPU the step freezes
+    the weights into the graph, so an adapter written in place (as
+    training writes it) compiles the step once more, and the generation
+    then equals the eager one with the new adapter. The graph runs through
     AOT autograd's decompositions (`aot_eager`) rather than inductor's
     C++ code generation, for the budget; `benchmarks/llm_decoding.py`
     runs inductor."""
@@ -352,22 +355,54 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
     keras.utils.set_random_seed(0)
     base = task_cls(backbone=backbone_cls(**dict(config, num_layers=1)), preprocessor=None)
     ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, a_gain=1.0, seed=0)
-    randomize_adapters(ensemble)
-    ensemble.compile(sampler="greedy")
-    eager = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
-    ensemble.compile(sampler="greedy", jit_compile=True)
+
+    def generate_both(scale):
+        randomize_adapters(ensemble, scale=scale)
+        ensemble.compile(sampler="greedy")
+        eager = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+        ensemble.compile(sampler="greedy", jit_compile=True)
+        for _ in range(2):
+            compiled = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+        return eager, compiled
+
     torch._dynamo.reset()
     counters.clear()
     try:
-        for _ in range(2):
-            compiled = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+        eager, compiled = generate_both(0.5)
         graphs, breaks = counters["stats"]["unique_graphs"], dict(counters["graph_break"])
+        new_eager, new_compiled = generate_both(2.0)
+        rebuilt = counters["stats"]["unique_graphs"]
     finally:
         torch._dynamo.reset()
     assert (graphs, breaks) == (1, {}), (graphs, breaks)
     np.testing.assert_array_equal(compiled["token_ids"], eager["token_ids"])
     for name in POSITION_FIGURES + MEMBER_FIGURES:
         np.testing.assert_allclose(compiled[name], eager[name], atol=1e-5, err_msg=name)
+    assert rebuilt == 2, rebuilt
+    np.testing.assert_array_equal(new_compiled["token_ids"], new_eager["token_ids"])
+    np.testing.assert_allclose(new_compiled["epistemic"], new_eager["epistemic"], atol=1e-5)
+    assert np.abs(new_eager["epistemic"] - eager["epistemic"]).max() > 1e-3
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="host arithmetic; runs once")
+def test_the_prompts_pass_stops_at_the_longest_prompt_rounded_to_a_power_of_two():
+    """The prompts' pass covers the longest prompt (rounded up to a power
+    of two: one compiled program per bucket), every position where that
+    is all of them, and every position for beam and contrastive search
+    (their loops read the prompt's hidden states). The generations it
+    prefills are checked against keras-hub's full pass above."""
+    from ensemble_zoo.models.causal_lm.decode_engine import prefill_length
+
+    def mask(lengths, length):
+        return np.arange(length)[None, :] < np.array(lengths)[:, None]
+
+    greedy = keras_hub.samplers.GreedySampler()
+    assert prefill_length(greedy, mask([3, 4], 7)) == 4
+    assert prefill_length(greedy, mask([3, 5], 16)) == 8
+    assert prefill_length(greedy, mask([32], 48)) == 32
+    assert prefill_length(greedy, mask([5], 7)) is None  # 8 would pass the end
+    assert prefill_length(greedy, mask([0, 0], 7)) == 1
+    assert prefill_length(keras_hub.samplers.BeamSampler(num_beams=2), mask([3], 16)) is None
 
 
 def keras_hub_greedy(base, prompt):

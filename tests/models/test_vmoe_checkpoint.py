@@ -31,6 +31,7 @@ from conftest import BACKEND
 from conftest import REPO_ROOT
 from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.vit_moe import vmoe_checkpoint
+from ensemble_zoo.models.vit_moe import vmoe_checkpoint_reader
 from ensemble_zoo.models.vit_moe.vmoe_checkpoint import VMoECheckpointError
 from ensemble_zoo.models.vit_moe.vmoe_checkpoint import read_vmoe_checkpoint
 from zoo_testing import to_np
@@ -292,7 +293,7 @@ def test_damaged_checkpoints_name_the_file(tmp_path):
     with pytest.raises(VMoECheckpointError, match="ckpt.data-00001-of-00003.*truncated"):
         read_vmoe_checkpoint(prefix)
     # A well-formed data file without the chunks the index puts there.
-    shard.write_bytes(b"\x81\xbe" + vmoe_checkpoint.CHUNK_MAGIC.encode() + b"\xc3")
+    shard.write_bytes(b"\x81\xbe" + vmoe_checkpoint_reader.CHUNK_MAGIC.encode() + b"\xc3")
     with pytest.raises(VMoECheckpointError, match="values in no chunk"):
         read_vmoe_checkpoint(prefix)
     shard.unlink()
@@ -332,7 +333,7 @@ def test_bfloat16_arrays_widen_exactly_to_float32():
     the reader widens the bits without ml_dtypes. The payload is vmoe's
     ndarray extension: msgpack [shape, dtype name, little-endian bytes]."""
     payload = b"\x93\x91\x03\xa8bfloat16\xc4\x06" + bytes([0x80, 0x3F, 0x00, 0xC0, 0xC9, 0x3F])
-    array = vmoe_checkpoint._ndarray(payload)
+    array = vmoe_checkpoint_reader._ndarray(payload)
     assert array.dtype == np.float32
     np.testing.assert_array_equal(array, [1.0, -2.0, 1.5703125])
 

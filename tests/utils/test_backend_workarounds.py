@@ -19,6 +19,7 @@ import pytest
 
 from conftest import BACKEND
 from conftest import run_python
+from ensemble_zoo.utils import workaround_replacements
 from ensemble_zoo.utils import workarounds
 from ensemble_zoo.utils.backend import ZooWorkaroundsMixin
 from ensemble_zoo.utils.backend import installed_workarounds
@@ -399,7 +400,7 @@ def test_torch_cpu_einsum_contraction_is_still_needed():
 
     x, w = torch.randn(1, 1, 8), torch.randn(8, 16)
     assert extern_calls(lambda a, b: torch.einsum("btd,df->btf", a, b), x, w) == 0
-    assert extern_calls(lambda a, b: workarounds.tensordot_einsum("btd,df->btf", a, b), x, w) == 1
+    assert extern_calls(lambda a, b: workaround_replacements.tensordot_einsum("btd,df->btf", a, b), x, w) == 1
     rng = np.random.default_rng(0)
     for equation, shapes in [
         ("btd,df->btf", [(2, 3, 8), (8, 16)]), ("btd,ndh->btnh", [(2, 3, 8), (4, 8, 5)]),
@@ -408,13 +409,13 @@ def test_torch_cpu_einsum_contraction_is_still_needed():
     ]:
         a, b = (torch.as_tensor(rng.normal(size=s), dtype=torch.float32) for s in shapes)
         np.testing.assert_allclose(
-            to_np(workarounds.tensordot_einsum(equation, a, b)),
+            to_np(workaround_replacements.tensordot_einsum(equation, a, b)),
             to_np(torch.einsum(equation, a, b)), atol=1e-5, err_msg=equation,
         )
     a = torch.randn(2, 3)
     for kept in ("ij,ij->ij", "ij,jk->ijk", "ii,ij->j", "...j,jk->...k", "ij,jk->k"):
         b = torch.randn(2, 3) if kept.startswith("ij,ij") or kept.startswith("ii") else torch.randn(3, 4)
-        assert workarounds.tensordot_einsum(kept, a if not kept.startswith("ii") else torch.randn(2, 2), b) is None, kept
+        assert workaround_replacements.tensordot_einsum(kept, a if not kept.startswith("ii") else torch.randn(2, 2), b) is None, kept
 
 
 requires_jax = pytest.mark.skipif(BACKEND != "jax", reason="a JAX workaround")
@@ -436,15 +437,15 @@ def test_jax_cudnn_attention_is_asked_per_shape(caplog):
         calls.append(query.shape)
         return True
 
-    check = workarounds._cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "gpu")
+    check = workaround_replacements.cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "gpu")
     q = jax.numpy.ones((2, 197, 4, 64), "bfloat16")
     with caplog.at_level("WARNING"):
         assert check(q, q, q, None) is False
         assert check(q, q, q, None) is False
     assert len(calls) == 2 and not caplog.records
-    refusing = workarounds._cudnn_attention_only_where_it_traces(
+    refusing = workaround_replacements.cudnn_attention_only_where_it_traces(
         lambda *args, **kwargs: False, platform=lambda: "gpu"
     )
     assert refusing(q, q, q, None) is False
-    on_cpu = workarounds._cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "cpu")
+    on_cpu = workaround_replacements.cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "cpu")
     assert on_cpu(q, q, q, None) is True  # only a GPU is asked again

@@ -8,9 +8,13 @@ One pure step function over the backbone,
 runs the family's own keras-hub `call_with_cache` once on every member's
 batch-major rows (`member_rows`) and splits the result into `(batch,
 members, ...)`. The KV cache is preallocated at the sequence length by
-`prefill` (the family's `_build_cache` over the padded prompt), so every
-step has the same shapes. One sampling loop calls the step, applies the
-keras-hub sampler to the ensemble's predictive distribution and writes
+`prefill` (the family's `_build_cache` over the prompts' positions, the
+longest prompt rounded up to a power of two, zeros after them), so every
+step has the same shapes. keras-hub's `generate` runs the prompts' pass
+over the whole padded length; at batch 1 that repeats every generated
+position once, M times over with M members, so the engine stops at the
+prompts. One sampling loop calls the step, applies the keras-hub sampler
+to the ensemble's predictive distribution and writes
 each generated token's figures (`token_uncertainty.token_figures`) into a
 `(batch, length, figures)` loop variable. Nothing on the model is swapped
 or flagged while it runs: two generations, or one inside another's
@@ -19,15 +23,19 @@ callback, share no mutable state but the sampler's seed.
 Compilation, per backend (`decode_function`):
 
 - JAX: the whole generation (prefill and loop) is one `jax.jit` program
-  per input shape, with the model's and the sampler's variables as
+  per input shape and prefill length, with the model's and the sampler's variables as
   arguments (as keras-hub compiles `generate`).
-- TensorFlow: one `tf.function(jit_compile=True)` program per shape.
+- TensorFlow: one `tf.function(jit_compile=True)` program per shape and
+  prefill length.
 - PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
   PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`,
-  static shapes; on a CUDA device `mode="reduce-overhead"` captures it
-  once as a CUDA graph and replays it) when the model is compiled with
-  `jit_compile=True`; eager otherwise, the reference the tests compare
-  with. Checked with Keras 3.15.1, keras-hub 0.32.0 and torch 2.13 (CPU).
+  static shapes) when the model is compiled with `jit_compile=True`;
+  eager otherwise, the reference the tests compare with. On a CUDA device
+  `mode="reduce-overhead"` captures the step once as a CUDA graph and
+  replays it. On a CPU inductor freezes the weights into the graph and
+  autotunes its matrix products (`TORCH_CPU_INDUCTOR`), and the step is
+  compiled again whenever a weight has changed. Checked with Keras
+  3.15.1, keras-hub 0.32.0 and torch 2.13 (CPU).
 
 Samplers: greedy, random, top-k and top-p only choose the next token
 from a distribution, so the loop here runs them and records the figures
@@ -38,10 +46,12 @@ candidates; they get the ensemble's log-probabilities through
 the result.
 """
 
+import contextlib
 import itertools
 
 import keras
 import keras_hub
+import numpy as np
 from keras import ops
 
 from ensemble_zoo.models.causal_lm.generation_outputs import any_equal
@@ -67,27 +77,61 @@ def _split(structure, num_members):
     return keras.tree.map_structure(lambda x: split_members(x, num_members), structure)
 
 
-def prefill(model, token_ids, padding_mask):
+def prefill(model, token_ids, padding_mask, length=None):
     """The members' KV cache of a padded prompt batch.
 
     Args:
         model: a `LoRAEnsembleCausalLM`.
-        token_ids: int `(batch, length)`, the prompts padded to the
+        token_ids: int `(batch, max_length)`, the prompts padded to the
             generation's length (which the cache then holds).
-        padding_mask: bool `(batch, length)`, true on prompt tokens.
+        padding_mask: bool `(batch, max_length)`, true on prompt tokens.
+        length: `None` (every position) or a Python int, the positions
+            the prompts' pass runs over (`prefill_length`); the cache is
+            zero after them, and the decode loop writes each position
+            before any token attends to it.
 
     Returns:
         `(hidden_states, cache)`: the members' mean final hidden states
         `(batch, length, hidden_dim)` and the family's cache with a member
-        axis after the batch (`(batch, members, layers, 2, length,
+        axis after the batch (`(batch, members, layers, 2, max_length,
         kv_heads, head_dim)`; Gemma 3: per layer a `(key, value)` pair of
-        `(batch, members, length, kv_heads, head_dim)`).
+        `(batch, members, max_length, kv_heads, head_dim)`).
     """
     m = model.num_members
-    hidden, cache = model.backbone.family.seed_cache(
+    family = model.backbone.family
+    full = ops.shape(token_ids)[1]
+    if length is not None and length < full:
+        token_ids, padding_mask = token_ids[:, :length], padding_mask[:, :length]
+    hidden, cache = family.seed_cache(
         model, repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
     )
+    if length is not None and length < full:
+        axis = family.cache_length_axis
+        cache = keras.tree.map_structure(
+            lambda x: ops.pad(x, [(0, 0)] * axis + [(0, full - length)] + [(0, 0)] * (
+                len(ops.shape(x)) - axis - 1
+            )),
+            cache,
+        )
     return ops.mean(split_members(hidden, m), axis=1), _split(cache, m)
+
+
+def prefill_length(sampler, padding_mask):
+    """How many positions the prompts' pass runs over: the longest prompt
+    rounded up to a power of two (one compiled program per bucket under
+    XLA), a Python int read on the host; `None` (every position, as
+    keras-hub's `_build_cache` runs) where that is all of them, and for
+    beam and contrastive search, whose keras-hub loops read the prompt's
+    hidden states at every position. keras-hub runs the prompts' pass over
+    the padded length: at batch 1 that is every generated position once
+    more per call, which costs M times as much with M members and grows
+    with `max_length`."""
+    if not isinstance(sampler, LOOP_SAMPLERS):
+        return None
+    mask = np.asarray(ops.convert_to_numpy(padding_mask))
+    longest = int(mask.sum(axis=-1).max()) if mask.size else 0
+    bucket = 1 << max(longest - 1, 0).bit_length()
+    return None if bucket >= mask.shape[-1] else bucket
 
 
 def member_step(model, token_ids, cache, index, padding_mask):
@@ -197,7 +241,7 @@ def _finished(prompt, prompt_mask, stop_token_ids):
     return ops.all(ops.any(ends, axis=-1))
 
 
-def generate_batch(model, sampler, inputs, stop_token_ids, step=None):
+def generate_batch(model, sampler, inputs, stop_token_ids, step=None, prefill_to=None):
     """One generation of a batch of padded prompts.
 
     Args:
@@ -209,6 +253,8 @@ def generate_batch(model, sampler, inputs, stop_token_ids, step=None):
             compiled or not); `None` runs `ops.while_loop` through the
             sampler's `run_loop` (JAX and TensorFlow, inside one compiled
             program).
+        prefill_to: `None` or a Python int, the positions the prompts'
+            pass runs over (`prefill_length`).
 
     Returns:
         dict: `token_ids`, `padding_mask` (as keras-hub returns them) and
@@ -216,7 +262,7 @@ def generate_batch(model, sampler, inputs, stop_token_ids, step=None):
     """
     token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
     prompt_mask = ops.cast(ops.convert_to_tensor(inputs["padding_mask"]), "bool")
-    hidden, cache = prefill(model, token_ids, prompt_mask)
+    hidden, cache = prefill(model, token_ids, prompt_mask, prefill_to)
     index = _start(prompt_mask)
     batch, length = ops.shape(token_ids)
     if not isinstance(sampler, LOOP_SAMPLERS):
@@ -274,21 +320,25 @@ def _jax_function(model, sampler, stop_token_ids):
 
     sampler_variables, variables = _variables(model, sampler)
 
-    @jax.jit
-    def compiled(inputs, sampler_values, values):
+    def compiled(inputs, sampler_values, values, prefill_to):
         mapping = itertools.chain(
             zip(sampler_variables, sampler_values), zip(variables, values)
         )
         with keras.StatelessScope(state_mapping=mapping) as scope:
-            outputs = generate_batch(model, sampler, inputs, stop_token_ids)
+            outputs = generate_batch(
+                model, sampler, inputs, stop_token_ids, prefill_to=prefill_to
+            )
         updated = [scope.get_current_value(v) for v in sampler_variables]
         return outputs, [
             new if new is not None else old for new, old in zip(updated, sampler_values)
         ]
 
+    compiled = jax.jit(compiled, static_argnums=3)
+
     def run(inputs):
         outputs, sampler_values = compiled(
-            inputs, [v.value for v in sampler_variables], [v.value for v in variables]
+            inputs, [v.value for v in sampler_variables], [v.value for v in variables],
+            prefill_length(sampler, inputs["padding_mask"]),
         )
         for variable, value in zip(sampler_variables, sampler_values):
             variable.assign(value)
@@ -297,12 +347,91 @@ def _jax_function(model, sampler, stop_token_ids):
     return run
 
 
-#: Compiled variants of the one decode step (its code object) that dynamo
-#: keeps: one per model, sampler and input shape. Dynamo's default (8 per
-#: code object, torch 2.13) failed with `fullgraph=True` once a process
-#: had decoded 3 models at 3 lengths; raised only around the zoo's own
-#: compiled steps (`torch._dynamo.config.patch`).
+#: Compiled variants of one decode step (its code object) that dynamo
+#: keeps: one per input shape. Dynamo's default (8 per code object, torch
+#: 2.13) failed with `fullgraph=True` once a process had decoded 3 models
+#: at 3 lengths; raised only around the zoo's own compiled steps
+#: (`torch._dynamo.config.patch`).
 TORCH_RECOMPILE_LIMIT = 64
+
+#: Inductor's configuration for the decode step on a CPU. MKL's
+#: single-precision GEMM multiplies the members' 8 rows by a 2048 x 16,384
+#: kernel in about 4x the time of one row on the AMD EPYC this was
+#: measured on (18.8 against 5.2 ms; `benchmarks/cpu_matmul.py`), where
+#: reading the kernel bounds both; inductor's C++ GEMM template takes 5.2
+#: ms for 8 rows. Autotuning (`max_autotune`) picks it, and it needs the
+#: weights as constants of the graph (`freezing`, which also packs them),
+#: so the step is rebuilt whenever a weight changes (`_FrozenStep`).
+#: Freezing is read from inductor's configuration when the graph is
+#: compiled, not from `torch.compile(options=...)` (torch 2.13), so it is
+#: patched around the zoo's own step calls only. Checked with torch 2.13
+#: (CPU).
+TORCH_CPU_INDUCTOR = {
+    "freezing": True,
+    "max_autotune": True,
+    "max_autotune_gemm_backends": "CPP,ATEN",
+    "max_autotune_report_choices_stats": False,
+}
+
+
+@contextlib.contextmanager
+def _cpu_inductor():
+    """`TORCH_CPU_INDUCTOR` while the zoo's step runs (and compiles), and
+    autotuning's per-GEMM table off (inductor writes it to stderr unless
+    `select_algorithm.PRINT_AUTOTUNE` is false; torch 2.13)."""
+    import torch._inductor.config
+    from torch._inductor import select_algorithm
+
+    printing = select_algorithm.PRINT_AUTOTUNE
+    select_algorithm.PRINT_AUTOTUNE = False
+    try:
+        with torch._inductor.config.patch(TORCH_CPU_INDUCTOR):
+            yield
+    finally:
+        select_algorithm.PRINT_AUTOTUNE = printing
+
+
+def _with_own_code(function):
+    """`function` with a code object of its own: dynamo keeps compiled
+    variants per code object, so each decode function, and each rebuild of
+    a frozen one, compiles afresh instead of finding another model's (or
+    older weights') variant whose guards still pass."""
+    import types
+
+    return types.FunctionType(
+        function.__code__.replace(), function.__globals__, function.__name__,
+        function.__defaults__, function.__closure__,
+    )
+
+
+class _FrozenStep:
+    """The decode step compiled with the weights frozen into it
+    (`TORCH_CPU_INDUCTOR`), compiled again when a weight has changed since:
+    a new tensor (`id`) or an in-place write (torch's `_version` counter,
+    which `Variable.assign` and optimizers bump). Only the model's and the
+    loss predictor's weights are frozen; the sampler's seed stays an input.
+    """
+
+    def __init__(self, model, sampler):
+        self.model, self.sampler = model, sampler
+        self.key, self.compiled = None, None
+
+    def _weights(self):
+        return [v.value for v in _variables(self.model, self.sampler)[1]]
+
+    def __call__(self, *args):
+        import torch
+
+        key = tuple((id(t), t._version) for t in self._weights())
+        if key != self.key:
+            self.compiled = None  # frees the old frozen constants first
+            self.compiled = torch.compile(
+                _with_own_code(loop_step(self.model, self.sampler)),
+                fullgraph=True, dynamic=False,
+            )
+            self.key = key
+        with _cpu_inductor():
+            return self.compiled(*args)
 
 
 def _torch_function(model, sampler, stop_token_ids, compiled):
@@ -311,9 +440,12 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
     step = loop_step(model, sampler)
     if compiled:
         cuda = any(getattr(v.value, "is_cuda", False) for v in model.weights[:1])
-        compiled_step = torch.compile(
-            step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda else None
-        )
+        if cuda:
+            compiled_step = torch.compile(
+                _with_own_code(step), fullgraph=True, dynamic=False, mode="reduce-overhead"
+            )
+        else:
+            compiled_step = _FrozenStep(model, sampler)
 
         def step(*args):
             with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
@@ -321,24 +453,30 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
 
     def run(inputs):
         with torch.no_grad():
-            return generate_batch(model, sampler, inputs, stop_token_ids, step=step)
+            return generate_batch(
+                model, sampler, inputs, stop_token_ids, step=step,
+                prefill_to=prefill_length(sampler, inputs["padding_mask"]),
+            )
 
     return run
 
 
 def decode_function(model, sampler, stop_token_ids):
     """`inputs -> outputs` of `generate_batch`, compiled for the backend
-    (see the module docstring) unless the model runs eagerly."""
+    (see the module docstring) unless the model runs eagerly; the prompts'
+    pass runs over `prefill_length` positions, read on the host first."""
     backend = keras.config.backend()
     if backend == "torch":
         return _torch_function(model, sampler, stop_token_ids, bool(model.jit_compile))
-    if model.run_eagerly:
-        return lambda inputs: generate_batch(model, sampler, inputs, stop_token_ids)
-    if backend == "jax":
+    if backend == "jax" and not model.run_eagerly:
         return _jax_function(model, sampler, stop_token_ids)
-    import tensorflow as tf
 
-    return tf.function(
-        lambda inputs: generate_batch(model, sampler, inputs, stop_token_ids),
-        jit_compile=bool(getattr(model, "jit_compile", True)),
-    )
+    def generation(inputs, prefill_to):
+        return generate_batch(model, sampler, inputs, stop_token_ids, prefill_to=prefill_to)
+
+    if not model.run_eagerly:
+        import tensorflow as tf
+
+        # A Python int argument: one traced program per prefill length.
+        generation = tf.function(generation, jit_compile=bool(getattr(model, "jit_compile", True)))
+    return lambda inputs: generation(inputs, prefill_length(sampler, inputs["padding_mask"]))

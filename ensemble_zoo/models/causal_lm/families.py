@@ -97,11 +97,14 @@ class Family:
             (hidden_states, cache)` running the family's `_build_cache`.
         step_arguments: callable `(padding_mask, index) -> dict`, the
             family's extra `call_with_cache` arguments at a decode step.
+        cache_length_axis: int, the sequence axis of each array of the
+            family's cache (3 in the stacked layout, 1 in Gemma 3's).
     """
 
     def __init__(
         self, name, causal_lm_cls, backbone_cls, sites, description,
         seed_cache=seed_stacked_cache, step_arguments=no_step_arguments,
+        cache_length_axis=3,
     ):
         self.name = name
         self.causal_lm_cls = causal_lm_cls
@@ -110,6 +113,7 @@ class Family:
         self.description = description
         self.seed_cache = seed_cache
         self.step_arguments = step_arguments
+        self.cache_length_axis = cache_length_axis
 
     def __repr__(self):
         return f"Family({self.name!r})"
@@ -124,6 +128,7 @@ FAMILIES = (
         "Gemma3", keras_hub.models.Gemma3CausalLM, keras_hub.models.Gemma3Backbone,
         GEMMA_SITES, "Gemma 3, text only: `vision_encoder=None`",
         seed_cache=seed_gemma3_cache, step_arguments=gemma3_step_arguments,
+        cache_length_axis=1,
     ),
     Family(
         "Llama", keras_hub.models.LlamaCausalLM, keras_hub.models.LlamaBackbone,

@@ -1,9 +1,9 @@
 """V-MoE sparse mixtures of experts and E³ ensembles of experts (the E³
 paper, "Sparse MoEs meet Efficient Ensembles")."""
 
+from ensemble_zoo.models.vit_moe.moe_configs import soft_moe_config
+from ensemble_zoo.models.vit_moe.moe_configs import vit_moe_config
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
-from ensemble_zoo.models.vit_moe.moe_cost import soft_moe_config
-from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_config
 from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
