@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import ensemble_zoo as ez
-from conftest import BACKEND
 
 PROMPT = "17+25="
 
@@ -101,10 +100,6 @@ def test_fuzz_generate_score_and_loops(ensemble):
     }
     for case, (call, argument) in loops.items():
         _check(call, argument, problems, case)
-    if BACKEND == "jax":
-        # JAX fails fast on a 192 TB KV cache; the others would try to
-        # allocate it on a CI machine.
-        _check(lambda: model.generate([PROMPT], max_length=10**6), "max_length", problems, "generate max_length=10**6")
     assert not problems, "\n".join(problems)
     # Still usable: the same greedy answer; an empty prompt (a start token
     # alone) is a valid prompt.
