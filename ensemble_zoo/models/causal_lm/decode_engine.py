@@ -14,17 +14,17 @@ step has the same shapes. keras-hub's `generate` runs the prompts' pass
 over the whole padded length; at batch 1 that repeats every generated
 position once, M times over with M members, so the engine stops at the
 prompts. One sampling loop calls the step, applies the keras-hub sampler
-to the ensemble's predictive distribution and writes
-each generated token's figures (`token_uncertainty.token_figures`) into a
-`(batch, length, figures)` loop variable. Nothing on the model is swapped
+to the ensemble's predictive distribution and writes each generated
+token's figures (`token_uncertainty.token_figures`) into a `(batch,
+length, figures)` loop variable. Nothing on the model is swapped
 or flagged while it runs: two generations, or one inside another's
 callback, share no mutable state but the sampler's seed.
 
 Compilation, per backend (`decode_function`):
 
 - JAX: the whole generation (prefill and loop) is one `jax.jit` program
-  per input shape and prefill length, with the model's and the sampler's variables as
-  arguments (as keras-hub compiles `generate`).
+  per input shape and prefill length, with the model's and the sampler's
+  variables as arguments (as keras-hub compiles `generate`).
 - TensorFlow: one `tf.function(jit_compile=True)` program per shape and
   prefill length.
 - PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
@@ -100,19 +100,19 @@ def prefill(model, token_ids, padding_mask, length=None):
     m = model.num_members
     family = model.backbone.family
     full = ops.shape(token_ids)[1]
-    if length is not None and length < full:
+    short = length is not None and length < full
+    if short:
         token_ids, padding_mask = token_ids[:, :length], padding_mask[:, :length]
     hidden, cache = family.seed_cache(
         model, repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
     )
-    if length is not None and length < full:
-        axis = family.cache_length_axis
-        cache = keras.tree.map_structure(
-            lambda x: ops.pad(x, [(0, 0)] * axis + [(0, full - length)] + [(0, 0)] * (
-                len(ops.shape(x)) - axis - 1
-            )),
-            cache,
-        )
+    if short:
+        def pad(x):
+            widths = [(0, 0)] * len(ops.shape(x))
+            widths[family.cache_length_axis] = (0, full - length)
+            return ops.pad(x, widths)
+
+        cache = keras.tree.map_structure(pad, cache)
     return ops.mean(split_members(hidden, m), axis=1), _split(cache, m)
 
 
@@ -413,16 +413,16 @@ class _FrozenStep:
     """
 
     def __init__(self, model, sampler):
+        # The variables are those of the decode function this step belongs
+        # to: `compile` and `attach_loss_predictor` build new ones.
         self.model, self.sampler = model, sampler
+        self.variables = _variables(model, sampler)[1]
         self.key, self.compiled = None, None
-
-    def _weights(self):
-        return [v.value for v in _variables(self.model, self.sampler)[1]]
 
     def __call__(self, *args):
         import torch
 
-        key = tuple((id(t), t._version) for t in self._weights())
+        key = tuple((id(v.value), v.value._version) for v in self.variables)
         if key != self.key:
             self.compiled = None  # frees the old frozen constants first
             self.compiled = torch.compile(
