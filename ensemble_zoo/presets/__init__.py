@@ -10,6 +10,7 @@ model = ensemble_zoo.models.EnsembleClassifier.from_preset("vit_tiny_digits")
 ```
 """
 
+from ensemble_zoo.presets.adapter_presets import save_adapter_preset
 from ensemble_zoo.presets.preset_io import PresetError
 from ensemble_zoo.presets.preset_io import get_preset_path
 from ensemble_zoo.presets.preset_io import list_presets

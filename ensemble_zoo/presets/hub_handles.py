@@ -44,6 +44,19 @@ def _get_file(preset, filename):
     return preset_utils.get_file(preset, filename)
 
 
+def _kind(preset):
+    """The `kind` in a hub preset's `metadata.json` (None when the file
+    is missing or unreadable: the full download then reports it)."""
+    import json
+
+    try:
+        with open(_get_file(preset, "metadata.json"), encoding="utf-8") as f:
+            metadata = json.load(f)
+    except (FileNotFoundError, ValueError, ImportError, OSError):
+        return None
+    return metadata.get("kind") if isinstance(metadata, dict) else None
+
+
 def download_preset(preset):
     """Fetches a hub preset's files (or finds them in the download cache)
     and returns the local directory that holds them.
@@ -57,7 +70,10 @@ def download_preset(preset):
             on the hub, or the hub's client library is not installed.
     """
     local = {}
-    for filename in REQUIRED_FILES + OPTIONAL_FILES:
+    files = REQUIRED_FILES + OPTIONAL_FILES
+    if _kind(preset) == "adapters":  # `adapter_presets`: no model config
+        files = ("metadata.json", "adapters.lora_ensemble.h5")
+    for filename in files:
         try:
             local[filename] = _get_file(preset, filename)
         except FileNotFoundError as e:

@@ -22,6 +22,8 @@ from ensemble_zoo.presets.preset_error import PresetError
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
 METADATA_FILE = "metadata.json"
+#: The adapters of an adapter preset (`adapter_presets`).
+ADAPTERS_FILE = "adapters.lora_ensemble.h5"
 
 #: Every file a preset directory may hold.
 PRESET_FILES = (

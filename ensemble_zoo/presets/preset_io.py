@@ -28,6 +28,7 @@ import warnings
 
 import keras
 
+from ensemble_zoo.presets import adapter_presets
 from ensemble_zoo.presets import hub_handles
 from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets import keras_hub_layout
@@ -165,7 +166,8 @@ AUTO = "auto"
 
 
 def load_preset(
-    preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO, **kwargs
+    preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO, base=None,
+    **kwargs,
 ):
     """Builds the model of a preset and loads its weights.
 
@@ -178,6 +180,11 @@ def load_preset(
             what calling the model takes: images scaled to [0, 1] for the
             digits presets); a keras-hub preprocessor replaces it. As
             keras-hub's `from_preset(..., preprocessor=...)`.
+        base: for an adapter preset (`kind: "adapters"`, see
+            `ensemble_zoo.presets.adapter_presets`) only: the keras-hub
+            causal LM to put the adapters on, or its preset name,
+            directory or hub handle; `None` (default) loads the base
+            model the preset's metadata names.
         **kwargs: constructor arguments that replace the preset's (e.g.
             `compile=False`), merged into the model's config as keras-hub's
             loader merges them.
@@ -193,6 +200,19 @@ def load_preset(
     """
     load_weights = check_bool(load_weights, "load_weights")  # "no" is truthy
     directory = get_preset_path(preset)
+    if os.path.isfile(os.path.join(directory, METADATA_FILE)):
+        metadata = _read_json(directory, METADATA_FILE)
+        if adapter_presets.is_adapter_preset(metadata):
+            return adapter_presets.load_adapter_preset(
+                preset, directory, metadata, cls=cls, base=base,
+                load_weights=load_weights, dtype=dtype, preprocessor=preprocessor,
+                **kwargs,
+            )
+    if base is not None:
+        raise ValueError(
+            f"`base` is for adapter presets (kind 'adapters'); preset "
+            f"{preset!r} holds a whole model."
+        )
     if not keras_hub_layout.is_keras_hub_layout(directory):
         _refuse_without_task_config(directory)
     config_path = os.path.join(directory, TASK_CONFIG_FILE)

@@ -141,3 +141,19 @@ def test_hub_text_preset_fetches_its_tokenizer_assets(hub, tmp_path):
     np.testing.assert_allclose(
         loaded.predict(text, verbose=0), model.predict(text, verbose=0), atol=1e-6
     )
+
+
+def test_hub_adapter_preset_fetches_its_two_files(hub, tmp_path):
+    """An adapter preset on a hub: its metadata and adapters are fetched
+    (it has no model config), and it loads on its base as the local one."""
+    whole = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
+    ez.presets.save_adapter_preset(whole, tmp_path / "adapters", base="gemma_tiny_arithmetic")
+    hub.publish("hf", "zoo-user/adapters", tmp_path / "adapters")
+    loaded = ez.models.LoRAEnsembleCausalLM.from_preset("hf://zoo-user/adapters")
+    assert sorted(d.split("/")[-1] for d in hub.downloads) == [
+        "adapters.lora_ensemble.h5", "metadata.json"
+    ]
+    for ours, theirs in zip(loaded.adapters, whole.adapters):
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(ours.lora_b), ops.convert_to_numpy(theirs.lora_b)
+        )

@@ -102,6 +102,35 @@ def load_adapters(model, filepath):
         adapter.lora_b.assign(b)
 
 
+#: Arguments of `LoRAEnsembleCausalLM.from_keras_hub` an adapter file
+#: records (its backbone's `method_config`).
+BUILD_ARGUMENTS = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed")
+
+
+def read_build_arguments(filepath):
+    """`(backbone class name, from_keras_hub arguments)` of a file written
+    by `save_adapters`: what an ensemble needs to be built alike before
+    `load_adapters` fills it."""
+    filepath = _check_path(filepath, ".lora_ensemble.h5")
+    try:
+        with h5py.File(filepath, "r") as f:
+            if f.attrs.get("format") != FORMAT:
+                raise ValueError(
+                    f"'{filepath}' is not a LoRA-Ensemble adapter file (written "
+                    "by `save_adapters`)."
+                )
+            backbone_class = str(f.attrs["backbone_class"])
+            config = json.loads(f.attrs["method_config"])
+    except (OSError, KeyError) as error:
+        raise ValueError(
+            f"'{filepath}' is not a readable LoRA-Ensemble adapter file: {error}"
+        ) from None
+    missing = [key for key in ("num_members", "rank", "targets") if key not in config]
+    if missing:
+        raise ValueError(f"'{filepath}' does not record {missing}.")
+    return backbone_class, {k: config[k] for k in BUILD_ARGUMENTS if k in config}
+
+
 def read_keras_hub_lora(filepath):
     """`(rank, {layer_index: (lora_kernel_a, lora_kernel_b)})` of a file
     written by keras-hub's `Backbone.save_lora_weights` (layers indexed

@@ -154,11 +154,14 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
 
     @classmethod
     def from_preset(
-        cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs
+        cls, preset, load_weights=True, dtype=None, preprocessor="auto", base=None,
+        **kwargs,
     ):
         """Loads a LoRA-Ensemble causal-LM preset: a shipped name (e.g.
         `"lora_ensemble_gemma_tiny_arithmetic"`), a directory written by
-        `save_to_preset` or a hub handle, offline for shipped names.
+        `save_to_preset` or a hub handle, offline for shipped names; or
+        an adapter preset (`ensemble_zoo.presets.save_adapter_preset`,
+        e.g. `"lora_ensemble_gemma3_270m_arithmetic"`) on its base model.
 
         Works on `LoRAEnsembleCausalLM` (any family) and on a family's
         class (`LoRAEnsembleGemmaCausalLM`, which checks the family), as
@@ -175,6 +178,10 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             preprocessor: `"auto"` (default) keeps the preset's
                 preprocessor; `None` drops it; a keras-hub preprocessor
                 replaces it.
+            base: an adapter preset's base model (a keras-hub causal LM,
+                or its preset name, directory or hub handle); `None`
+                loads the one its metadata names. Only for adapter
+                presets.
             **kwargs: other constructor arguments that replace the
                 preset's.
         """
@@ -182,7 +189,7 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
 
         return load_preset(
             preset, cls=cls, load_weights=load_weights, dtype=dtype,
-            preprocessor=preprocessor, **kwargs,
+            preprocessor=preprocessor, base=base, **kwargs,
         )
 
     @staticmethod
@@ -235,6 +242,33 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
             seed=seed,
         )
         return cls(backbone=backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
+
+    @staticmethod
+    def from_adapters(causal_lm, filepath, load_weights=True):
+        """The LoRA-Ensemble whose adapters `save_adapters` wrote to
+        `filepath`, rebuilt on `causal_lm` (the model they were trained
+        on): `from_keras_hub` with the members, rank, targets and scaling
+        the file records, then `load_adapters`.
+
+        Args:
+            causal_lm: a keras-hub causal LM of the file's family and
+                shapes (not changed).
+            filepath: a `*.lora_ensemble.h5` file.
+            load_weights: bool; `False` builds the ensemble alike with
+                fresh adapters (members equal to `causal_lm`).
+
+        Returns:
+            A `LoRAEnsembleCausalLM` of the family's class.
+
+        Raises:
+            ValueError: the file is not an adapter file, or its adapters
+                do not fit `causal_lm` (the message names what differs).
+        """
+        _, arguments = adapter_files.read_build_arguments(filepath)
+        ensemble = LoRAEnsembleCausalLM.from_keras_hub(causal_lm, **arguments)
+        if load_weights:
+            ensemble.load_adapters(filepath)
+        return ensemble
 
     @staticmethod
     def from_keras_hub_lora(causal_lm, filepaths):
