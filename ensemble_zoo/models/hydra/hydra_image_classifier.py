@@ -2,21 +2,14 @@ import keras
 import keras_hub
 import numpy as np
 
-from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
-from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.models.member_head import pool_member_tokens
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
+from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.models.ImageClassifier):
+class HydraImageClassifier(HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.ImageClassifier):
     """Hydra Ensemble image classifier: pruned ViT members, fused.
 
     Members are copies of one ViT that each keep a different subset of
@@ -61,53 +54,6 @@ class HydraImageClassifier(HydraConversionsMixin, EnsembleClassifier, keras_hub.
     hydra.predict(x, verbose=0).shape  # (289, 3, 8)
     ```
     """
-
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        preprocessor=None,
-        pooling="token",
-        dropout=0.0,
-        **kwargs,
-    ):
-        if not isinstance(backbone, HydraBackbone):
-            raise TypeError(
-                f"`backbone` must be a HydraBackbone; got {type(backbone).__name__}."
-            )
-        pooling = check_pooling(pooling)
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-        self.output_dropout, self.head = task_head(
-            backbone, dropout, GroupedDense, num_classes, backbone.num_members
-        )
-
-        # === Functional Model ===
-        inputs = backbone.input
-        x = pool_member_tokens(backbone(inputs), pooling)
-        x = self.output_dropout(x)
-        outputs = member_logits(self.head(x))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-
-        # === Config ===
-        self.num_members = backbone.num_members
-        self.num_classes = num_classes
-        self.pooling = pooling
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_classes": self.num_classes,
-                "pooling": self.pooling,
-                "dropout": self.dropout,
-            }
-        )
-        return config
 
     # === Conversions ===
 

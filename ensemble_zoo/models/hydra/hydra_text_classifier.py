@@ -1,21 +1,16 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.text_inputs import TextInputsMixin
-from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class HydraTextClassifier(
-    TextInputsMixin, HydraConversionsMixin, EnsembleClassifier, keras_hub.models.TextClassifier
+    TextInputsMixin, HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.TextClassifier
 ):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
@@ -68,35 +63,11 @@ class HydraTextClassifier(
     """
 
     def __init__(self, backbone, num_classes, dropout=0.1, preprocessor=None, **kwargs):
-        if not isinstance(backbone, HydraTextBackbone):
-            raise ValueError(
-                f"`backbone` must be a HydraTextBackbone; got {type(backbone).__name__}."
-            )
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-        self.output_dropout, self.head = task_head(
-            backbone, dropout, GroupedDense, num_classes, backbone.num_members
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=None,
+            dropout=dropout, **kwargs,
         )
-
-        # === Functional Model ===
-        inputs = backbone.input
-        x = self.output_dropout(backbone(inputs)["pooled_output"])
-        outputs = member_logits(self.head(x))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-
-        # === Config ===
-        self.num_members = backbone.num_members
-        self.num_classes = num_classes
-        self.dropout = dropout
         self.member_input_shape = None  # dict inputs, see _check_inputs
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
-        return config
 
     # === Conversions ===
 

@@ -1,8 +1,7 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
     PackedEnsembleBackbone,
@@ -10,16 +9,10 @@ from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
 from ensemble_zoo.models.packed_ensemble.packed_member_weights import (
     load_member_into_keras_hub,
 )
-from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.models.member_head import pool_member_tokens
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifier):
     """Packed-Ensembles image classifier: M narrow ViTs, one grouped pass.
 
     A `PackedEnsembleBackbone` (see there: widths `alpha * D / M`,
@@ -56,53 +49,6 @@ class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCl
     """
 
     backbone_cls = PackedEnsembleBackbone
-
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        preprocessor=None,
-        pooling="token",
-        dropout=0.0,
-        **kwargs,
-    ):
-        if not isinstance(backbone, PackedEnsembleBackbone):
-            raise TypeError(
-                f"`backbone` must be a PackedEnsembleBackbone; got {type(backbone).__name__}."
-            )
-        pooling = check_pooling(pooling)
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-        self.output_dropout, self.head = task_head(
-            backbone, dropout, GroupedDense, num_classes, backbone.num_members
-        )
-
-        # === Functional Model ===
-        inputs = backbone.input
-        x = pool_member_tokens(backbone(inputs), pooling)
-        x = self.output_dropout(x)
-        outputs = member_logits(self.head(x))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-
-        # === Config ===
-        self.num_members = backbone.num_members
-        self.num_classes = num_classes
-        self.pooling = pooling
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_classes": self.num_classes,
-                "pooling": self.pooling,
-                "dropout": self.dropout,
-            }
-        )
-        return config
 
     # === keras-hub interop ===
 

@@ -316,6 +316,11 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         """The `ViTMoEEncoderBlock`s, in order."""
         return [self.encoder_blocks[i] for i in self.moe_layers]
 
+    @property
+    def num_members(self):
+        """The members M of the ensemble (`ensemble_size`; 1 for V-MoE)."""
+        return self.ensemble_size
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -3,18 +3,13 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
-from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.models.member_head import pool_member_tokens
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
+class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifier):
     """V-MoE and E³ image classifiers ("Sparse MoEs meet Efficient Ensembles").
 
     A `ViTMoEBackbone`, class-token (or average) pooling, optionally a
@@ -69,6 +64,8 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
 
     backbone_cls = ViTMoEBackbone
 
+    shared_head = True
+
     def __init__(
         self,
         backbone,
@@ -79,55 +76,28 @@ class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         intermediate_dim=None,
         **kwargs,
     ):
-        if not isinstance(backbone, ViTMoEBackbone):
-            raise ValueError(
-                f"`backbone` must be a ViTMoEBackbone; got {type(backbone).__name__}."
-            )
-        pooling = check_pooling(pooling)
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         if intermediate_dim is not None:
             intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-        if intermediate_dim is not None:
-            self.intermediate_layer = keras.layers.Dense(
-                intermediate_dim,
-                activation="tanh",
-                dtype=backbone.dtype_policy,
-                name="pre_logits",
-            )
-        self.output_dropout, self.head = task_head(
-            backbone, dropout, keras.layers.Dense, num_classes
+        self.intermediate_dim = intermediate_dim
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
+            dropout=dropout, **kwargs,
         )
 
-        # === Functional Model ===
-        inputs = backbone.input
-        x = pool_member_tokens(backbone(inputs), pooling)  # (batch, M, dim)
-        if intermediate_dim is not None:
-            x = self.intermediate_layer(x)
-        x = self.output_dropout(x)
-        outputs = member_logits(self.head(x))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-
-        # === Config ===
-        self.num_members = backbone.ensemble_size
-        self.num_classes = num_classes
-        self.pooling = pooling
-        self.dropout = dropout
-        self.intermediate_dim = intermediate_dim
+    def _pre_logits(self, x):
+        if self.intermediate_dim is None:
+            return x
+        self.intermediate_layer = keras.layers.Dense(
+            self.intermediate_dim,
+            activation="tanh",
+            dtype=self.backbone.dtype_policy,
+            name="pre_logits",
+        )
+        return self.intermediate_layer(x)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_classes": self.num_classes,
-                "pooling": self.pooling,
-                "dropout": self.dropout,
-                "intermediate_dim": self.intermediate_dim,
-            }
-        )
+        config["intermediate_dim"] = self.intermediate_dim
         return config
 
     # === Conversions ===
