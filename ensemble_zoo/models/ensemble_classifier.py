@@ -140,7 +140,8 @@ class EnsembleClassifier(
             return self._run_graph(inputs, training=training, mask=mask, **kwargs)
 
     def _run_graph(self, inputs, training=None, **kwargs):
-        """Runs the functional graph (`MemberPassesMixin` runs it in passes)."""
+        """Runs the functional graph (`MemberTiledClassifier` may run it one
+        member at a time)."""
         return super().call(inputs, training=training, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):

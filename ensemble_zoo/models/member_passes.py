@@ -24,18 +24,15 @@ that the dropout draws and the gradients are those of the whole tiled
 batch, and so does a batch whose size is unknown when the graph is
 traced (an exported model's `serve`, for any batch size).
 
-A task using this implements `_member_features(tiled_inputs)` (the
-backbone and pooling: member-major rows -> member-major pooled features)
-and `_member_outputs(features)` (the head: pooled features -> member
-logits), and builds its graph as `_member_outputs(_member_features(
-tile_members(inputs, M)))`.
+`MemberTiledClassifier` (`member_tiled_classifier.py`) builds its graph as
+`_member_outputs(_member_features(tile_members(inputs, M)))` and, at
+inference, runs it as this module says.
 """
 
 import keras
 from keras import ops
 
 from ensemble_zoo.layers.member_selection import single_member
-from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_choice
 
@@ -86,65 +83,3 @@ def run_members_sequentially(features_fn, outputs_fn, inputs, num_members):
         stacked = ops.stack([member(m) for m in range(num_members)])
     features = ops.reshape(stacked, (-1,) + tuple(stacked.shape[2:]))
     return outputs_fn(features)
-
-
-class MemberPassesMixin:
-    """The `member_batching` behaviour of a member-tiled zoo task (no Keras
-    base; listed before `EnsembleClassifier`).
-
-    The task validates its `member_batching` argument with
-    `check_member_batching` before building its graph and sets
-    `self.member_batching` afterwards; inference then runs as
-    `resolve_member_batching` says.
-    """
-
-    # A class default, so that `dir()` lists it whether or not an instance
-    # set its own (keras-hub's harness compares `dir` of revived models).
-    _member_batching = "auto"
-
-    @property
-    def member_batching(self):
-        """`"auto"`, `"tiled"` or `"sequential"` (see the module docstring)."""
-        return self.__dict__.get("_member_batching", "auto")
-
-    @member_batching.setter
-    def member_batching(self, value):
-        object.__setattr__(self, "_member_batching", check_member_batching(value))
-        # Compiled predict / evaluate functions hold the previous choice.
-        for name in ("predict_function", "test_function"):
-            if getattr(self, name, None) is not None:
-                setattr(self, name, None)
-
-    def _run_graph(self, inputs, training=None, **kwargs):
-        batching = resolve_member_batching(self.member_batching)
-        batch = tuple(keras.tree.flatten(inputs)[0].shape)[0]
-        if training or batching == "tiled" or not isinstance(batch, int):
-            # A batch of unknown size (a SavedModel's `serve`, traced for
-            # any batch) runs the tiled pass too.
-            return super()._run_graph(inputs, training=training, **kwargs)
-        return run_members_sequentially(
-            lambda x: self._member_features(x, training=False),
-            self._member_outputs,
-            inputs,
-            self.num_members,
-        )
-
-    def get_config(self):
-        config = super().get_config()
-        config["member_batching"] = self.member_batching
-        return config
-
-
-class PooledTokensFeatures:
-    """`_member_features` of an image task: the backbone's tokens pooled
-    as the task's `_pooling` says (`pool_tokens`)."""
-
-    def _member_features(self, x, training=None):
-        return pool_tokens(self.backbone(x, training=training), self._pooling)
-
-
-class PooledOutputFeatures:
-    """`_member_features` of a text task: the backbone's `pooled_output`."""
-
-    def _member_features(self, x, training=None):
-        return self.backbone(x, training=training)["pooled_output"]

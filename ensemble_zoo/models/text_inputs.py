@@ -18,6 +18,9 @@ class TextInputsMixin:
     `padding_mask`. The model needs `self.backbone.max_sequence_length`.
     """
 
+    #: Dict inputs have no one-example shape: `_check_inputs` checks them.
+    member_input_shape = None
+
     def _build_text_inputs(self):
         # Recording the dict structure lets TensorFlow trace its default
         # serving signature when the model is exported.

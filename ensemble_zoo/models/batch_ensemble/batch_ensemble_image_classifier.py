@@ -4,21 +4,14 @@ import keras_hub
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.member_passes import MemberPassesMixin
-from ensemble_zoo.models.member_passes import check_member_batching
-from ensemble_zoo.models.member_passes import PooledTokensFeatures
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class BatchEnsembleImageClassifier(
-    MemberPassesMixin, PooledTokensFeatures, BatchEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
+    BatchEnsembleTask, MemberTiledClassifier, keras_hub.models.ImageClassifier
 ):
     """BatchEnsemble on a keras-hub ViT: one shared network, rank-1 members.
 
@@ -92,37 +85,18 @@ class BatchEnsembleImageClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        member_batching = check_member_batching(member_batching)
         check_image_backbone(backbone)
-        pooling = check_pooling(pooling)
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         backbone = batch_ensemble_backbone(
             backbone, num_members=num_members,
             fast_weight_initializer=fast_weight_initializer,
             fast_weight_stddev=fast_weight_stddev, seed=seed,
         )
-        # === Layers ===
-        self._make_layers(backbone, num_classes, dropout, preprocessor)
-
-        # === Functional Model ===
-        # One pass over the member-major batch (members * batch): rows of
-        # member m use W * outer(r_m, s_m) and b_m in every projection.
-        inputs = backbone.input
-        self._pooling = pooling
-        x = self._member_features(tile_members(inputs, backbone.method_config["num_members"]))
-        outputs = self._member_outputs(x)
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-        self.member_batching = member_batching
-
-        # === Config ===
-        self._set_config(num_classes, dropout)
-        self.pooling = pooling
-
-    def get_config(self):
-        config = super().get_config()
-        config["pooling"] = self.pooling
-        return config
+        # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
+            dropout=dropout, member_batching=member_batching, **kwargs,
+        )
+        self._set_method_config()
 
     def _plain_task(self, backbone):
         import keras_hub

@@ -52,19 +52,16 @@ def batch_ensemble_backbone(backbone, **given):
 
 class BatchEnsembleTask:
     """Behaviour shared by the BatchEnsemble image and text classifiers (no
-    Keras base; listed before `EnsembleClassifier`).
+    Keras base; listed before `MemberTiledClassifier`).
 
-    A subclass converts its backbone (`batch_ensemble_backbone`), calls
-    `_make_layers`, builds its graph from the backbone's pooled features
-    of the member-major batch through `_member_outputs`, and implements
+    A subclass converts its backbone (`batch_ensemble_backbone`) before
+    `MemberTiledClassifier.__init__` builds the graph, and implements
     `_plain_task(backbone)` (the keras-hub task of one member).
     """
 
-    def _make_layers(self, backbone, num_classes, dropout, preprocessor):
+    def _make_head(self, backbone, num_classes, dropout):
         config = backbone.method_config
         seed = config["seed"]
-        self.backbone = backbone
-        self.preprocessor = preprocessor
         self.output_dropout, self.head = task_head(
             backbone, dropout, BatchEnsembleDense, num_classes,
             config["num_members"],
@@ -80,11 +77,8 @@ class BatchEnsembleTask:
         x = self.head(x)
         return member_logits(untile_members(x, self.backbone.method_config["num_members"]))
 
-    def _set_config(self, num_classes, dropout):
+    def _set_method_config(self):
         config = self.backbone.method_config
-        self.num_members = int(config["num_members"])
-        self.num_classes = num_classes
-        self.dropout = dropout
         self.fast_weight_initializer = config["fast_weight_initializer"]
         self.fast_weight_stddev = float(config["fast_weight_stddev"])
         self.seed = config["seed"]
@@ -98,9 +92,6 @@ class BatchEnsembleTask:
         config = super().get_config()
         config.update(
             {
-                "num_classes": self.num_classes,
-                "num_members": self.num_members,
-                "dropout": self.dropout,
                 "fast_weight_initializer": self.fast_weight_initializer,
                 "fast_weight_stddev": self.fast_weight_stddev,
                 "seed": self.seed,

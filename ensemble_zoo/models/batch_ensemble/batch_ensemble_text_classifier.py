@@ -4,20 +4,14 @@ import keras_hub
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.member_passes import MemberPassesMixin
-from ensemble_zoo.models.member_passes import check_member_batching
-from ensemble_zoo.models.member_passes import PooledOutputFeatures
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.text_inputs import TextInputsMixin
-from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class BatchEnsembleTextClassifier(
-    TextInputsMixin, MemberPassesMixin, PooledOutputFeatures, BatchEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
+    TextInputsMixin, BatchEnsembleTask, MemberTiledClassifier, keras_hub.models.TextClassifier
 ):
     """BatchEnsemble on a keras-hub BERT: one shared network, rank-1 members.
 
@@ -95,33 +89,21 @@ class BatchEnsembleTextClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        member_batching = check_member_batching(member_batching)
         if not isinstance(backbone, keras_hub.models.BertBackbone):
             raise TypeError(
                 "`backbone` must be a keras_hub.models.BertBackbone; got "
                 f"{type(backbone).__name__}."
             )
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         backbone = batch_ensemble_backbone(
             backbone, num_members=num_members,
             fast_weight_initializer=fast_weight_initializer,
             fast_weight_stddev=fast_weight_stddev, seed=seed,
         )
-        # === Layers ===
-        self._make_layers(backbone, num_classes, dropout, preprocessor)
-
-        # === Functional Model ===
-        inputs = backbone.input
-        num_members = backbone.method_config["num_members"]
-        tiled = {name: tile_members(x, num_members) for name, x in inputs.items()}
-        outputs = self._member_outputs(self._member_features(tiled))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-        self.member_batching = member_batching
-
-        # === Config ===
-        self._set_config(num_classes, dropout)
-        self.member_input_shape = None  # dict inputs, see _check_inputs
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=None,
+            dropout=dropout, member_batching=member_batching, **kwargs,
+        )
+        self._set_method_config()
 
     def _plain_task(self, backbone):
         import keras_hub

@@ -67,7 +67,6 @@ class HydraTextClassifier(
             backbone, num_classes, preprocessor=preprocessor, pooling=None,
             dropout=dropout, **kwargs,
         )
-        self.member_input_shape = None  # dict inputs, see _check_inputs
 
     # === Conversions ===
 

@@ -1,26 +1,17 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.member_passes import MemberPassesMixin
-from ensemble_zoo.models.member_passes import check_member_batching
-from ensemble_zoo.models.member_passes import PooledTokensFeatures
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
-from ensemble_zoo.models.member_head import check_pooling
-from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LoRAEnsembleImageClassifier(
-    MemberPassesMixin, PooledTokensFeatures, LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.ImageClassifier
+    LoRAEnsembleTask, MemberTiledClassifier, keras_hub.models.ImageClassifier
 ):
     """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
 
@@ -106,42 +97,16 @@ class LoRAEnsembleImageClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        member_batching = check_member_batching(member_batching)
         check_image_backbone(backbone)
-        pooling = check_pooling(pooling)
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         backbone = lora_ensemble_backbone(
             backbone, num_members=num_members, rank=rank, targets=targets,
             lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
         )
-        method_config = backbone.method_config
-        num_members = method_config["num_members"]
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-        self.output_dropout, self.head = task_head(
-            backbone, dropout, GroupedDense, num_classes, num_members
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
+            dropout=dropout, member_batching=member_batching, **kwargs,
         )
-
-        # === Functional Model ===
-        # One backbone pass over the member-major batch (members * batch):
-        # rows of member m go through W0 + B_m A_m in every adapter.
-        inputs = backbone.input
-        self._pooling = pooling
-        x = self._member_features(tile_members(inputs, num_members))
-        outputs = self._member_outputs(x)
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-        self.member_batching = member_batching
-
-        # === Config ===
-        self._set_method_config(num_classes, dropout, method_config)
-        self.pooling = pooling
-
-    def get_config(self):
-        config = super().get_config()
-        config["pooling"] = self.pooling
-        return config
+        self._set_method_config()
 
     @classmethod
     def from_keras_hub(

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 
+from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.lora_ensemble import adapter_weights
@@ -14,6 +15,7 @@ from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import BACKBONES
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
+from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -55,8 +57,15 @@ def lora_ensemble_backbone(backbone, **given):
 
 class LoRAEnsembleTask:
     """Behaviour shared by the LoRA-Ensemble image and text classifiers
-    (no Keras base; listed before `EnsembleClassifier`): the adapters,
-    config, adapter saving and the keras-hub conversions' head copy."""
+    (no Keras base; listed before `MemberTiledClassifier`): one head per
+    member, the adapters, config, adapter saving and the keras-hub
+    conversions' head copy."""
+
+    def _make_head(self, backbone, num_classes, dropout):
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, GroupedDense, num_classes,
+            backbone.method_config["num_members"],
+        )
 
     def _member_outputs(self, features):
         """Member-major pooled features -> member logits."""
@@ -64,14 +73,12 @@ class LoRAEnsembleTask:
         x = self.output_dropout(untile_members(features, num_members))
         return member_logits(self.head(x))
 
-    def _set_method_config(self, num_classes, dropout, method_config):
-        self.num_members = int(method_config["num_members"])
-        self.num_classes = num_classes
+    def _set_method_config(self):
+        method_config = self.backbone.method_config
         self.rank = int(method_config["rank"])
         self.targets = tuple(method_config["targets"])
         self.lora_alpha = method_config["lora_alpha"]
         self.a_gain = float(method_config["a_gain"])
-        self.dropout = dropout
         self.seed = method_config["seed"]
 
     @property
@@ -83,13 +90,10 @@ class LoRAEnsembleTask:
         config = super().get_config()
         config.update(
             {
-                "num_classes": self.num_classes,
-                "num_members": self.num_members,
                 "rank": self.rank,
                 "targets": list(self.targets),
                 "lora_alpha": self.lora_alpha,
                 "a_gain": self.a_gain,
-                "dropout": self.dropout,
                 "seed": self.seed,
             }
         )

@@ -1,25 +1,17 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.member_passes import MemberPassesMixin
-from ensemble_zoo.models.member_passes import check_member_batching
-from ensemble_zoo.models.member_passes import PooledOutputFeatures
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
 from ensemble_zoo.models.text_inputs import TextInputsMixin
-from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LoRAEnsembleTextClassifier(
-    TextInputsMixin, MemberPassesMixin, PooledOutputFeatures, LoRAEnsembleTask, EnsembleClassifier, keras_hub.models.TextClassifier
+    TextInputsMixin, LoRAEnsembleTask, MemberTiledClassifier, keras_hub.models.TextClassifier
 ):
     """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
 
@@ -100,37 +92,20 @@ class LoRAEnsembleTextClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        member_batching = check_member_batching(member_batching)
         if not isinstance(backbone, keras_hub.models.BertBackbone):
-            raise ValueError(
+            raise TypeError(
                 "`backbone` must be a keras_hub.models.BertBackbone; got "
                 f"{type(backbone).__name__}."
             )
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         backbone = lora_ensemble_backbone(
             backbone, num_members=num_members, rank=rank, targets=targets,
             lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
         )
-        method_config = backbone.method_config
-        num_members = method_config["num_members"]
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-        self.output_dropout, self.head = task_head(
-            backbone, dropout, GroupedDense, num_classes, num_members
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=None,
+            dropout=dropout, member_batching=member_batching, **kwargs,
         )
-
-        # === Functional Model ===
-        inputs = backbone.input
-        tiled = {name: tile_members(x, num_members) for name, x in inputs.items()}
-        outputs = self._member_outputs(self._member_features(tiled))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-        self.member_batching = member_batching
-
-        # === Config ===
-        self._set_method_config(num_classes, dropout, method_config)
-        self.member_input_shape = None  # dict inputs, see _check_inputs
+        self._set_method_config()
 
     @classmethod
     def from_keras_hub(

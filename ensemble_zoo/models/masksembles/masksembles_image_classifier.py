@@ -4,10 +4,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
-from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.member_passes import MemberPassesMixin
-from ensemble_zoo.models.member_passes import check_member_batching
-from ensemble_zoo.models.member_passes import PooledTokensFeatures
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.head_reuse import resolve_head
@@ -15,22 +12,19 @@ from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedOutput
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
-from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
-from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, EnsembleClassifier, keras_hub.models.ImageClassifier):
+class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageClassifier):
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the
@@ -101,23 +95,18 @@ class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, Ensemb
         member_batching="auto",
         **kwargs,
     ):
-        member_batching = check_member_batching(member_batching)
         check_image_backbone(backbone)
-        pooling = check_pooling(pooling)
         method_config = method_arguments(
             backbone, (MasksemblesViTBackbone,),
             {"num_members": 4, "scale": 2.0, "seed": None},
             num_members=num_members, scale=scale, seed=seed,
         )
-        num_members = method_config["num_members"] = check_positive_int(
+        method_config["num_members"] = check_positive_int(
             method_config["num_members"], "num_members"
         )
-        scale = method_config["scale"] = float(
+        method_config["scale"] = float(
             check_real(method_config["scale"], "scale", low=1.0)
         )
-        seed = method_config["seed"]
-        num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
         if not isinstance(backbone, MethodBackbone) and any(
             isinstance(mlp.dense_1, MaskedOutput) for mlp in mlp_sites(backbone)
         ):
@@ -129,11 +118,19 @@ class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, Ensemb
             backbone, (MasksemblesViTBackbone,), method_config,
             lambda b: apply_masksembles(b, **method_config),
         )
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
+        # Rows of member m pass its mask in every MLP and before the head.
+        super().__init__(
+            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
+            dropout=dropout, member_batching=member_batching, **kwargs,
+        )
+        self.scale = method_config["scale"]
+        self.seed = method_config["seed"]
+
+    def _make_head(self, backbone, num_classes, dropout):
+        config = backbone.method_config
+        seed = config["seed"]
         self.feature_mask = MasksemblesMask(
-            num_members, scale,
+            config["num_members"], config["scale"],
             seed=None if seed is None else seed + len(mlp_sites(backbone)),
             dtype=backbone.dtype_policy, name="feature_masks",
         )
@@ -141,29 +138,11 @@ class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, Ensemb
             backbone, dropout, keras.layers.Dense, num_classes
         )
 
-        # === Functional Model ===
-        # One pass over the member-major batch (members * batch): rows of
-        # member m pass its mask in every MLP and before the head.
-        inputs = backbone.input
-        self._pooling = pooling
-        self._num_members = num_members
-        x = self._member_features(tile_members(inputs, num_members))
-        outputs = self._member_outputs(x)
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-        self.member_batching = member_batching
-
-        # === Config ===
-        self.num_members = num_members
-        self.num_classes = num_classes
-        self.scale = scale
-        self.pooling = pooling
-        self.dropout = dropout
-        self.seed = seed
-
     def _member_outputs(self, features):
         """Member-major pooled features -> member logits."""
         x = self.output_dropout(self.feature_mask(features))
-        return member_logits(untile_members(self.head(x), self._num_members))
+        num_members = self.backbone.method_config["num_members"]
+        return member_logits(untile_members(self.head(x), num_members))
 
     @property
     def mask_layers(self):
@@ -172,16 +151,7 @@ class MasksemblesImageClassifier(MemberPassesMixin, PooledTokensFeatures, Ensemb
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_classes": self.num_classes,
-                "num_members": self.num_members,
-                "scale": self.scale,
-                "pooling": self.pooling,
-                "dropout": self.dropout,
-                "seed": self.seed,
-            }
-        )
+        config.update({"scale": self.scale, "seed": self.seed})
         return config
 
     # === Members as plain keras-hub models ===

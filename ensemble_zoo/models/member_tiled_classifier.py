@@ -1,0 +1,135 @@
+"""The base of the classifiers that run one keras-hub network on the
+member-major batch (LoRA-Ensemble, BatchEnsemble, Masksembles)."""
+
+import keras
+import keras_hub
+
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_head import pool_tokens
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import resolve_member_batching
+from ensemble_zoo.models.member_passes import run_members_sequentially
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+
+
+class MemberTiledClassifier(EnsembleClassifier):
+    """A classifier whose members share one keras-hub network that tells
+    them apart by row: the inputs are tiled once to the member-major batch
+    `(members * batch, ...)` (`ensemble_zoo.ops.tile_members`), the
+    converted backbone (adapters, fast weights or masks per member) runs
+    once on it, each row is pooled, and the method's head returns member
+    logits `(batch, members, classes)` in float32. Inference runs the
+    members in one pass or one pass each (`member_batching`,
+    `ensemble_zoo.models.member_passes`).
+
+    Like `EnsembleClassifier`, the class holds behaviour only: a task lists
+    it (after its method's shared class, if any) before its keras-hub task
+    class. A subclass converts its backbone (a `MethodBackbone` whose
+    `method_config` holds `num_members`) before calling this constructor,
+    and implements:
+
+    - `_make_head(backbone, num_classes, dropout)`: creates the layers
+      after the backbone (`output_dropout`, `head`, ...);
+    - `_member_outputs(features)`: member-major pooled features
+      `(members * batch, dim)` -> member logits.
+
+    Args:
+        backbone: the converted backbone.
+        num_classes: int.
+        preprocessor: optional keras-hub preprocessor run by `fit`,
+            `predict` and `evaluate` on raw inputs.
+        pooling: `"token"` (the class token) or `"gap"` (the mean of the
+            tokens) for a backbone that returns tokens; `None` for one
+            whose output dict holds a `pooled_output` (BERT's pooler).
+        dropout: float, dropout before the head.
+        member_batching: `"auto"`, `"tiled"` or `"sequential"`
+            (`ensemble_zoo.models.member_passes`).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
+    """
+
+    # A class default, so that `dir()` lists it whether or not an instance
+    # set its own (keras-hub's harness compares `dir` of revived models).
+    _member_batching = "auto"
+
+    def __init__(
+        self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0,
+        member_batching="auto", **kwargs,
+    ):
+        member_batching = check_member_batching(member_batching)
+        if pooling is not None:
+            pooling = check_pooling(pooling)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        num_members = backbone.method_config["num_members"]
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self._make_head(backbone, num_classes, dropout)
+
+        # === Functional Model ===
+        # One backbone pass over the member-major batch: the rows of member
+        # m take member m's adapters, fast weights or masks.
+        inputs = backbone.input
+        self.pooling = pooling
+        tiled = keras.tree.map_structure(lambda x: tile_members(x, num_members), inputs)
+        outputs = self._member_outputs(self._member_features(tiled))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.member_batching = member_batching
+
+        # === Config ===
+        self.num_members = int(num_members)
+        self.num_classes = num_classes
+        self.dropout = dropout
+
+    def _member_features(self, x, training=None):
+        """The backbone on member-major rows, pooled: `(rows, dim)`."""
+        outputs = self.backbone(x, training=training)
+        if self.pooling is None:
+            return outputs["pooled_output"]
+        return pool_tokens(outputs, self.pooling)
+
+    @property
+    def member_batching(self):
+        """`"auto"`, `"tiled"` or `"sequential"`
+        (`ensemble_zoo.models.member_passes`)."""
+        return self.__dict__.get("_member_batching", "auto")
+
+    @member_batching.setter
+    def member_batching(self, value):
+        object.__setattr__(self, "_member_batching", check_member_batching(value))
+        # Compiled predict / evaluate functions hold the previous choice.
+        for name in ("predict_function", "test_function"):
+            if getattr(self, name, None) is not None:
+                setattr(self, name, None)
+
+    def _run_graph(self, inputs, training=None, **kwargs):
+        batching = resolve_member_batching(self.member_batching)
+        batch = tuple(keras.tree.flatten(inputs)[0].shape)[0]
+        if training or batching == "tiled" or not isinstance(batch, int):
+            # A batch of unknown size (a SavedModel's `serve`, traced for
+            # any batch) runs the tiled pass too.
+            return super()._run_graph(inputs, training=training, **kwargs)
+        return run_members_sequentially(
+            lambda x: self._member_features(x, training=False),
+            self._member_outputs,
+            inputs,
+            self.num_members,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "num_members": self.num_members,
+                "dropout": self.dropout,
+                "member_batching": self.member_batching,
+            }
+        )
+        if self.pooling is not None:
+            config["pooling"] = self.pooling
+        return config
