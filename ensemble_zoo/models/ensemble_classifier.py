@@ -8,9 +8,7 @@ from ensemble_zoo.metrics import EnsembleAccuracy
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.models.task_mixins import PresetWeightsMixin
-from ensemble_zoo.models.task_mixins import ServingExportMixin
-from ensemble_zoo.models.task_mixins import TaskLoopsMixin
+from ensemble_zoo.models.zoo_task import ZooTask
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
@@ -34,18 +32,7 @@ def _deserialize_nested(value):
     return value
 
 
-def _is_tf_dataset(x):
-    return hasattr(x, "element_spec") and type(x).__module__.startswith("tensorflow")
-
-
-class EnsembleClassifier(
-    QuantizationModesMixin,
-    PresetWeightsMixin,
-    TaskLoopsMixin,
-    ServingExportMixin,
-    backend_utils.TorchCompileMixin,
-    backend_utils.TorchParametersMixin,
-):
+class EnsembleClassifier(QuantizationModesMixin, ZooTask):
     """Base class of every ensemble classifier in the zoo.
 
     A zoo classifier is a keras-hub task built the way keras-hub builds its
@@ -132,10 +119,8 @@ class EnsembleClassifier(
         return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
-        """The functional graph, after the zoo's input checks (rank, shape,
-        floating dtype): Keras would add a missing channel axis or cast
-        integer images silently."""
-        self._check_inputs(inputs)
+        """The functional graph (`__call__` checked the inputs: Keras would
+        add a missing channel axis or cast integer images silently)."""
         with backend_utils.zoo_workarounds():  # see ensemble_zoo.utils.workarounds
             return self._run_graph(inputs, training=training, mask=mask, **kwargs)
 
@@ -143,14 +128,6 @@ class EnsembleClassifier(
         """Runs the functional graph (`MemberTiledClassifier` may run it one
         member at a time)."""
         return super().call(inputs, training=training, **kwargs)
-
-    def fit(self, x=None, *args, **kwargs):
-        if len(args) < 8 and "shuffle" not in kwargs and _is_tf_dataset(x):
-            # Keras' default `shuffle=True` cannot apply to a tf.data
-            # dataset (the zoo's datasets shuffle themselves) and warned on
-            # every `fit`, the README quickstart's included.
-            kwargs["shuffle"] = False
-        return super().fit(x, *args, **kwargs)
 
     # === Training defaults ===
 

@@ -41,8 +41,8 @@ class MemberAxisClassifier(EnsembleClassifier):
         preprocessor: optional keras-hub preprocessor run by `fit`,
             `predict` and `evaluate` on raw inputs.
         pooling: `"token"` (the class token) or `"gap"` (the mean of the
-            tokens) for a backbone that returns tokens; `None` for one
-            whose output dict holds a `pooled_output` (BERT's pooler).
+            tokens); ignored by a task with `uses_pooled_output` (a text
+            task: the backbone's output dict holds BERT's `pooled_output`).
         dropout: float, dropout before the head.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
@@ -50,6 +50,7 @@ class MemberAxisClassifier(EnsembleClassifier):
 
     backbone_cls = None
     shared_head = False
+    uses_pooled_output = False
 
     def __init__(
         self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0,
@@ -60,8 +61,8 @@ class MemberAxisClassifier(EnsembleClassifier):
                 f"`backbone` must be a {self.backbone_cls.__name__}; got "
                 f"{type(backbone).__name__}."
             )
-        if pooling is not None:
-            pooling = check_pooling(pooling)
+        # Text tasks (`TextInputsMixin`) read BERT's pooled output.
+        pooling = None if self.uses_pooled_output else check_pooling(pooling)
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
         # === Layers ===

@@ -42,8 +42,8 @@ class MemberTiledClassifier(EnsembleClassifier):
         preprocessor: optional keras-hub preprocessor run by `fit`,
             `predict` and `evaluate` on raw inputs.
         pooling: `"token"` (the class token) or `"gap"` (the mean of the
-            tokens) for a backbone that returns tokens; `None` for one
-            whose output dict holds a `pooled_output` (BERT's pooler).
+            tokens); ignored by a task with `uses_pooled_output` (a text
+            task: the backbone's output dict holds BERT's `pooled_output`).
         dropout: float, dropout before the head.
         member_batching: `"auto"`, `"tiled"` or `"sequential"`
             (`ensemble_zoo.models.member_passes`).
@@ -54,14 +54,15 @@ class MemberTiledClassifier(EnsembleClassifier):
     # A class default, so that `dir()` lists it whether or not an instance
     # set its own (keras-hub's harness compares `dir` of revived models).
     _member_batching = "auto"
+    uses_pooled_output = False
 
     def __init__(
         self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0,
         member_batching="auto", **kwargs,
     ):
         member_batching = check_member_batching(member_batching)
-        if pooling is not None:
-            pooling = check_pooling(pooling)
+        # Text tasks (`TextInputsMixin`) read BERT's pooled output.
+        pooling = None if self.uses_pooled_output else check_pooling(pooling)
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")
         num_members = backbone.method_config["num_members"]

@@ -20,6 +20,8 @@ class TextInputsMixin:
 
     #: Dict inputs have no one-example shape: `_check_inputs` checks them.
     member_input_shape = None
+    #: The task reads the backbone's `pooled_output` (no token pooling).
+    uses_pooled_output = True
 
     def _build_text_inputs(self):
         # Recording the dict structure lets TensorFlow trace its default

@@ -16,8 +16,8 @@ calls `check_generate_call`.
 import keras
 import numpy as np
 
-from ensemble_zoo.models.task_mixins import check_loop_arguments
-from ensemble_zoo.models.task_mixins import named_loop_arguments
+from ensemble_zoo.models.loop_checks import check_loop_arguments
+from ensemble_zoo.models.loop_checks import named_loop_arguments
 from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_bool

@@ -10,9 +10,7 @@ from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.models.task_mixins import PresetWeightsMixin
-from ensemble_zoo.models.task_mixins import ServingExportMixin
-from ensemble_zoo.models.task_mixins import TaskLoopsMixin
+from ensemble_zoo.models.zoo_task import ZooTask
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -61,14 +59,7 @@ def loss_prediction_objective(
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LossPredictionImageClassifier(
-    PresetWeightsMixin,
-    TaskLoopsMixin,
-    ServingExportMixin,
-    backend_utils.TorchCompileMixin,
-    backend_utils.TorchParametersMixin,
-    keras_hub.models.ImageClassifier,
-):
+class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
     """A ViT classifier with a loss-prediction uncertainty head.
 
     "Pretrained Visual Uncertainties" (Kirchhof et al.): a

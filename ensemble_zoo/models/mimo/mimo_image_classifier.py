@@ -4,7 +4,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.ensemble_classifier import _is_tf_dataset
+from ensemble_zoo.models.loop_checks import is_tf_dataset
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.head_reuse import resolve_head
@@ -198,7 +198,7 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         rounding to whole pixel values)."""
         if self.preprocessor is None:
             return x
-        if _is_tf_dataset(x):
+        if is_tf_dataset(x):
             import tensorflow as tf
 
             return x.map(

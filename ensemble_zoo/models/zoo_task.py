@@ -1,28 +1,66 @@
-"""Behaviour shared by the zoo's keras-hub tasks: quiet weight loading,
-the input checks of the training and inference loops, and export."""
+"""`ZooTask`: the loops, checks, weight loading and export that every
+zoo classifier task shares (`EnsembleClassifier`,
+`LossPredictionImageClassifier`)."""
 
 import contextlib
-import inspect
 import warnings
 
 import keras
 import keras_hub
 import numpy as np
 
+from ensemble_zoo.models.loop_checks import check_loop_arguments
+from ensemble_zoo.models.loop_checks import check_raw_image_batch
+from ensemble_zoo.models.loop_checks import check_real_dtype
+from ensemble_zoo.models.loop_checks import check_samples
+from ensemble_zoo.models.loop_checks import is_tf_dataset
+from ensemble_zoo.models.loop_checks import named_loop_arguments
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 
-class PresetWeightsMixin:
-    """Loads weights files without optimizer state quietly.
+class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixin):
+    """The behaviour every zoo classifier task shares, in one place (no
+    Keras base: a task lists it, or `EnsembleClassifier`, before its
+    keras-hub task class). keras-hub overrides the loops once, in its
+    `PipelineModel`; the zoo overrides them once, here.
 
-    Presets hold no optimizer state (`ensemble_zoo.presets.save_preset`
-    strips it), while a keras-hub task compiles itself on construction:
-    Keras then warned "Skipping variable loading for optimizer" on every
-    load by keras-hub's own loader. The optimizer keeps its fresh state,
-    as intended.
+    **Loops.** `fit`, `evaluate` and `predict` check their call once
+    (`_check_loop_call`), before Keras builds or reuses a compiled step,
+    and then run keras-hub's loop when the task has a preprocessor (the
+    data go through its pipeline, as for every keras-hub task) and Keras'
+    own otherwise (arrays, datasets and `keras.utils.PyDataset`s as
+    given); see `_loop`. The `*_on_batch` methods check their batch
+    (`_batch_inputs`). With a preprocessor, `check_raw_images` rejects
+    images already scaled to [0, 1] and `_check_raw_loop_data(x, y)`
+    checks what the model can see without preprocessing (labels; the
+    images' rank, channels and finite values); without one,
+    `_check_loop_data(x, y)` checks shape, dtype, a non-empty batch,
+    finite values and labels. Datasets and generators are checked by
+    shape in `__call__` only. Checking inside the compiled step is not
+    enough: under JAX a step that raised leaves the model unusable (every
+    later `predict` fails), and a retraced TensorFlow step sees an unknown
+    batch shape and lets a wrong image size reach the backend. The checks
+    read `member_input_shape` (one example's shape; `None` for dict
+    inputs, whose `_check_inputs` is the task's own) and `num_classes`.
+
+    **Weights.** Presets hold no optimizer state
+    (`ensemble_zoo.presets.save_preset` strips it), while a keras-hub task
+    compiles itself on construction: `load_weights` and
+    `load_task_weights` keep the optimizer's fresh state without Keras'
+    "Skipping variable loading for optimizer" warning.
+
+    **Export.** `export` writes every format
+    (`ensemble_zoo.export.export_model`); a task defines
+    `_serving_output_names`, `_serving_outputs(inputs)` (the dict an
+    export serves for what calling the task takes) and
+    `_export_input_signature(format)`.
+
+    **PyTorch.** `TorchCompileMixin` and `TorchParametersMixin`
+    (`ensemble_zoo.utils.backend`): one compiled step per shape under
+    `torch.compile`, every variable a `torch` parameter.
     """
 
     def load_weights(self, filepath, *args, **kwargs):
@@ -32,39 +70,6 @@ class PresetWeightsMixin:
     def load_task_weights(self, filepath):
         with _optimizer_skip_quiet():
             return super().load_task_weights(filepath)
-
-
-@contextlib.contextmanager
-def _optimizer_skip_quiet():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-        yield
-
-
-class TaskLoopsMixin:
-    """`fit`, `evaluate`, `predict` and the `*_on_batch` methods of a zoo
-    task, with one validation path that all of them take before Keras
-    builds or reuses a compiled step.
-
-    With a preprocessor, the data go through keras-hub's pipeline (as for
-    every keras-hub task), after `check_raw_images` rejected images already
-    scaled to [0, 1] and `_check_raw_loop_data(x, y)` checked what the
-    model can see without preprocessing (labels; the images' rank,
-    channels and finite values). Without one, the model takes
-    preprocessed data and runs `keras.Model`'s loops on them as given,
-    after `_check_loop_data(x, y)` (shape, dtype, a non-empty batch,
-    finite values, labels). The labels `y` are `None` for `predict` or
-    when the data carry them; datasets and generators are checked in
-    `call` (shapes) only.
-
-    Checking inside `call` is not enough: under JAX a compiled step that
-    raised leaves the model unusable (every later `predict` fails), and a
-    retraced TensorFlow step sees an unknown batch shape and lets a wrong
-    image size reach the backend.
-
-    The checks read `member_input_shape` (one example's shape; `None` for
-    dict inputs, which `_check_inputs` overrides check) and `num_classes`.
-    """
 
     # === Input checks ===
 
@@ -108,7 +113,7 @@ class TaskLoopsMixin:
             return
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             return
-        _check_real_dtype(x)
+        check_real_dtype(x)
         self._check_inputs(x)
         values = backend_utils.concrete_value(x)
         if values is None:
@@ -181,25 +186,35 @@ class TaskLoopsMixin:
         else:
             self._check_loop_data(x, y)
 
-    def _run(self, method, x, *args, **kwargs):
-        base = keras_hub.models.Task if self.preprocessor is not None else keras.Model
-        function = getattr(base, method)
-        given = named_loop_arguments(function, self, x, *args, **kwargs)
+    def _loop(self, model_loop, task_loop, x, args, kwargs):
+        """Runs a loop after every check of its call: keras-hub's
+        `task_loop` (which maps the data through the preprocessor) when the
+        task has a preprocessor, else Keras' `model_loop` on the data as
+        given (arrays, datasets, `keras.utils.PyDataset`s)."""
+        loop = task_loop if self.preprocessor is not None else model_loop
+        given = named_loop_arguments(loop, self, x, *args, **kwargs)
         self._check_loop_call(
             x, given.get("y"), batch_size=given.get("batch_size"),
-            epochs=given.get("epochs", 1) if method == "fit" else None,
+            epochs=given.get("epochs", 1) if model_loop is keras.Model.fit else None,
             sample_weight=given.get("sample_weight"),
         )
-        return function(self, x, *args, **kwargs)
+        return loop(self, x, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        return self._run("fit", x, *args, **kwargs)
+        if len(args) < 8 and "shuffle" not in kwargs and is_tf_dataset(x):
+            # Keras' default `shuffle=True` cannot apply to a tf.data
+            # dataset (the zoo's datasets shuffle themselves) and warned on
+            # every `fit`, the README quickstart's included.
+            kwargs["shuffle"] = False
+        return self._loop(keras.Model.fit, keras_hub.models.Task.fit, x, args, kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        return self._run("evaluate", x, *args, **kwargs)
+        return self._loop(
+            keras.Model.evaluate, keras_hub.models.Task.evaluate, x, args, kwargs
+        )
 
     def predict(self, x, *args, **kwargs):
-        return self._run("predict", x, *args, **kwargs)
+        return self._loop(keras.Model.predict, keras_hub.models.Task.predict, x, args, kwargs)
 
     # keras-hub preprocesses in the *_on_batch methods too (and passes the
     # data through unchanged without a preprocessor).
@@ -207,13 +222,13 @@ class TaskLoopsMixin:
         return super().predict_on_batch(self._batch_inputs(x))
 
     def test_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
-        _check_samples(x, y, sample_weight)
+        check_samples(x, y, sample_weight)
         return super().test_on_batch(
             self._batch_inputs(x, y), y, sample_weight, *args, **kwargs
         )
 
     def train_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
-        _check_samples(x, y, sample_weight)
+        check_samples(x, y, sample_weight)
         return super().train_on_batch(
             self._batch_inputs(x, y), y, sample_weight, *args, **kwargs
         )
@@ -223,7 +238,7 @@ class TaskLoopsMixin:
         pixels) cast to float32 for the image converter: it runs eagerly
         here and would resize them in uint8, rounding to whole pixel
         values, where `predict`'s pipeline resizes in float."""
-        _check_samples(x, y)
+        check_samples(x, y)
         if self.preprocessor is None:
             self._check_loop_data(x, y)
             return x
@@ -239,136 +254,7 @@ class TaskLoopsMixin:
                 return keras.ops.cast(x, "float32")
         return x
 
-
-def _check_real_dtype(x):
-    """A `TypeError` naming `x` for strings, complex numbers and objects
-    (Keras' dtype parsing failed on them with "Invalid dtype")."""
-    if isinstance(x, np.ndarray):
-        kind, name = x.dtype.kind, str(x.dtype)
-    else:
-        name = str(getattr(x.dtype, "name", x.dtype))
-        kind = "c" if "complex" in name else "U" if name in ("string", "object") else "f"
-    if kind not in "iubf":
-        raise TypeError(f"`x` must hold real numbers; got dtype {name}.")
-
-
-def named_loop_arguments(function, *args, **kwargs):
-    """The arguments of a call of `function` by name (those in its
-    `**kwargs` too): keras-hub's loops take `fit(x, y, batch_size,
-    sample_weight, ...)`, Keras' `fit(x, y, batch_size, epochs, ...)`."""
-    try:
-        bound = inspect.signature(function).bind(*args, **kwargs).arguments
-    except TypeError:
-        return {}  # the call itself raises Keras' own error
-    named = dict(bound)
-    for key, value in bound.items():
-        if inspect.signature(function).parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
-    return named
-
-
-def check_loop_arguments(x, y=None, sample_weight=None, batch_size=None, epochs=None):
-    """The arguments of a loop call (`fit`, `evaluate`, `predict`, the
-    `*_on_batch` methods), for every zoo task: `batch_size` and `epochs`
-    (when given), and `x`, `y` and `sample_weight` that agree."""
-    _check_batch_size(batch_size)
-    if epochs is not None:
-        _check_epochs(epochs)
-    _check_samples(x, y, sample_weight)
-
-
-def _check_epochs(epochs):
-    """`epochs` of `fit`: a non-negative int (Keras ran no epoch for -1
-    and failed comparing a string)."""
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
-        raise TypeError(f"`epochs` must be a non-negative int; got {epochs!r}.")
-
-
-def _check_samples(x, y=None, sample_weight=None):
-    """`x` is given, and the arrays of a loop call agree: as many labels
-    and sample weights as examples, and sample weights finite and
-    non-negative (NaN or negative weights trained silently)."""
-    if x is None:
-        raise TypeError(
-            "`x` must be an array, a tensor or a dataset of inputs; got None."
-        )
-    counts = {}
-    for name, value in (("x", x), ("y", y), ("sample_weight", sample_weight)):
-        if value is None or isinstance(value, dict):
-            continue
-        if isinstance(value, list):  # a list of examples (texts, rows)
-            counts[name] = len(value)
-            if name != "sample_weight":
-                continue
-        values = backend_utils.concrete_value(value) if hasattr(value, "shape") or isinstance(value, list) else None
-        if values is None or values.ndim == 0:
-            continue
-        counts[name] = values.shape[0]
-        if name == "sample_weight":
-            if values.dtype.kind not in "iuf":
-                raise TypeError(
-                    f"`sample_weight` must hold real numbers; got dtype {values.dtype}."
-                )
-            check_finite(values, "sample_weight")
-            if (values < 0).any():
-                raise ValueError(
-                    "`sample_weight` must be non-negative; got "
-                    f"{values[values < 0].ravel()[0].item()!r}."
-                )
-    if len(set(counts.values())) > 1:
-        raise ValueError(
-            "`x`, `y` and `sample_weight` must hold the same number of "
-            "examples; got " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "."
-        )
-
-
-def _check_batch_size(batch_size):
-    """`batch_size` of the loops: None or a positive int (a string failed
-    deep inside TensorFlow's data pipeline)."""
-    if batch_size is None:
-        return
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise TypeError(f"`batch_size` must be a positive int or None; got {batch_size!r}.")
-
-
-def check_raw_image_batch(x, channels):
-    """Raw images for an image converter: a non-empty batch `(batch,
-    height, width, channels)` of finite numbers with the model's channel
-    count (any height and width: the converter resizes). Arrays whose
-    values exist now are checked; datasets and graph tensors are not."""
-    from ensemble_zoo.utils.backend import concrete_value
-
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(x, list):
-        return
-    values = concrete_value(x)
-    if values is None:
-        return
-    if values.dtype.kind not in "iuf":
-        # bool images would become pixel values 0 and 1 silently.
-        raise TypeError(f"`x` must hold numeric images; got dtype {values.dtype}.")
-    if values.ndim != 4 or values.shape[0] == 0:
-        raise ValueError(
-            "`x` must be a non-empty batch of images (batch, height, width, "
-            f"{channels}); got shape {values.shape}."
-        )
-    if channels is not None and values.shape[-1] != channels:
-        raise ValueError(
-            f"`x` must have {channels} channel(s) (batch, height, width, "
-            f"{channels}); got shape {values.shape}."
-        )
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        bad = int(values.size - np.isfinite(values).sum())
-        raise ValueError(f"`x` holds {bad} NaN or infinite pixel values.")
-
-
-class ServingExportMixin:
-    """`export` in every format (`ensemble_zoo.export.export_model`).
-
-    A task lists it before its keras-hub class and defines
-    `_serving_output_names`, `_serving_outputs(inputs)` (the dict an
-    export serves for what calling the task takes) and
-    `_export_input_signature(format)`.
-    """
+    # === Export ===
 
     def export(
         self,
@@ -443,3 +329,10 @@ class ServingExportMixin:
             include_preprocessing=include_preprocessing, verify=verify,
             verbose=verbose, **kwargs,
         )
+
+
+@contextlib.contextmanager
+def _optimizer_skip_quiet():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        yield
