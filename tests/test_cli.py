@@ -66,7 +66,8 @@ def test_commands_that_need_no_model_do_not_import_keras():
     classification = ez.datasets.list_datasets()  # and the text task, second
     assert cli.dataset_names() == classification[:1] + [ez.datasets.arithmetic.NAME] + classification[1:]
     assert set(cli.trained_preset_names()) == {
-        p for p in ez.presets.list_presets() if ez.presets.preset_metadata(p)["kind"] == "trained"
+        p for p in ez.presets.list_presets()
+        if ez.presets.preset_metadata(p)["kind"] in ("trained", "adapters")
     }
     # `compare` ranks (and `list` marks) the presets that load as ensemble
     # classifiers, by a rule that reads metadata alone.
@@ -186,3 +187,17 @@ def test_the_default_output_directory_is_git_ignored():
         ["git", "check-ignore", "-q", f"{cli.DEFAULT_OUTPUT}/leaderboard.json"], cwd=REPO_ROOT
     )
     assert result.returncode == 0, "add the compare output directory to .gitignore"
+
+
+def test_evaluate_passes_the_base_model_of_an_adapter_preset(capsys):
+    """`--base` reaches the adapter preset's loader: the tiny arithmetic
+    model is not the Gemma 3 270M the shipped adapters were trained on."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([
+            "evaluate", "--preset", "lora_ensemble_gemma3_270m_arithmetic",
+            "--base", "gemma_tiny_arithmetic", "--no-progress",
+        ])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "do not fit the base model 'gemma_tiny_arithmetic'" in err
+    assert "backbone: file Gemma3Backbone, model GemmaBackbone" in err

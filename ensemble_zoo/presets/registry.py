@@ -280,6 +280,15 @@ PRESETS = {
             "the 2,000 training sums; generates with per-token uncertainty."
         ),
     },
+    "lora_ensemble_gemma3_270m_arithmetic": {
+        "path": "lora_ensemble_gemma3_270m_arithmetic",
+        "description": (
+            "Adapters only: a LoRA-Ensemble of 4 rank-8 members on the "
+            "attention projections of Google's Gemma 3 270M (keras-hub's "
+            "gemma3_270m, the base model it loads), fine-tuned for 2 epochs "
+            "on the arithmetic task's 2,000 training sums."
+        ),
+    },
     "loss_prediction_gemma_tiny_arithmetic": {
         "path": "loss_prediction_gemma_tiny_arithmetic",
         "description": (

@@ -36,9 +36,13 @@ def test_list_presets_matches_shipped_directories():
     assert "vit_tiny_digits" in names
     assert "deep_ensemble_vit_tiny_digits" in names
     for name in names:
-        # keras-hub's layout (ensemble_zoo.presets.keras_hub_layout).
         files = set(os.listdir(ez.presets.get_preset_path(name)))
-        trained = ez.presets.preset_metadata(name)["kind"] == "trained"
+        kind = ez.presets.preset_metadata(name)["kind"]
+        if kind == "adapters":  # ensemble_zoo.presets.adapter_presets
+            assert files == {"metadata.json", "adapters.lora_ensemble.h5"}, name
+            continue
+        # keras-hub's layout (ensemble_zoo.presets.keras_hub_layout).
+        trained = kind == "trained"
         assert {"config.json", "metadata.json", "task.json"} <= files, name
         assert ("model.weights.h5" in files) == trained, name
         assert files <= {
