@@ -137,3 +137,24 @@ def test_no_private_name_crosses_method_packages():
 def test_the_walk_finds_a_planted_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_causal_lm_packages_old_paths_are_aliases():
+    """`ensemble_zoo.models.causal_lm` moved under `lora_ensemble/` (and
+    its loss predictor to `loss_prediction/`); the old package and the
+    modules earlier presets' configs name give the same objects."""
+    import importlib
+
+    import ensemble_zoo as ez
+
+    old = importlib.import_module("ensemble_zoo.models.causal_lm")
+    assert old.LoRAEnsembleCausalLM is ez.models.LoRAEnsembleCausalLM
+    assert old.TokenLossPredictor is ez.models.TokenLossPredictor
+    for module, new in [
+        ("lora_ensemble_causal_lm", "lora_ensemble.causal_lm"),
+        ("lora_ensemble_causal_lm_backbones", "lora_ensemble.causal_lm"),
+        ("token_loss_predictor", "loss_prediction"),
+    ]:
+        assert importlib.import_module(f"ensemble_zoo.models.causal_lm.{module}") is (
+            importlib.import_module(f"ensemble_zoo.models.{new}.{module}")
+        )

@@ -40,9 +40,9 @@ from ensemble_zoo.metrics.generation import prediction_rejection_ratio
 from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
-from ensemble_zoo.models.causal_lm.sample_uncertainty import answers_of
-from ensemble_zoo.models.causal_lm.sample_uncertainty import default_sampler
-from ensemble_zoo.models.causal_lm.sample_uncertainty import normalize_answer
+from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import answers_of
+from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import default_sampler
+from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import normalize_answer
 from ensemble_zoo.utils.progress import progress_note
 
 #: The sampling-based estimators (`sample_uncertainty`'s per-prompt keys).
@@ -199,7 +199,7 @@ def evaluate_generation(
     print(report)
     ```
     """
-    from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
+    from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
 
     if not isinstance(model, LoRAEnsembleCausalLM):
         raise TypeError(

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import ensemble_zoo as ez
-from ensemble_zoo.models.causal_lm.sample_uncertainty import equivalence_matrix
-from ensemble_zoo.models.causal_lm.sample_uncertainty import normalize_answer
+from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import equivalence_matrix
+from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import normalize_answer
 
 
 def brute_force_rouge_l(a, b):

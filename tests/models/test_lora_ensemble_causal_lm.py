@@ -391,7 +391,7 @@ def test_the_prompts_pass_stops_at_the_longest_prompt_rounded_to_a_power_of_two(
     is all of them, and every position for beam and contrastive search
     (their loops read the prompt's hidden states). The generations it
     prefills are checked against keras-hub's full pass above."""
-    from ensemble_zoo.models.causal_lm.decode_engine import prefill_length
+    from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
 
     def mask(lengths, length):
         return np.arange(length)[None, :] < np.array(lengths)[:, None]
@@ -659,7 +659,7 @@ def test_token_ranking_loss_equals_a_loop_over_pairs():
     """Position j of the flattened batch pairs with j + n // 2; pairs with
     an invalid token do not count; the hinge is the one of "Pretrained
     Visual Uncertainties"."""
-    from ensemble_zoo.models.causal_lm.token_loss_predictor import token_ranking_loss
+    from ensemble_zoo.models.loss_prediction.token_loss_predictor import token_ranking_loss
 
     rng = np.random.default_rng(0)
     losses, predicted = rng.random((3, 5)), rng.random((3, 5))
@@ -679,7 +679,7 @@ def test_token_ranking_loss_equals_a_loop_over_pairs():
 def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
     """Keras writes bfloat16 variables as tagged 2-byte opaque data; the
     keras-hub LoRA reader and the ensemble's own files give their values."""
-    from ensemble_zoo.models.causal_lm import adapter_files
+    from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
 
     keras.utils.set_random_seed(0)
     lm = keras_hub.models.GemmaCausalLM(

@@ -43,13 +43,9 @@ class BatchEnsembleTextClassifier(
             when it is a BatchEnsemble backbone, else the defaults named
             here.
         preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`: how
-            inference runs the member-major batch, in one pass or one
-            pass per member over the batch (`"auto"`: sequential for JAX on a
-            CPU, where that is faster; see
-            `ensemble_zoo.models.member_passes`). Training runs one pass.
-        **kwargs: other `keras_hub.models.Task` arguments (`name`,
-            `compile`).
+        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
+            inference in one pass or one per member (`MemberTiledClassifier`).
+        **kwargs: other `keras_hub.models.Task` arguments.
 
     Example:
 

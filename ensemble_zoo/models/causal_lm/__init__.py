@@ -1,18 +1,20 @@
-"""Ensemble methods for keras-hub causal language models."""
+"""The old path of `ensemble_zoo.models.lora_ensemble.causal_lm` (the
+causal-LM LoRA-Ensemble) and `ensemble_zoo.models.loss_prediction.token_loss_predictor`:
+an alias kept for one release. Import from the new paths."""
 
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleGemma3CausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleGemmaCausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleLlama3CausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleLlamaCausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleMistralCausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleQwen3CausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleQwenCausalLM
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleGemma3Backbone
-from ensemble_zoo.models.causal_lm.token_loss_predictor import TokenLossPredictor
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleGemmaBackbone
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleLlama3Backbone
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleLlamaBackbone
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleMistralBackbone
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleQwen3Backbone
-from ensemble_zoo.models.causal_lm.lora_ensemble_causal_lm_backbones import LoRAEnsembleQwenBackbone
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleCausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemma3CausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemmaCausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlama3CausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlamaCausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleMistralCausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwen3CausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwenCausalLM
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemma3Backbone
+from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemmaBackbone
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlama3Backbone
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlamaBackbone
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleMistralBackbone
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwen3Backbone
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwenBackbone

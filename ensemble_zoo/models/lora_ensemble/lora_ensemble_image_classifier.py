@@ -54,13 +54,9 @@ class LoRAEnsembleImageClassifier(
         seed: optional int, seeds the adapters' `A` initialization.
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`: how
-            inference runs the member-major batch, in one pass or one
-            pass per member over the batch (`"auto"`: sequential for JAX on a
-            CPU, where that is faster; see
-            `ensemble_zoo.models.member_passes`). Training runs one pass.
-        **kwargs: other `keras_hub.models.Task` arguments (`name`,
-            `compile`).
+        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
+            inference in one pass or one per member (`MemberTiledClassifier`).
+        **kwargs: other `keras_hub.models.Task` arguments.
 
     Example:
 

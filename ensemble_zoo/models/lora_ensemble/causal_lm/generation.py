@@ -4,9 +4,9 @@ handling around the decode engine (`decode_engine`)."""
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.causal_lm.generation_outputs import strip_prompt as strip_prompt_rows
-from ensemble_zoo.models.causal_lm.generation_outputs import uncertainty_outputs
-from ensemble_zoo.models.causal_lm.input_checks import check_generate_call
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import strip_prompt as strip_prompt_rows
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import uncertainty_outputs
+from ensemble_zoo.models.causal_lm_inputs import check_generate_call
 from ensemble_zoo.utils.validation import check_bool
 
 

@@ -54,13 +54,13 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.causal_lm.generation_outputs import any_equal
-from ensemble_zoo.models.causal_lm.generation_outputs import output_padding_mask
-from ensemble_zoo.models.causal_lm.member_rows import merge_members
-from ensemble_zoo.models.causal_lm.member_rows import repeat_rows
-from ensemble_zoo.models.causal_lm.member_rows import split_members
-from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
-from ensemble_zoo.models.causal_lm.token_uncertainty import ensemble_log_probabilities
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_equal
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import merge_members
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import repeat_rows
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import split_members
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.utils.workarounds import zoo_workarounds
 
 #: Samplers that only choose the next token (keras-hub's base loop): their

@@ -2,9 +2,9 @@
 from keras-hub's LoRA files: one member's merged model, the frozen base
 model, and the factors of keras-hub `.lora.h5` adapters."""
 
-from ensemble_zoo.models.causal_lm import adapter_files
-from ensemble_zoo.models.causal_lm.families import TARGETS
-from ensemble_zoo.models.causal_lm.families import target_site
+from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import TARGETS
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import target_site
 from ensemble_zoo.models.method_backbone import _relative_paths
 from ensemble_zoo.utils.model_copies import copy_preprocessor
 

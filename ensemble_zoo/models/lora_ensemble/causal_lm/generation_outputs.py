@@ -11,7 +11,7 @@ return_uncertainty=True)`.
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 
 
 def any_equal(inputs, values, padding_mask):

@@ -1,0 +1,702 @@
+"""LoRA-Ensemble for keras-hub causal language models (Mühlematter et al.,
+"LoRA-Ensemble: Efficient Uncertainty Modelling for Self-Attention
+Networks").
+
+M low-rank adapters on the attention (and optionally MLP) projections of
+one frozen decoder (Gemma, Gemma 2, Gemma 3 text, Llama, Llama 3, Mistral,
+Qwen, Qwen 3): the members share every weight of
+the keras-hub model, run in one batched pass, and keep one KV cache entry
+each. Generation samples from the ensemble's predictive distribution and
+reports, for every generated token, the ensemble's total, aleatoric and
+epistemic uncertainty, computed inside the compiled decode loop
+(`decode_engine`).
+
+The task class of each family is made from `families.FAMILIES` by
+`_causal_lm_class`; the member layout is `member_rows`', the figures
+`token_uncertainty`'s, `generate`'s input handling `generation`'s and what
+it returns `generation_outputs`', the teacher-forced figures
+`teacher_forcing`'s, one member or the base as a plain model
+`member_models`', sampling-based estimators `sample_uncertainty`'s.
+"""
+
+import numpy as np
+import keras
+import keras_hub
+from keras import ops
+
+from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
+from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
+from ensemble_zoo.models.lora_ensemble.causal_lm import generation
+from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
+from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
+from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
+from ensemble_zoo.models.causal_lm_inputs import check_token_batch
+from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import RepeatMembers
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import SplitMembers
+from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
+from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
+from ensemble_zoo.utils import backend as backend_utils
+from ensemble_zoo.utils.model_copies import copy_preprocessor
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def member_token_cross_entropy(y_true, y_pred):
+    """Mean over members of the token cross-entropy, from member logits
+    `(batch, members, tokens, vocabulary)` and token ids `(batch, tokens)`:
+    `(batch, tokens)`, which the preprocessor's padding mask weights."""
+    num_members = ops.shape(y_pred)[1]
+    labels = ops.repeat(ops.expand_dims(ops.cast(y_true, "int32"), 1), num_members, axis=1)
+    losses = keras.losses.sparse_categorical_crossentropy(
+        labels, ops.cast(y_pred, "float32"), from_logits=True
+    )
+    return ops.mean(losses, axis=1)
+
+
+class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
+    """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
+
+    LoRA-Ensemble (Mühlematter et al., "LoRA-Ensemble: Efficient
+    Uncertainty Modelling for Self-Attention Networks") gives each of `M`
+    members its own low-rank update `B_m A_m` of the attention projections
+    of one frozen pretrained model. Here the model is a keras-hub
+    `CausalLM`; the members run batch-major (row `b * M + m`), so that one
+    decode step computes every member and keras-hub's KV cache holds one
+    entry per member, `(batch, members, layers, 2, length, kv_heads,
+    head_dim)`.
+
+    `model(inputs)` returns member logits `(batch, members, tokens,
+    vocabulary)`. `generate()` samples from the ensemble's predictive
+    distribution `p̄ = mean_m softmax(z_m)`: the sampler sees `log p̄` as
+    its logits, so at `temperature` T it samples `p̄^(1/T)` renormalized,
+    which is not the mean of tempered members (at T = 1 both are `p̄`).
+    `generate(..., return_uncertainty=True)` also returns per-token
+    uncertainty (see `generate`), and `score_uncertainty` the same figures
+    for given text.
+
+    Decoding runs the zoo's decode engine (`decode_engine`): one pure step
+    over the family's own `call_with_cache` on the members' batch-major
+    rows (`call_with_cache` and `_build_cache` are keras-hub's, on those
+    rows), compiled as one XLA program under JAX and TensorFlow and, with
+    `compile(jit_compile=True)`, as one `torch.compile` graph per step
+    under PyTorch (eager otherwise).
+
+    Build one with `LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)`,
+    which picks the family's class (`LoRAEnsembleGemmaCausalLM`, ...) and
+    never changes `causal_lm`. With `B = 0` (the initialization) every
+    member is the given model, and `generate` reproduces its output.
+
+    Args:
+        backbone: a LoRA-Ensemble decoder backbone of the family
+            (`LoRAEnsembleGemmaBackbone`, ...).
+        preprocessor: optional keras-hub `CausalLMPreprocessor` of the
+            family.
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    gemma = keras_hub.models.GemmaCausalLM(
+        backbone=keras_hub.models.GemmaBackbone(
+            vocabulary_size=50, num_layers=2, num_query_heads=4,
+            num_key_value_heads=2, hidden_dim=32, intermediate_dim=64,
+            head_dim=8,
+        ),
+        preprocessor=None,
+    )
+    ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
+        gemma, num_members=3, rank=2, seed=0
+    )
+    prompt = {
+        "token_ids": np.array([[1, 5, 7, 0, 0, 0]]),
+        "padding_mask": np.array([[1, 1, 1, 0, 0, 0]], bool),
+    }
+    ensemble(prompt).shape  # (1, 3, 6, 50): member logits
+    out = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
+    out["epistemic"].shape  # (1, 6), zero outside the generated tokens
+    ```
+    """
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        if not isinstance(backbone, self.backbone_cls):
+            raise TypeError(
+                f"`backbone` must be a {self.backbone_cls.__name__}; got "
+                f"{type(backbone).__name__}. Build the model with "
+                "LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)."
+            )
+        num_members = backbone.num_members
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.repeat_members = RepeatMembers(num_members, name="repeat_members")
+        self.split_members = SplitMembers(num_members, name="split_members")
+
+        # === Functional Model ===
+        inputs = backbone.input
+        tiled = {name: self.repeat_members(x) for name, x in inputs.items()}
+        hidden = backbone(tiled)
+        logits = backbone.token_embedding(hidden, reverse=True)
+        outputs = self.split_members(logits)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.generate_function = None
+
+    # === Construction ===
+
+    @classmethod
+    def from_preset(
+        cls, preset, load_weights=True, dtype=None, preprocessor="auto", base=None,
+        **kwargs,
+    ):
+        """Loads a LoRA-Ensemble causal-LM preset: a shipped name (e.g.
+        `"lora_ensemble_gemma_tiny_arithmetic"`), a directory written by
+        `save_to_preset` or a hub handle, offline for shipped names; or
+        an adapter preset (`ensemble_zoo.presets.save_adapter_preset`,
+        e.g. `"lora_ensemble_gemma3_270m_arithmetic"`) on its base model.
+
+        Works on `LoRAEnsembleCausalLM` (any family) and on a family's
+        class (`LoRAEnsembleGemmaCausalLM`, which checks the family), as
+        `ensemble_zoo.presets.load_preset` does. To put an ensemble on a
+        keras-hub preset (`"gemma_2b_en"`), load that model with keras-hub
+        and call `from_keras_hub`.
+
+        Args:
+            preset: str, a preset name, directory or hub handle.
+            load_weights: bool. `False` builds the architecture with fresh
+                weights. Defaults to `True`.
+            dtype: optional dtype policy for every layer. Defaults to the
+                global policy.
+            preprocessor: `"auto"` (default) keeps the preset's
+                preprocessor; `None` drops it; a keras-hub preprocessor
+                replaces it.
+            base: an adapter preset's base model (a keras-hub causal LM,
+                or its preset name, directory or hub handle); `None`
+                loads the one its metadata names. Only for adapter
+                presets.
+            **kwargs: other constructor arguments that replace the
+                preset's.
+        """
+        from ensemble_zoo.presets import load_preset
+
+        return load_preset(
+            preset, cls=cls, load_weights=load_weights, dtype=dtype,
+            preprocessor=preprocessor, base=base, **kwargs,
+        )
+
+    @staticmethod
+    def from_keras_hub(
+        causal_lm,
+        num_members,
+        rank,
+        targets=DEFAULT_TARGETS,
+        lora_alpha=None,
+        a_gain=10.0,
+        seed=None,
+    ):
+        """A LoRA-Ensemble of `num_members` members on a keras-hub causal LM.
+
+        The new model holds a copy of `causal_lm`'s backbone (same config
+        and weights, frozen) with adapters on the attention projections,
+        and a copy of `causal_lm`'s preprocessor (sharing its tokenizer), so
+        that setting the ensemble's `preprocessor.sequence_length` leaves
+        `causal_lm` as it is; `causal_lm` itself is not changed.
+
+        Args:
+            causal_lm: a `keras_hub.models.GemmaCausalLM` (Gemma, Gemma 2),
+                `Gemma3CausalLM` (text only), `LlamaCausalLM`,
+                `Llama3CausalLM`, `MistralCausalLM`, `QwenCausalLM` or
+                `Qwen3CausalLM`.
+            num_members: int, the number of members M.
+            rank: int, the adapters' rank, or a dict target -> rank.
+            targets: projections to adapt, among `"query"`, `"key"`,
+                `"value"`, `"attention_output"` (the default: these four,
+                as the paper) and the MLP's `"mlp_gate"`, `"mlp_up"`,
+                `"mlp_down"`.
+            lora_alpha: optional float; updates are scaled by
+                `lora_alpha / rank` (`None`: 1).
+            a_gain: float, the Xavier-uniform gain of each `A_m` (the
+                paper's 10; `B = 0` keeps every member equal to the model
+                at the start whatever the gain).
+            seed: optional int for reproducible adapters.
+
+        Returns:
+            A `LoRAEnsembleCausalLM` of the family's class.
+        """
+        cls = _task_class(causal_lm)
+        backbone = cls.backbone_cls.from_backbone(
+            causal_lm.backbone,
+            num_members=num_members,
+            rank=rank,
+            targets=[targets] if isinstance(targets, str) else list(targets),
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
+        )
+        return cls(backbone=backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
+
+    @staticmethod
+    def from_adapters(causal_lm, filepath, load_weights=True):
+        """The LoRA-Ensemble whose adapters `save_adapters` wrote to
+        `filepath`, rebuilt on `causal_lm` (the model they were trained
+        on): `from_keras_hub` with the members, rank, targets and scaling
+        the file records, then `load_adapters`.
+
+        Args:
+            causal_lm: a keras-hub causal LM of the file's family and
+                shapes (not changed).
+            filepath: a `*.lora_ensemble.h5` file.
+            load_weights: bool; `False` builds the ensemble alike with
+                fresh adapters (members equal to `causal_lm`).
+
+        Returns:
+            A `LoRAEnsembleCausalLM` of the family's class.
+
+        Raises:
+            ValueError: the file is not an adapter file, or its adapters
+                do not fit `causal_lm` (the message names what differs).
+        """
+        _, arguments = adapter_files.read_build_arguments(filepath)
+        ensemble = LoRAEnsembleCausalLM.from_keras_hub(causal_lm, **arguments)
+        if load_weights:
+            ensemble.load_adapters(filepath)
+        return ensemble
+
+    @staticmethod
+    def from_keras_hub_lora(causal_lm, filepaths):
+        """A LoRA-Ensemble whose members are keras-hub LoRA adapters.
+
+        Each file, written by keras-hub's `Backbone.save_lora_weights`
+        after `enable_lora(rank)` on `causal_lm`'s architecture, becomes
+        one member; member `m` then equals `causal_lm` with file `m`'s
+        adapter loaded (`backbone.load_lora_weights`), exactly. keras-hub
+        factors each head of an attention projection separately (see
+        `adapter_files`), so an imported adapter has rank `heads * rank`
+        on those projections (`rank` on `Dense` ones).
+
+        Args:
+            causal_lm: the keras-hub causal LM the adapters were trained
+                on (without `enable_lora`; it is not changed).
+            filepaths: the `.lora.h5` files, one per member; all must
+                adapt the same layers with the same rank.
+
+        Returns:
+            A `LoRAEnsembleCausalLM` of the family's class with
+            `len(filepaths)` members.
+        """
+        cls = _task_class(causal_lm)
+        targets, ranks, factors, num_blocks, count = member_models.keras_hub_lora_factors(
+            causal_lm, filepaths, cls.backbone_cls.sites
+        )
+        ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+            causal_lm, num_members=count, rank=ranks, targets=targets, seed=0
+        )
+        sites = [(b, t) for b in range(num_blocks) for t in targets]
+        for adapter, site in zip(ensemble.adapters, sites, strict=True):
+            adapter.lora_a.assign(np.stack([a for a, _ in factors[site]]))
+            adapter.lora_b.assign(np.stack([b for _, b in factors[site]]))
+        return ensemble
+
+    def member_causal_lm(self, member):
+        """Member `member` as a plain keras-hub causal LM of the base
+        family (its adapter merged into the kernels, `W0 + B_m A_m`), with
+        this ensemble's preprocessor: to serve or compare one member alone.
+
+        Args:
+            member: int in `[0, num_members)`.
+
+        Returns:
+            A new `keras_hub.models.<Family>CausalLM`; this ensemble is not
+            changed.
+        """
+        if not isinstance(member, (int, np.integer)) or isinstance(member, bool) or not (
+            0 <= member < self.num_members
+        ):
+            raise ValueError(
+                f"`member` must be an int in [0, {self.num_members}); got {member!r}."
+            )
+        return member_models.plain_causal_lm(self, member)
+
+    def base_causal_lm(self):
+        """The frozen model the ensemble was built on (no adapter), as a
+        plain keras-hub causal LM of the base family with this ensemble's
+        preprocessor: the single-model baseline.
+
+        Returns:
+            A new `keras_hub.models.<Family>CausalLM`; this ensemble is not
+            changed.
+        """
+        return member_models.plain_causal_lm(self, None)
+
+    def save_adapters(self, filepath):
+        """Writes the members' adapters only (`*.lora_ensemble.h5`); the
+        frozen model is not written. `load_adapters` reads them back into
+        an ensemble built alike (`from_keras_hub` with the same
+        arguments)."""
+        adapter_files.save_adapters(self, filepath)
+
+    def load_adapters(self, filepath):
+        """Assigns the adapters of a file written by `save_adapters`; a
+        `ValueError` names what differs when the file does not fit."""
+        adapter_files.load_adapters(self, filepath)
+
+    @property
+    def num_members(self):
+        return self.backbone.num_members
+
+    @property
+    def adapters(self):
+        """The backbone's `LoRAEnsembleAdapter`s."""
+        return self.backbone.adapters
+
+    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
+        """keras-hub's `CausalLM.compile`; the default loss is the mean over
+        members of the token cross-entropy (`member_token_cross_entropy`),
+        and there is no default metric (keras-hub's token accuracy expects
+        one model's logits)."""
+        if loss == "auto":
+            loss = member_token_cross_entropy
+        if weighted_metrics == "auto":
+            weighted_metrics = None
+        super().compile(
+            optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs
+        )
+        self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
+
+    # === Decoding (see `decode_engine`) ===
+
+    def generate_step(self, inputs, stop_token_ids=None):
+        """One generation of a batch of padded prompts by the decode engine
+        (`decode_engine.generate_batch` with the compiled sampler), as
+        keras-hub's `make_generate_function` compiles it.
+
+        Returns:
+            dict: `token_ids`, `padding_mask` (as keras-hub returns them)
+            and `figures` `(batch, length, figures)`.
+        """
+        return decode_engine.generate_batch(self, self.sampler, inputs, stop_token_ids)
+
+    def _decode_function(self, stop_token_ids, sampler=None):
+        """The compiled generation of one batch for `sampler` (the compiled
+        one by default) and `stop_token_ids` (a tuple or `None`), built once
+        and kept; `compile` and `attach_loss_predictor` drop the kept
+        ones."""
+        sampler = self.sampler if sampler is None else sampler
+        decoders = self.__dict__.setdefault("_decoders", {})
+        key = (id(sampler), stop_token_ids)
+        if key not in decoders:
+            function = decode_engine.decode_function(self, sampler, stop_token_ids)
+            decoders[key] = (sampler, function)  # the sampler keeps its id
+        return decoders[key][1]
+
+    def _teacher_forced_figures(self, token_ids, prompt_mask=None):
+        """`(batch, length, figures)`: position `t > 0` holds the figures
+        of token `t` given tokens `< t` (position 0: zeros); the
+        expectation-of-products weights count the tokens outside
+        `prompt_mask`."""
+        return self._chunked_figures(
+            token_ids, ops.ones_like(token_ids, dtype="bool"), prompt_mask=prompt_mask
+        )
+
+    def _chunked_figures(self, token_ids, padding_mask, chunk_size=128, prompt_mask=None):
+        """`teacher_forcing.chunked_figures` of this model."""
+        return teacher_forcing.chunked_figures(
+            self, token_ids, padding_mask, chunk_size, prompt_mask
+        )
+
+    @property
+    def _num_figures(self):
+        """Figures per position: `FIGURES`, one log-probability and one
+        entropy per member, and the predicted loss when a loss predictor is
+        attached."""
+        return len(FIGURES) + 2 * self.num_members + (self.loss_predictor is not None)
+
+    def _figures(self, member_logits, tokens, member_hidden, prefix_log_likelihoods):
+        """`token_figures`, and the attached loss predictor's prediction
+        (the mean over members of its head on each member's hidden state)."""
+        figures = token_figures(member_logits, tokens, prefix_log_likelihoods)
+        if self.loss_predictor is None:
+            return figures
+        predicted = ops.mean(self.loss_predictor.head(member_hidden), axis=1)
+        return ops.concatenate([figures, ops.expand_dims(predicted, -1)], axis=-1)
+
+    # === Loss prediction ===
+
+    @property
+    def loss_predictor(self):
+        """The attached `TokenLossPredictor`, or `None`."""
+        return getattr(self, "_loss_predictor", None)
+
+    def attach_loss_predictor(self, predictor):
+        """Adds a trained `TokenLossPredictor`'s prediction to the figures
+        of `generate` and `score_uncertainty` (`loss_prediction`, a fourth
+        uncertainty: the predicted loss of each token, before it is seen).
+
+        Its head reads each member's final hidden state and the members'
+        predictions are averaged; with zero adapters that is the
+        predictor on the frozen model. The predictor is kept by reference,
+        not saved with the ensemble (save it on its own). `None` detaches.
+        The compiled decode reads its head's current weights at every
+        call (under JAX they are arguments of the compiled program), so
+        training it further needs no new attachment.
+
+        Args:
+            predictor: a `TokenLossPredictor` trained on this ensemble's
+                base model (same backbone class and hidden size), or
+                `None`.
+        """
+        if predictor is not None:
+            if not isinstance(predictor, TokenLossPredictor):
+                raise TypeError(
+                    "`predictor` must be a TokenLossPredictor or None; got "
+                    f"{type(predictor).__name__}."
+                )
+            base = type(self.backbone).base_cls()
+            if type(predictor.backbone) is not base or (
+                predictor.backbone.hidden_dim != self.backbone.hidden_dim
+            ):
+                raise ValueError(
+                    f"`predictor` was built on a {type(predictor.backbone).__name__} "
+                    f"of hidden_dim {predictor.backbone.hidden_dim}; this ensemble's "
+                    f"base is a {base.__name__} of hidden_dim {self.backbone.hidden_dim}."
+                )
+        object.__setattr__(self, "_loss_predictor", predictor)
+        self.generate_function = None  # the compiled loop changes
+        self.__dict__["_decoders"] = {}
+
+    # === Public entry points ===
+
+    def generate(
+        self,
+        inputs,
+        max_length=None,
+        stop_token_ids="auto",
+        strip_prompt=False,
+        return_uncertainty=False,
+    ):
+        """keras-hub's `generate`, sampling from the ensemble.
+
+        Args:
+            inputs, max_length, stop_token_ids, strip_prompt: as for
+                keras-hub's `CausalLM.generate`.
+            return_uncertainty: bool. `False` (default): the same return
+                value as keras-hub's (text, or token ids and padding
+                mask). `True`: a dict of NumPy arrays with `output` (what
+                `False` returns), `token_ids` and `padding_mask` `(batch,
+                length)` (the whole sequences, prompt included, whatever
+                `strip_prompt`), `generated_mask` (the generated tokens),
+                and per position the figures of
+                `ensemble_zoo.ops.token_uncertainty` (`total`,
+                `aleatoric`, `epistemic`, `expected_pairwise_kl`,
+                `reverse_mutual_information` in nats, `max_probability`;
+                and `ep_total`, `ep_aleatoric`, `ep_epistemic`,
+                `ep_expected_pairwise_kl`, `ep_reverse_mutual_information`,
+                the same measures of the expectation-of-products ensemble,
+                whose members are weighted by their likelihood of the
+                answer so far),
+                `log_prob` (the token under the ensemble),
+                `member_log_probs` and `member_entropy` `(batch, members,
+                length)`, all zero outside `generated_mask`; and per
+                sequence `log_likelihood` (sum of `log_prob`),
+                `member_log_likelihoods` `(batch, members)`, `mean_<f>`
+                for each of those uncertainty figures `f` (`mean_total`,
+                `mean_ep_epistemic`, ...: means over the generated
+                tokens) and
+                `sequence_epistemic`, `log mean_m exp(l_m) - mean_m l_m`
+                of the members' sequence log-likelihoods `l_m` (>= 0).
+                With a loss predictor attached (`attach_loss_predictor`),
+                also `loss_prediction` per position and its mean
+                `mean_loss_prediction`.
+
+        Returns:
+            As described for `return_uncertainty`.
+        """
+        return self._generate(
+            inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty
+        )
+
+    def _generate(
+        self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
+        sampler=None,
+    ):
+        """`generate` with `sampler` in place of the compiled one (`None`:
+        the compiled one)."""
+        return generation.generate(
+            self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
+            sampler,
+        )
+
+    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128, prompt_mask=None):
+        """Per-token uncertainty of given text, teacher-forced.
+
+        The backbone runs once over the sequence; the vocabulary
+        projection and the figures are computed `chunk_size` positions at
+        a time, so that the member logits `(batch, members, tokens,
+        vocabulary)` are never held whole.
+
+        Args:
+            token_ids: int array `(batch, length)`.
+            padding_mask: optional bool array `(batch, length)` (default:
+                all true).
+            chunk_size: int, positions per chunk.
+            prompt_mask: optional bool array `(batch, length)`, the prompt
+                tokens: they are not part of the answer whose members'
+                likelihoods weigh the expectation-of-products figures
+                (`ep_*`). Pass the prompts' mask to reproduce `generate`'s
+                figures; by default every token from position 1 counts.
+
+        Returns:
+            dict of NumPy arrays: the figures of `generate(...,
+            return_uncertainty=True)` per position (`total`, `aleatoric`,
+            `epistemic`, `expected_pairwise_kl`,
+            `reverse_mutual_information`, `max_probability`, their
+            expectation-of-products `ep_*` versions, `log_prob`
+            `(batch, length)`; `member_log_probs` and `member_entropy`
+            `(batch, members, length)`; and `loss_prediction` with a loss
+            predictor attached): position `t` holds the figures of token
+            `t` given tokens `< t` (position 0 and padded positions hold 0).
+        """
+        chunk_size = check_positive_int(chunk_size, "chunk_size")
+        token_ids, padding_mask = check_token_batch(
+            token_ids, padding_mask, self.backbone.vocabulary_size, min_length=2
+        )
+        if prompt_mask is not None:
+            prompt_mask = np.asarray(prompt_mask)
+            if prompt_mask.dtype != bool or prompt_mask.shape != np.shape(token_ids):
+                raise ValueError(
+                    "`prompt_mask` must be a bool array of the shape of `token_ids` "
+                    f"{np.shape(token_ids)}; got dtype {prompt_mask.dtype} and shape "
+                    f"{prompt_mask.shape}."
+                )
+            prompt_mask = ops.convert_to_tensor(prompt_mask, "bool")
+        valid = np.array(padding_mask, bool)
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        padding_mask = ops.convert_to_tensor(padding_mask, "bool")
+        figures = ops.convert_to_numpy(
+            self._chunked_figures(token_ids, padding_mask, chunk_size, prompt_mask)
+        )
+        valid[:, 0] = False
+        return token_outputs(figures, valid, self.num_members)
+
+    def sample_uncertainty(
+        self,
+        prompts,
+        num_samples=10,
+        equivalence="exact",
+        max_length=None,
+        stop_token_ids="auto",
+        sampler=None,
+        similarity=None,
+    ):
+        """Sampling-based uncertainty per prompt: `num_samples` answers
+        drawn from the ensemble in one batched decode, grouped by meaning.
+
+        See `ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty` for how the
+        answers are drawn (token by token from the ensemble's predictive
+        distribution, whose sequence likelihood weighs them) and compared.
+
+        Args:
+            prompts: a string or a list of strings (with a preprocessor),
+                or a dict of `token_ids` and `padding_mask`.
+            num_samples: int >= 2.
+            equivalence: `"exact"` (after SQuAD's normalisation) or
+                `callable(first, second) -> bool`, e.g. an NLI model's
+                entailment; equivalent = true both ways.
+            max_length, stop_token_ids: as for `generate`.
+            sampler: a keras-hub sampler; defaults to `RandomSampler`
+                at temperature 1.
+            similarity: `callable(first, second) -> float` for the lexical
+                similarity; defaults to ROUGE-L.
+
+        Returns:
+            dict: `answers`, `log_likelihoods` and
+            `member_log_likelihoods`, `equivalent`, `classes`, and
+            `(prompts,)` arrays `semantic_entropy` (Kuhn et al.),
+            `number_of_semantic_sets` (Lin et al.) and
+            `lexical_similarity` (higher = more uncertain).
+
+        Example:
+
+        ```python
+        import ensemble_zoo as ez
+
+        model = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
+        scores = model.sample_uncertainty(["12+7=", "3+4="], num_samples=8)
+        scores["semantic_entropy"], scores["answers"][0]
+        ```
+        """
+        return sample_uncertainty(
+            self, prompts, num_samples, equivalence, max_length, stop_token_ids,
+            sampler, similarity,
+        )
+
+    def get_config(self):
+        # Task's config (backbone, preprocessor, name, trainable).
+        return keras_hub.models.Task.get_config(self)
+
+
+def _task_class(causal_lm):
+    """The LoRA-Ensemble task class for a keras-hub causal LM."""
+    cls = TASKS.get(type(causal_lm))
+    if cls is None:
+        raise TypeError(
+            "`causal_lm` must be one of "
+            f"{sorted(t.__name__ for t in TASKS)}; got "
+            f"{type(causal_lm).__name__}."
+        )
+    if getattr(causal_lm.backbone, "vision_encoder", None) is not None:
+        raise ValueError(
+            f"`causal_lm` is a multimodal {type(causal_lm).__name__} (its backbone "
+            "has a vision encoder); LoRA-Ensemble supports text-only models "
+            "(`vision_encoder=None`): image inputs would be dropped."
+        )
+    if any(
+        getattr(layer, "lora_enabled", False)
+        for layer in causal_lm.backbone._flatten_layers(include_self=False)
+    ):
+        raise ValueError(
+            "`causal_lm` has keras-hub LoRA enabled (`enable_lora`). Pass the "
+            "model without it; save its adapter with `save_lora_weights` and "
+            "import it with `LoRAEnsembleCausalLM.from_keras_hub_lora`."
+        )
+    return cls
+
+
+def _causal_lm_class(family):
+    """The registered LoRA-Ensemble task class of `family`."""
+    backbone_cls = BACKBONES[family.name]
+    cls = type(
+        f"LoRAEnsemble{family.name}CausalLM",
+        (LoRAEnsembleCausalLM, family.causal_lm_cls),
+        {
+            "backbone_cls": backbone_cls,
+            "__doc__": (
+                f"LoRA-Ensemble on a `keras_hub.models.{family.causal_lm_cls.__name__}` "
+                f"({family.description}); see\n    `LoRAEnsembleCausalLM`.\n\n    Args:\n"
+                f"        backbone: a `{backbone_cls.__name__}`.\n        preprocessor: "
+                "optional, the family's preprocessor.\n        **kwargs: other "
+                "`keras_hub.models.Task` arguments.\n"
+            ),
+            "__module__": __name__,
+        },
+    )
+    return keras.saving.register_keras_serializable(package="ensemble_zoo")(cls)
+
+
+#: keras-hub causal LM class -> the LoRA-Ensemble task class for it.
+TASKS = {family.causal_lm_cls: _causal_lm_class(family) for family in FAMILIES}
+LoRAEnsembleGemmaCausalLM = TASKS[keras_hub.models.GemmaCausalLM]
+LoRAEnsembleGemma3CausalLM = TASKS[keras_hub.models.Gemma3CausalLM]
+LoRAEnsembleLlamaCausalLM = TASKS[keras_hub.models.LlamaCausalLM]
+LoRAEnsembleLlama3CausalLM = TASKS[keras_hub.models.Llama3CausalLM]
+LoRAEnsembleMistralCausalLM = TASKS[keras_hub.models.MistralCausalLM]
+LoRAEnsembleQwenCausalLM = TASKS[keras_hub.models.QwenCausalLM]
+LoRAEnsembleQwen3CausalLM = TASKS[keras_hub.models.Qwen3CausalLM]
