@@ -11,6 +11,8 @@ reports, for every generated token, the ensemble's total, aleatoric and
 epistemic uncertainty, computed inside the compiled decode loop
 (`decode_engine`).
 
+This module builds the model (construction, conversions, adapters); its
+decoding and uncertainty are `EnsembleCausalLM`'s (`ensemble_causal_lm`).
 The task class of each family is made from `families.FAMILIES` by
 `_causal_lm_class`; the member layout is `member_rows`', the figures
 `token_uncertainty`'s, `generate`'s input handling `generation`'s and what
@@ -22,43 +24,19 @@ it returns `generation_outputs`', the teacher-forced figures
 import numpy as np
 import keras
 import keras_hub
-from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
-from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
-from ensemble_zoo.models.lora_ensemble.causal_lm import generation
 from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
-from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
-from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
-from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
-from ensemble_zoo.models.causal_lm_inputs import check_token_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import RepeatMembers
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import SplitMembers
-from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
-from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
-from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
-from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
-from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_preprocessor
-from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 
 
-def member_token_cross_entropy(y_true, y_pred):
-    """Mean over members of the token cross-entropy, from member logits
-    `(batch, members, tokens, vocabulary)` and token ids `(batch, tokens)`:
-    `(batch, tokens)`, which the preprocessor's padding mask weights."""
-    num_members = ops.shape(y_pred)[1]
-    labels = ops.repeat(ops.expand_dims(ops.cast(y_true, "int32"), 1), num_members, axis=1)
-    losses = keras.losses.sparse_categorical_crossentropy(
-        labels, ops.cast(y_pred, "float32"), from_logits=True
-    )
-    return ops.mean(losses, axis=1)
-
-
-class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
+class LoRAEnsembleCausalLM(EnsembleCausalLM):
     """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
 
     LoRA-Ensemble (Mühlematter et al., "LoRA-Ensemble: Efficient
@@ -349,299 +327,9 @@ class LoRAEnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixi
         adapter_files.load_adapters(self, filepath)
 
     @property
-    def num_members(self):
-        return self.backbone.num_members
-
-    @property
     def adapters(self):
         """The backbone's `LoRAEnsembleAdapter`s."""
         return self.backbone.adapters
-
-    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
-        """keras-hub's `CausalLM.compile`; the default loss is the mean over
-        members of the token cross-entropy (`member_token_cross_entropy`),
-        and there is no default metric (keras-hub's token accuracy expects
-        one model's logits)."""
-        if loss == "auto":
-            loss = member_token_cross_entropy
-        if weighted_metrics == "auto":
-            weighted_metrics = None
-        super().compile(
-            optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs
-        )
-        self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
-
-    # === Decoding (see `decode_engine`) ===
-
-    def generate_step(self, inputs, stop_token_ids=None):
-        """One generation of a batch of padded prompts by the decode engine
-        (`decode_engine.generate_batch` with the compiled sampler), as
-        keras-hub's `make_generate_function` compiles it.
-
-        Returns:
-            dict: `token_ids`, `padding_mask` (as keras-hub returns them)
-            and `figures` `(batch, length, figures)`.
-        """
-        return decode_engine.generate_batch(self, self.sampler, inputs, stop_token_ids)
-
-    def _decode_function(self, stop_token_ids, sampler=None):
-        """The compiled generation of one batch for `sampler` (the compiled
-        one by default) and `stop_token_ids` (a tuple or `None`), built once
-        and kept; `compile` and `attach_loss_predictor` drop the kept
-        ones."""
-        sampler = self.sampler if sampler is None else sampler
-        decoders = self.__dict__.setdefault("_decoders", {})
-        key = (id(sampler), stop_token_ids)
-        if key not in decoders:
-            function = decode_engine.decode_function(self, sampler, stop_token_ids)
-            decoders[key] = (sampler, function)  # the sampler keeps its id
-        return decoders[key][1]
-
-    def _teacher_forced_figures(self, token_ids, prompt_mask=None):
-        """`(batch, length, figures)`: position `t > 0` holds the figures
-        of token `t` given tokens `< t` (position 0: zeros); the
-        expectation-of-products weights count the tokens outside
-        `prompt_mask`."""
-        return self._chunked_figures(
-            token_ids, ops.ones_like(token_ids, dtype="bool"), prompt_mask=prompt_mask
-        )
-
-    def _chunked_figures(self, token_ids, padding_mask, chunk_size=128, prompt_mask=None):
-        """`teacher_forcing.chunked_figures` of this model."""
-        return teacher_forcing.chunked_figures(
-            self, token_ids, padding_mask, chunk_size, prompt_mask
-        )
-
-    @property
-    def _num_figures(self):
-        """Figures per position: `FIGURES`, one log-probability and one
-        entropy per member, and the predicted loss when a loss predictor is
-        attached."""
-        return len(FIGURES) + 2 * self.num_members + (self.loss_predictor is not None)
-
-    def _figures(self, member_logits, tokens, member_hidden, prefix_log_likelihoods):
-        """`token_figures`, and the attached loss predictor's prediction
-        (the mean over members of its head on each member's hidden state)."""
-        figures = token_figures(member_logits, tokens, prefix_log_likelihoods)
-        if self.loss_predictor is None:
-            return figures
-        predicted = ops.mean(self.loss_predictor.head(member_hidden), axis=1)
-        return ops.concatenate([figures, ops.expand_dims(predicted, -1)], axis=-1)
-
-    # === Loss prediction ===
-
-    @property
-    def loss_predictor(self):
-        """The attached `TokenLossPredictor`, or `None`."""
-        return getattr(self, "_loss_predictor", None)
-
-    def attach_loss_predictor(self, predictor):
-        """Adds a trained `TokenLossPredictor`'s prediction to the figures
-        of `generate` and `score_uncertainty` (`loss_prediction`, a fourth
-        uncertainty: the predicted loss of each token, before it is seen).
-
-        Its head reads each member's final hidden state and the members'
-        predictions are averaged; with zero adapters that is the
-        predictor on the frozen model. The predictor is kept by reference,
-        not saved with the ensemble (save it on its own). `None` detaches.
-        The compiled decode reads its head's current weights at every
-        call (under JAX they are arguments of the compiled program), so
-        training it further needs no new attachment.
-
-        Args:
-            predictor: a `TokenLossPredictor` trained on this ensemble's
-                base model (same backbone class and hidden size), or
-                `None`.
-        """
-        if predictor is not None:
-            if not isinstance(predictor, TokenLossPredictor):
-                raise TypeError(
-                    "`predictor` must be a TokenLossPredictor or None; got "
-                    f"{type(predictor).__name__}."
-                )
-            base = type(self.backbone).base_cls()
-            if type(predictor.backbone) is not base or (
-                predictor.backbone.hidden_dim != self.backbone.hidden_dim
-            ):
-                raise ValueError(
-                    f"`predictor` was built on a {type(predictor.backbone).__name__} "
-                    f"of hidden_dim {predictor.backbone.hidden_dim}; this ensemble's "
-                    f"base is a {base.__name__} of hidden_dim {self.backbone.hidden_dim}."
-                )
-        object.__setattr__(self, "_loss_predictor", predictor)
-        self.generate_function = None  # the compiled loop changes
-        self.__dict__["_decoders"] = {}
-
-    # === Public entry points ===
-
-    def generate(
-        self,
-        inputs,
-        max_length=None,
-        stop_token_ids="auto",
-        strip_prompt=False,
-        return_uncertainty=False,
-    ):
-        """keras-hub's `generate`, sampling from the ensemble.
-
-        Args:
-            inputs, max_length, stop_token_ids, strip_prompt: as for
-                keras-hub's `CausalLM.generate`.
-            return_uncertainty: bool. `False` (default): the same return
-                value as keras-hub's (text, or token ids and padding
-                mask). `True`: a dict of NumPy arrays with `output` (what
-                `False` returns), `token_ids` and `padding_mask` `(batch,
-                length)` (the whole sequences, prompt included, whatever
-                `strip_prompt`), `generated_mask` (the generated tokens),
-                and per position the figures of
-                `ensemble_zoo.ops.token_uncertainty` (`total`,
-                `aleatoric`, `epistemic`, `expected_pairwise_kl`,
-                `reverse_mutual_information` in nats, `max_probability`;
-                and `ep_total`, `ep_aleatoric`, `ep_epistemic`,
-                `ep_expected_pairwise_kl`, `ep_reverse_mutual_information`,
-                the same measures of the expectation-of-products ensemble,
-                whose members are weighted by their likelihood of the
-                answer so far),
-                `log_prob` (the token under the ensemble),
-                `member_log_probs` and `member_entropy` `(batch, members,
-                length)`, all zero outside `generated_mask`; and per
-                sequence `log_likelihood` (sum of `log_prob`),
-                `member_log_likelihoods` `(batch, members)`, `mean_<f>`
-                for each of those uncertainty figures `f` (`mean_total`,
-                `mean_ep_epistemic`, ...: means over the generated
-                tokens) and
-                `sequence_epistemic`, `log mean_m exp(l_m) - mean_m l_m`
-                of the members' sequence log-likelihoods `l_m` (>= 0).
-                With a loss predictor attached (`attach_loss_predictor`),
-                also `loss_prediction` per position and its mean
-                `mean_loss_prediction`.
-
-        Returns:
-            As described for `return_uncertainty`.
-        """
-        return self._generate(
-            inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty
-        )
-
-    def _generate(
-        self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
-        sampler=None,
-    ):
-        """`generate` with `sampler` in place of the compiled one (`None`:
-        the compiled one)."""
-        return generation.generate(
-            self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
-            sampler,
-        )
-
-    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128, prompt_mask=None):
-        """Per-token uncertainty of given text, teacher-forced.
-
-        The backbone runs once over the sequence; the vocabulary
-        projection and the figures are computed `chunk_size` positions at
-        a time, so that the member logits `(batch, members, tokens,
-        vocabulary)` are never held whole.
-
-        Args:
-            token_ids: int array `(batch, length)`.
-            padding_mask: optional bool array `(batch, length)` (default:
-                all true).
-            chunk_size: int, positions per chunk.
-            prompt_mask: optional bool array `(batch, length)`, the prompt
-                tokens: they are not part of the answer whose members'
-                likelihoods weigh the expectation-of-products figures
-                (`ep_*`). Pass the prompts' mask to reproduce `generate`'s
-                figures; by default every token from position 1 counts.
-
-        Returns:
-            dict of NumPy arrays: the figures of `generate(...,
-            return_uncertainty=True)` per position (`total`, `aleatoric`,
-            `epistemic`, `expected_pairwise_kl`,
-            `reverse_mutual_information`, `max_probability`, their
-            expectation-of-products `ep_*` versions, `log_prob`
-            `(batch, length)`; `member_log_probs` and `member_entropy`
-            `(batch, members, length)`; and `loss_prediction` with a loss
-            predictor attached): position `t` holds the figures of token
-            `t` given tokens `< t` (position 0 and padded positions hold 0).
-        """
-        chunk_size = check_positive_int(chunk_size, "chunk_size")
-        token_ids, padding_mask = check_token_batch(
-            token_ids, padding_mask, self.backbone.vocabulary_size, min_length=2
-        )
-        if prompt_mask is not None:
-            prompt_mask = np.asarray(prompt_mask)
-            if prompt_mask.dtype != bool or prompt_mask.shape != np.shape(token_ids):
-                raise ValueError(
-                    "`prompt_mask` must be a bool array of the shape of `token_ids` "
-                    f"{np.shape(token_ids)}; got dtype {prompt_mask.dtype} and shape "
-                    f"{prompt_mask.shape}."
-                )
-            prompt_mask = ops.convert_to_tensor(prompt_mask, "bool")
-        valid = np.array(padding_mask, bool)
-        token_ids = ops.convert_to_tensor(token_ids, "int32")
-        padding_mask = ops.convert_to_tensor(padding_mask, "bool")
-        figures = ops.convert_to_numpy(
-            self._chunked_figures(token_ids, padding_mask, chunk_size, prompt_mask)
-        )
-        valid[:, 0] = False
-        return token_outputs(figures, valid, self.num_members)
-
-    def sample_uncertainty(
-        self,
-        prompts,
-        num_samples=10,
-        equivalence="exact",
-        max_length=None,
-        stop_token_ids="auto",
-        sampler=None,
-        similarity=None,
-    ):
-        """Sampling-based uncertainty per prompt: `num_samples` answers
-        drawn from the ensemble in one batched decode, grouped by meaning.
-
-        See `ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty` for how the
-        answers are drawn (token by token from the ensemble's predictive
-        distribution, whose sequence likelihood weighs them) and compared.
-
-        Args:
-            prompts: a string or a list of strings (with a preprocessor),
-                or a dict of `token_ids` and `padding_mask`.
-            num_samples: int >= 2.
-            equivalence: `"exact"` (after SQuAD's normalisation) or
-                `callable(first, second) -> bool`, e.g. an NLI model's
-                entailment; equivalent = true both ways.
-            max_length, stop_token_ids: as for `generate`.
-            sampler: a keras-hub sampler; defaults to `RandomSampler`
-                at temperature 1.
-            similarity: `callable(first, second) -> float` for the lexical
-                similarity; defaults to ROUGE-L.
-
-        Returns:
-            dict: `answers`, `log_likelihoods` and
-            `member_log_likelihoods`, `equivalent`, `classes`, and
-            `(prompts,)` arrays `semantic_entropy` (Kuhn et al.),
-            `number_of_semantic_sets` (Lin et al.) and
-            `lexical_similarity` (higher = more uncertain).
-
-        Example:
-
-        ```python
-        import ensemble_zoo as ez
-
-        model = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
-        scores = model.sample_uncertainty(["12+7=", "3+4="], num_samples=8)
-        scores["semantic_entropy"], scores["answers"][0]
-        ```
-        """
-        return sample_uncertainty(
-            self, prompts, num_samples, equivalence, max_length, stop_token_ids,
-            sampler, similarity,
-        )
-
-    def get_config(self):
-        # Task's config (backbone, preprocessor, name, trainable).
-        return keras_hub.models.Task.get_config(self)
-
 
 def _task_class(causal_lm):
     """The LoRA-Ensemble task class for a keras-hub causal LM."""
