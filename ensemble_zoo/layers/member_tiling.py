@@ -9,8 +9,10 @@ of sample `b`) and unfolds them into the zoo's member axis at the end.
 
 import keras
 
+from ensemble_zoo.ops.member_tiling import ORDERS
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -20,10 +22,13 @@ def _times(dim, factor):
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class TileMembers(keras.layers.Layer):
-    """`(batch, ...)` -> member-major `(num_members * batch, ...)`.
+    """`(batch, ...)` -> `(num_members * batch, ...)` member rows
+    (`ensemble_zoo.ops.tile_members`).
 
     Args:
         num_members: int, the number of copies.
+        order: `"member_major"` (default: row `m * batch + b`) or
+            `"batch_major"` (row `b * num_members + m`).
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -36,26 +41,30 @@ class TileMembers(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, num_members, **kwargs):
+    def __init__(self, num_members, order="member_major", **kwargs):
         super().__init__(**kwargs)
         self.num_members = check_positive_int(num_members, "num_members")
+        self.order = check_choice(order, "order", ORDERS)
 
     def call(self, inputs):
-        return tile_members(inputs, self.num_members)
+        return tile_members(inputs, self.num_members, self.order)
 
     def compute_output_shape(self, input_shape):
         return (_times(input_shape[0], self.num_members),) + tuple(input_shape[1:])
 
     def get_config(self):
-        return {**super().get_config(), "num_members": self.num_members}
+        return {**super().get_config(), "num_members": self.num_members, "order": self.order}
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class UntileMembers(keras.layers.Layer):
-    """Member-major `(num_members * batch, ...)` -> `(batch, num_members, ...)`.
+    """`(num_members * batch, ...)` member rows -> `(batch, num_members,
+    ...)` (`ensemble_zoo.ops.untile_members`).
 
     Args:
         num_members: int.
+        order: `"member_major"` (default) or `"batch_major"`, as the rows
+            were tiled.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -68,12 +77,13 @@ class UntileMembers(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, num_members, **kwargs):
+    def __init__(self, num_members, order="member_major", **kwargs):
         super().__init__(**kwargs)
         self.num_members = check_positive_int(num_members, "num_members")
+        self.order = check_choice(order, "order", ORDERS)
 
     def call(self, inputs):
-        return untile_members(inputs, self.num_members)
+        return untile_members(inputs, self.num_members, self.order)
 
     def compute_output_shape(self, input_shape):
         batch = input_shape[0]
@@ -87,4 +97,4 @@ class UntileMembers(keras.layers.Layer):
         return (batch, self.num_members) + tuple(input_shape[1:])
 
     def get_config(self):
-        return {**super().get_config(), "num_members": self.num_members}
+        return {**super().get_config(), "num_members": self.num_members, "order": self.order}

@@ -6,7 +6,7 @@ One pure step function over the backbone,
         -> (member logits, member hidden states, new cache),
 
 runs the family's own keras-hub `call_with_cache` once on every member's
-batch-major rows (`member_rows`) and splits the result into `(batch,
+batch-major rows (`ensemble_zoo.ops.tile_members`) and splits the result into `(batch,
 members, ...)`. The KV cache is preallocated at the sequence length by
 `prefill` (the family's `_build_cache` over the prompts' positions, the
 longest prompt rounded up to a power of two, zeros after them), so every
@@ -56,9 +56,9 @@ from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_equal
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import merge_members
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import repeat_rows
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import split_members
+from ensemble_zoo.ops.member_tiling import fold_members
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.utils.workarounds import zoo_workarounds
@@ -71,6 +71,21 @@ LOOP_SAMPLERS = (
     keras_hub.samplers.TopKSampler,
     keras_hub.samplers.TopPSampler,
 )
+
+
+# The members are batch-major rows (`ensemble_zoo.ops.tile_members`): axis
+# 0 stays ordered by prompt, as keras-hub's samplers and cache expect.
+ROWS = "batch_major"
+
+
+def repeat_rows(x, num_members):
+    """`(batch, ...)` -> the members' rows; `None` stays `None`."""
+    return None if x is None else tile_members(x, num_members, ROWS)
+
+
+def split_members(x, num_members):
+    """The members' rows -> `(batch, members, ...)`."""
+    return untile_members(x, num_members, ROWS)
 
 
 def _split(structure, num_members):
@@ -154,7 +169,7 @@ def member_step(model, token_ids, cache, index, padding_mask):
     extra = model.backbone.family.step_arguments(padding_mask, index)
     logits, hidden, cache = model.call_with_cache(
         repeat_rows(token_ids, m),
-        keras.tree.map_structure(merge_members, cache),
+        keras.tree.map_structure(lambda x: fold_members(x, ROWS), cache),
         index,
         **{k: repeat_rows(v, m) for k, v in extra.items()},
     )

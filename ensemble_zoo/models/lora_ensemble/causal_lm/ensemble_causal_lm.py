@@ -41,7 +41,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
     """The decoding and uncertainty of a causal-LM ensemble (no Keras base:
     `LoRAEnsembleCausalLM` builds the model; its family classes list a
     keras-hub causal LM class last). The model's `backbone` runs the
-    members as rows (`RepeatMembers` / `SplitMembers`), and it sets
+    members as batch-major rows (`TileMembers` / `UntileMembers`), and it sets
     `num_members` through its backbone."""
 
     @property

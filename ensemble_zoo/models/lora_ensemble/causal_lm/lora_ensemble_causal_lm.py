@@ -14,7 +14,7 @@ epistemic uncertainty, computed inside the compiled decode loop
 This module builds the model (construction, conversions, adapters); its
 decoding and uncertainty are `EnsembleCausalLM`'s (`ensemble_causal_lm`).
 The task class of each family is made from `families.FAMILIES` by
-`_causal_lm_class`; the member layout is `member_rows`', the figures
+`_causal_lm_class`; the members are batch-major rows (`ensemble_zoo.ops.tile_members`), the figures
 `token_uncertainty`'s, `generate`'s input handling `generation`'s and what
 it returns `generation_outputs`', the teacher-forced figures
 `teacher_forcing`'s, one member or the base as a plain model
@@ -30,8 +30,8 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
 from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import RepeatMembers
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import SplitMembers
+from ensemble_zoo.layers.member_tiling import TileMembers
+from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.utils.model_copies import copy_preprocessor
 from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 
@@ -116,8 +116,9 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.repeat_members = RepeatMembers(num_members, name="repeat_members")
-        self.split_members = SplitMembers(num_members, name="split_members")
+        # Batch-major member rows, as the decode engine keeps them.
+        self.repeat_members = TileMembers(num_members, "batch_major", name="repeat_members")
+        self.split_members = UntileMembers(num_members, "batch_major", name="split_members")
 
         # === Functional Model ===
         inputs = backbone.input

@@ -6,8 +6,8 @@ contrastive search, whose loops keras-hub runs)."""
 
 from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import repeat_rows
-from ensemble_zoo.models.lora_ensemble.causal_lm.member_rows import split_members
+from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import repeat_rows
+from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import split_members
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
 from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 
