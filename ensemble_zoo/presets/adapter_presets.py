@@ -22,12 +22,11 @@ read such a directory: it has no `config.json` to build from.
 Example:
 
 ```python
-import keras_hub
 import ensemble_zoo as ez
 
-ez.presets.save_adapter_preset(ensemble, "my_adapters", base="gemma3_270m")
-base = keras_hub.models.Gemma3CausalLM.from_preset("gemma3_270m")
-ensemble = ez.presets.load_preset("my_adapters", base=base)
+ensemble = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
+ez.presets.save_adapter_preset(ensemble, "my_adapters", base="gemma_tiny_arithmetic")
+ez.presets.load_preset("my_adapters").num_members  # 4, on its base by name
 ```
 """
 
