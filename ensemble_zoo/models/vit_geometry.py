@@ -1,4 +1,5 @@
-"""Argument checks shared by the zoo's ViT backbones."""
+"""Argument checks and config entries shared by the zoo's hand-written ViT
+backbones (Hydra, Packed-Ensembles, ViT-MoE)."""
 
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import is_integer
@@ -43,3 +44,33 @@ def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_di
             f"`patch_size` {patch}."
         )
     return image_shape, patch, num_layers, num_heads
+
+
+#: The arguments the zoo's hand-written ViT backbones share with keras-hub's
+#: `ViTBackbone`, with its names and meanings.
+VIT_ARGUMENTS = (
+    "image_shape", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
+    "dropout_rate", "attention_dropout", "layer_norm_epsilon", "use_mha_bias",
+    "use_mlp_bias", "use_class_token", "use_patch_bias",
+)
+
+
+def vit_config(backbone):
+    """The `VIT_ARGUMENTS` entries of a backbone's config, read from its
+    attributes (image and patch sizes as lists, as keras-hub writes them).
+
+    Example:
+
+    ```python
+    import types
+    from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS, vit_config
+
+    backbone = types.SimpleNamespace(**{name: 1 for name in VIT_ARGUMENTS})
+    backbone.image_shape, backbone.patch_size = (8, 8, 1), (2, 2)
+    vit_config(backbone)["patch_size"]  # [2, 2]
+    ```
+    """
+    config = {name: getattr(backbone, name) for name in VIT_ARGUMENTS}
+    config["image_shape"] = list(config["image_shape"])
+    config["patch_size"] = list(config["patch_size"])
+    return config

@@ -2,6 +2,7 @@ import keras
 import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
+from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.layers.grouped_layer_normalization import (
     GroupedLayerNormalization,
 )
@@ -214,24 +215,12 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
     def get_config(self):
         config = super().get_config()
+        config.update(vit_config(self))
         config.update(
             {
-                "image_shape": list(self.image_shape),
-                "patch_size": list(self.patch_size),
-                "num_layers": self.num_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "mlp_dim": self.mlp_dim,
                 "num_members": self.num_members,
                 "alpha": self.alpha,
                 "gamma": self.gamma,
-                "dropout_rate": self.dropout_rate,
-                "attention_dropout": self.attention_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "use_mha_bias": self.use_mha_bias,
-                "use_mlp_bias": self.use_mlp_bias,
-                "use_class_token": self.use_class_token,
-                "use_patch_bias": self.use_patch_bias,
                 "attention_implementation": self.attention_implementation,
             }
         )

@@ -3,6 +3,7 @@ import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTEncoderBlock
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
+from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
@@ -323,14 +324,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
     def get_config(self):
         config = super().get_config()
+        config.update(vit_config(self))
         config.update(
             {
-                "image_shape": list(self.image_shape),
-                "patch_size": list(self.patch_size),
-                "num_layers": self.num_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "mlp_dim": self.mlp_dim,
                 "num_experts": self.num_experts,
                 "num_selected_experts": self.num_selected_experts,
                 "moe_layers": list(self.moe_layers),
@@ -345,13 +341,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 "load_loss_weight": self.load_loss_weight,
                 "mlp_activation": self.mlp_activation,
                 "bfloat16_dispatch": self.bfloat16_dispatch,
-                "dropout_rate": self.dropout_rate,
-                "attention_dropout": self.attention_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "use_mha_bias": self.use_mha_bias,
-                "use_mlp_bias": self.use_mlp_bias,
-                "use_class_token": self.use_class_token,
-                "use_patch_bias": self.use_patch_bias,
                 "seed": self.seed,
                 "dispatcher": self.dispatcher,
                 "router": self.router,
