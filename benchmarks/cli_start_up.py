@@ -23,7 +23,11 @@ COMMANDS = {
     "ensemble-zoo --version": ["-m", "ensemble_zoo_cli", "--version"],
     "ensemble-zoo list": ["-m", "ensemble_zoo_cli", "list"],
     "ensemble-zoo evaluate --preset nope": [
-        "-m", "ensemble_zoo_cli", "evaluate", "--preset", "nope",
+        "-m",
+        "ensemble_zoo_cli",
+        "evaluate",
+        "--preset",
+        "nope",
     ],
     "import ensemble_zoo": ["-c", "import ensemble_zoo"],
 }
@@ -37,9 +41,7 @@ def time_command(arguments, repeats):
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        subprocess.run(
-            [sys.executable, *arguments], capture_output=True, check=False
-        )
+        subprocess.run([sys.executable, *arguments], capture_output=True, check=False)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -46,9 +46,12 @@ def torch_rows(weight, inputs, repeats, inductor):
     import torch
 
     w = torch.from_numpy(weight)
-    rows = [("torch eager (MKL)", [
-        median_ms(lambda x=torch.from_numpy(x): x @ w, repeats) for x in inputs
-    ])]
+    rows = [
+        (
+            "torch eager (MKL)",
+            [median_ms(lambda x=torch.from_numpy(x): x @ w, repeats) for x in inputs],
+        )
+    ]
     if inductor:
         import torch._inductor.config as inductor_config
 
@@ -80,10 +83,15 @@ def jax_rows(weight, inputs, repeats):
         return []
     w = jnp.asarray(weight)
     dot = jax.jit(jnp.dot)
-    return [("jax (XLA:CPU)", [
-        median_ms(lambda x=jnp.asarray(x): dot(x, w).block_until_ready(), repeats)
-        for x in inputs
-    ])]
+    return [
+        (
+            "jax (XLA:CPU)",
+            [
+                median_ms(lambda x=jnp.asarray(x): dot(x, w).block_until_ready(), repeats)
+                for x in inputs
+            ],
+        )
+    ]
 
 
 def main(argv=None):

@@ -30,14 +30,20 @@ import numpy as np
 import ensemble_zoo as ez
 from ensemble_zoo.export.formats import STATIC_SIZES
 
-SUFFIX = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite",
-          "torch": ".pt2", "openvino": ".xml"}
+SUFFIX = {
+    "tf_saved_model": "",
+    "onnx": ".onnx",
+    "litert": ".tflite",
+    "torch": ".pt2",
+    "openvino": ".xml",
+}
 
 
 def size_of(path):
     if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(d, f))
-                   for d, _, files in os.walk(path) for f in files)
+        return sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
+        )
     size = os.path.getsize(path)
     if path.endswith(".xml"):
         size += os.path.getsize(path[:-4] + ".bin")
@@ -106,15 +112,15 @@ def main():
     parser.add_argument("--presets", nargs="*")
     parser.add_argument("--formats", nargs="*", help="default: supported_formats()")
     args = parser.parse_args()
-    names = args.presets or [
-        n for n in ez.presets.list_presets() if n.endswith("_digits")
-    ]
+    names = args.presets or [n for n in ez.presets.list_presets() if n.endswith("_digits")]
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     x, _ = ez.datasets.load_arrays("digits", "test")
     backend = keras.config.backend()
     formats = args.formats or ez.export.supported_formats()
-    print(f"backend {backend}; formats {formats}; "
-          f"{'int8' if args.int8 else 'float32'}; {len(x)} test images")
+    print(
+        f"backend {backend}; formats {formats}; "
+        f"{'int8' if args.int8 else 'float32'}; {len(x)} test images"
+    )
     print("| preset | format | max abs diff | MiB | export s |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:

@@ -68,9 +68,16 @@ def evaluate(model, questions, args, name, single_models):
     ood_q, ood_a = arithmetic.load_questions("ood")
     n = questions
     return ez.evaluation.evaluate_generation(
-        model, test_q[:n], test_a[:n], checker=checker, ood_prompts=ood_q[:n],
-        ood_references=ood_a[:n], single_models=single_models,
-        num_samples=args.samples, max_length=SEQUENCE_LENGTH, batch_size=args.batch_size,
+        model,
+        test_q[:n],
+        test_a[:n],
+        checker=checker,
+        ood_prompts=ood_q[:n],
+        ood_references=ood_a[:n],
+        single_models=single_models,
+        num_samples=args.samples,
+        max_length=SEQUENCE_LENGTH,
+        batch_size=args.batch_size,
         name=name,
     )
 
@@ -83,11 +90,17 @@ def fine_tune(base, args):
         "train", base.preprocessor.tokenizer, SEQUENCE_LENGTH
     )
     if args.train_pairs:
-        x, y, weights = {k: v[: args.train_pairs] for k, v in x.items()}, y[: args.train_pairs], weights[: args.train_pairs]
+        x, y, weights = (
+            {k: v[: args.train_pairs] for k, v in x.items()},
+            y[: args.train_pairs],
+            weights[: args.train_pairs],
+        )
     steps = args.epochs * int(np.ceil(len(y) / 16))
     warmup = max(1, steps // 20)
     schedule = keras.optimizers.schedules.CosineDecay(
-        0.0, decay_steps=max(1, steps - warmup), warmup_target=args.learning_rate,
+        0.0,
+        decay_steps=max(1, steps - warmup),
+        warmup_target=args.learning_rate,
         warmup_steps=warmup,
     )
     ensemble.compile(
@@ -99,7 +112,12 @@ def fine_tune(base, args):
     start = time.time()
     try:
         history = ensemble.fit(
-            x, y, sample_weight=weights, batch_size=16, epochs=args.epochs, shuffle=True,
+            x,
+            y,
+            sample_weight=weights,
+            batch_size=16,
+            epochs=args.epochs,
+            shuffle=True,
             verbose=2,
         )
     finally:
@@ -118,12 +136,11 @@ def main(argv=None):
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=50)
-    parser.add_argument(
-        "--output", default=os.path.join(HERE, "results", "gemma3_270m_arithmetic")
-    )
+    parser.add_argument("--output", default=os.path.join(HERE, "results", "gemma3_270m_arithmetic"))
     parser.add_argument("--preset-dir", default=os.path.join(REPO, "presets", PRESET))
     parser.add_argument(
-        "--evaluate-preset", default=None,
+        "--evaluate-preset",
+        default=None,
         help="evaluate this adapter preset instead of fine-tuning",
     )
     args = parser.parse_args(argv)
@@ -133,20 +150,30 @@ def main(argv=None):
     if args.evaluate_preset:
         ensemble = ez.presets.load_preset(args.evaluate_preset, base=base)
         start = time.time()
-        report = evaluate(ensemble, args.questions, args, f"{PRESET} ({keras.config.backend()})",
-                          {"base_model": base})
+        report = evaluate(
+            ensemble,
+            args.questions,
+            args,
+            f"{PRESET} ({keras.config.backend()})",
+            {"base_model": base},
+        )
         print(report)
         print(f"evaluated in {time.time() - start:.0f} s")
         report.save(os.path.join(args.output, f"gemma3_270m_{keras.config.backend()}"))
         return
     ensemble, losses, seconds, steps = fine_tune(base, args)
-    print(f"fine-tuned: {steps} steps in {seconds:.0f} s ({seconds / steps:.2f} s/step), "
-          f"loss per epoch {[round(l, 4) for l in losses]}")
-    real = evaluate(ensemble, args.questions, args, "LoRA-Ensemble of Gemma 3 270M",
-                    {"base_model": base})
+    print(
+        f"fine-tuned: {steps} steps in {seconds:.0f} s ({seconds / steps:.2f} s/step), "
+        f"loss per epoch {[round(l, 4) for l in losses]}"
+    )
+    real = evaluate(
+        ensemble, args.questions, args, "LoRA-Ensemble of Gemma 3 270M", {"base_model": base}
+    )
     print(real)
     tiny = ez.presets.load_preset("lora_ensemble_gemma_tiny_arithmetic")
-    tiny_report = evaluate(tiny, args.questions, args, "lora_ensemble_gemma_tiny_arithmetic", "base")
+    tiny_report = evaluate(
+        tiny, args.questions, args, "lora_ensemble_gemma_tiny_arithmetic", "base"
+    )
     print(tiny_report)
     os.makedirs(args.output, exist_ok=True)
     real.save(os.path.join(args.output, "gemma3_270m"))
@@ -166,7 +193,9 @@ def main(argv=None):
 def save_preset(ensemble, preset_dir, metrics, training, losses, args):
     """The adapters as an adapter preset naming keras-hub's `gemma3_270m`."""
     ez.presets.save_adapter_preset(
-        ensemble, preset_dir, base="gemma3_270m",
+        ensemble,
+        preset_dir,
+        base="gemma3_270m",
         metadata={
             "description": ez.presets.PRESETS[PRESET]["description"],
             "dataset": "arithmetic",

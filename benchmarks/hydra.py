@@ -27,11 +27,11 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import compiled_call  # noqa: E402 (same folder)
+from timing import median_ms  # noqa: E402
 
 import ensemble_zoo as ez  # noqa: E402
 from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds  # noqa: E402
-from timing import compiled_call  # noqa: E402 (same folder)
-from timing import median_ms  # noqa: E402
 
 
 def tiny():
@@ -44,11 +44,16 @@ def tiny():
 def vit_s16():
     keras.utils.set_random_seed(0)
     config = dict(
-        image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=6,
-        hidden_dim=384, mlp_dim=1536,
+        image_shape=(224, 224, 3),
+        patch_size=16,
+        num_layers=12,
+        num_heads=6,
+        hidden_dim=384,
+        mlp_dim=1536,
     )
     vit = keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**config), num_classes=1000,
+        backbone=keras_hub.models.ViTBackbone(**config),
+        num_classes=1000,
         preprocessor=None,
     )
     masks = np.ones((3, 12, 6), bool)
@@ -77,9 +82,13 @@ def main():
         single, fused, vit, heads, classes = CONFIGS[name]()
         members = fused.split_members()
         cost = dict(
-            image_shape=tuple(vit.image_shape), patch_size=vit.patch_size,
-            num_layers=vit.num_layers, num_heads=vit.num_heads,
-            hidden_dim=vit.hidden_dim, mlp_dim=vit.mlp_dim, num_classes=classes,
+            image_shape=tuple(vit.image_shape),
+            patch_size=vit.patch_size,
+            num_layers=vit.num_layers,
+            num_heads=vit.num_heads,
+            hidden_dim=vit.hidden_dim,
+            mlp_dim=vit.mlp_dim,
+            num_classes=classes,
         )
         mac_ratio = hydra_multiply_adds(
             **cost, num_members=fused.num_members, member_num_heads=heads

@@ -46,19 +46,27 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
-
-import ensemble_zoo as ez  # noqa: E402
 from timing import compiled_call  # noqa: E402 (same folder)
 from timing import median_ms  # noqa: E402
 
+import ensemble_zoo as ez  # noqa: E402
+
 SIZES = {
     "b16": dict(
-        image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12,
-        hidden_dim=768, mlp_dim=3072,
+        image_shape=(224, 224, 3),
+        patch_size=16,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        mlp_dim=3072,
     ),
     "tiny": dict(
-        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=6,
-        hidden_dim=48, mlp_dim=96,
+        image_shape=(32, 32, 3),
+        patch_size=8,
+        num_layers=2,
+        num_heads=6,
+        hidden_dim=48,
+        mlp_dim=96,
     ),
 }
 MEMBERS = 3
@@ -70,7 +78,8 @@ def models(size, attention):
     from it, every member keeping a different random two thirds."""
     keras.utils.set_random_seed(0)
     single = keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**size), num_classes=CLASSES,
+        backbone=keras_hub.models.ViTBackbone(**size),
+        num_classes=CLASSES,
         preprocessor=None,
     )
     heads, layers = size["num_heads"], size["num_layers"]
@@ -154,7 +163,8 @@ def multiply_adds(stage, size, kept, batch):
         "attention": attention,
         "mlp": mlp_cost,
         "block": attention + mlp_cost,
-        "whole model": embedding + size["num_layers"] * (attention + mlp_cost)
+        "whole model": embedding
+        + size["num_layers"] * (attention + mlp_cost)
         + len(kept) * dim * CLASSES,
     }
     return batch * per_stage[stage]
@@ -168,7 +178,7 @@ def kernel_count(call, x):
     if not hasattr(call, "compiled"):
         return None
     text = call.compiled(x).as_text()
-    entry = text[text.index("ENTRY"):]
+    entry = text[text.index("ENTRY") :]
     entry = entry[: entry.index("\n}")]
     return sum(bool(KERNEL.match(line)) for line in entry.splitlines())
 
@@ -188,18 +198,26 @@ def profile(size_name, batch, repeats, attention):
         macs = multiply_adds(stage, size, [kept] * (1 if embedding else MEMBERS), batch)
         rows.append(
             dict(
-                stage=stage, single_ms=ts, fused_ms=tf_, ratio=tf_ / ts,
+                stage=stage,
+                single_ms=ts,
+                fused_ms=tf_,
+                ratio=tf_ / ts,
                 mac_ratio=macs / multiply_adds(stage, size, [heads], batch),
-                single_kernels=kernel_count(cs, xs), fused_kernels=kernel_count(cf, xf),
+                single_kernels=kernel_count(cs, xs),
+                fused_kernels=kernel_count(cf, xf),
             )
         )
     block = next(r for r in rows if r["stage"] == "block")
     rows.insert(
         -1,
         dict(
-            stage="block x layers", single_ms=block["single_ms"] * size["num_layers"],
-            fused_ms=block["fused_ms"] * size["num_layers"], ratio=block["ratio"],
-            mac_ratio=block["mac_ratio"], single_kernels=None, fused_kernels=None,
+            stage="block x layers",
+            single_ms=block["single_ms"] * size["num_layers"],
+            fused_ms=block["fused_ms"] * size["num_layers"],
+            ratio=block["ratio"],
+            mac_ratio=block["mac_ratio"],
+            single_kernels=None,
+            fused_kernels=None,
         ),
     )
     return rows
@@ -213,8 +231,7 @@ def print_rows(rows, attention):
     print(f"fused attention: {attention}\n{header}\n{'-' * len(header)}")
     for r in rows:
         kernels = (
-            f"{r['single_kernels']}/{r['fused_kernels']}"
-            if r["single_kernels"] is not None else ""
+            f"{r['single_kernels']}/{r['fused_kernels']}" if r["single_kernels"] is not None else ""
         )
         print(
             f"{r['stage']:<15} {r['single_ms']:9.3f} {r['fused_ms']:9.3f} "

@@ -92,10 +92,16 @@ def experiment_a(data, seeds, epochs):
 
 def experiment_b_c(data, seeds, epochs, widths, wide, steps):
     width_rows = {w: {s: [] for s in SETS + ("accuracy",)} for w in widths}
-    extraction = {k: {s: [] for s in SETS + ("accuracy",)} for k in (
-        "single x%d (MI = 0)" % wide, "masks, lambda = 2", "masks, lambda = 0",
-        "ensemble x%d" % wide, "ensemble x1",
-    )}
+    extraction = {
+        k: {s: [] for s in SETS + ("accuracy",)}
+        for k in (
+            "single x%d (MI = 0)" % wide,
+            "masks, lambda = 2",
+            "masks, lambda = 0",
+            "ensemble x%d" % wide,
+            "ensemble x1",
+        )
+    }
     x_train, y_train = ez.datasets.load_arrays("digits", "train")
     labels = data["test"][1]
     for seed in seeds:
@@ -125,7 +131,9 @@ def experiment_b_c(data, seeds, epochs, widths, wide, steps):
             for s, value in mean_mi(logits).items():
                 extraction[name][s].append(value)
             extraction[name]["accuracy"].append(accuracy(logits["test"], labels))
-    average = lambda table: {k: {s: float(np.mean(v)) for s, v in row.items()} for k, row in table.items()}  # noqa: E731
+    average = lambda table: {
+        k: {s: float(np.mean(v)) for s, v in row.items()} for k, row in table.items()
+    }  # noqa: E731
     return average(width_rows), average(extraction)
 
 
@@ -188,24 +196,33 @@ def main():
     a = experiment_a(data, args.seeds, args.epochs)
     print_table("(a) between-group MI, pool of 24 x1 members", "group size M", a, SETS)
     plot(
-        os.path.join(args.output, "ensembles_of_ensembles.png"), list(a),
-        {s: [a[k][s] for k in a] for s in SETS}, "sub-ensemble size M",
-        "I[Y; K] (nats)", "Ensembles of ensembles: fixed pool of 24",
+        os.path.join(args.output, "ensembles_of_ensembles.png"),
+        list(a),
+        {s: [a[k][s] for k in a] for s in SETS},
+        "sub-ensemble size M",
+        "I[Y; K] (nats)",
+        "Ensembles of ensembles: fixed pool of 24",
     )
     widths, extraction = experiment_b_c(
         data, args.seeds, args.epochs, args.widths, max(args.widths), args.mask_epochs
     )
     print_table("(b) 10-member ensembles by width", "width", widths, SETS + ("accuracy",))
     plot(
-        os.path.join(args.output, "width.png"), list(widths),
-        {s: [widths[w][s] for w in widths] for s in SETS}, "width factor",
-        "mean MI (nats)", "MI of 10-member ensembles by MLP width", log_x=True,
+        os.path.join(args.output, "width.png"),
+        list(widths),
+        {s: [widths[w][s] for w in widths] for s in SETS},
+        "width factor",
+        "mean MI (nats)",
+        "MI of 10-member ensembles by MLP width",
+        log_x=True,
     )
     print_table("(c) implicit ensemble extraction", "model", extraction, SETS + ("accuracy",))
     bar_plot(
-        os.path.join(args.output, "extraction.png"), SETS,
+        os.path.join(args.output, "extraction.png"),
+        SETS,
         {k: [row[s] for s in SETS] for k, row in extraction.items()},
-        "mean MI (nats)", "Mask extraction vs ensembles",
+        "mean MI (nats)",
+        "Mask extraction vs ensembles",
     )
     print(f"\nplots in {args.output}/; total {time.perf_counter() - start:.0f} s")
 

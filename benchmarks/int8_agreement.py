@@ -44,9 +44,7 @@ def row(name, raw):
     left = {}
     for layer in model._flatten_layers():
         own = layer._trainable_variables + layer._non_trainable_variables
-        if layer.quantization_mode is None and any(
-            v.name.endswith("kernel") for v in own
-        ):
+        if layer.quantization_mode is None and any(v.name.endswith("kernel") for v in own):
             left[type(layer).__name__] = left.get(type(layer).__name__, 0) + 1
     probs = model.predict_uncertainty(raw, batch_size=256)["probabilities"]
     agreement = np.mean(probs.argmax(-1) == probs32.argmax(-1))
@@ -59,7 +57,9 @@ def main():
 
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     print(f"backend: {keras.config.backend()}")
-    print("| preset | kernel layers quantized | layers with kernels left in float | argmax = float32 |")
+    print(
+        "| preset | kernel layers quantized | layers with kernels left in float | argmax = float32 |"
+    )
     print("|---|---|---|---|")
     for name in sys.argv[1:] or ez.evaluation.trained_presets():
         print(row(name, raw), flush=True)

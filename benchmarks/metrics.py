@@ -90,18 +90,30 @@ def main():
     scores = np.r_[id_scores, ood_scores]
 
     rows = [
-        ("ECE (15 bins)",
-         lambda: metrics.expected_calibration_error(probs, labels),
-         lambda: sklearn_ece(probs, labels), "ECE"),
-        ("AUROC",
-         lambda: metrics.ood_auroc(id_scores, ood_scores),
-         lambda: roc_auc_score(y, scores), "AUROC"),
-        ("AUPR (OOD positive)",
-         lambda: metrics.ood_aupr(id_scores, ood_scores),
-         lambda: average_precision_score(y, scores), "AUPR"),
-        ("FPR95",
-         lambda: metrics.fpr_at_95_tpr(id_scores, ood_scores),
-         lambda: sklearn_fpr95(y, scores), None),
+        (
+            "ECE (15 bins)",
+            lambda: metrics.expected_calibration_error(probs, labels),
+            lambda: sklearn_ece(probs, labels),
+            "ECE",
+        ),
+        (
+            "AUROC",
+            lambda: metrics.ood_auroc(id_scores, ood_scores),
+            lambda: roc_auc_score(y, scores),
+            "AUROC",
+        ),
+        (
+            "AUPR (OOD positive)",
+            lambda: metrics.ood_aupr(id_scores, ood_scores),
+            lambda: average_precision_score(y, scores),
+            "AUPR",
+        ),
+        (
+            "FPR95",
+            lambda: metrics.fpr_at_95_tpr(id_scores, ood_scores),
+            lambda: sklearn_fpr95(y, scores),
+            None,
+        ),
     ]
     torch_refs = torchmetrics_references(probs, labels, y, scores)
     header = (

@@ -54,13 +54,13 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import compiled_call  # noqa: E402 (same folder)
+from timing import interleaved_ms  # noqa: E402
 
 from ensemble_zoo.layers.moe.sparse_moe import SparseMoE  # noqa: E402
 from ensemble_zoo.models.vit_moe import ViTMoEImageClassifier  # noqa: E402
 from ensemble_zoo.models.vit_moe import last_n_moe_layers  # noqa: E402
 from ensemble_zoo.models.vit_moe import vit_moe_flops  # noqa: E402
-from timing import compiled_call  # noqa: E402 (same folder)
-from timing import interleaved_ms  # noqa: E402
 
 NUM_CLASSES = 1000
 
@@ -73,9 +73,12 @@ def counted_macs(model, config, tokens, dispatcher):
     """`vit_moe_flops` multiply-adds per image of `model` (None: dense ViT),
     with the capacity its routers use at inference."""
     kwargs = dict(
-        image_size=config["image_shape"][:2], patch_size=config["patch_size"],
-        hidden_dim=config["hidden_dim"], num_layers=config["num_layers"],
-        mlp_dim=config["mlp_dim"], num_classes=NUM_CLASSES,
+        image_size=config["image_shape"][:2],
+        patch_size=config["patch_size"],
+        hidden_dim=config["hidden_dim"],
+        num_layers=config["num_layers"],
+        mlp_dim=config["mlp_dim"],
+        num_classes=NUM_CLASSES,
     )
     if model is not None:
         backbone = model.backbone
@@ -87,9 +90,10 @@ def counted_macs(model, config, tokens, dispatcher):
             num_selected_experts=backbone.num_selected_experts,
             ensemble_size=backbone.ensemble_size,
             # ceil(f K S / (E/M)) = ceil(C - 0.5) = C: the router's capacity.
-            capacity_factor=(capacity - 0.5) * router.experts_per_member
-            / (router.top_k * tokens),
-            group_size=tokens, capacity_multiple_of=1, dispatcher=dispatcher,
+            capacity_factor=(capacity - 0.5) * router.experts_per_member / (router.top_k * tokens),
+            group_size=tokens,
+            capacity_multiple_of=1,
+            dispatcher=dispatcher,
         )
     return vit_moe_flops(**kwargs)["total"]
 
@@ -108,7 +112,9 @@ def member_as_vmoe(e3, dense, member):
     backbone = e3.backbone
     per_member = backbone.num_experts // backbone.ensemble_size
     part = ViTMoEImageClassifier.from_keras_hub(
-        dense, num_experts=per_member, num_selected_experts=1,
+        dense,
+        num_experts=per_member,
+        num_selected_experts=1,
         moe_layers=backbone.moe_layers,
         eval_capacity_factor=backbone.eval_capacity_factor,
     )
@@ -127,7 +133,9 @@ def moe_throughput(args, tokens, width, mlp_dim, batch):
     the same active multiply-adds, and their analytic MAC ratio."""
     keras.utils.set_random_seed(1)
     moe = SparseMoE(
-        num_experts=args.experts, mlp_dim=mlp_dim, top_k=1,
+        num_experts=args.experts,
+        mlp_dim=mlp_dim,
+        top_k=1,
         capacity_factor=args.moe_capacity_factor,
     )
     layers = {
@@ -145,8 +153,7 @@ def moe_throughput(args, tokens, width, mlp_dim, batch):
     slots = args.experts * capacity  # per group (one example)
     # Experts on every slot, dispatch and combine einsums, router.
     moe_macs = (
-        slots * 2 * width * mlp_dim + 2 * tokens * slots * width
-        + tokens * width * args.experts
+        slots * 2 * width * mlp_dim + 2 * tokens * slots * width + tokens * width * args.experts
     )
     return rates, capacity, moe_macs / (tokens * 2 * width * mlp_dim)
 
@@ -165,8 +172,11 @@ def main():
     parser.add_argument("--moe-capacity-factor", type=float, default=1.0)
     args = parser.parse_args()
     config = dict(
-        image_shape=(args.image_size, args.image_size, 3), patch_size=args.patch_size,
-        num_layers=args.layers, num_heads=args.heads, hidden_dim=args.width,
+        image_shape=(args.image_size, args.image_size, 3),
+        patch_size=args.patch_size,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        hidden_dim=args.width,
         mlp_dim=4 * args.width,
     )
     tokens = (args.image_size // args.patch_size) ** 2 + 1
@@ -182,7 +192,8 @@ def main():
 
     keras.utils.set_random_seed(0)
     dense = keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**config), num_classes=NUM_CLASSES,
+        backbone=keras_hub.models.ViTBackbone(**config),
+        num_classes=NUM_CLASSES,
         preprocessor=None,
     )
     moe_kwargs = dict(moe_layers=moe_layers, eval_capacity_factor=args.eval_capacity_factor)
@@ -197,9 +208,14 @@ def main():
     x = np.random.default_rng(0).uniform(size=(2,) + config["image_shape"]).astype("float32")
     e3_logits = to_numpy(e3(x, training=False))
     diff = max(
-        float(np.max(np.abs(
-            e3_logits[:, m] - to_numpy(member_as_vmoe(e3, dense, m)(x, training=False))[:, 0]
-        )))
+        float(
+            np.max(
+                np.abs(
+                    e3_logits[:, m]
+                    - to_numpy(member_as_vmoe(e3, dense, m)(x, training=False))[:, 0]
+                )
+            )
+        )
         for m in range(2)
     )
 
@@ -218,9 +234,8 @@ def main():
         repeats = args.repeats if b > 1 else 5 * args.repeats  # batch 1 is cheap
         groups = {name: [calls[id(m)] for m in ms] for name, (_, ms) in models.items()}
         times.update({(name, b): ms for name, ms in interleaved_ms(groups, xb, repeats).items()})
-    header = (
-        f"{'model':<14} {'GMACs einsum':>12} {'GMACs indices':>13} {'C':>4}"
-        + "".join(f" {f'ms b={b}':>10}" for b in batches)
+    header = f"{'model':<14} {'GMACs einsum':>12} {'GMACs indices':>13} {'C':>4}" + "".join(
+        f" {f'ms b={b}':>10}" for b in batches
     )
     print(header + "\n" + "-" * len(header))
     gmacs = {}

@@ -161,18 +161,21 @@ def _import_backend():
     global np, keras, keras_hub, ez, timing
     if timing is not None:
         return
+    import keras as keras_module
+    import keras_hub as keras_hub_module
     import numpy
+    import timing as timing_module  # same folder
+
     # First: imports keras and keras-hub (hence TensorFlow) without
     # TensorFlow's C++ start-up lines.
     import ensemble_zoo
 
-    import keras as keras_module
-    import keras_hub as keras_hub_module
-
-    import timing as timing_module  # same folder
-
     np, keras, keras_hub, ez, timing = (
-        numpy, keras_module, keras_hub_module, ensemble_zoo, timing_module
+        numpy,
+        keras_module,
+        keras_hub_module,
+        ensemble_zoo,
+        timing_module,
     )
 
 
@@ -191,15 +194,20 @@ def available_memory():
     try:
         meminfo = dict(
             (line.split(":")[0], int(line.split()[1]) * 1024)
-            for line in _read("/proc/meminfo").splitlines() if line.strip()
+            for line in _read("/proc/meminfo").splitlines()
+            if line.strip()
         )
         available = meminfo["MemAvailable"]
     except (OSError, KeyError, ValueError, IndexError):
         return None
     for limit, usage, stat, cache in (
         ("memory.max", "memory.current", "memory.stat", "inactive_file"),
-        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes",
-         "memory/memory.stat", "total_inactive_file"),
+        (
+            "memory/memory.limit_in_bytes",
+            "memory/memory.usage_in_bytes",
+            "memory/memory.stat",
+            "total_inactive_file",
+        ),
     ):
         try:
             limit = _read("/sys/fs/cgroup/" + limit).strip()
@@ -333,9 +341,13 @@ def estimate_memory(sections, batch, dtype, runtime, built, extra=None):
     if extra:
         parts["activations"], largest, per_image = extra[0], extra[1], 0
     return dict(
-        parts, total=sum(parts.values()), parameters=sum(params.values()),
-        trained_models=len(trained), trainable_parameters=sum(trainable.values()),
-        largest_pass=largest, per_image=per_image,
+        parts,
+        total=sum(parts.values()),
+        parameters=sum(params.values()),
+        trained_models=len(trained),
+        trainable_parameters=sum(trainable.values()),
+        largest_pass=largest,
+        per_image=per_image,
     )
 
 
@@ -357,19 +369,37 @@ def memory_budget(limit_mib):
 SIZES = {
     "full": dict(
         vit=dict(
-            image_shape=(224, 224, 3), patch_size=16, num_layers=12,
-            num_heads=12, hidden_dim=768, mlp_dim=3072,
+            image_shape=(224, 224, 3),
+            patch_size=16,
+            num_layers=12,
+            num_heads=12,
+            hidden_dim=768,
+            mlp_dim=3072,
         ),
-        classes=1000, kept_heads=8, experts=32, lora_members=16, rank=8,
-        packed_alpha=2, metric_samples=1_000_000,
+        classes=1000,
+        kept_heads=8,
+        experts=32,
+        lora_members=16,
+        rank=8,
+        packed_alpha=2,
+        metric_samples=1_000_000,
     ),
     "quick": dict(
         vit=dict(
-            image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=4,
-            hidden_dim=32, mlp_dim=64,
+            image_shape=(16, 16, 3),
+            patch_size=4,
+            num_layers=2,
+            num_heads=4,
+            hidden_dim=32,
+            mlp_dim=64,
         ),
-        classes=10, kept_heads=3, experts=4, lora_members=4, rank=2,
-        packed_alpha=3, metric_samples=10_000,
+        classes=10,
+        kept_heads=3,
+        experts=4,
+        lora_members=4,
+        rank=2,
+        packed_alpha=3,
+        metric_samples=10_000,
     ),
 }
 
@@ -391,9 +421,7 @@ def compile_for_training(model):
     loss = None
     if not isinstance(model, ez.models.EnsembleClassifier):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(
-        optimizer=keras.optimizers.AdamW(1e-5), loss=loss, jit_compile=jit_compile()
-    )
+    model.compile(optimizer=keras.optimizers.AdamW(1e-5), loss=loss, jit_compile=jit_compile())
     return model
 
 
@@ -401,9 +429,7 @@ class Section:
     """Rows of one method: each variant is a list of models run one after
     another (their times add up, their peak memory is the largest)."""
 
-    def __init__(
-        self, name, variants, scale=None, train=(), train_memory=None, activation=None
-    ):
+    def __init__(self, name, variants, scale=None, train=(), train_memory=None, activation=None):
         self.name = name
         self.variants = variants
         # (variant, train, batch, bytes per number) -> bytes of its largest
@@ -430,7 +456,8 @@ class Section:
             memory = [timing.peak_memory_mb(m, x, call=c) for m, c in zip(models, calls[v])]
             train_memory = (
                 [timing.peak_memory_mb(m, x, train=True) for m in models]
-                if v in self.train_memory else []
+                if v in self.train_memory
+                else []
             )
             rows.append(
                 {
@@ -479,8 +506,12 @@ def lora_section(size):
     single = single_vit(size)
     members = size["lora_members"]
     lora = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-        single, num_members=members, rank=size["rank"], reuse_head=False,
-        num_classes=size["classes"], seed=0,
+        single,
+        num_members=members,
+        rank=size["rank"],
+        reuse_head=False,
+        num_classes=size["classes"],
+        seed=0,
     )
     explicit = f"explicit ensemble of {members}"
     return Section(
@@ -516,11 +547,15 @@ def baselines_section(size):
     copies = {
         # 3 members; BatchEnsemble keeps every projection's input and
         # output scaled per member (half as much again).
-        "BatchEnsemble 3": 4.5, "Masksembles 3": 3,
+        "BatchEnsemble 3": 4.5,
+        "Masksembles 3": 3,
         f"Packed-Ensembles 3 (alpha {size['packed_alpha']})": size["packed_alpha"],
     }
     return Section(
-        "baselines", variants, scale={"explicit ensemble of 3": 3}, train=tuple(variants),
+        "baselines",
+        variants,
+        scale={"explicit ensemble of 3": 3},
+        train=tuple(variants),
         activation=vit_activations(size, copies),
     )
 
@@ -529,7 +564,8 @@ def moe_section(size):
     dense = single_vit(size)
     layers = size["vit"]["num_layers"]
     kwargs = dict(
-        num_experts=size["experts"], num_selected_experts=1,
+        num_experts=size["experts"],
+        num_selected_experts=1,
         moe_layers=list(ez.models.vit_moe.last_n_moe_layers(layers, min(2, layers // 2))),
         eval_capacity_factor=8.0,
     )
@@ -552,7 +588,10 @@ def moe_section(size):
             dense, seed=3, expert_noise=0.1, router="experts_choice", **equal
         ),
         "Soft MoE, tokens/E slots": upcycle(
-            dense, seed=4, expert_noise=0.1, router="soft",
+            dense,
+            seed=4,
+            expert_noise=0.1,
+            router="soft",
             num_slots=max(1, round(tokens / size["experts"])),
             **dict(kwargs, eval_capacity_factor=None),
         ),
@@ -568,12 +607,13 @@ def moe_section(size):
             **{name: [model] for name, model in routers.items()},
         },
         train=(
-            "dense ViT", "V-MoE K=1", "E³ K=1 M=2 (one-hot)", "E³ K=1 M=2 (indices)",
+            "dense ViT",
+            "V-MoE K=1",
+            "E³ K=1 M=2 (one-hot)",
+            "E³ K=1 M=2 (indices)",
             *routers,
         ),
-        activation=vit_activations(
-            size, {"E³ K=1 M=2 (one-hot)": 2, "E³ K=1 M=2 (indices)": 2}
-        ),
+        activation=vit_activations(size, {"E³ K=1 M=2 (one-hot)": 2, "E³ K=1 M=2 (indices)": 2}),
     )
 
 
@@ -589,14 +629,21 @@ def sparse_moe_sections(size):
     def moe(dispatcher, mlp_dim, capacity_factor):
         return sequential(
             ez.layers.SparseMoE(
-                num_experts=size["experts"], mlp_dim=mlp_dim, top_k=top_k,
-                group_size=images * tokens, capacity_factor=capacity_factor,
-                seed=0, dispatcher=dispatcher,
+                num_experts=size["experts"],
+                mlp_dim=mlp_dim,
+                top_k=top_k,
+                group_size=images * tokens,
+                capacity_factor=capacity_factor,
+                seed=0,
+                dispatcher=dispatcher,
             )
         )
 
     activation = sparse_moe_activations(
-        images * tokens, width, top_k, size["experts"],
+        images * tokens,
+        width,
+        top_k,
+        size["experts"],
         {
             "dense MLP (K x width)": (mlp_dim, None, None),
             "SparseMoE (one-hot)": (mlp_dim, 1.0, "einsum"),
@@ -648,7 +695,8 @@ def metrics_rows(size, repeats):
         bins = np.minimum((confidence * 15).astype(int), 14)
         gaps = [
             abs(correct[bins == b].mean() - confidence[bins == b].mean()) * np.mean(bins == b)
-            for b in range(15) if np.any(bins == b)
+            for b in range(15)
+            if np.any(bins == b)
         ]
         return float(np.sum(gaps))
 
@@ -658,25 +706,32 @@ def metrics_rows(size, repeats):
 
     pairs = {
         "ECE (15 bins)": (
-            lambda: ez.metrics.expected_calibration_error(probs, labels), reference_ece
+            lambda: ez.metrics.expected_calibration_error(probs, labels),
+            reference_ece,
         ),
         "OOD AUROC": (lambda: ez.metrics.ood_auroc(id_scores, ood_scores), reference_auroc),
     }
     rows = []
     for name, (ours, reference) in pairs.items():
-        ms = timing.interleaved_ms({"ours": [lambda _: ours()], "ref": [lambda _: reference()]}, None, repeats)
+        ms = timing.interleaved_ms(
+            {"ours": [lambda _: ours()], "ref": [lambda _: reference()]}, None, repeats
+        )
         diff = abs(float(ours()) - reference())
         for variant, key in (("scikit-learn / NumPy", "ref"), ("ensemble_zoo", "ours")):
             rows.append(
                 {
-                    "section": "metrics", "variant": f"{name}: {variant}",
-                    "forward_ms": ms[key], "forward_ratio": ms[key] / ms["ref"],
-                    "forward_peak_mib": None, "train_ms": None, "train_ratio": None,
-                    "train_peak_mib": None, "max_abs_difference": diff,
+                    "section": "metrics",
+                    "variant": f"{name}: {variant}",
+                    "forward_ms": ms[key],
+                    "forward_ratio": ms[key] / ms["ref"],
+                    "forward_peak_mib": None,
+                    "train_ms": None,
+                    "train_ratio": None,
+                    "train_peak_mib": None,
+                    "max_abs_difference": diff,
                 }
             )
     return rows
-
 
 
 def metrics_bytes(size):
@@ -734,7 +789,8 @@ def _memory_line(name, estimate, args, budget, source):
     parts = [
         f"{fmt_bytes(sum(estimate[k] for k in ('runtime', 'weights', 'building')))}"
         f" held once the models are built ({' + '.join(held)})"
-        if estimate["parameters"] else f"{fmt_bytes(estimate['runtime'])} runtime"
+        if estimate["parameters"]
+        else f"{fmt_bytes(estimate['runtime'])} runtime"
     ]
     if estimate["adamw"]:
         parts.append(
@@ -749,8 +805,10 @@ def _memory_line(name, estimate, args, budget, source):
         parts.append(f"{fmt_bytes(estimate['activations'])} activations ({what})")
     if estimate["compiler"]:
         parts.append(f"{fmt_bytes(estimate['compiler'])} compiler")
-    available = "memory available unknown" if budget is None else (
-        f"{fmt_bytes(budget)} available ({source})"
+    available = (
+        "memory available unknown"
+        if budget is None
+        else (f"{fmt_bytes(budget)} available ({source})")
     )
     return f"[{name}: needs ~{fmt_bytes(estimate['total'])} = {' + '.join(parts)}; {available}]"
 
@@ -823,7 +881,9 @@ def run_sections(names, args, isolated, on_record=None):
     x = rng.uniform(size=(args.batch_size,) + size["vit"]["image_shape"]).astype("float32")
     y = (np.arange(args.batch_size) % size["classes"]).astype("int32")
     builders = {
-        "hydra": hydra_section, "lora": lora_section, "moe": moe_section,
+        "hydra": hydra_section,
+        "lora": lora_section,
+        "moe": moe_section,
         "baselines": baselines_section,
     }
     records = []
@@ -877,7 +937,8 @@ def run_sections(names, args, isolated, on_record=None):
         if args.torch_compile:
             graphs_now, breaks_now = timing.torch_compile_counts()
             record["torch_compile"] = {
-                "graphs": graphs_now - graphs, "graph_breaks": breaks_now - breaks
+                "graphs": graphs_now - graphs,
+                "graph_breaks": breaks_now - breaks,
             }
         record["peak_rss"] = peak_resident_memory()
         if not isolated:
@@ -904,9 +965,9 @@ def _end_line(name, record, shared):
             f" {c['graph_breaks']} graph breaks"
         )
     measured = (
-        f"peak RSS so far {fmt_bytes(record['peak_rss'])} (one process runs"
-        " all sections)" if shared else
-        f"peak RSS {fmt_bytes(record['peak_rss'])} measured"
+        f"peak RSS so far {fmt_bytes(record['peak_rss'])} (one process runs all sections)"
+        if shared
+        else f"peak RSS {fmt_bytes(record['peak_rss'])} measured"
     )
     return (
         f"[{name}: {record['seconds']:.0f} s; {measured},"
@@ -920,8 +981,16 @@ def _repeats(args):
 
 def _child_argv(args, names, output, isolated):
     argv = [
-        "--dtype", args.dtype, "--batch-size", str(args.batch_size),
-        "--repeats", str(_repeats(args)), "--only", *names, "--child-output", output,
+        "--dtype",
+        args.dtype,
+        "--batch-size",
+        str(args.batch_size),
+        "--repeats",
+        str(_repeats(args)),
+        "--only",
+        *names,
+        "--child-output",
+        output,
     ]
     if args.quick:
         argv.append("--quick")
@@ -1020,20 +1089,27 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument(
-        "--torch-compile", action="store_true",
+        "--torch-compile",
+        action="store_true",
         help="PyTorch: torch.compile every forward and train step",
     )
     parser.add_argument(
-        "--isolation", choices=("section", "run", "none"), default=None,
+        "--isolation",
+        choices=("section", "run", "none"),
+        default=None,
         help="section: a process per section (default); run: one process for all"
         " (default with --quick); none: this process",
     )
     parser.add_argument(
-        "--memory-limit", type=float, default=None, metavar="MIB",
+        "--memory-limit",
+        type=float,
+        default=None,
+        metavar="MIB",
         help="refuse sections estimated to need more (default: what the machine has available)",
     )
     parser.add_argument(
-        "--ignore-memory-check", action="store_true",
+        "--ignore-memory-check",
+        action="store_true",
         help="run sections that would not fit, with a warning",
     )
     parser.add_argument("--child-output", default=None, help=argparse.SUPPRESS)
@@ -1057,7 +1133,8 @@ def main(argv=None):
         f"median of {repeats}{'; torch.compile' if args.torch_compile else ''}"
     )
     where = {
-        "section": "a process per section", "run": "one process for all sections",
+        "section": "a process per section",
+        "run": "one process for all sections",
         "none": "in this process",
     }[isolation]
     available = available_memory()
@@ -1082,7 +1159,9 @@ def main(argv=None):
             "estimate_mib": {
                 k: r["estimate"][k] / MIB
                 for k in ("runtime", "weights", "building", "adamw", "activations", "compiler")
-            } if "estimate" in r else None,
+            }
+            if "estimate" in r
+            else None,
             "parameters": r["estimate"]["parameters"] if "estimate" in r else None,
             "measured_peak_rss_mib": r["peak_rss"] / MIB if r.get("peak_rss") else None,
             "measured_in": "section process" if isolation == "section" else "shared process",
@@ -1094,17 +1173,23 @@ def main(argv=None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(
                 {
-                    "device": device, "backend": backend,
-                    "dtype": args.dtype, "quick": args.quick,
-                    "batch_size": args.batch_size, "repeats": repeats,
+                    "device": device,
+                    "backend": backend,
+                    "dtype": args.dtype,
+                    "quick": args.quick,
+                    "batch_size": args.batch_size,
+                    "repeats": repeats,
                     "torch_compile": (
                         {r["section"]: r.get("torch_compile") for r in records}
-                        if args.torch_compile else None
+                        if args.torch_compile
+                        else None
                     ),
-                    "isolation": isolation, "memory": memory,
+                    "isolation": isolation,
+                    "memory": memory,
                     "rows": rows,
                 },
-                f, indent=1,
+                f,
+                indent=1,
             )
     missing = [r for r in records if r["status"] != "ok"]
     if missing:

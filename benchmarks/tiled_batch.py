@@ -35,18 +35,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
+import timing  # noqa: E402
 
 import ensemble_zoo as ez  # noqa: E402
-import timing  # noqa: E402
 
 VIT = {
     "full": dict(
-        image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12,
-        hidden_dim=768, mlp_dim=3072,
+        image_shape=(224, 224, 3),
+        patch_size=16,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        mlp_dim=3072,
     ),
     "quick": dict(
-        image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=4,
-        hidden_dim=32, mlp_dim=64,
+        image_shape=(16, 16, 3),
+        patch_size=4,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        mlp_dim=64,
     ),
 }
 
@@ -54,7 +62,8 @@ VIT = {
 def single_vit(vit, classes=10):
     keras.utils.set_random_seed(0)
     return keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**vit), num_classes=classes,
+        backbone=keras_hub.models.ViTBackbone(**vit),
+        num_classes=classes,
         preprocessor=None,
     )
 
@@ -68,9 +77,7 @@ def measure(single, methods, x, repeats):
         name = f"single x {members}"
         groups[name] = [plain] * members
         tiled = np.concatenate([x] * members)
-        groups[f"single at {members} x {len(x)}"] = [
-            lambda _, tiled=tiled: plain(tiled)
-        ]
+        groups[f"single at {members} x {len(x)}"] = [lambda _, tiled=tiled: plain(tiled)]
         baselines[f"single at {members} x {len(x)}"] = name
     for name, (members, model) in methods.items():
         groups[name] = [timing.compiled_call(model)]
@@ -93,12 +100,24 @@ def main():
     m, lm = args.members, args.lora_members
     kwargs = dict(reuse_head=False, num_classes=10)
     builds = {
-        f"BatchEnsemble {m}": (m, lambda **kw: ez.models.BatchEnsembleImageClassifier.from_keras_hub(
-            single, num_members=m, seed=0, **kwargs, **kw)),
-        f"Masksembles {m}": (m, lambda **kw: ez.models.MasksemblesImageClassifier.from_keras_hub(
-            single, num_members=m, scale=2.0, seed=0, **kwargs, **kw)),
-        f"LoRA-Ensemble {lm}": (lm, lambda **kw: ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-            single, num_members=lm, rank=8, seed=0, **kwargs, **kw)),
+        f"BatchEnsemble {m}": (
+            m,
+            lambda **kw: ez.models.BatchEnsembleImageClassifier.from_keras_hub(
+                single, num_members=m, seed=0, **kwargs, **kw
+            ),
+        ),
+        f"Masksembles {m}": (
+            m,
+            lambda **kw: ez.models.MasksemblesImageClassifier.from_keras_hub(
+                single, num_members=m, scale=2.0, seed=0, **kwargs, **kw
+            ),
+        ),
+        f"LoRA-Ensemble {lm}": (
+            lm,
+            lambda **kw: ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
+                single, num_members=lm, rank=8, seed=0, **kwargs, **kw
+            ),
+        ),
     }
     methods = {}
     for name, (members, build) in builds.items():

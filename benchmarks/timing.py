@@ -30,6 +30,7 @@ def compiled_call(model):
 
         trainable = [v.value for v in model.trainable_variables]
         non_trainable = [v.value for v in model.non_trainable_variables]
+
         def forward(t, n, x):
             with zoo_workarounds():
                 return model.stateless_call(t, n, x, training=False)[0]
@@ -44,9 +45,7 @@ def compiled_call(model):
             return executables[key]
 
         def call(x):
-            return jax.tree_util.tree_map(
-                np.asarray, compiled(x)(trainable, non_trainable, x)
-            )
+            return jax.tree_util.tree_map(np.asarray, compiled(x)(trainable, non_trainable, x))
 
         call.compiled = compiled
         return call

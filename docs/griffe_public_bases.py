@@ -10,7 +10,4 @@ class PublicBases(griffe.Extension):
     """Drops the bases whose last name component starts with `_`."""
 
     def on_class_instance(self, *, cls, **kwargs):
-        cls.bases = [
-            base for base in cls.bases
-            if not str(base).rsplit(".", 1)[-1].startswith("_")
-        ]
+        cls.bases = [base for base in cls.bases if not str(base).rsplit(".", 1)[-1].startswith("_")]

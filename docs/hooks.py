@@ -41,7 +41,11 @@ def public_names(subpackage):
     tree = ast.parse(open(path, encoding="utf-8").read())
     names = []
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ensemble_zoo"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("ensemble_zoo")
+        ):
             for alias in node.names:
                 name = alias.asname or alias.name
                 if not name.startswith("_") and name not in names:
@@ -61,9 +65,7 @@ def guide_page(path):
     fenced Python; the header's `Title:` and `Description:` open the page."""
     source = open(path, encoding="utf-8").read()
     header, source = source[3:].split('"""', 1)
-    fields = dict(
-        line.split(": ", 1) for line in header.strip().splitlines() if ": " in line
-    )
+    fields = dict(line.split(": ", 1) for line in header.strip().splitlines() if ": " in line)
     out = [f"# {fields.get('Title', os.path.basename(path))}", ""]
     if "Description" in fields:
         out += [f"*{fields['Description']}*", ""]
@@ -76,7 +78,12 @@ def guide_page(path):
                 code = []
             in_text = not in_text
             continue
-        if not in_text and line.startswith('"""') and line.rstrip().endswith('"""') and len(line.strip()) > 6:
+        if (
+            not in_text
+            and line.startswith('"""')
+            and line.rstrip().endswith('"""')
+            and len(line.strip()) > 6
+        ):
             if any(c.strip() for c in code):
                 out += ["```python", *strip_blank(code), "```", ""]
             code = []
@@ -107,9 +114,7 @@ def strip_blank(lines):
 
 def guide_paths():
     directory = os.path.join(ROOT, "guides")
-    return sorted(
-        os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".py")
-    )
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".py"))
 
 
 def readme_section(title):

@@ -4,12 +4,11 @@ One fused forward pass for all ensemble members, the same code on JAX,
 TensorFlow and PyTorch, presets that load offline with `from_preset`.
 """
 
-from ensemble_zoo.version import __version__
-
 # keras-hub imports TensorFlow whenever it is installed, under every Keras
 # backend; import both here without TensorFlow's C++ start-up lines.
 from ensemble_zoo.utils.quiet_import import import_quietly as _import_quietly
 from ensemble_zoo.utils.quiet_import import missing_backend_error as _missing
+from ensemble_zoo.version import __version__
 
 try:
     _import_quietly("keras", "keras_hub")

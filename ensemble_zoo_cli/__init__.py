@@ -53,8 +53,18 @@ def cmd_list(args):
     print(
         text_table(
             rows,
-            ["preset", "kind", "method", "dataset", "members", "params",
-             "test acc", "test NLL", "test ECE", "in compare"],
+            [
+                "preset",
+                "kind",
+                "method",
+                "dataset",
+                "members",
+                "params",
+                "test acc",
+                "test NLL",
+                "test ECE",
+                "in compare",
+            ],
         )
     )
     print(
@@ -180,7 +190,8 @@ def trained_preset_names():
     """The presets with trained weights, whole models or adapters alone:
     those `evaluate` accepts (an architecture preset has random weights)."""
     return [
-        name for name in preset_names()
+        name
+        for name in preset_names()
         if _preset_metadata(name) is not None
         and _preset_metadata(name).get("kind", "trained") in ("trained", "adapters")
     ]
@@ -211,14 +222,10 @@ def _parser():
         prog="ensemble-zoo",
         description="Efficient ensembles and uncertainty for Keras 3.",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"ensemble-zoo {_version()}"
-    )
+    parser.add_argument("--version", action="version", version=f"ensemble-zoo {_version()}")
     datasets = dataset_names()
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the shipped presets").set_defaults(
-        func=cmd_list
-    )
+    sub.add_parser("list", help="list the shipped presets").set_defaults(func=cmd_list)
 
     def common(p, dataset_help="the bundled digits", default="digits"):
         p.add_argument(
@@ -226,27 +233,31 @@ def _parser():
             default=default,
             choices=datasets,
             metavar="NAME",
-            help=f"dataset (default: {dataset_help}); one of: "
-            + ", ".join(datasets),
+            help=f"dataset (default: {dataset_help}); one of: " + ", ".join(datasets),
         )
         p.add_argument("--batch-size", type=_positive_int, default=256)
         p.add_argument("--data-dir", default=None, help="tfds data directory")
-        p.add_argument(
-            "--no-progress", action="store_true", help="hide progress bars"
-        )
+        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     trained = trained_preset_names()
     evaluate = sub.add_parser("evaluate", help="evaluate one trained preset")
     evaluate.add_argument(
-        "--preset", required=True, choices=trained, metavar="NAME",
+        "--preset",
+        required=True,
+        choices=trained,
+        metavar="NAME",
         help="a trained preset, one of: " + ", ".join(trained),
     )
     evaluate.add_argument(
-        "--output", default=None, metavar="DIR",
+        "--output",
+        default=None,
+        metavar="DIR",
         help="write report.json, report.md and plots here",
     )
     evaluate.add_argument(
-        "--base", default=None, metavar="MODEL",
+        "--base",
+        default=None,
+        metavar="MODEL",
         help="an adapter preset's base model: a keras-hub preset name, "
         "directory or hub handle (default: the one its metadata names)",
     )
@@ -259,14 +270,19 @@ def _parser():
         "leaderboard (about 3 minutes on 2 CPU cores)",
     )
     compare.add_argument(
-        "--presets", nargs="+", default=None, choices=compared_preset_names(),
+        "--presets",
+        nargs="+",
+        default=None,
+        choices=compared_preset_names(),
         metavar="NAME",
         help="presets to compare (default: the "
         f"{len(compared_preset_names())} trained ensemble classifiers, "
         "those `list` marks `in compare`)",
     )
     compare.add_argument(
-        "--output", default=DEFAULT_OUTPUT, metavar="DIR",
+        "--output",
+        default=DEFAULT_OUTPUT,
+        metavar="DIR",
         help=f"output directory (default: {DEFAULT_OUTPUT})",
     )
     common(compare)

@@ -31,10 +31,11 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
+
+import ensemble_zoo as ez
 
 """
 ## Data
@@ -72,9 +73,7 @@ backbone = keras_hub.models.ViTBackbone(
 classifier = keras_hub.models.ViTImageClassifier(
     backbone=backbone, num_classes=8, preprocessor=None
 )
-ensemble = ez.models.DeepEnsembleClassifier.from_model(
-    classifier, num_members=3, seed=0
-)
+ensemble = ez.models.DeepEnsembleClassifier.from_model(classifier, num_members=3, seed=0)
 ensemble.compile(jit_compile=keras.config.backend() != "torch")
 ensemble.fit(train, epochs=3, verbose=2)
 print("member logits:", ensemble.predict(x_test[:2], verbose=0).shape)

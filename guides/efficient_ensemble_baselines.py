@@ -47,9 +47,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import numpy as np
+
+import ensemble_zoo as ez
 from ensemble_zoo.utils.parameters import parameter_count
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
@@ -151,7 +152,11 @@ for label, preset in names.items():
     test = model.predict_uncertainty(raw_test, batch_size=256)
     ood = model.predict_uncertainty(far_ood, batch_size=256)
     p = test["probabilities"]
-    auroc = ez.metrics.ood_auroc(test["epistemic"], ood["epistemic"]) if model.num_members > 1 else float("nan")
+    auroc = (
+        ez.metrics.ood_auroc(test["epistemic"], ood["epistemic"])
+        if model.num_members > 1
+        else float("nan")
+    )
     print(
         f"{label:22s} {ez.metrics.accuracy(p, y_test):8.4f} "
         f"{ez.metrics.negative_log_likelihood(p, y_test):7.4f} "

@@ -31,8 +31,9 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import numpy as np
+
+import ensemble_zoo as ez
 
 """
 ## Metrics are functions on arrays

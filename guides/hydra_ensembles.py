@@ -40,9 +40,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import numpy as np
+
+import ensemble_zoo as ez
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_val, y_val = ez.datasets.load_arrays("digits", "validation")
@@ -75,8 +76,12 @@ members differ.
 """
 
 taylor = ez.pruning.taylor_member_masks(
-    full, (x_train, y_train), heads_to_prune=2, num_members=3,
-    calibration_size=256, seed=0,
+    full,
+    (x_train, y_train),
+    heads_to_prune=2,
+    num_members=3,
+    calibration_size=256,
+    seed=0,
 )
 print("Taylor members keep per layer:", taylor.sum(axis=2).tolist())
 
@@ -141,9 +146,7 @@ images; `preprocessor=None` loads them without it, so that they take the
 
 data = {s: ez.datasets.load_arrays("digits", s) for s in ("near_ood", "far_ood")}
 models = {
-    "single ViT": ez.models.EnsembleClassifier.from_preset(
-        "vit_tiny_digits", preprocessor=None
-    ),
+    "single ViT": ez.models.EnsembleClassifier.from_preset("vit_tiny_digits", preprocessor=None),
     "Hydra (circuits, 3 members)": fused,
     "deep ensemble (3 ViTs)": ez.models.EnsembleClassifier.from_preset(
         "deep_ensemble_vit_tiny_digits", preprocessor=None

@@ -36,8 +36,9 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
+
+import ensemble_zoo as ez
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_test, y_test = ez.datasets.load_arrays("digits", "test")
@@ -125,7 +126,9 @@ print(
     f"{ez.metrics.accuracy(outputs['probabilities'], y_test):.4f}, far-OOD MI "
     f"{masks.predict_uncertainty(x_far)['epistemic'].mean():.4f} (the wide model alone: 0)"
 )
-print(f"mask diversity I[mask; member] = {float(keras.ops.convert_to_numpy(masks.mask_mutual_information())):.3f} nats")
+print(
+    f"mask diversity I[mask; member] = {float(keras.ops.convert_to_numpy(masks.mask_mutual_information())):.3f} nats"
+)
 
 """
 ## Tiles of an average-pooled model
@@ -171,7 +174,9 @@ paper, read as the notes recommend).
 pass. With a seed, the samples are reproducible.
 """
 
-mc = ez.models.MCDropoutClassifier.from_model(ensembles[1].members[0], num_members=10, rate=0.1, seed=0)
+mc = ez.models.MCDropoutClassifier.from_model(
+    ensembles[1].members[0], num_members=10, rate=0.1, seed=0
+)
 outputs = mc.predict_uncertainty(x_test)
 print(
     f"MC dropout (10 samples): test accuracy {ez.metrics.accuracy(outputs['probabilities'], y_test):.4f}, "

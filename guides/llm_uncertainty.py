@@ -45,12 +45,12 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
 import sentencepiece
 
+import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
 from ensemble_zoo.evaluation.answer_evaluation import evaluate_answers
 
@@ -74,17 +74,33 @@ you would run on the real model.
 proto = io.BytesIO()
 sentencepiece.SentencePieceTrainer.train(
     sentence_iterator=iter(["the cat sat on the mat", "a dog ran in the park"]),
-    model_writer=proto, model_type="WORD", vocab_size=20, hard_vocab_limit=False,
-    pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="<pad>", bos_piece="<bos>",
-    eos_piece="<eos>", unk_piece="<unk>", user_defined_symbols=["<end_of_turn>"],
+    model_writer=proto,
+    model_type="WORD",
+    vocab_size=20,
+    hard_vocab_limit=False,
+    pad_id=0,
+    bos_id=1,
+    eos_id=2,
+    unk_id=3,
+    pad_piece="<pad>",
+    bos_piece="<bos>",
+    eos_piece="<eos>",
+    unk_piece="<unk>",
+    user_defined_symbols=["<end_of_turn>"],
     minloglevel=2,
 )
 tokenizer = keras_hub.models.Gemma3Tokenizer(proto=proto.getvalue(), has_vision_tokens=False)
 tiny = keras_hub.models.Gemma3CausalLM(
     backbone=keras_hub.models.Gemma3Backbone(
-        vocabulary_size=tokenizer.vocabulary_size(), image_size=16, num_layers=2,
-        num_query_heads=2, num_key_value_heads=1, hidden_dim=32, intermediate_dim=64,
-        head_dim=16, vision_encoder=None,
+        vocabulary_size=tokenizer.vocabulary_size(),
+        image_size=16,
+        num_layers=2,
+        num_query_heads=2,
+        num_key_value_heads=1,
+        hidden_dim=32,
+        intermediate_dim=64,
+        head_dim=16,
+        vision_encoder=None,
     ),
     preprocessor=keras_hub.models.Gemma3CausalLMPreprocessor(
         tokenizer=tokenizer, image_converter=None, sequence_length=12
@@ -104,8 +120,10 @@ choice; `targets` also takes the MLP's `"mlp_gate"`, `"mlp_up"` and
 ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(gemma, num_members=4, rank=4, seed=0)
 print(type(ensemble).__name__, "with", len(ensemble.adapters), "adapters")
 print(
-    "trainable parameters:", sum(int(np.prod(w.shape)) for w in ensemble.trainable_weights),
-    "of", ensemble.count_params(),
+    "trainable parameters:",
+    sum(int(np.prod(w.shape)) for w in ensemble.trainable_weights),
+    "of",
+    ensemble.count_params(),
 )
 
 """
@@ -118,7 +136,9 @@ train.
 ensemble.compile(optimizer=keras.optimizers.Adam(3e-3), sampler="greedy")
 ensemble.fit(
     {"prompts": ["the cat", "a dog"] * 8, "responses": ["sat on the mat", "ran in the park"] * 8},
-    batch_size=4, epochs=3, verbose=0,
+    batch_size=4,
+    epochs=3,
+    verbose=0,
 )
 out = ensemble.generate(["the cat"], max_length=8, return_uncertainty=True)
 print(out["output"])

@@ -40,10 +40,11 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
+
+import ensemble_zoo as ez
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_test, y_test = ez.datasets.load_arrays("digits", "test")
@@ -113,12 +114,8 @@ the same [0, 1] arrays.
 
 data = {s: ez.datasets.load_arrays("digits", s)[0] for s in ("near_ood", "far_ood")}
 models = {
-    "single ViT": ez.models.EnsembleClassifier.from_preset(
-        "vit_tiny_digits", preprocessor=None
-    ),
-    "MC dropout (8 samples)": ez.models.MCDropoutClassifier.from_model(
-        vit, num_members=8, seed=0
-    ),
+    "single ViT": ez.models.EnsembleClassifier.from_preset("vit_tiny_digits", preprocessor=None),
+    "MC dropout (8 samples)": ez.models.MCDropoutClassifier.from_model(vit, num_members=8, seed=0),
     "LoRA-Ensemble (8 x rank 4)": ez.models.EnsembleClassifier.from_preset(
         "lora_ensemble_vit_tiny_digits", preprocessor=None
     ),
@@ -177,8 +174,12 @@ num_classes=2)`. The task below is synthetic: is token 7 in the sequence?
 
 keras.utils.set_random_seed(0)
 bert = keras_hub.models.BertBackbone(
-    vocabulary_size=32, num_layers=2, num_heads=2, hidden_dim=32,
-    intermediate_dim=64, max_sequence_length=16,
+    vocabulary_size=32,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=32,
+    intermediate_dim=64,
+    max_sequence_length=16,
 )
 rng = np.random.default_rng(0)
 tokens = rng.integers(8, 32, size=(512, 16)).astype("int32")

@@ -42,12 +42,12 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import numpy as np
 import tensorflow as tf
 from scipy.stats import spearmanr
 
+import ensemble_zoo as ez
 from ensemble_zoo.models.loss_prediction import cache_embeddings
 from ensemble_zoo.models.loss_prediction import train_head_from_cache
 
@@ -77,9 +77,7 @@ on their raw pixel scale (ink counts 0-16, `raw=True`); calling the model
 (`model(x)`, `model.embed(x)`) takes images in [0, 1].
 """
 
-model = ez.models.LossPredictionImageClassifier.from_preset(
-    "loss_prediction_vit_tiny_digits"
-)
+model = ez.models.LossPredictionImageClassifier.from_preset("loss_prediction_vit_tiny_digits")
 raw_test, _ = ez.datasets.load_arrays("digits", "test", raw=True)
 outputs = model.predict(raw_test, batch_size=256, verbose=0)
 losses = per_sample_loss(y_test, outputs["logits"])
@@ -232,8 +230,12 @@ the head from a cache of five fresh augmented passes.
 """
 
 toy = ez.models.LossPredictionImageClassifier(
-    backbone, SEEN, pooling=None, head_hidden_units=(64, 64),
-    freeze_backbone=True, freeze_classifier=True,
+    backbone,
+    SEEN,
+    pooling=None,
+    head_hidden_units=(64, 64),
+    freeze_backbone=True,
+    freeze_classifier=True,
 )
 toy.classifier.set_weights(classifier.layers[-1].get_weights())
 x_head, y_head, _ = sample(np.arange(SEEN), 40_000, rng)
@@ -249,7 +251,9 @@ schedule = keras.optimizers.schedules.CosineDecay(
     0.0, decay_steps=steps - steps // 20, warmup_target=2e-3, warmup_steps=steps // 20
 )
 train_head_from_cache(
-    toy, toy_cache, jit_compile=jit,
+    toy,
+    toy_cache,
+    jit_compile=jit,
     optimizer=keras.optimizers.AdamW(schedule, beta_1=0.8, beta_2=0.95, weight_decay=1e-4),
 )
 

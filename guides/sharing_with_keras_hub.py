@@ -36,10 +36,11 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
+
+import ensemble_zoo as ez
 
 x_test, y_test = ez.datasets.load_arrays("digits", "test")
 # The digits on their raw pixel scale (ink counts 0-16), what the shipped
@@ -125,4 +126,3 @@ np.testing.assert_array_equal(
     restored.predict(sample, verbose=0), ensemble.predict(sample, verbose=0)
 )
 print(ez.presets.preset_metadata(directory)["description"])
-

@@ -39,10 +39,10 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import ensemble_zoo as ez
 import keras
 import numpy as np
 
+import ensemble_zoo as ez
 from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.vit_moe import vit_moe_flops
 
@@ -88,7 +88,10 @@ one:
 
 vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
 check = ViTMoEImageClassifier.from_keras_hub(
-    vit, num_experts=4, num_selected_experts=4, capacity_factor=1.0,
+    vit,
+    num_experts=4,
+    num_selected_experts=4,
+    capacity_factor=1.0,
     eval_capacity_factor=1.0,
 )
 difference = np.abs(check.predict(x_test, verbose=0)[:, 0] - vit.predict(x_test, verbose=0)).max()
@@ -123,7 +126,11 @@ from the start.
 
 keras.utils.set_random_seed(0)
 vmoe_k2 = ViTMoEImageClassifier.from_keras_hub(
-    vit, num_experts=4, num_selected_experts=2, dropout_rate=0.1, seed=0,
+    vit,
+    num_experts=4,
+    num_selected_experts=2,
+    dropout_rate=0.1,
+    seed=0,
     expert_noise=0.1,
 )
 
@@ -137,9 +144,7 @@ def fine_tune(model, epochs=2):
 fine_tune(vmoe_k2)
 vmoe_a, vmoe_b = [
     fine_tune(
-        ViTMoEImageClassifier.from_vmoe(
-            vmoe_k2, ensemble_size=1, num_selected_experts=1, seed=seed
-        )
+        ViTMoEImageClassifier.from_vmoe(vmoe_k2, ensemble_size=1, num_selected_experts=1, seed=seed)
     )
     for seed in (1, 2)
 ]
@@ -195,9 +200,18 @@ four blocks, so at K = 1 it costs less than two V-MoE models:
 """
 
 tiny = dict(
-    image_size=8, patch_size=2, hidden_dim=48, num_layers=4, mlp_dim=96,
-    num_classes=8, num_channels=1, moe_layers=(1, 3), num_experts=4,
-    capacity_factor=1.5, group_size=17, capacity_multiple_of=1,
+    image_size=8,
+    patch_size=2,
+    hidden_dim=48,
+    num_layers=4,
+    mlp_dim=96,
+    num_classes=8,
+    num_channels=1,
+    moe_layers=(1, 3),
+    num_experts=4,
+    capacity_factor=1.5,
+    group_size=17,
+    capacity_multiple_of=1,
 )
 dense_cost = vit_moe_flops(**{**tiny, "moe_layers": (), "num_experts": 0})["total"]
 cost = {
@@ -267,17 +281,25 @@ its logits against every slot and its dense dispatch and combine einsums):
 """
 
 digits_moe = dict(
-    image_size=8, patch_size=2, hidden_dim=48, num_layers=4, mlp_dim=96,
-    num_classes=8, num_channels=1, moe_layers=(1, 3), num_experts=4,
-    group_size=17, capacity_multiple_of=1,
+    image_size=8,
+    patch_size=2,
+    hidden_dim=48,
+    num_layers=4,
+    mlp_dim=96,
+    num_classes=8,
+    num_channels=1,
+    moe_layers=(1, 3),
+    num_experts=4,
+    group_size=17,
+    capacity_multiple_of=1,
 )
 router_cost = {
-    "top-K (K=2)": vit_moe_flops(
-        **digits_moe, num_selected_experts=2, capacity_factor=8.0
-    )["total"],
-    "Experts Choice": vit_moe_flops(
-        **digits_moe, router="experts_choice", capacity_factor=2.0
-    )["total"],
+    "top-K (K=2)": vit_moe_flops(**digits_moe, num_selected_experts=2, capacity_factor=8.0)[
+        "total"
+    ],
+    "Experts Choice": vit_moe_flops(**digits_moe, router="experts_choice", capacity_factor=2.0)[
+        "total"
+    ],
     "Soft MoE": vit_moe_flops(**digits_moe, router="soft", num_slots=8)["total"],
 }
 for name, value in router_cost.items():

@@ -80,8 +80,12 @@ from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 VIT_B16 = dict(
-    image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12,
-    hidden_dim=768, mlp_dim=3072,
+    image_shape=(224, 224, 3),
+    patch_size=16,
+    num_layers=12,
+    num_heads=12,
+    hidden_dim=768,
+    mlp_dim=3072,
 )
 
 
@@ -91,9 +95,7 @@ def main():
         **VIT_B16, num_members=3, member_num_heads=heads, mlp="merge"
     )
     model = ez.models.HydraImageClassifier(backbone, num_classes=1000)
-    macs = hydra_multiply_adds(
-        **VIT_B16, num_classes=1000, num_members=3, member_num_heads=heads
-    )
+    macs = hydra_multiply_adds(**VIT_B16, num_classes=1000, num_members=3, member_num_heads=heads)
     name = "hydra_vit_b16_8x3"
     model.save_to_preset(
         os.path.join(HERE, name),
@@ -109,7 +111,10 @@ def main():
     print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
 
     bert = dict(
-        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
+        vocabulary_size=30522,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
         intermediate_dim=3072,
     )
     heads = [[6, 6, 6]] * 12
@@ -145,20 +150,20 @@ def lora_presets():
     import keras_hub
 
     vit = keras_hub.models.ViTBackbone(**VIT_B16)
-    model = ez.models.LoRAEnsembleImageClassifier(
-        vit, num_classes=100, num_members=16, rank=8
-    )
+    model = ez.models.LoRAEnsembleImageClassifier(vit, num_classes=100, num_members=16, rank=8)
     single = hydra_multiply_adds(**VIT_B16, num_classes=100)
     tokens = num_tokens(VIT_B16["image_shape"], VIT_B16["patch_size"])  # 197
     macs = lora_ensemble_multiply_adds(single, 16, tokens, 12, 768, 8)
     save_lora(model, "lora_ensemble_vit_b16_16x8", macs)
     bert = keras_hub.models.BertBackbone(
-        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-        intermediate_dim=3072, max_sequence_length=512,
+        vocabulary_size=30522,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        intermediate_dim=3072,
+        max_sequence_length=512,
     )
-    model = ez.models.LoRAEnsembleTextClassifier(
-        bert, num_classes=2, num_members=8, rank=64
-    )
+    model = ez.models.LoRAEnsembleTextClassifier(bert, num_classes=2, num_members=8, rank=64)
     encoder = dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072)
     single = hydra_text_multiply_adds(128, **encoder, num_classes=2)
     macs = lora_ensemble_multiply_adds(single, 8, 128, 12, 768, 64)
@@ -197,21 +202,33 @@ def moe_presets(image_size=384, num_classes=1000, num_experts=32):
             (f"e3_{family}_e32_k1_m2", 2, 1),
         ):
             backbone = ez.models.ViTMoEBackbone(
-                image_shape=(image_size, image_size, 3), **vit,
-                num_experts=num_experts, num_selected_experts=k,
-                moe_layers=moe_layers, ensemble_size=members,
+                image_shape=(image_size, image_size, 3),
+                **vit,
+                num_experts=num_experts,
+                num_selected_experts=k,
+                moe_layers=moe_layers,
+                ensemble_size=members,
             )
             model = ez.models.ViTMoEImageClassifier(backbone, num_classes)
+
             def cost(capacity_factor):
-                return int(vit_moe_flops(
-                    image_size=image_size, patch_size=vit["patch_size"],
-                    hidden_dim=vit["hidden_dim"], num_layers=vit["num_layers"],
-                    mlp_dim=vit["mlp_dim"], num_classes=num_classes,
-                    moe_layers=moe_layers, num_experts=num_experts,
-                    num_selected_experts=k, ensemble_size=members,
-                    capacity_factor=capacity_factor,
-                    group_size=tokens, capacity_multiple_of=1,
-                )["total"])
+                return int(
+                    vit_moe_flops(
+                        image_size=image_size,
+                        patch_size=vit["patch_size"],
+                        hidden_dim=vit["hidden_dim"],
+                        num_layers=vit["num_layers"],
+                        mlp_dim=vit["mlp_dim"],
+                        num_classes=num_classes,
+                        moe_layers=moe_layers,
+                        num_experts=num_experts,
+                        num_selected_experts=k,
+                        ensemble_size=members,
+                        capacity_factor=capacity_factor,
+                        group_size=tokens,
+                        capacity_multiple_of=1,
+                    )["total"]
+                )
 
             macs = cost(backbone.eval_capacity_factor)
             model.save_to_preset(
@@ -234,10 +251,16 @@ def moe_presets(image_size=384, num_classes=1000, num_experts=32):
 #: The Soft MoE paper's Table 8 (arXiv 2308.00951v2, App. F.3), JFT-4B
 #: models (29,593 classes) at 224 px: parameters and eval GFLOP per image.
 SOFT_MOE_PAPER = {
-    "soft_moe_s16_e128": ("S/16", {"parameters": 933e6, "gflops": 8.6},
-                          {"parameters": 33e6, "gflops": 9.2}),
-    "soft_moe_b16_e128": ("B/16", {"parameters": 3.7e9, "gflops": 32.0},
-                          {"parameters": 108e6, "gflops": 35.1}),
+    "soft_moe_s16_e128": (
+        "S/16",
+        {"parameters": 933e6, "gflops": 8.6},
+        {"parameters": 33e6, "gflops": 9.2},
+    ),
+    "soft_moe_b16_e128": (
+        "B/16",
+        {"parameters": 3.7e9, "gflops": 32.0},
+        {"parameters": 108e6, "gflops": 35.1},
+    ),
 }
 JFT_CLASSES = 29593
 
@@ -258,13 +281,19 @@ def soft_moe_presets(names=None):
         backbone = ez.models.ViTMoEBackbone(**config["backbone"])
         model = ez.models.ViTMoEImageClassifier(backbone, JFT_CLASSES, pooling="gap")
         macs = int(vit_moe_flops(**config["flops"])["total"])
-        dense_flops = dict(config["flops"], moe_layers=(), num_experts=0, router="top_k", num_slots=None)
+        dense_flops = dict(
+            config["flops"], moe_layers=(), num_experts=0, router="top_k", num_slots=None
+        )
         dense_macs = int(vit_moe_flops(**dense_flops)["total"])
         vit = config["backbone"]
         dense = keras_hub.models.ViTBackbone(
-            image_shape=vit["image_shape"], patch_size=vit["patch_size"],
-            num_layers=vit["num_layers"], num_heads=vit["num_heads"],
-            hidden_dim=vit["hidden_dim"], mlp_dim=vit["mlp_dim"], use_class_token=False,
+            image_shape=vit["image_shape"],
+            patch_size=vit["patch_size"],
+            num_layers=vit["num_layers"],
+            num_heads=vit["num_heads"],
+            hidden_dim=vit["hidden_dim"],
+            mlp_dim=vit["mlp_dim"],
+            use_class_token=False,
         )
         dense_params = dense.count_params() + (vit["hidden_dim"] + 1) * JFT_CLASSES
         model.save_to_preset(
@@ -274,13 +303,22 @@ def soft_moe_presets(names=None):
                 "description": ez.presets.PRESETS[name]["description"],
                 "multiply_adds": macs,
                 "dense_vit": {"parameters": int(dense_params), "multiply_adds": dense_macs},
-                "paper": {**paper, "dense_vit": paper_dense,
-                          "source": "arXiv 2308.00951v2, Table 8"},
+                "paper": {
+                    **paper,
+                    "dense_vit": paper_dense,
+                    "source": "arXiv 2308.00951v2, Table 8",
+                },
                 "script": "presets/make_architecture_presets.py",
             },
             include_weights=False,
         )
-        print(name, ez.presets.preset_metadata(name)["parameter_count"], macs, dense_params, dense_macs)
+        print(
+            name,
+            ez.presets.preset_metadata(name)["parameter_count"],
+            macs,
+            dense_params,
+            dense_macs,
+        )
         del model, backbone
 
 
@@ -294,7 +332,9 @@ def baseline_presets(num_classes=1000):
             ez.models.PackedEnsembleBackbone(**VIT_B16, num_members=3, alpha=2, gamma=1),
             num_classes,
         ),
-        packed_ensemble_multiply_adds(**VIT_B16, num_classes=num_classes, num_members=3, alpha=2, gamma=1),
+        packed_ensemble_multiply_adds(
+            **VIT_B16, num_classes=num_classes, num_members=3, alpha=2, gamma=1
+        ),
         "packed_ensemble",
     )
     models["batch_ensemble_vit_b16_3"] = (
@@ -307,13 +347,12 @@ def baseline_presets(num_classes=1000):
     models["mimo_vit_b16_3"] = (
         ez.models.MIMOImageClassifier(
             keras_hub.models.ViTBackbone(**dict(VIT_B16, image_shape=(224, 224, 9))),
-            num_classes, num_members=3,
+            num_classes,
+            num_members=3,
         ),
         # Two more input images in the patch embedding, two more heads.
-        single + 2 * (
-            patch_embedding_multiply_adds(VIT_B16["image_shape"], 16, 768)
-            + 768 * num_classes
-        ),
+        single
+        + 2 * (patch_embedding_multiply_adds(VIT_B16["image_shape"], 16, 768) + 768 * num_classes),
         "mimo",
     )
     models["masksembles_vit_b16_4"] = (

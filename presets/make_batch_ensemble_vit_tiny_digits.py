@@ -25,10 +25,11 @@ Run from the repository root (a few minutes on 2 CPU cores under JAX):
 import argparse
 import os
 
-import ensemble_zoo as ez
 import keras
 from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "batch_ensemble_vit_tiny_digits"
@@ -40,16 +41,20 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=0.001)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--members", type=int, default=4)
-    parser.add_argument("--fast-weight-initializer", default="normal", choices=("normal", "random_sign"))
+    parser.add_argument(
+        "--fast-weight-initializer", default="normal", choices=("normal", "random_sign")
+    )
     parser.add_argument("--fast-weight-stddev", type=float, default=0.1)
     parser.add_argument("--output", default=HERE)
     args = parser.parse_args()
     keras.utils.set_random_seed(0)
     base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
     model = ez.models.BatchEnsembleImageClassifier.from_keras_hub(
-        base, num_members=args.members,
+        base,
+        num_members=args.members,
         fast_weight_initializer=args.fast_weight_initializer,
-        fast_weight_stddev=args.fast_weight_stddev, seed=0,
+        fast_weight_stddev=args.fast_weight_stddev,
+        seed=0,
     )
     train(model, args.epochs, args.batch_size, args.learning_rate, seed=0)
     metrics = test_metrics(model)
@@ -64,7 +69,11 @@ def main():
             "training": (
                 f"from vit_tiny_digits; {args.members} members, fast weights "
                 f"{args.fast_weight_initializer} "
-                + (f"N(1, {args.fast_weight_stddev})" if args.fast_weight_initializer == "normal" else "+-1")
+                + (
+                    f"N(1, {args.fast_weight_stddev})"
+                    if args.fast_weight_initializer == "normal"
+                    else "+-1"
+                )
                 + f", every weight trained; {args.epochs} epochs, batch "
                 f"{args.batch_size}, Adam lr {args.learning_rate} (5% warm-up, "
                 "cosine), global clipnorm 1.0, +-1 pixel translation; backend "

@@ -63,8 +63,13 @@ def fit(model, arrays, epochs, batch_size, learning_rate):
     model.preprocessor = None
     try:
         history = model.fit(
-            x, y, sample_weight=weights, batch_size=batch_size, epochs=epochs,
-            shuffle=True, verbose=0,
+            x,
+            y,
+            sample_weight=weights,
+            batch_size=batch_size,
+            epochs=epochs,
+            shuffle=True,
+            verbose=0,
         )
     finally:
         model.preprocessor = preprocessor
@@ -100,9 +105,13 @@ def main():
     # 1. The pretrained model.
     base = keras_hub.models.GemmaCausalLM(
         backbone=keras_hub.models.GemmaBackbone(
-            vocabulary_size=tokenizer.vocabulary_size(), num_layers=4,
-            num_query_heads=4, num_key_value_heads=1, hidden_dim=64,
-            intermediate_dim=256, head_dim=16,
+            vocabulary_size=tokenizer.vocabulary_size(),
+            num_layers=4,
+            num_query_heads=4,
+            num_key_value_heads=1,
+            hidden_dim=64,
+            intermediate_dim=256,
+            head_dim=16,
         ),
         preprocessor=preprocessor,
     )
@@ -112,8 +121,12 @@ def main():
     # 2. The LoRA-Ensemble, fine-tuned on every training pair.
     targets = ("query", "key", "value", "attention_output", "mlp_gate", "mlp_up", "mlp_down")
     ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
-        base, num_members=args.members, rank=args.rank, targets=targets,
-        a_gain=args.a_gain, seed=0,
+        base,
+        num_members=args.members,
+        rank=args.rank,
+        targets=targets,
+        a_gain=args.a_gain,
+        seed=0,
     )
     loss = fit(ensemble, train, args.epochs, 64, args.learning_rate)
     print(ENSEMBLE, "final training loss", loss)
@@ -125,8 +138,13 @@ def main():
     predictor.compile(optimizer=optimizer(steps, 0.001))
     predictor.preprocessor = None
     predictor.fit(  # ranked among the answer tokens (sample_weight)
-        x, y, sample_weight=weights, batch_size=64, epochs=args.loss_epochs,
-        shuffle=True, verbose=0,
+        x,
+        y,
+        sample_weight=weights,
+        batch_size=64,
+        epochs=args.loss_epochs,
+        shuffle=True,
+        verbose=0,
     )
     predictor.preprocessor = preprocessor
 
@@ -142,51 +160,63 @@ def main():
     base_report = evaluate_answers(single)
     print(BASE, base_report, sep="\n")
     common = {"dataset": "arithmetic", "script": SCRIPT, "backend": backend}
-    ez.presets.save_preset(base, os.path.join(args.output, BASE), metadata={
-        **common,
-        "method": "single model",
-        "num_members": 1,
-        "loss_predictor_preset": LOSS,
-        "description": ez.presets.PRESETS[BASE]["description"],
-        "training": (
-            f"from scratch on the first {args.pretrain_pairs} training pairs, "
-            f"{args.pretrain_epochs} epochs, batch 64, AdamW lr 0.003 (5% "
-            "warm-up, cosine), weight decay 0.01, clipnorm 1.0, loss on the "
-            f"answer tokens; backend {backend}"
-        ),
-        "metrics": base_report.metrics,
-    })
-    ez.presets.save_preset(ensemble, os.path.join(args.output, ENSEMBLE), metadata={
-        **common,
-        "method": "lora_ensemble",
-        "num_members": args.members,
-        "base_preset": BASE,
-        "loss_predictor_preset": LOSS,
-        "description": ez.presets.PRESETS[ENSEMBLE]["description"],
-        "training": (
-            f"{BASE} frozen; {args.members} members, rank {args.rank} on "
-            f"{', '.join(targets)}, A Xavier-uniform gain {args.a_gain}; "
-            f"{args.epochs} epochs on the 2,000 training pairs, batch 64, "
-            f"AdamW lr {args.learning_rate} (5% warm-up, cosine), weight decay "
-            f"0.01, clipnorm 1.0, mean member cross-entropy on the answer "
-            f"tokens; backend {backend}"
-        ),
-        "metrics": report.metrics,
-    })
-    ez.presets.save_preset(predictor, os.path.join(args.output, LOSS), metadata={
-        **common,
-        "method": "loss_prediction",
-        "num_members": 1,
-        "base_preset": BASE,
-        "metrics": base_report.metrics,
-        "description": ez.presets.PRESETS[LOSS]["description"],
-        "training": (
-            f"{BASE} frozen; head (128, 128), {args.loss_epochs} epochs on "
-            "the training pairs' answer tokens, ranking loss (margin 0.1), "
-            "batch 64, AdamW lr 0.001 (5% warm-up, cosine); backend "
-            f"{backend}"
-        ),
-    })
+    ez.presets.save_preset(
+        base,
+        os.path.join(args.output, BASE),
+        metadata={
+            **common,
+            "method": "single model",
+            "num_members": 1,
+            "loss_predictor_preset": LOSS,
+            "description": ez.presets.PRESETS[BASE]["description"],
+            "training": (
+                f"from scratch on the first {args.pretrain_pairs} training pairs, "
+                f"{args.pretrain_epochs} epochs, batch 64, AdamW lr 0.003 (5% "
+                "warm-up, cosine), weight decay 0.01, clipnorm 1.0, loss on the "
+                f"answer tokens; backend {backend}"
+            ),
+            "metrics": base_report.metrics,
+        },
+    )
+    ez.presets.save_preset(
+        ensemble,
+        os.path.join(args.output, ENSEMBLE),
+        metadata={
+            **common,
+            "method": "lora_ensemble",
+            "num_members": args.members,
+            "base_preset": BASE,
+            "loss_predictor_preset": LOSS,
+            "description": ez.presets.PRESETS[ENSEMBLE]["description"],
+            "training": (
+                f"{BASE} frozen; {args.members} members, rank {args.rank} on "
+                f"{', '.join(targets)}, A Xavier-uniform gain {args.a_gain}; "
+                f"{args.epochs} epochs on the 2,000 training pairs, batch 64, "
+                f"AdamW lr {args.learning_rate} (5% warm-up, cosine), weight decay "
+                f"0.01, clipnorm 1.0, mean member cross-entropy on the answer "
+                f"tokens; backend {backend}"
+            ),
+            "metrics": report.metrics,
+        },
+    )
+    ez.presets.save_preset(
+        predictor,
+        os.path.join(args.output, LOSS),
+        metadata={
+            **common,
+            "method": "loss_prediction",
+            "num_members": 1,
+            "base_preset": BASE,
+            "metrics": base_report.metrics,
+            "description": ez.presets.PRESETS[LOSS]["description"],
+            "training": (
+                f"{BASE} frozen; head (128, 128), {args.loss_epochs} epochs on "
+                "the training pairs' answer tokens, ranking loss (margin 0.1), "
+                "batch 64, AdamW lr 0.001 (5% warm-up, cosine); backend "
+                f"{backend}"
+            ),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -38,10 +38,10 @@ import os
 import keras
 import numpy as np
 import tensorflow as tf
-
-import ensemble_zoo as ez
 from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADS_TO_PRUNE = 8  # of 24 (4 layers x 6 heads)
@@ -59,8 +59,12 @@ def ood_validation(x_val, seed=0):
 def taylor_masks(full, seed):
     x, y = ez.datasets.load_arrays("digits", "train")
     return ez.pruning.taylor_member_masks(
-        full, (x, y), heads_to_prune=HEADS_TO_PRUNE // 4, num_members=3,
-        seed=seed, calibration_size=256,
+        full,
+        (x, y),
+        heads_to_prune=HEADS_TO_PRUNE // 4,
+        num_members=3,
+        seed=seed,
+        calibration_size=256,
     )
 
 
@@ -73,7 +77,10 @@ def circuit_masks(full):
         score = ez.pruning.head_ablation_scorer(full, (x_val, y_val), ood, criterion)
         rankings.append(
             ez.pruning.circuit_head_ranking(
-                score, backbone.num_layers, backbone.num_heads, HEADS_TO_PRUNE,
+                score,
+                backbone.num_layers,
+                backbone.num_heads,
+                HEADS_TO_PRUNE,
                 progress=True,
             )
         )
@@ -115,7 +122,11 @@ def build(name, masks, args):
     members = hydra.split_members(trainable_embedding=False)
     members = [
         fine_tune(
-            member, seed, args.epochs, args.batch_size, args.freeze_mlp,
+            member,
+            seed,
+            args.epochs,
+            args.batch_size,
+            args.freeze_mlp,
             args.learning_rate,
         )
         for seed, member in enumerate(members)
@@ -158,7 +169,9 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--output", default=HERE)
     parser.add_argument(
-        "--freeze-mlp", action=argparse.BooleanOptionalAction, default=True,
+        "--freeze-mlp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="keep the MLPs frozen while fine-tuning members (exact fusion)",
     )
     args = parser.parse_args()

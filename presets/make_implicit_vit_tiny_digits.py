@@ -22,9 +22,9 @@ import argparse
 import os
 
 import keras
+from make_vit_tiny_digits import test_metrics  # noqa: E402 (same folder)
 
 import ensemble_zoo as ez
-from make_vit_tiny_digits import test_metrics  # noqa: E402 (same folder)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -22,10 +22,10 @@ import os
 import keras
 import numpy as np
 import tensorflow as tf
-
-import ensemble_zoo as ez
 from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "lora_ensemble_vit_tiny_digits"
@@ -42,7 +42,9 @@ def train(model, epochs, batch_size, learning_rate, seed):
     steps = epochs * int(np.ceil(len(x) / batch_size))
     warmup = max(1, steps // 20)
     schedule = keras.optimizers.schedules.CosineDecay(
-        0.0, decay_steps=steps - warmup, warmup_target=learning_rate,
+        0.0,
+        decay_steps=steps - warmup,
+        warmup_target=learning_rate,
         warmup_steps=warmup,
     )
     model.compile(
@@ -61,7 +63,9 @@ def main():
     parser.add_argument("--rank", type=int, default=4)
     parser.add_argument("--a-gain", type=float, default=10.0)
     parser.add_argument(
-        "--reuse-head", action=argparse.BooleanOptionalAction, default=False,
+        "--reuse-head",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="start every member's head from the base model's (default: fresh heads)",
     )
     parser.add_argument("--output", default=HERE)
@@ -69,8 +73,13 @@ def main():
     keras.utils.set_random_seed(0)
     base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
     model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-        base, num_members=args.members, rank=args.rank, a_gain=args.a_gain,
-        reuse_head=args.reuse_head, num_classes=base.num_classes, seed=0,
+        base,
+        num_members=args.members,
+        rank=args.rank,
+        a_gain=args.a_gain,
+        reuse_head=args.reuse_head,
+        num_classes=base.num_classes,
+        seed=0,
     )
     train(model, args.epochs, args.batch_size, args.learning_rate, seed=0)
     metrics = test_metrics(model)

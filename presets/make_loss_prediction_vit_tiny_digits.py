@@ -23,12 +23,12 @@ import tempfile
 import keras
 import numpy as np
 import tensorflow as tf
+from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
 from scipy.stats import spearmanr
 
 import ensemble_zoo as ez
 from ensemble_zoo.models.loss_prediction import cache_embeddings
 from ensemble_zoo.models.loss_prediction import train_head_from_cache
-from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "loss_prediction_vit_tiny_digits"
@@ -88,12 +88,12 @@ def main():
         steps = written["batches"]
         warmup = max(1, steps // 20)
         schedule = keras.optimizers.schedules.CosineDecay(
-            0.0, decay_steps=steps - warmup, warmup_target=args.learning_rate,
+            0.0,
+            decay_steps=steps - warmup,
+            warmup_target=args.learning_rate,
             warmup_steps=warmup,
         )
-        optimizer = keras.optimizers.AdamW(
-            schedule, beta_1=0.8, beta_2=0.95, weight_decay=1e-4
-        )
+        optimizer = keras.optimizers.AdamW(schedule, beta_1=0.8, beta_2=0.95, weight_decay=1e-4)
         train_head_from_cache(model, path, optimizer=optimizer, verbose=2)
     metrics = uncertainty_metrics(model)
     print(NAME, metrics)
@@ -111,8 +111,7 @@ def main():
                 f"512-512 trained on the cache, one step per cached batch of "
                 f"{args.batch_size} ({steps} steps), pairwise ranking loss "
                 f"(margin 0.1), AdamW lr {args.learning_rate} beta (0.8, 0.95) "
-                "wd 1e-4, 5% warm-up then cosine; backend "
-                + keras.config.backend()
+                "wd 1e-4, 5% warm-up then cosine; backend " + keras.config.backend()
             ),
             "script": "presets/make_loss_prediction_vit_tiny_digits.py",
             "metrics": metrics,

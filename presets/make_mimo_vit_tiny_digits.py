@@ -21,10 +21,10 @@ import argparse
 import os
 
 import keras
-
-import ensemble_zoo as ez
 from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "mimo_vit_tiny_digits"
@@ -43,8 +43,11 @@ def main():
     keras.utils.set_random_seed(0)
     base = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
     model = ez.models.MIMOImageClassifier.from_keras_hub(
-        base, num_members=args.members, input_repetition=args.input_repetition,
-        batch_repetition=args.batch_repetition, seed=0,
+        base,
+        num_members=args.members,
+        input_repetition=args.input_repetition,
+        batch_repetition=args.batch_repetition,
+        seed=0,
     )
     train(model, args.epochs, args.batch_size, args.learning_rate, seed=0)
     metrics = test_metrics(model)

@@ -21,10 +21,10 @@ import os
 import keras
 import numpy as np
 import tensorflow as tf
-
-import ensemble_zoo as ez
 from make_vit_tiny_digits import augment  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "packed_ensemble_vit_tiny_digits"
@@ -72,8 +72,7 @@ def main():
                 f"from scratch, geometry of vit_tiny_digits; M={args.members}, "
                 f"alpha={alpha}, gamma={args.gamma}; {args.epochs} epochs, batch "
                 f"{args.batch_size}, AdamW (lr 3e-3 cosine to 0, weight decay "
-                "0.05), +-1 pixel random translation, seed 0, backend "
-                + keras.config.backend()
+                "0.05), +-1 pixel random translation, seed 0, backend " + keras.config.backend()
             ),
             "script": "presets/make_packed_ensemble_vit_tiny_digits.py",
             "metrics": metrics,

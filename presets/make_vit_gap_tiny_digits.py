@@ -17,11 +17,11 @@ import argparse
 import os
 
 import keras
-
-import ensemble_zoo as ez
 from make_vit_tiny_digits import BACKBONE  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
 from make_vit_tiny_digits import train_member  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,8 +41,7 @@ def main():
         "training": (
             f"{args.epochs} epochs, batch {args.batch_size}, AdamW "
             "(lr 3e-3 cosine to 0, weight decay 0.05), +-1 pixel random "
-            "translation, seed 0, pooling 'gap', backend "
-            + keras.config.backend()
+            "translation, seed 0, pooling 'gap', backend " + keras.config.backend()
         ),
         "script": "presets/make_vit_gap_tiny_digits.py",
         "backbone": BACKBONE,

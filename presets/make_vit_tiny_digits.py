@@ -64,9 +64,7 @@ def train_member(seed, epochs, batch_size, pooling="token"):
     )
     model = ez.models.DeepEnsembleClassifier([make_classifier(seed, pooling)])
     steps = epochs * int(np.ceil(len(x) / batch_size))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        3e-3, decay_steps=steps, warmup_target=None
-    )
+    schedule = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, warmup_target=None)
     model.compile(
         optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05),
         jit_compile=keras.config.backend() != "torch",
@@ -120,9 +118,7 @@ def main():
         os.path.join(args.output, "vit_tiny_digits"),
         metadata={
             **recipe,
-            "description": ez.presets.PRESETS["vit_tiny_digits"][
-                "description"
-            ],
+            "description": ez.presets.PRESETS["vit_tiny_digits"]["description"],
             "metrics": test_metrics(base),
         },
     )
@@ -132,15 +128,12 @@ def main():
         os.path.join(args.output, "deep_ensemble_vit_tiny_digits"),
         metadata={
             **recipe,
-            "description": ez.presets.PRESETS[
-                "deep_ensemble_vit_tiny_digits"
-            ]["description"],
+            "description": ez.presets.PRESETS["deep_ensemble_vit_tiny_digits"]["description"],
             "metrics": test_metrics(ensemble),
         },
     )
     for name in ("vit_tiny_digits", "deep_ensemble_vit_tiny_digits"):
-        print(name, ez.presets.preset_metadata(
-            os.path.join(args.output, name))["metrics"])
+        print(name, ez.presets.preset_metadata(os.path.join(args.output, name))["metrics"])
 
 
 if __name__ == "__main__":

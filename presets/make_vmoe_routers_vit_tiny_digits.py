@@ -29,17 +29,19 @@ import argparse
 import os
 
 import keras
-
-import ensemble_zoo as ez
 from add_digits_image_converter import add_converter  # noqa: E402 (same folder)
 from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 ROUTERS = {
     "experts_choice_vit_tiny_digits": dict(
-        router="experts_choice", capacity_factor=2.0, eval_capacity_factor=2.0,
+        router="experts_choice",
+        capacity_factor=2.0,
+        eval_capacity_factor=2.0,
     ),
     "soft_moe_vit_tiny_digits": dict(router="soft", num_slots=8),
 }
@@ -65,8 +67,12 @@ def main():
             continue
         keras.utils.set_random_seed(seed)
         model = ez.models.ViTMoEImageClassifier.from_keras_hub(
-            base, num_experts=args.experts, moe_layers=[1, 3], dropout_rate=0.1,
-            seed=seed, **router,
+            base,
+            num_experts=args.experts,
+            moe_layers=[1, 3],
+            dropout_rate=0.1,
+            seed=seed,
+            **router,
         )
         train(model, args.upstream_epochs, args.batch_size, args.learning_rate, seed=seed)
         print(name, "upstream", test_metrics(model))

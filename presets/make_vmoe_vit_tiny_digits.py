@@ -28,10 +28,10 @@ import argparse
 import os
 
 import keras
-
-import ensemble_zoo as ez
 from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
+
+import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

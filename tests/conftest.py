@@ -4,7 +4,6 @@ import subprocess
 import sys
 import tempfile
 
-
 #: Test budget: XLA compiles every eager JAX op and every jitted test model,
 #: tens of milliseconds each on CPU, which is most of the JAX run (and of
 #: TensorFlow's `jit_compile=True` tests). Without the XLA:CPU fusion
@@ -85,10 +84,12 @@ def with_xla_defaults(env):
     env.pop(_CACHE_MARKER, None)
     return env
 
-import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up lines)
+
 import keras
 import numpy as np
 import pytest
+
+import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up lines)
 
 BACKEND = keras.config.backend()
 ALL_BACKENDS = ("jax", "tensorflow", "torch")
@@ -113,8 +114,13 @@ requires_saved_model = pytest.mark.skipif(
 
 
 def run_python(
-    code=None, backend=BACKEND, timeout=900, cwd=REPO_ROOT, script=None,
-    return_stderr=False, xla_defaults=False,
+    code=None,
+    backend=BACKEND,
+    timeout=900,
+    cwd=REPO_ROOT,
+    script=None,
+    return_stderr=False,
+    xla_defaults=False,
 ):
     """Runs `code` (or the file `script`) in a fresh interpreter under
     `backend` with the source tree importable; returns stdout (and stderr
@@ -136,8 +142,7 @@ def run_python(
     )
     if result.returncode != 0:
         raise AssertionError(
-            f"Subprocess under {backend} failed:\n{result.stdout[-3000:]}\n"
-            f"{result.stderr[-5000:]}"
+            f"Subprocess under {backend} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
         )
     if return_stderr:
         return result.stdout, result.stderr

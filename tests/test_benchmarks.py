@@ -11,7 +11,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import run_python
@@ -106,7 +105,11 @@ def test_run_all_quick_measures_every_method(tmp_path):
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # run_all.py sets it itself
     result = subprocess.run(
         [sys.executable, "benchmarks/run_all.py", "--quick", "--json", str(path)],
-        env=env, capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
@@ -114,7 +117,8 @@ def test_run_all_quick_measures_every_method(tmp_path):
         assert not TF_START_UP.search(stream), stream
     assert re.search(
         r"^run_all: backend torch; .*; one process for all sections; [\d.]+ GiB memory available$",
-        out, re.M,
+        out,
+        re.M,
     ), out
     assert re.search(r"^device: cpu \(\d+ cores\); backend torch; dtype float32", out, re.M), out
     # The memory line comes before each section's rows are measured, the
@@ -124,10 +128,13 @@ def test_run_all_quick_measures_every_method(tmp_path):
     for name in SECTIONS:
         held = (
             r"held once the models are built \([\d.]+ (MiB|GiB) runtime \+ [\d.]+ MiB weights"
-            r" of [\d,]+ parameters.*\)" if name not in ("metrics", "decoding") else r"runtime"
+            r" of [\d,]+ parameters.*\)"
+            if name not in ("metrics", "decoding")
+            else r"runtime"
         )
         needs = next(
-            i for i, line in enumerate(lines)
+            i
+            for i, line in enumerate(lines)
             if re.match(
                 rf"\[{name}: needs ~[\d.]+ (MiB|GiB) = [\d.]+ (MiB|GiB) {held} \+ .*;"
                 r" [\d.]+ GiB available \(.*\)\]$",
@@ -135,7 +142,8 @@ def test_run_all_quick_measures_every_method(tmp_path):
             )
         )
         done = next(
-            i for i, line in enumerate(lines)
+            i
+            for i, line in enumerate(lines)
             if re.match(
                 rf"\[{name}: \d+ s; peak RSS so far [\d.]+ (MiB|GiB) \(.*\),"
                 r" [\d.]+ (MiB|GiB) estimated\]$",
@@ -157,17 +165,28 @@ def test_run_all_quick_measures_every_method(tmp_path):
         ), memory
     variants = {(r["section"], r["variant"]) for r in report["rows"]}
     for expected in [
-        ("hydra", "fused"), ("hydra", "3 members separately"), ("lora", "LoRA-Ensemble 4"),
-        ("lora", "explicit ensemble of 4"), ("moe", "2 x V-MoE K=1"),
-        ("moe", "E³ K=1 M=2 (indices)"), ("moe", "Experts Choice, C x1"),
-        ("moe", "Soft MoE, tokens/E slots"), ("sparse_moe", "SparseMoE (indices)"),
-        ("dispatch", "indices, C x8"), ("metrics", "OOD AUROC: ensemble_zoo"),
-        ("baselines", "Packed-Ensembles 3 (alpha 3)"), ("baselines", "MIMO 3"),
+        ("hydra", "fused"),
+        ("hydra", "3 members separately"),
+        ("lora", "LoRA-Ensemble 4"),
+        ("lora", "explicit ensemble of 4"),
+        ("moe", "2 x V-MoE K=1"),
+        ("moe", "E³ K=1 M=2 (indices)"),
+        ("moe", "Experts Choice, C x1"),
+        ("moe", "Soft MoE, tokens/E slots"),
+        ("sparse_moe", "SparseMoE (indices)"),
+        ("dispatch", "indices, C x8"),
+        ("metrics", "OOD AUROC: ensemble_zoo"),
+        ("baselines", "Packed-Ensembles 3 (alpha 3)"),
+        ("baselines", "MIMO 3"),
     ]:
         assert expected in variants, expected
     decoding = [r for r in report["rows"] if r["section"] == "decoding"]
     assert [r["variant"] for r in decoding] == [
-        "keras-hub generate", "plain", "LoRA-Ensemble 1", "LoRA-Ensemble 2", "2 separate models"
+        "keras-hub generate",
+        "plain",
+        "LoRA-Ensemble 1",
+        "LoRA-Ensemble 2",
+        "2 separate models",
     ]
     for row in decoding:
         assert row["first_token_ms"] > 0 and row["decode_ms_per_token"] > 0, row
@@ -184,7 +203,13 @@ def test_run_all_quick_measures_every_method(tmp_path):
         if row["section"] == "metrics":
             assert row["max_abs_difference"] <= 1e-6, row
     trained = {r["variant"] for r in report["rows"] if r.get("train_ms") is not None}
-    assert {"single", "fused", "LoRA-Ensemble 4", "E³ K=1 M=2 (one-hot)", "Masksembles 3"} <= trained
+    assert {
+        "single",
+        "fused",
+        "LoRA-Ensemble 4",
+        "E³ K=1 M=2 (one-hot)",
+        "Masksembles 3",
+    } <= trained
 
 
 def _run_all_module():
@@ -206,10 +231,20 @@ def test_run_all_refuses_a_section_that_would_not_fit(tmp_path, capsys):
     run_all = _run_all_module()
     path = tmp_path / "report.json"
     with pytest.raises(SystemExit) as exited:
-        run_all.main([
-            "--quick", "--only", "lora", "metrics", "--isolation", "none",
-            "--memory-limit", "64", "--json", str(path),
-        ])
+        run_all.main(
+            [
+                "--quick",
+                "--only",
+                "lora",
+                "metrics",
+                "--isolation",
+                "none",
+                "--memory-limit",
+                "64",
+                "--json",
+                str(path),
+            ]
+        )
     assert exited.value.code == 1
     out = capsys.readouterr().out
     assert re.search(
@@ -218,14 +253,16 @@ def test_run_all_refuses_a_section_that_would_not_fit(tmp_path, capsys):
         r" gradients and AdamW state \([\d,]+ trained in 2 models\) \+ [\d.]+ MiB activations"
         r" \(train step of LoRA-Ensemble 4, batch 4, float32\) \+ 512 MiB compiler;"
         r" 64 MiB available \(--memory-limit\)\]$",
-        out, re.M,
+        out,
+        re.M,
     ), out
     assert re.search(
         r"^\[lora: refused: needs ~[\d.]+ (MiB|GiB) but only 64 MiB is available, so it would be"
         r" killed for lack of memory; even without its activations it needs ~[\d.]+ (MiB|GiB):"
         r" run it on a machine with more memory, or the other sections with --only;"
         r" --ignore-memory-check runs it anyway\]$",
-        out, re.M,
+        out,
+        re.M,
     ), out
     assert re.search(r"^not run: lora \(refused\), metrics \(refused\)$", out, re.M), out
     assert not re.search(r"^\[lora: \d+ s", out, re.M), out  # nothing ran
@@ -235,15 +272,26 @@ def test_run_all_refuses_a_section_that_would_not_fit(tmp_path, capsys):
     assert memory["status"] == "refused" and memory["estimated_peak_mib"] > 64, memory
     assert memory["estimate_mib"]["weights"] == pytest.approx(4 * memory["parameters"] / 2**20)
 
-    rows = run_all.main([
-        "--quick", "--only", "metrics", "--isolation", "none", "--memory-limit", "64",
-        "--ignore-memory-check", "--repeats", "1",
-    ])
+    rows = run_all.main(
+        [
+            "--quick",
+            "--only",
+            "metrics",
+            "--isolation",
+            "none",
+            "--memory-limit",
+            "64",
+            "--ignore-memory-check",
+            "--repeats",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert re.search(
         r"^\[metrics: warning: needs ~[\d.]+ (MiB|GiB) but only 64 MiB is available; running it"
         r" anyway \(--ignore-memory-check\)\]$",
-        out, re.M,
+        out,
+        re.M,
     ), out
     assert {r["section"] for r in rows} == {"metrics"}
 
@@ -275,13 +323,19 @@ def test_index_dispatch_needs_less_memory_than_one_hot():
     x = np.random.default_rng(0).normal(size=(8, 17, 32)).astype("float32")
     memory = {}
     for dispatcher in ("einsum", "indices"):
-        model = keras.Sequential([
-            keras.Input((17, 32)),
-            ez.layers.SparseMoE(
-                num_experts=8, mlp_dim=8, top_k=2, group_size=8 * 17,
-                capacity_factor=8.0, dispatcher=dispatcher,
-            ),
-        ])
+        model = keras.Sequential(
+            [
+                keras.Input((17, 32)),
+                ez.layers.SparseMoE(
+                    num_experts=8,
+                    mlp_dim=8,
+                    top_k=2,
+                    group_size=8 * 17,
+                    capacity_factor=8.0,
+                    dispatcher=dispatcher,
+                ),
+            ]
+        )
         memory[dispatcher] = (peak_memory_mb(model, x), peak_memory_mb(model, x, train=True))
     assert memory["indices"][0] < 0.5 * memory["einsum"][0], memory
     assert memory["indices"][1] < 0.6 * memory["einsum"][1], memory
@@ -302,12 +356,15 @@ def test_hydra_profile_stages_compose_to_the_block():
     _, x = hydra_profile.stage_inputs("block", 2, size, rng)
     for which, x in enumerate((x[:, 0], x)):
         attention, mlp, block = (stages[s][which] for s in ("attention", "mlp", "block"))
-        np.testing.assert_allclose(
-            np.asarray(mlp(attention(x))), np.asarray(block(x)), atol=1e-5
-        )
+        np.testing.assert_allclose(np.asarray(mlp(attention(x))), np.asarray(block(x)), atol=1e-5)
     rows = hydra_profile.profile("tiny", batch=2, repeats=1, attention="auto")
     assert [r["stage"] for r in rows] == [
-        "embedding", "attention", "mlp", "block", "block x layers", "whole model"
+        "embedding",
+        "attention",
+        "mlp",
+        "block",
+        "block x layers",
+        "whole model",
     ]
     assert all(r["fused_kernels"] > 0 for r in rows if r["stage"] != "block x layers")
     assert rows[-1]["mac_ratio"] == pytest.approx(2.24, abs=0.01)

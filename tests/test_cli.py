@@ -54,8 +54,12 @@ def test_commands_that_need_no_model_do_not_import_keras():
         "        print(e.code)\n"
         "print(sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch', 'ensemble_zoo') if m in sys.modules))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    tail = [l for l in result.stdout.splitlines() if l in ("0", "2", "returned 0") or l.startswith("[")]
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    tail = [
+        l for l in result.stdout.splitlines() if l in ("0", "2", "returned 0") or l.startswith("[")
+    ]
     assert tail == ["0", "0", "returned 0", "2", "2", "[]"], result.stdout + result.stderr
     assert f"ensemble-zoo {ez.__version__}" in result.stdout
     assert "compare` ranks the 17 trained ensemble classifiers" in result.stdout
@@ -64,15 +68,20 @@ def test_commands_that_need_no_model_do_not_import_keras():
     # The name tables the parser reads equal the package's own lists.
     assert cli.preset_names() == ez.presets.list_presets()
     classification = ez.datasets.list_datasets()  # and the text task, second
-    assert cli.dataset_names() == classification[:1] + [ez.datasets.arithmetic.NAME] + classification[1:]
+    assert (
+        cli.dataset_names()
+        == classification[:1] + [ez.datasets.arithmetic.NAME] + classification[1:]
+    )
     assert set(cli.trained_preset_names()) == {
-        p for p in ez.presets.list_presets()
+        p
+        for p in ez.presets.list_presets()
         if ez.presets.preset_metadata(p)["kind"] in ("trained", "adapters")
     }
     # `compare` ranks (and `list` marks) the presets that load as ensemble
     # classifiers, by a rule that reads metadata alone.
     classifiers = {
-        p for p in cli.trained_preset_names()
+        p
+        for p in cli.trained_preset_names()
         if issubclass(
             keras.saving.get_registered_object(
                 f"ensemble_zoo>{ez.presets.preset_metadata(p)['class_name']}"
@@ -85,24 +94,40 @@ def test_commands_that_need_no_model_do_not_import_keras():
 
 
 def test_tensorflow_start_up_lines_are_dropped_and_other_output_kept(capfd):
-    from ensemble_zoo.utils.quiet_import import quiet_stderr
     import os
+
+    from ensemble_zoo.utils.quiet_import import quiet_stderr
 
     cuinit = (
         b"E0000 00:00:1795810003.598596   12359 cuda_platform.cc:52] failed call to cuInit: "
         b"INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n"
     )
     with quiet_stderr():
-        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
-        os.write(2, b"I0000 00:00:1795398926.570333    6590 port.cc:153] oneDNN custom operations are on.\n")
-        os.write(2, b"I0000 00:00:1795398926.571646    6590 cudart_stub.cc:31] Could not find cuda drivers\n")
+        os.write(
+            2,
+            b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+        )
+        os.write(
+            2,
+            b"I0000 00:00:1795398926.570333    6590 port.cc:153] oneDNN custom operations are on.\n",
+        )
+        os.write(
+            2,
+            b"I0000 00:00:1795398926.571646    6590 cudart_stub.cc:31] Could not find cuda drivers\n",
+        )
         os.write(2, b"a real warning\n")
         os.write(2, b"E0000 00:00:1795398926.571646    6590 cuda_executor.cc:31] an error\n")
-        os.write(2, b"normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.\n")
+        os.write(
+            2,
+            b"normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.\n",
+        )
         os.write(2, cuinit)
     err = capfd.readouterr().err
     # The cuInit error goes only where TensorFlow found no CUDA driver.
-    assert err == "a real warning\nE0000 00:00:1795398926.571646    6590 cuda_executor.cc:31] an error\n"
+    assert (
+        err
+        == "a real warning\nE0000 00:00:1795398926.571646    6590 cuda_executor.cc:31] an error\n"
+    )
     with quiet_stderr():
         os.write(2, cuinit)
     assert capfd.readouterr().err == cuinit.decode()
@@ -148,7 +173,9 @@ def test_progress_lines_in_a_log(monkeypatch):
         pass
     lines = log.getvalue().splitlines()
     assert [l.split(" (elapsed")[0] for l in lines[:3]] == [
-        "compare: 2 steps", "compare [1/2] a", "compare [2/2] b"
+        "compare: 2 steps",
+        "compare [1/2] a",
+        "compare [2/2] b",
     ]
     assert lines[3].startswith("compare: 2 steps done in ") and lines[3].endswith(" s")
     assert lines[4:6] == ["timing", "predict test: 2 batches"]
@@ -168,9 +195,15 @@ def test_a_missing_backend_names_its_extra(tmp_path):
     env = dict(os.environ, KERAS_BACKEND="torch")
     for code, stream in (
         (block + "import ensemble_zoo", "stderr"),
-        (block + "import ensemble_zoo_cli; ensemble_zoo_cli.main(['evaluate', '--preset', 'vit_tiny_digits'])", "stderr"),
+        (
+            block
+            + "import ensemble_zoo_cli; ensemble_zoo_cli.main(['evaluate', '--preset', 'vit_tiny_digits'])",
+            "stderr",
+        ),
     ):
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        )
         assert result.returncode != 0
         err = getattr(result, stream)
         assert 'pip install "ensemble_zoo[torch]"' in err, err
@@ -193,10 +226,16 @@ def test_evaluate_passes_the_base_model_of_an_adapter_preset(capsys):
     """`--base` reaches the adapter preset's loader: the tiny arithmetic
     model is not the Gemma 3 270M the shipped adapters were trained on."""
     with pytest.raises(SystemExit) as exit_info:
-        cli.main([
-            "evaluate", "--preset", "lora_ensemble_gemma3_270m_arithmetic",
-            "--base", "gemma_tiny_arithmetic", "--no-progress",
-        ])
+        cli.main(
+            [
+                "evaluate",
+                "--preset",
+                "lora_ensemble_gemma3_270m_arithmetic",
+                "--base",
+                "gemma_tiny_arithmetic",
+                "--no-progress",
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "do not fit the base model 'gemma_tiny_arithmetic'" in err

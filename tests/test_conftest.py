@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-
 from conftest import BACKEND
 from conftest import TEST_XLA_FLAGS
 from conftest import with_xla_defaults

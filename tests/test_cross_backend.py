@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import ALL_BACKENDS
 from conftest import BACKEND
 from conftest import run_python
+
+import ensemble_zoo as ez
 
 
 def deep_ensemble():
@@ -27,9 +27,7 @@ def hydra():
 
 def lora_ensemble():
     vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
-    model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-        vit, num_members=2, rank=2, seed=0
-    )
+    model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(vit, num_members=2, rank=2, seed=0)
     rng = np.random.default_rng(0)
     for adapter in model.adapters:
         adapter.lora_b.assign(rng.normal(scale=0.02, size=adapter.lora_b.shape))
@@ -42,7 +40,9 @@ MAKERS = (deep_ensemble, hydra, lora_ensemble)
 # Each backend loads what the next one in this cycle saved, so every
 # backend saves and every backend loads (half the subprocesses of all six
 # ordered pairs: test-time budget).
-NEXT = {ALL_BACKENDS[i]: ALL_BACKENDS[(i + 1) % len(ALL_BACKENDS)] for i in range(len(ALL_BACKENDS))}
+NEXT = {
+    ALL_BACKENDS[i]: ALL_BACKENDS[(i + 1) % len(ALL_BACKENDS)] for i in range(len(ALL_BACKENDS))
+}
 
 
 @pytest.mark.cross_backend

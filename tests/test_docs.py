@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import BACKEND
 from conftest import REPO_ROOT
 
@@ -29,7 +28,10 @@ def build(source_root, site_dir):
     completed process."""
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site_dir)],
-        cwd=source_root, capture_output=True, text=True, timeout=300,
+        cwd=source_root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -82,8 +84,9 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     """Strict mode is on: one broken link in a copy of the docs fails it."""
     copy = tmp_path / "repo"
     for name in ("docs", "guides", "ensemble_zoo"):
-        shutil.copytree(os.path.join(REPO_ROOT, name), copy / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            os.path.join(REPO_ROOT, name), copy / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
     for name in ("mkdocs.yml", "README.md"):
         shutil.copy(os.path.join(REPO_ROOT, name), copy / name)
     with open(copy / "docs" / "export.md", "a") as f:

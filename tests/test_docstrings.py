@@ -5,7 +5,6 @@ import os
 import re
 
 import pytest
-
 from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import copy_test_fixtures
@@ -24,7 +23,8 @@ def docstring_examples():
             path = os.path.join(directory, name)
             tree = ast.parse(open(path, encoding="utf-8").read())
             nodes = [tree] + [
-                n for n in ast.walk(tree)
+                n
+                for n in ast.walk(tree)
                 if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
             ]
             for node in nodes:

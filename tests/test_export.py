@@ -13,13 +13,18 @@ import os
 import keras
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import BACKEND
 
+import ensemble_zoo as ez
+
 KEYS = ("probabilities", "member_logits", "total", "aleatoric", "epistemic")
-SUFFIX = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite",
-          "torch": ".pt2", "openvino": ".xml"}
+SUFFIX = {
+    "tf_saved_model": "",
+    "onnx": ".onnx",
+    "litert": ".tflite",
+    "torch": ".pt2",
+    "openvino": ".xml",
+}
 # One preset per format, so that the formats cover several methods.
 PRESET = {
     "tf_saved_model": "hydra_circuit_vit_tiny_digits",
@@ -108,7 +113,9 @@ def test_include_preprocessing_serves_raw_images(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="one backend: int8 kernels are tested on all three")
+@pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="one backend: int8 kernels are tested on all three"
+)
 def test_int8_artifact_agrees_with_float32(tmp_path):
     model = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits")
     x, raw = digits()
@@ -169,7 +176,9 @@ def test_bad_format_and_suffix_are_clear_errors(tmp_path):
         ez.export.ExportedModel(str(tmp_path / "model.bin"))
     # A stochastic method: every format would serve another model.
     mc = ez.models.EnsembleClassifier.from_preset("mc_dropout_vit_tiny_digits")
-    with pytest.raises(ValueError, match="MCDropoutClassifier to format='onnx': MC dropout draws new"):
+    with pytest.raises(
+        ValueError, match="MCDropoutClassifier to format='onnx': MC dropout draws new"
+    ):
         mc.export(str(tmp_path / "mc.onnx"), format="onnx")
     assert not os.listdir(tmp_path)
 
@@ -201,10 +210,13 @@ def test_a_converter_failure_or_a_different_artifact_is_an_export_error(tmp_path
 
         def __call__(self, inputs):
             n = len(inputs)
-            return {"probabilities": np.full((n, 8), 0.125, "float32"),
-                    "member_logits": np.zeros((n, 1, 8), "float32"),
-                    "total": np.zeros(n, "float32"), "aleatoric": np.zeros(n, "float32"),
-                    "epistemic": np.zeros(n, "float32")}
+            return {
+                "probabilities": np.full((n, 8), 0.125, "float32"),
+                "member_logits": np.zeros((n, 1, 8), "float32"),
+                "total": np.zeros(n, "float32"),
+                "aleatoric": np.zeros(n, "float32"),
+                "epistemic": np.zeros(n, "float32"),
+            }
 
     monkeypatch.setattr(runtimes, "ExportedModel", Wrong)
     with pytest.raises(ez.export.ExportError, match="computes 'probabilities' differently"):
@@ -240,7 +252,11 @@ def test_text_classifier_exports_its_three_named_inputs(tmp_path):
     assert sorted(artifact._inputs) == sorted(x)
     expected = ez.ops.uncertainty_decomposition(hydra(x))
     got = artifact(x)
-    np.testing.assert_allclose(got["member_logits"], keras.ops.convert_to_numpy(hydra(x)), atol=1e-5)
-    np.testing.assert_allclose(got["epistemic"], keras.ops.convert_to_numpy(expected["epistemic"]), atol=1e-5)
+    np.testing.assert_allclose(
+        got["member_logits"], keras.ops.convert_to_numpy(hydra(x)), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        got["epistemic"], keras.ops.convert_to_numpy(expected["epistemic"]), atol=1e-5
+    )
     one = artifact({k: v[:1] for k, v in x.items()})
     np.testing.assert_allclose(one["member_logits"], got["member_logits"][:1], atol=1e-5)

@@ -15,7 +15,6 @@ import glob
 import os
 
 import pytest
-
 from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import run_python
@@ -48,11 +47,13 @@ def test_guide_runs(tmp_path, path):
     if BACKEND != home:
         pytest.skip(f"this guide runs under {home} in the test suite")
     # A guide trains for minutes: XLA's defaults (optimised code) pay there.
-    stdout, stderr = run_python(
-        script=path, cwd=tmp_path, return_stderr=True, xla_defaults=True
-    )
+    stdout, stderr = run_python(script=path, cwd=tmp_path, return_stderr=True, xla_defaults=True)
     assert "accuracy" in stdout
     # No TensorFlow start-up lines (the guides import ensemble_zoo
     # first) and no XLA "Ignoring Assert operator" lines.
-    for noise in ("oneDNN custom operations", "Could not find cuda drivers", "Ignoring Assert operator"):
+    for noise in (
+        "oneDNN custom operations",
+        "Could not find cuda drivers",
+        "Ignoring Assert operator",
+    ):
         assert noise not in stderr, stderr[-3000:]

@@ -13,7 +13,6 @@ import ast
 import pathlib
 
 import pytest
-
 from conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "jax", reason="backend-independent")
@@ -22,8 +21,16 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ensemble_zoo"
 
 # Packages of the methods: none imports another's private (`_`) names.
 METHOD_PACKAGES = (
-    "baselines", "batch_ensemble", "deep_ensemble", "hydra", "implicit",
-    "lora_ensemble", "loss_prediction", "masksembles", "mimo", "packed_ensemble",
+    "baselines",
+    "batch_ensemble",
+    "deep_ensemble",
+    "hydra",
+    "implicit",
+    "lora_ensemble",
+    "loss_prediction",
+    "masksembles",
+    "mimo",
+    "packed_ensemble",
     "vit_moe",
 )
 
@@ -128,7 +135,8 @@ def test_presets_do_not_import_models():
 def test_no_private_name_crosses_method_packages():
     _, private = _graph()
     crossing = [
-        (importer, target, name) for importer, target, name in private
+        (importer, target, name)
+        for importer, target, name in private
         if _method_package(target) and _method_package(importer) != _method_package(target)
     ]
     assert crossing == []

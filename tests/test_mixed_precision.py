@@ -7,10 +7,10 @@ life cycle under each low-precision policy."""
 import keras
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import requires_saved_model
 from zoo_testing import to_np
+
+import ensemble_zoo as ez
 
 
 @pytest.fixture

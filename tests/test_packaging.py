@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import BACKEND
 from conftest import REPO_ROOT
 
@@ -15,16 +14,28 @@ from conftest import REPO_ROOT
 @pytest.mark.skipif(BACKEND != "torch", reason="packaging is backend-independent")
 def test_wheel_loads_presets_without_the_source_tree(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path / "dist"), REPO_ROOT],
-        check=True, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            REPO_ROOT,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     (wheel,) = glob.glob(str(tmp_path / "dist" / "*.whl"))
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--target",
-         str(target), wheel],
-        check=True, capture_output=True, timeout=600,
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), wheel],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     code = """
 import ensemble_zoo as ez
@@ -37,8 +48,12 @@ print("accuracy", ez.metrics.accuracy(probs, y))
 """
     env = dict(os.environ, PYTHONPATH=str(target), KERAS_BACKEND=BACKEND)
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.splitlines()

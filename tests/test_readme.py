@@ -6,13 +6,13 @@ import re
 import subprocess
 
 import pytest
-
-import ensemble_zoo as ez
 from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import copy_test_fixtures
 from conftest import run_python
 from conftest import with_xla_defaults
+
+import ensemble_zoo as ez
 
 README = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
 
@@ -22,9 +22,16 @@ README = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
 DOC_PAGES = [
     os.path.join(REPO_ROOT, "docs", *page.split("/"))
     for page in (
-        "methods/hydra.md", "methods/lora_ensemble.md", "methods/causal_lm.md",
-        "methods/vmoe_e3.md", "methods/loss_prediction.md", "methods/implicit.md",
-        "methods/baselines.md", "presets.md", "export.md", "benchmarks.md",
+        "methods/hydra.md",
+        "methods/lora_ensemble.md",
+        "methods/causal_lm.md",
+        "methods/vmoe_e3.md",
+        "methods/loss_prediction.md",
+        "methods/implicit.md",
+        "methods/baselines.md",
+        "presets.md",
+        "export.md",
+        "benchmarks.md",
     )
 ]
 
@@ -131,7 +138,10 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
     """Runs the README's main command verbatim in a clean copy of the repo."""
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     copy = tmp_path / "repo"
     for name in files:
@@ -145,9 +155,13 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
     # hide the log lines a user sees (nor conftest's OMP_NUM_THREADS).
     env = with_xla_defaults(
         {
-            k: v for k, v in os.environ.items()
-            if k not in (
-                "PYTHONPATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL",
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "PYTHONPATH",
+                "VIRTUAL_ENV",
+                "TF_CPP_MIN_LOG_LEVEL",
                 "OMP_NUM_THREADS",
             )
         }
@@ -157,7 +171,11 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
     env["PIP_NO_COMPILE"] = "1"
     result = subprocess.run(
         ["bash", "-c", marked_command("main-command")],
-        cwd=copy, env=env, capture_output=True, text=True, timeout=1800,
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     check_compare_output(copy / "ensemble_zoo_results", result.stdout)
@@ -171,9 +189,15 @@ def check_compare_log(log):
     TensorFlow / absl log line."""
     names = ez.evaluation.trained_presets()
     lines = log.splitlines()
-    first = next(i for i, l in enumerate(lines) if l.startswith(f"compare [1/{len(names)}] {names[0]} "))
-    done = next(i for i, l in enumerate(lines) if l.startswith(f"compare: {len(names)} steps done in "))
-    second = next(i for i, l in enumerate(lines) if l.startswith(f"compare [2/{len(names)}] {names[1]} "))
+    first = next(
+        i for i, l in enumerate(lines) if l.startswith(f"compare [1/{len(names)}] {names[0]} ")
+    )
+    done = next(
+        i for i, l in enumerate(lines) if l.startswith(f"compare: {len(names)} steps done in ")
+    )
+    second = next(
+        i for i, l in enumerate(lines) if l.startswith(f"compare [2/{len(names)}] {names[1]} ")
+    )
     assert first < second < done
     assert not [l for l in lines if "CUDA error" in l or re.match(r"^[EWI]0000 ", l)], log[-3000:]
 
@@ -195,7 +219,10 @@ def check_compare_output(out, printed):
     saved = json.loads((out / "deep_ensemble_vit_tiny_digits" / "report.json").read_text())
     for section in ("in_distribution", "temperature_scaled", "ood", "shift", "diversity"):
         for key, value in _leaves(saved[section]):
-            assert value == pytest.approx(_get(fresh.metrics[section], key), abs=1e-6), (section, key)
+            assert value == pytest.approx(_get(fresh.metrics[section], key), abs=1e-6), (
+                section,
+                key,
+            )
     # The latency is the one timing of all presets in alternation.
     assert saved["cost"]["latency_ms"] > 0 and saved["cost"]["throughput"] > 0
     row = dict(zip(board["columns"], board["rows"][0]))
@@ -218,7 +245,11 @@ def check_compare_output(out, printed):
             assert row["latency x base"] == shown["latency x base"] == "1.00x"
         # One source per number: `list` shows the recorded test metrics.
         recorded = ez.presets.preset_metadata(row["preset"])["metrics"]
-        for column, key in (("accuracy", "test_accuracy"), ("NLL", "test_nll"), ("ECE", "test_ece")):
+        for column, key in (
+            ("accuracy", "test_accuracy"),
+            ("NLL", "test_nll"),
+            ("ECE", "test_ece"),
+        ):
             assert abs(recorded[key] - row[column]) <= 1.5e-4, (row["preset"], column)
     assert "the round-to-round noise is +-" in printed
 

@@ -57,8 +57,13 @@ def tiny_vit(
 
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=image_shape, patch_size=patch_size, num_layers=num_layers,
-        num_heads=num_heads, hidden_dim=hidden_dim, mlp_dim=mlp_dim, **backbone_kwargs,
+        image_shape=image_shape,
+        patch_size=patch_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        hidden_dim=hidden_dim,
+        mlp_dim=mlp_dim,
+        **backbone_kwargs,
     )
     return keras_hub.models.ViTImageClassifier(
         backbone=backbone, num_classes=num_classes, pooling=pooling, preprocessor=preprocessor
@@ -81,8 +86,12 @@ def tiny_bert(
 
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=vocabulary_size, num_layers=2, num_heads=num_heads, hidden_dim=16,
-        intermediate_dim=32, max_sequence_length=max_sequence_length,
+        vocabulary_size=vocabulary_size,
+        num_layers=2,
+        num_heads=num_heads,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=max_sequence_length,
     )
     return keras_hub.models.BertTextClassifier(
         backbone=backbone, num_classes=num_classes, preprocessor=None, **classifier_kwargs
@@ -134,7 +143,9 @@ def np_token_figures(member_logits, tokens=None, weights=None):
             "member_entropy": np.stack([h(p[:, m], log_p[:, m]) for m in members], 1),
             "epistemic": sum(w[m] * kl(p[:, m], log_p[:, m], log_mean) for m in members),
             "expected_pairwise_kl": sum(
-                w[m] * w[n] * kl(p[:, m], log_p[:, m], log_p[:, n]) for m in members for n in members
+                w[m] * w[n] * kl(p[:, m], log_p[:, m], log_p[:, n])
+                for m in members
+                for n in members
             ),
             "reverse_mutual_information": sum(
                 w[m] * kl(mean, log_mean, log_p[:, m]) for m in members

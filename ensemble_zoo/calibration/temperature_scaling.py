@@ -4,11 +4,11 @@ import warnings
 
 import numpy as np
 
-from ensemble_zoo.utils.validation import check_real
-from ensemble_zoo.utils.validation import check_nonempty_axes
-from ensemble_zoo.utils.validation import check_finite
-from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.metrics.array_checks import as_labels
+from ensemble_zoo.utils.validation import as_numeric_array
+from ensemble_zoo.utils.validation import check_finite
+from ensemble_zoo.utils.validation import check_nonempty_axes
+from ensemble_zoo.utils.validation import check_real
 
 
 def _as_member_logits(member_logits):
@@ -22,7 +22,12 @@ def _as_member_logits(member_logits):
         )
     if member_logits.shape[0] == 0:
         raise ValueError("`member_logits` is empty.")
-    check_nonempty_axes(member_logits.shape, "member_logits", "(samples, members, classes)", {1: "member", 2: "class"})
+    check_nonempty_axes(
+        member_logits.shape,
+        "member_logits",
+        "(samples, members, classes)",
+        {1: "member", 2: "class"},
+    )
     return check_finite(member_logits, "member_logits")
 
 
@@ -77,9 +82,7 @@ class TemperatureScaling:
             raise ValueError(f"`bounds` must be a pair (low, high); got {bounds!r}.")
         bounds = tuple(check_real(b, "bounds", low=0.0, low_open=True) for b in bounds)
         if not bounds[0] < bounds[1]:
-            raise ValueError(
-                f"`bounds` must be (low, high) with 0 < low < high; got {bounds}."
-            )
+            raise ValueError(f"`bounds` must be (low, high) with 0 < low < high; got {bounds}.")
         self.temperature = check_real(temperature, "temperature", low=0.0, low_open=True)
         self.bounds = bounds
 
@@ -103,17 +106,12 @@ class TemperatureScaling:
         labels = as_labels(labels, member_logits.shape[0], member_logits.shape[2])
         log_low, log_high = np.log(self.bounds[0]), np.log(self.bounds[1])
         result = minimize_scalar(
-            lambda log_t: self.negative_log_likelihood(
-                member_logits, labels, float(np.exp(log_t))
-            ),
+            lambda log_t: self.negative_log_likelihood(member_logits, labels, float(np.exp(log_t))),
             bounds=(log_low, log_high),
             method="bounded",
             options={"xatol": 1e-6},
         )
-        nll = [
-            self.negative_log_likelihood(member_logits, labels, t)
-            for t in self.bounds
-        ]
+        nll = [self.negative_log_likelihood(member_logits, labels, t) for t in self.bounds]
         if abs(nll[0] - nll[1]) <= 1e-9 * max(1.0, abs(nll[0])):
             self.temperature = 1.0
             warnings.warn(

@@ -39,10 +39,7 @@ def list_datasets():
 
 def _check_name(name):
     if name not in list_datasets():
-        raise ValueError(
-            f"Unknown dataset {name!r}; valid names: "
-            f"{', '.join(list_datasets())}."
-        )
+        raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(list_datasets())}.")
 
 
 def splits(name):
@@ -120,8 +117,7 @@ def image_preprocessor(name):
     _check_name(name)
     if name != _digits.NAME:
         raise ValueError(
-            f"image_preprocessor serves the bundled dataset "
-            f"({_digits.NAME!r}); got {name!r}."
+            f"image_preprocessor serves the bundled dataset ({_digits.NAME!r}); got {name!r}."
         )
     return _digits.image_preprocessor(_digits.IMAGE_SHAPE[:2])
 
@@ -168,13 +164,8 @@ def load(
     import tensorflow as tf
 
     _check_name(name)
-    if batch_size is not None and (
-        not is_integer(batch_size)
-        or batch_size < 1
-    ):
-        raise ValueError(
-            f"`batch_size` must be a positive int or None; got {batch_size!r}."
-        )
+    if batch_size is not None and (not is_integer(batch_size) or batch_size < 1):
+        raise ValueError(f"`batch_size` must be a positive int or None; got {batch_size!r}.")
     if name == _digits.NAME:
         if image_shape is not None and tuple(image_shape) != _digits.IMAGE_SHAPE:
             raise ValueError(
@@ -193,12 +184,9 @@ def load(
             )
         if image_shape is not None and len(tuple(image_shape)) != 3:
             raise ValueError(
-                "`image_shape` must be (height, width, channels); got "
-                f"{image_shape!r}."
+                f"`image_shape` must be (height, width, channels); got {image_shape!r}."
             )
-        ds = _load_tfds(
-            name, split, image_shape, data_dir=data_dir, download=download
-        )
+        ds = _load_tfds(name, split, image_shape, data_dir=data_dir, download=download)
     if preprocessor is not None:
         ds = ds.map(
             lambda x, y: (preprocessor(x), y),

@@ -75,8 +75,14 @@ def tokenizer():
         model_writer=proto,
         model_type="CHAR",
         vocab_size=len(CHARACTERS) + 5,
-        pad_id=0, bos_id=1, eos_id=2, unk_id=3,
-        pad_piece="<pad>", bos_piece="<bos>", eos_piece="<eos>", unk_piece="<unk>",
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        bos_piece="<bos>",
+        eos_piece="<eos>",
+        unk_piece="<unk>",
         normalization_rule_name="identity",  # ASCII only: no NFKC tables
         minloglevel=2,
     )

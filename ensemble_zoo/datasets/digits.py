@@ -62,9 +62,7 @@ def _in_distribution_indices(labels):
         parts["validation"].append(idx[n_train : n_train + n_val])
         parts["test"].append(idx[n_train + n_val :])
     # Interleave classes deterministically (no class-sorted order).
-    return {
-        k: np.sort(np.concatenate(v)) for k, v in parts.items()
-    }
+    return {k: np.sort(np.concatenate(v)) for k, v in parts.items()}
 
 
 def _far_ood():
@@ -95,8 +93,7 @@ def load_arrays(split, raw=False):
     """
     if split not in SPLITS:
         raise ValueError(
-            f"Unknown split {split!r} for dataset 'digits'; valid splits: "
-            f"{', '.join(SPLITS)}."
+            f"Unknown split {split!r} for dataset 'digits'; valid splits: {', '.join(SPLITS)}."
         )
     if raw:
         x, y = load_arrays(split)
@@ -106,9 +103,7 @@ def load_arrays(split, raw=False):
     images, labels = _digits()
     if split == "near_ood":
         mask = np.isin(labels, NEAR_OOD_CLASSES)
-        return images[mask], np.full(
-            (int(mask.sum()),), OOD_LABEL, dtype="int32"
-        )
+        return images[mask], np.full((int(mask.sum()),), OOD_LABEL, dtype="int32")
     base_split = "test" if split == "test_shifted" else split
     idx = _in_distribution_indices(labels)[base_split]
     x, y = images[idx], labels[idx]
@@ -130,7 +125,8 @@ def image_converter(image_size=(8, 8)):
     import keras_hub
 
     return keras_hub.layers.ViTImageConverter(
-        image_size=tuple(image_size), scale=1.0 / RAW_SCALE,
+        image_size=tuple(image_size),
+        scale=1.0 / RAW_SCALE,
         name="digits_image_converter",
     )
 

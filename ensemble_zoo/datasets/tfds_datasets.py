@@ -62,9 +62,7 @@ def _image_preprocessing(image_shape):
             elif image.shape[-1] == 1 and channels == 3:
                 image = tf.image.grayscale_to_rgb(image)
             if tuple(image.shape[:2]) != (height, width):
-                image = tf.image.resize(
-                    image, (height, width), antialias=True
-                )
+                image = tf.image.resize(image, (height, width), antialias=True)
                 image = tf.clip_by_value(image, 0.0, 1.0)
         return image, label
 
@@ -80,8 +78,7 @@ def load_tfds(name, split, image_shape=None, data_dir=None, download=True):
     if split not in spec:
         valid = [s for s in spec if s not in ("kind", "features", "num_classes")]
         raise ValueError(
-            f"Unknown split {split!r} for dataset {name!r}; valid splits: "
-            f"{', '.join(valid)}."
+            f"Unknown split {split!r} for dataset {name!r}; valid splits: {', '.join(valid)}."
         )
     source, tfds_split = spec[split]
     # GLUE has no supervised keys: read its feature dict and pick the pair.

@@ -33,8 +33,13 @@ def arithmetic_checker(text, answer):
 
 
 def evaluate_answers(
-    model, single_model=None, max_length=12, single_model_name="single_model",
-    progress=True, base_model=False, num_samples=0,
+    model,
+    single_model=None,
+    max_length=12,
+    single_model_name="single_model",
+    progress=True,
+    base_model=False,
+    num_samples=0,
 ):
     """Answers and uncertainty rankings on the arithmetic task.
 
@@ -74,15 +79,21 @@ def evaluate_answers(
     test_q, test_a = arithmetic.load_questions("test")
     ood_q, ood_a = arithmetic.load_questions("ood")
     report = evaluate_generation(
-        model, test_q, test_a, checker=arithmetic_checker, ood_prompts=ood_q,
-        ood_references=ood_a, single_models=singles, num_samples=num_samples,
-        max_length=max_length, progress=progress, name="answers",
+        model,
+        test_q,
+        test_a,
+        checker=arithmetic_checker,
+        ood_prompts=ood_q,
+        ood_references=ood_a,
+        single_models=singles,
+        num_samples=num_samples,
+        max_length=max_length,
+        progress=progress,
+        name="answers",
     )
     m = report.metrics
     estimators = m["estimators"]
-    m.update(
-        num_test=m["num_prompts"], test_accuracy=m["accuracy"], uncertainty={}
-    )
+    m.update(num_test=m["num_prompts"], test_accuracy=m["accuracy"], uncertainty={})
     for name, estimator in RECORDED.items():
         if name == "epistemic" and model.num_members == 1:
             continue  # zero for one model

@@ -4,8 +4,8 @@ import keras
 
 from ensemble_zoo import metrics
 from ensemble_zoo.calibration import TemperatureScaling
-from ensemble_zoo.evaluation.prediction import iterate_batches
 from ensemble_zoo.evaluation.prediction import example_rank_of
+from ensemble_zoo.evaluation.prediction import iterate_batches
 from ensemble_zoo.evaluation.prediction import measure_speed
 from ensemble_zoo.evaluation.prediction import predict_member_logits
 from ensemble_zoo.evaluation.prediction import predict_outputs
@@ -37,8 +37,7 @@ def _labelled(model, data, batch_size, name, progress, num_classes):
         raise ValueError(f"`{name}` needs labels: pass `(x, y)`.")
     if logits.shape[2] != num_classes:
         raise ValueError(
-            f"`{name}`: the model returned {logits.shape[2]} classes, "
-            f"expected {num_classes}."
+            f"`{name}`: the model returned {logits.shape[2]} classes, expected {num_classes}."
         )
     return logits, labels
 
@@ -155,9 +154,7 @@ def evaluate(
     ```
     """
     if not isinstance(model, keras.Model):
-        raise ValueError(
-            f"`model` must be a keras.Model; got {type(model).__name__}."
-        )
+        raise ValueError(f"`model` must be a keras.Model; got {type(model).__name__}.")
     _check_positive_int(batch_size, "batch_size")
     _check_positive_int(num_bins, "num_bins")
     _check_positive_int(latency_batch_size, "latency_batch_size")
@@ -173,16 +170,18 @@ def evaluate(
     id_probs = as_member_probabilities(id_logits, from_logits=True).mean(axis=1)
     in_distribution = {"num_samples": int(id_labels.shape[0])}
     in_distribution.update(_classification(id_probs, id_labels, num_bins))
-    in_distribution["mce"] = metrics.maximum_calibration_error(
-        id_probs, id_labels, num_bins
-    )
+    in_distribution["mce"] = metrics.maximum_calibration_error(id_probs, id_labels, num_bins)
     in_distribution["aurc"] = metrics.aurc(id_probs, id_labels)
 
     member_logits = {"id": id_logits}
     temperature_scaled = None
     if validation_data is not None:
         val_logits, val_labels = _labelled(
-            model, validation_data, batch_size, "validation_data", progress,
+            model,
+            validation_data,
+            batch_size,
+            "validation_data",
+            progress,
             num_classes,
         )
         scaler = TemperatureScaling().fit(val_logits, val_labels)
@@ -217,7 +216,11 @@ def evaluate(
     shift = {}
     for set_name, data in shift_data.items():
         logits, labels = _labelled(
-            model, data, batch_size, f"shift_data['{set_name}']", progress,
+            model,
+            data,
+            batch_size,
+            f"shift_data['{set_name}']",
+            progress,
             num_classes,
         )
         member_logits[set_name] = logits
@@ -229,22 +232,16 @@ def evaluate(
 
     diversity = {
         set_name: {
-            "mutual_information": metrics.mutual_information(
-                logits, from_logits=True
-            ),
+            "mutual_information": metrics.mutual_information(logits, from_logits=True),
             "disagreement": metrics.disagreement(logits),
         }
         for set_name, logits in member_logits.items()
     }
 
-    first_batch, _ = next(
-        iterate_batches(id_data, batch_size, "id_data", example_rank_of(model))
-    )
+    first_batch, _ = next(iterate_batches(id_data, batch_size, "id_data", example_rank_of(model)))
     cost = {"parameters": parameter_count(model)}
     cost.update(
-        measure_speed(
-            model, first_batch, batch_size, latency_batch_size, latency=time_latency
-        )
+        measure_speed(model, first_batch, batch_size, latency_batch_size, latency=time_latency)
     )
     cost["backend"] = keras.config.backend()
 

@@ -82,8 +82,7 @@ def _checked(prompts, name):
 def _correctness(answers, references, checker, name):
     if len(references) != len(answers):
         raise ValueError(
-            f"`{name}` must hold one reference per prompt ({len(answers)}); got "
-            f"{len(references)}."
+            f"`{name}` must hold one reference per prompt ({len(answers)}); got {len(references)}."
         )
     values = np.array([float(checker(a, r)) for a, r in zip(answers, references)])
     if ((values < 0) | (values > 1)).any() or np.isnan(values).any():
@@ -102,9 +101,7 @@ def greedy_answers(model, prompts, max_length):
         `(prompts,)` float64 arrays (`sequence_uncertainty`'s estimators,
         and `loss_prediction` with a loss predictor attached).
     """
-    out = model._generate(
-        list(prompts), max_length, "auto", True, True, sampler=greedy_sampler()
-    )
+    out = model._generate(list(prompts), max_length, "auto", True, True, sampler=greedy_sampler())
     scores = dict(sequence_uncertainty(out))
     if model.num_members == 1:  # the ensemble measures are 0 for one model
         scores = {k: scores[k] for k in SINGLE_MODEL_ESTIMATORS}
@@ -199,7 +196,9 @@ def evaluate_generation(
     print(report)
     ```
     """
-    from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm import LoRAEnsembleCausalLM
+    from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm import (
+        LoRAEnsembleCausalLM,
+    )
 
     if not isinstance(model, LoRAEnsembleCausalLM):
         raise TypeError(
@@ -218,12 +217,15 @@ def evaluate_generation(
         ood_prompts = _checked(ood_prompts, "ood_prompts")
     if ood_references is not None and ood_prompts is None:
         raise ValueError("`ood_references` needs `ood_prompts`.")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or (
-        num_samples < 0 or num_samples == 1
+    if (
+        isinstance(num_samples, bool)
+        or not isinstance(num_samples, (int, np.integer))
+        or (num_samples < 0 or num_samples == 1)
     ):
         raise ValueError(f"`num_samples` must be 0 or an int >= 2; got {num_samples!r}.")
     if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
         or batch_size < 1
     ):
         raise ValueError(f"`batch_size` must be a positive int or None; got {batch_size!r}.")
@@ -244,7 +246,8 @@ def evaluate_generation(
         progress_note(f"{name}: {name_of_stage}", progress)
         result = {"answers": {}, "scores": {}, "quality": {}}
         for split, split_prompts, split_refs in (
-            ("test", prompts, references), ("ood", ood_prompts, ood_references)
+            ("test", prompts, references),
+            ("ood", ood_prompts, ood_references),
         ):
             if split_prompts is None:
                 continue
@@ -254,8 +257,11 @@ def evaluate_generation(
                 chunk_answers, scores = greedy_answers(m, chunk, max_length)
                 if who == "ensemble" and num_samples:
                     sampled = m.sample_uncertainty(
-                        chunk, num_samples, equivalence=equivalence,
-                        max_length=max_length, sampler=default_sampler(m, seed),
+                        chunk,
+                        num_samples,
+                        equivalence=equivalence,
+                        max_length=max_length,
+                        sampler=default_sampler(m, seed),
                     )
                     scores.update(
                         {k: np.asarray(sampled[k], np.float64) for k in SAMPLING_ESTIMATORS}
@@ -271,7 +277,8 @@ def evaluate_generation(
         return result
 
     ensemble = answer(
-        "ensemble", model,
+        "ensemble",
+        model,
         "the ensemble's answers" if model.num_members > 1 else "the model's answers",
     )
     metrics = {
@@ -305,9 +312,7 @@ def evaluate_generation(
             label = f"{single_name}: {estimator}"
             metrics["estimators"][label] = _ranking(values, result["quality"]["test"], ood)
             curves[label] = (values, result["quality"]["test"] >= 0.5)
-    return GenerationReport(
-        metrics, name=name, answers=ensemble["answers"]["test"], curves=curves
-    )
+    return GenerationReport(metrics, name=name, answers=ensemble["answers"]["test"], curves=curves)
 
 
 class GenerationReport:

@@ -13,7 +13,6 @@ from ensemble_zoo.metrics.diversity import disagreement
 from ensemble_zoo.metrics.generation import accuracy_rejection_curve
 from ensemble_zoo.metrics.selective import risk_coverage_curve
 
-
 #: Line styles combined with the 10 default colours: curve `i` gets colour
 #: `C{i % 10}` and style `LINE_STYLES[i // 10]`, so up to 40 curves differ.
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -44,9 +43,7 @@ def _legend(figure, axis, count, **kwargs):
     if count <= LEGEND_INSIDE_MAX:
         return axis.legend(**kwargs)
     handles, labels = axis.get_legend_handles_labels()
-    return figure.legend(
-        handles, labels, loc="outside right upper", fontsize="small", **kwargs
-    )
+    return figure.legend(handles, labels, loc="outside right upper", fontsize="small", **kwargs)
 
 
 def _save(figure, path):
@@ -68,9 +65,7 @@ def reliability_diagram(probs, labels, path, num_bins=15, title=None):
     stats = calibration_bins(probs, labels, num_bins)
     figure = Figure(figsize=(5.0, 5.0), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
-    axis, below = figure.subplots(
-        2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
+    axis, below = figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     centers = (edges[:-1] + edges[1:]) / 2
     filled = stats["count"] > 0
@@ -158,8 +153,9 @@ def accuracy_rejection_curves(curves, path, title=None):
     for label, (probs, labels) in curves.items():
         coverage, risk = risk_coverage_curve(probs, labels)
         drawn[label] = (1.0 - coverage, 1.0 - risk)
-    _rejection_plot(drawn, path, title, "rejected fraction (least confident first)",
-                    "accuracy of kept samples")
+    _rejection_plot(
+        drawn, path, title, "rejected fraction (least confident first)", "accuracy of kept samples"
+    )
     return drawn
 
 
@@ -179,8 +175,9 @@ def answer_rejection_curves(curves, path, title=None):
         label: accuracy_rejection_curve(uncertainty, correct)
         for label, (uncertainty, correct) in curves.items()
     }
-    _rejection_plot(drawn, path, title, "rejected fraction (most uncertain first)",
-                    "accuracy of kept answers")
+    _rejection_plot(
+        drawn, path, title, "rejected fraction (most uncertain first)", "accuracy of kept answers"
+    )
     return drawn
 
 

@@ -12,9 +12,7 @@ def _describe(name):
 
 
 def _is_dataset(data):
-    return type(data).__module__.startswith("tensorflow") and hasattr(
-        data, "element_spec"
-    )
+    return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
 
 
 def _as_array_pair(data, name):
@@ -27,8 +25,7 @@ def _as_array_pair(data, name):
         x, y = np.asarray(data[0]), np.asarray(data[1])
         if x.shape[0] != y.shape[0]:
             raise ValueError(
-                f"{_describe(name)}: x has {x.shape[0]} samples but y has "
-                f"{y.shape[0]}."
+                f"{_describe(name)}: x has {x.shape[0]} samples but y has {y.shape[0]}."
             )
         return x, y
     return np.asarray(data), None
@@ -75,9 +72,7 @@ def iterate_batches(data, batch_size, name, example_rank):
             else:
                 yield element, None
         return
-    if not isinstance(data, (np.ndarray, tuple, list)) and not hasattr(
-        data, "__array__"
-    ):
+    if not isinstance(data, (np.ndarray, tuple, list)) and not hasattr(data, "__array__"):
         raise ValueError(
             f"{_describe(name)} must be `x`, `(x, y)` (arrays) or a "
             f"tf.data.Dataset; got {type(data).__name__}."
@@ -111,8 +106,7 @@ def _call(model, x):
     if isinstance(out, dict):
         if "logits" not in out:
             raise ValueError(
-                "A model that returns a dict must have a 'logits' entry; got "
-                f"keys {sorted(out)}."
+                f"A model that returns a dict must have a 'logits' entry; got keys {sorted(out)}."
             )
         scores = {
             k: np.asarray(v, np.float64).reshape(-1)
@@ -154,9 +148,7 @@ def predict_outputs(model, data, batch_size, name, progress=True):
     logits, labels, scores = [], [], {}
     batches = iterate_batches(data, batch_size, name, example_rank)
     total = _num_batches(data, batch_size)
-    for x, y in progress_bar(
-        batches, desc=f"predict {name}", total=total, enable=progress
-    ):
+    for x, y in progress_bar(batches, desc=f"predict {name}", total=total, enable=progress):
         n = x.shape[0]
         if n < batch_size:
             x = np.concatenate([x, np.repeat(x[-1:], batch_size - n, axis=0)])
@@ -212,9 +204,7 @@ def _warm_up(fn, min_calls=10, min_seconds=0.5, max_seconds=5.0):
 def _median_seconds(fn, min_repeats=5, max_repeats=50, min_total=0.5, warm_up_calls=10):
     _warm_up(fn, min_calls=warm_up_calls, min_seconds=min(0.5, min_total))
     times = []
-    while len(times) < max_repeats and (
-        len(times) < min_repeats or sum(times) < min_total
-    ):
+    while len(times) < max_repeats and (len(times) < min_repeats or sum(times) < min_total):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -47,9 +47,7 @@ def trained_presets():
 def _check_preset(name):
     valid = preset_registry.list_presets()
     if name not in valid:
-        raise ValueError(
-            f"Unknown preset {name!r}; valid presets: {', '.join(valid)}."
-        )
+        raise ValueError(f"Unknown preset {name!r}; valid presets: {', '.join(valid)}.")
 
 
 def _split_data(model, dataset, split, batch_size, data_dir):
@@ -77,9 +75,7 @@ def _split_data(model, dataset, split, batch_size, data_dir):
         ) from error
 
 
-def evaluate_preset(
-    preset, dataset=None, batch_size=256, progress=True, data_dir=None, base=None
-):
+def evaluate_preset(preset, dataset=None, batch_size=256, progress=True, data_dir=None, base=None):
     """Loads a preset and evaluates it on a dataset's splits.
 
     Uses `test` as in-distribution data, `validation` for temperature
@@ -118,12 +114,14 @@ def evaluate_preset(
     dataset = own if dataset is None else dataset
     if ARITHMETIC in (own, dataset):
         if own != dataset:
-            raise ValueError(
-                f"Preset {preset!r} is evaluated on {own!r}, not {dataset!r}."
-            )
+            raise ValueError(f"Preset {preset!r} is evaluated on {own!r}, not {dataset!r}.")
         return _evaluate_answers_preset(preset, progress, base)
     return _evaluate_model(
-        _load_model(preset, dataset, base), preset, dataset, batch_size, progress,
+        _load_model(preset, dataset, base),
+        preset,
+        dataset,
+        batch_size,
+        progress,
         data_dir,
     )
 
@@ -154,13 +152,15 @@ def _evaluate_answers_preset(preset, progress=True, base=None):
         model = LoRAEnsembleCausalLM.from_keras_hub(model, num_members=1, rank=1, seed=0)
         single = None
     else:
-        raise ValueError(
-            f"Preset {preset!r} ({type(model).__name__}) generates no answers."
-        )
+        raise ValueError(f"Preset {preset!r} ({type(model).__name__}) generates no answers.")
     model.attach_loss_predictor(predictor)
     report = evaluate_answers(
-        model, single_model=single, single_model_name="member_0", progress=progress,
-        base_model=single is not None, num_samples=5,
+        model,
+        single_model=single,
+        single_model_name="member_0",
+        progress=progress,
+        base_model=single is not None,
+        num_samples=5,
     )
     report.name = preset
     return report
@@ -178,7 +178,8 @@ def _load_model(preset, dataset, base=None):
     _check_preset(preset)
     if preset_registry.preset_metadata(preset).get("kind") not in TRAINED_KINDS:
         trained = [
-            p for p in preset_registry.list_presets()
+            p
+            for p in preset_registry.list_presets()
             if preset_registry.preset_metadata(p).get("kind") in TRAINED_KINDS
         ]
         raise ValueError(
@@ -186,18 +187,16 @@ def _load_model(preset, dataset, base=None):
             f"only trained presets are evaluated. Trained presets: {', '.join(trained)}."
         )
     return preset_registry.load_preset(
-        preset, preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None,
+        preset,
+        preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None,
         base=base,
     )
 
 
-def _evaluate_model(
-    model, preset, dataset, batch_size, progress, data_dir, time_latency=True
-):
+def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir, time_latency=True):
     if dataset not in datasets.list_datasets():
         raise ValueError(
-            f"Unknown dataset {dataset!r}; valid datasets: "
-            f"{', '.join(datasets.list_datasets())}."
+            f"Unknown dataset {dataset!r}; valid datasets: {', '.join(datasets.list_datasets())}."
         )
     if datasets.num_classes(dataset) != model.num_classes:
         raise ValueError(
@@ -245,9 +244,9 @@ LEADERBOARD_COLUMNS = [
     ("params", lambda m, b: m["cost"]["parameters"]),
     (
         "latency x base",
-        lambda m, b: None
-        if b is None
-        else f'{m["cost"]["latency_ms"] / b["cost"]["latency_ms"]:.2f}x',
+        lambda m, b: (
+            None if b is None else f"{m['cost']['latency_ms'] / b['cost']['latency_ms']:.2f}x"
+        ),
     ),
 ]
 
@@ -283,18 +282,14 @@ class Leaderboard:
             fused ensemble can time below its base).
     """
 
-    def __init__(
-        self, reports, base_presets=None, latencies_ms=None, latency_spread=None
-    ):
+    def __init__(self, reports, base_presets=None, latencies_ms=None, latency_spread=None):
         self.reports = list(reports)
         self.base_presets = dict(base_presets or {})
         self.latencies_ms = dict(latencies_ms or {})
         self.latency_spread = latency_spread
 
     def rows(self):
-        by_name = {
-            r.name: _with_latency(r.metrics, self.latencies_ms) for r in self.reports
-        }
+        by_name = {r.name: _with_latency(r.metrics, self.latencies_ms) for r in self.reports}
         rows = []
         for report in self.reports:
             metrics = by_name[report.name]
@@ -337,9 +332,7 @@ class Leaderboard:
         with open(paths["markdown"], "w") as f:
             f.write(self.to_markdown())
         if plots_too:
-            paths["accuracy_rejection"] = os.path.join(
-                directory, "accuracy_rejection.png"
-            )
+            paths["accuracy_rejection"] = os.path.join(directory, "accuracy_rejection.png")
             plots.accuracy_rejection_curves(
                 {
                     r.name: (r.arrays["id_probabilities"], r.arrays["id_labels"])
@@ -348,9 +341,7 @@ class Leaderboard:
                 paths["accuracy_rejection"],
             )
         for report in self.reports:
-            paths[report.name] = report.save(
-                os.path.join(directory, report.name), plots=plots_too
-            )
+            paths[report.name] = report.save(os.path.join(directory, report.name), plots=plots_too)
         return paths
 
 
@@ -391,23 +382,22 @@ def compare_presets(
     if output_dir is not None:
         prepare_output_dir(output_dir)
     models, reports = {}, []
-    for name in progress_bar(
-        names, desc="compare", enable=progress, name_steps=True
-    ):
+    for name in progress_bar(names, desc="compare", enable=progress, name_steps=True):
         models[name] = _load_model(name, dataset)
         reports.append(
             _evaluate_model(
-                models[name], name, dataset, batch_size, progress, data_dir,
+                models[name],
+                name,
+                dataset,
+                batch_size,
+                progress,
+                data_dir,
                 time_latency=False,
             )
         )
     x_timing = reports[0].arrays["timing_inputs"]
-    progress_note(
-        f"compare: timing the {len(models)} presets in alternation", progress
-    )
-    times = interleaved_timings(
-        models, x_timing, reports[0].metrics["cost"]["latency_batch_size"]
-    )
+    progress_note(f"compare: timing the {len(models)} presets in alternation", progress)
+    times = interleaved_timings(models, x_timing, reports[0].metrics["cost"]["latency_batch_size"])
     latencies = {name: float(np.median(t)) for name, t in times.items()}
     for report in reports:
         report.metrics["cost"]["latency_ms"] = latencies[report.name]

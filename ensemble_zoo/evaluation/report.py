@@ -5,7 +5,6 @@ import copy
 import json
 import os
 
-
 from ensemble_zoo.evaluation import plots
 from ensemble_zoo.evaluation.tables import markdown_table
 from ensemble_zoo.evaluation.tables import text_table
@@ -173,8 +172,11 @@ class EvaluationReport:
         paths = {}
         paths["reliability"] = os.path.join(directory, "reliability.png")
         plots.reliability_diagram(
-            a["id_probabilities"], a["id_labels"], paths["reliability"],
-            self.num_bins, title=f"Reliability: {self.name}",
+            a["id_probabilities"],
+            a["id_labels"],
+            paths["reliability"],
+            self.num_bins,
+            title=f"Reliability: {self.name}",
         )
         paths["accuracy_rejection"] = os.path.join(directory, "accuracy_rejection.png")
         plots.accuracy_rejection_curves(
@@ -188,9 +190,7 @@ class EvaluationReport:
             sets.update({k: v[score] for k, v in a["ood_scores"].items()})
             key = f"ood_scores_{score}"
             paths[key] = os.path.join(directory, f"{key}.png")
-            plots.score_histograms(
-                sets, paths[key], label, title=f"{label}: {self.name}"
-            )
+            plots.score_histograms(sets, paths[key], label, title=f"{label}: {self.name}")
         logits = a["member_logits"]
         if next(iter(logits.values())).shape[1] > 1:
             paths["disagreement"] = os.path.join(directory, "disagreement.png")

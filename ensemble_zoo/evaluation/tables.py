@@ -17,9 +17,7 @@ def format_value(value, digits=4):
 def text_table(rows, headers):
     """Left-aligned columns separated by two spaces, with a rule."""
     cells = [[format_value(c) for c in row] for row in rows]
-    widths = [
-        max(len(r[i]) for r in cells + [list(headers)]) for i in range(len(headers))
-    ]
+    widths = [max(len(r[i]) for r in cells + [list(headers)]) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for row in cells:

@@ -47,8 +47,12 @@ def serving_fn(serving, positional):
 
 def write_saved_model(serving, filepath, input_signature, verbose=None, **kwargs):
     backend_utils.write_saved_model(
-        serving, filepath, serving_fn(serving, positional=False),
-        input_signature, verbose=verbose, **kwargs,
+        serving,
+        filepath,
+        serving_fn(serving, positional=False),
+        input_signature,
+        verbose=verbose,
+        **kwargs,
     )
 
 
@@ -63,15 +67,12 @@ def write_litert(serving, filepath, input_signature, verbose=None, **kwargs):
 
     with tempfile.TemporaryDirectory() as directory:
         write_saved_model(serving, directory, input_signature)
-        converter = tf.lite.TFLiteConverter.from_saved_model(
-            directory, signature_keys=["serve"]
-        )
+        converter = tf.lite.TFLiteConverter.from_saved_model(directory, signature_keys=["serve"])
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         for key, value in kwargs.items():
             if not hasattr(converter, key):
                 raise ValueError(
-                    f"Unknown LiteRT converter option {key!r}; see "
-                    "`tf.lite.TFLiteConverter`."
+                    f"Unknown LiteRT converter option {key!r}; see `tf.lite.TFLiteConverter`."
                 )
             setattr(converter, key, value)
         flatbuffer = converter.convert()
@@ -107,7 +108,9 @@ def _litert_from_torch(serving, filepath, input_signature, **kwargs):
     sample_kwargs = dict(zip(names, keras.tree.flatten(samples)))
     serving.eval()
     try:
-        converter = litert_torch.signature("serve", NamedInputs().eval(), sample_kwargs=sample_kwargs)
+        converter = litert_torch.signature(
+            "serve", NamedInputs().eval(), sample_kwargs=sample_kwargs
+        )
         converter.convert(**kwargs).export(filepath)
     finally:
         _restore_jax_x64(x64)
@@ -165,9 +168,7 @@ def _onnx_from_tensorflow(serving, filepath, input_signature, opset):
     constants become constants), converted by tf2onnx."""
     import tensorflow as tf
     import tf2onnx
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     def tensor_spec(spec, name):
         return tf.TensorSpec(spec.shape, spec.dtype, name=name)
@@ -194,10 +195,7 @@ def symbolic_dims(spec):
     """`spec`'s shape with each unknown size named by its axis (`"batch"`,
     then `"d1"`, ...): inputs share their unknown sizes (a text model's
     token ids and padding mask have one batch size and one length)."""
-    return [
-        ("batch" if j == 0 else f"d{j}") if d is None else d
-        for j, d in enumerate(spec.shape)
-    ]
+    return [("batch" if j == 0 else f"d{j}") if d is None else d for j, d in enumerate(spec.shape)]
 
 
 def _onnx_from_jax(serving, filepath, input_signature, opset):
@@ -372,16 +370,12 @@ def export_torch_program(serving, input_signature, **kwargs):
     kwargs.setdefault("strict", False)
     try:
         samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
-        return torch.export.export(
-            serving, samples, dynamic_shapes=dynamic_shapes, **kwargs
-        )
+        return torch.export.export(serving, samples, dynamic_shapes=dynamic_shapes, **kwargs)
     except Exception as error:  # noqa: BLE001 (torch.export's UserError)
         if "Constraints violated" not in str(error):
             raise
         samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature, named=False)
-        return torch.export.export(
-            serving, samples, dynamic_shapes=dynamic_shapes, **kwargs
-        )
+        return torch.export.export(serving, samples, dynamic_shapes=dynamic_shapes, **kwargs)
 
 
 def _onnx_from_torch(serving, filepath, input_signature, opset):
@@ -393,9 +387,7 @@ def _onnx_from_torch(serving, filepath, input_signature, opset):
     import torch
 
     try:
-        model, samples, dynamic_shapes = (
-            export_torch_program(serving, input_signature), (), None
-        )
+        model, samples, dynamic_shapes = (export_torch_program(serving, input_signature), (), None)
     except Exception:  # noqa: BLE001 (torch.onnx tries its own strategies)
         samples, dynamic_shapes = torch_sample_and_dynamic_shapes(input_signature)
         model = serving

@@ -60,9 +60,7 @@ def export_model(
     refusal = getattr(model, "_export_refusal", None)
     refusal = refusal(format) if refusal is not None else None
     if refusal:
-        raise ValueError(
-            f"Cannot export {method} to format={format!r}: {refusal}"
-        )
+        raise ValueError(f"Cannot export {method} to format={format!r}: {refusal}")
     serving = ServingModel(model, include_preprocessing=include_preprocessing)
     if input_signature is None:
         input_signature = model._export_input_signature(format)
@@ -73,7 +71,9 @@ def export_model(
             "`input_signature` must be a list with one `keras.InputSpec` per "
             f"model input; got {input_signature!r}."
         )
-    input_signature = [_named(keras.tree.map_structure(_with_dtype, spec)) for spec in input_signature]
+    input_signature = [
+        _named(keras.tree.map_structure(_with_dtype, spec)) for spec in input_signature
+    ]
     samples = _sample_inputs(input_signature)
     expected = [_to_numpy(serving(s)) for s in samples]
     backend = keras.config.backend()
@@ -154,8 +154,7 @@ def _with_dtype(spec):
     """`spec` with dtype float32 where it has none (images)."""
     if not hasattr(spec, "shape"):
         raise TypeError(
-            "`input_signature` must hold `keras.InputSpec`s (or tensor "
-            f"specs); got {spec!r}."
+            f"`input_signature` must hold `keras.InputSpec`s (or tensor specs); got {spec!r}."
         )
     if getattr(spec, "dtype", None) is None:
         return _respec(spec, dtype="float32")

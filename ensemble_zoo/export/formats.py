@@ -24,8 +24,7 @@ BACKENDS = {
 }
 WHY_NOT = {
     ("tf_saved_model", "torch"): (
-        "the PyTorch backend has no SavedModel path (Keras would need "
-        "torch_xla)"
+        "the PyTorch backend has no SavedModel path (Keras would need torch_xla)"
     ),
     ("litert", "jax"): (
         "Keras converts to LiteRT from TensorFlow graphs and PyTorch "
@@ -114,8 +113,7 @@ def check_format(format, filepath, method):
     suffix = SUFFIXES[format]
     if suffix is not None and not str(filepath).endswith(suffix):
         raise ValueError(
-            f"`filepath` for format={format!r} must end in {suffix!r}; got "
-            f"{str(filepath)!r}."
+            f"`filepath` for format={format!r} must end in {suffix!r}; got {str(filepath)!r}."
         )
     for module, pip_name in REQUIREMENTS.get((format, backend), ()):
         require(module, pip_name, f"exporting to format={format!r} under {backend}")

@@ -127,8 +127,7 @@ class ExportedModel:
 
     def _run_litert(self, inputs):
         return {
-            k: np.asarray(v)
-            for k, v in self._runner(**self._as_dict(inputs, self._inputs)).items()
+            k: np.asarray(v) for k, v in self._runner(**self._as_dict(inputs, self._inputs)).items()
         }
 
     # === PyTorch ExportedProgram ===
@@ -140,7 +139,9 @@ class ExportedModel:
         torch = self._runtime
         with torch.no_grad():
             if isinstance(inputs, dict):
-                outputs = self._module({k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()})
+                outputs = self._module(
+                    {k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()}
+                )
             else:
                 outputs = self._module(torch.from_numpy(np.asarray(inputs)))
         return {k: v.detach().cpu().numpy() for k, v in outputs.items()}
@@ -155,9 +156,7 @@ class ExportedModel:
         # beside it), so ports are named from the model read, by position.
         self._inputs = [self._openvino_name(i) for i in model.inputs]
         self._outputs = [self._openvino_name(o) for o in model.outputs]
-        self._compiled = core.compile_model(
-            model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
-        )
+        self._compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
 
     @staticmethod
     def _openvino_name(port):

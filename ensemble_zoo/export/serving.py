@@ -46,9 +46,7 @@ class ServingModel(keras.Model):
                 f"a {type(task).__name__}."
             )
         self.task = task
-        self.include_preprocessing = check_bool(
-            include_preprocessing, "include_preprocessing"
-        )
+        self.include_preprocessing = check_bool(include_preprocessing, "include_preprocessing")
         self.image_converter = None
         if include_preprocessing:
             preprocessor = getattr(task, "preprocessor", None)
@@ -58,8 +56,11 @@ class ServingModel(keras.Model):
                     "`include_preprocessing=True` needs a task whose "
                     "preprocessor has an image converter; "
                     f"{type(task).__name__} has "
-                    + ("no preprocessor." if preprocessor is None else
-                       f"a {type(preprocessor).__name__} without one.")
+                    + (
+                        "no preprocessor."
+                        if preprocessor is None
+                        else f"a {type(preprocessor).__name__} without one."
+                    )
                 )
 
     def call(self, inputs):

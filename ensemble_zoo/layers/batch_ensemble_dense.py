@@ -3,10 +3,10 @@ import math
 import keras
 from keras import ops
 
-from ensemble_zoo.layers.member_selection import selected_count
-from ensemble_zoo.layers.member_selection import selected_member
 from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.layers.member_selection import selected_count
+from ensemble_zoo.layers.member_selection import selected_member
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_floating
@@ -163,9 +163,11 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
                 f"features) with {self.num_input_axes} feature axes; got shape "
                 f"{input_shape}."
             )
-        features = input_shape[-self.num_input_axes:]
+        features = input_shape[-self.num_input_axes :]
         if None in features:
-            raise ValueError(f"{owner} needs known feature axes; got `inputs` of shape {input_shape}.")
+            raise ValueError(
+                f"{owner} needs known feature axes; got `inputs` of shape {input_shape}."
+            )
         rows = input_shape[0]
         members = selected_count(self.num_members)
         if rows is not None and rows % members:
@@ -178,7 +180,7 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
 
     def build(self, input_shape):
         input_shape = self._check_shape(input_shape)
-        self.input_features = tuple(int(d) for d in input_shape[-self.num_input_axes:])
+        self.input_features = tuple(int(d) for d in input_shape[-self.num_input_axes :])
         d_in, d_out = math.prod(self.input_features), math.prod(self.units)
         self.kernel = self.add_kernel("kernel", (d_in, d_out), self.kernel_initializer)
         seed = self.seed
@@ -211,7 +213,7 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
     def call(self, inputs):
         shape = self._check_shape(static_shape(inputs))
         check_floating(inputs, "inputs")
-        features = shape[-self.num_input_axes:]
+        features = shape[-self.num_input_axes :]
         if tuple(features) != self.input_features:
             raise ValueError(
                 f"BatchEnsembleDense '{self.name}' was built for input features "
@@ -237,7 +239,7 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
             )
             bias = ops.take(self.bias, member, axis=0) if self.use_bias else None
         known = all(isinstance(size, int) for size in shape)  # not None or symbolic
-        rows = math.prod(shape[:-self.num_input_axes]) if known else None
+        rows = math.prod(shape[: -self.num_input_axes]) if known else None
         if member is not None and rows is not None and rows * (d_in + d_out) > 2 * d_in * d_out:
             # Scaling the kernel (2 d_in d_out products) is cheaper than
             # scaling every row (rows (d_in + d_out)).
@@ -258,9 +260,7 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
         """The member kernels `W * outer(r_m, s_m)`, `(M, d_in, d_out)`: what
         member `m` computes, as M separate dense layers would hold it."""
         return (
-            self.kernel_value("kernel")[None]
-            * self.fast_in[:, :, None]
-            * self.fast_out[:, None, :]
+            self.kernel_value("kernel")[None] * self.fast_in[:, :, None] * self.fast_out[:, None, :]
         )
 
     def compute_output_shape(self, input_shape):

@@ -34,6 +34,4 @@ def gelu_activation(name, argument="activation"):
         return gelu_exact
     if name == "gelu_approximate":
         return gelu_approximate
-    raise ValueError(
-        f"`{argument}` must be one of {GELU_ACTIVATIONS}; got {name!r}."
-    )
+    raise ValueError(f"`{argument}` must be one of {GELU_ACTIVATIONS}; got {name!r}.")

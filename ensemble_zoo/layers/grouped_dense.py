@@ -3,8 +3,8 @@ from keras import ops
 
 from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
-from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_bool
+from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -138,18 +138,10 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
                 "num_members": self.num_members,
                 "activation": keras.activations.serialize(self.activation),
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
             }
         )
         return config

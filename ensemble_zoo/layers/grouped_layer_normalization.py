@@ -1,12 +1,12 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_built_features
 from ensemble_zoo.utils.validation import check_floating
-from ensemble_zoo.utils.validation import check_real
-from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -87,7 +87,7 @@ class GroupedLayerNormalization(keras.layers.Layer):
     def call(self, inputs):
         shape = self._check_shape(static_shape(inputs))
         check_floating(inputs, "inputs")
-        dim = (self.gamma if self.gamma is not None else self.beta)
+        dim = self.gamma if self.gamma is not None else self.beta
         if dim is not None:
             check_built_features(self, shape, (dim.shape[-1],))
         # Keras' fused normalization (3x faster than mean/var on XLA CPU),
@@ -112,12 +112,8 @@ class GroupedLayerNormalization(keras.layers.Layer):
                 "epsilon": self.epsilon,
                 "center": self.center,
                 "scale": self.scale,
-                "beta_initializer": keras.initializers.serialize(
-                    self.beta_initializer
-                ),
-                "gamma_initializer": keras.initializers.serialize(
-                    self.gamma_initializer
-                ),
+                "beta_initializer": keras.initializers.serialize(self.beta_initializer),
+                "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
             }
         )
         return config

@@ -7,12 +7,12 @@ from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.backend import resolve_attention_implementation
-from ensemble_zoo.utils.validation import is_integer
-from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_real
+from ensemble_zoo.utils.validation import is_integer
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -20,8 +20,10 @@ def _check_member_num_heads(member_num_heads, num_members, num_heads):
     if member_num_heads is None:
         return [num_heads] * num_members
     counts = list(member_num_heads) if hasattr(member_num_heads, "__iter__") else None
-    if counts is None or len(counts) != num_members or any(
-        not is_integer(c) or not 0 <= c <= num_heads for c in counts
+    if (
+        counts is None
+        or len(counts) != num_members
+        or any(not is_integer(c) or not 0 <= c <= num_heads for c in counts)
     ):
         raise ValueError(
             f"`member_num_heads` must be {num_members} ints in [0, "
@@ -111,9 +113,7 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.attention_implementation = check_attention_implementation(
-            attention_implementation
-        )
+        self.attention_implementation = check_attention_implementation(attention_implementation)
         self.num_members = check_positive_int(num_members, "num_members")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.key_dim = check_positive_int(key_dim, "key_dim")
@@ -129,7 +129,8 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
         # generator at rate 0).
         self.seed_generator = (
             keras.random.SeedGenerator(name="attention_dropout_seed")
-            if self.dropout > 0.0 else None
+            if self.dropout > 0.0
+            else None
         )
 
     def build(self, input_shape):
@@ -148,23 +149,18 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
             setattr(
                 self,
                 f"{name}_bias",
-                self.add_weight(
-                    name=f"{name}_bias", shape=(m, h, k), initializer=bias_init
-                )
+                self.add_weight(name=f"{name}_bias", shape=(m, h, k), initializer=bias_init)
                 if self.use_bias
                 else None,
             )
-        self.output_kernel = self.add_kernel(
-            "output_kernel", (m, h, k, dim), kernel_init
-        )
+        self.output_kernel = self.add_kernel("output_kernel", (m, h, k, dim), kernel_init)
         self.output_bias = (
             self.add_weight(name="output_bias", shape=(m, dim), initializer=bias_init)
             if self.use_bias
             else None
         )
         mask = [
-            [1.0 if slot < count else 0.0 for slot in range(h)]
-            for count in self.member_num_heads
+            [1.0 if slot < count else 0.0 for slot in range(h)] for count in self.member_num_heads
         ]
         self.head_mask = self.add_weight(
             name="head_mask",
@@ -238,14 +234,10 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
         value = self._project(inputs, "value")
         scores = ops.einsum("bmhtk,bmhsk->bmhts", query, key)
         if mask is not None:
-            scores = ops.where(
-                mask[:, None], scores, ops.cast(-1e9, scores.dtype)
-            )
+            scores = ops.where(mask[:, None], scores, ops.cast(-1e9, scores.dtype))
         probs = ops.softmax(scores, axis=-1)
         if self.dropout > 0.0 and training:
-            probs = keras.random.dropout(
-                probs, self.dropout, seed=self.seed_generator
-            )
+            probs = keras.random.dropout(probs, self.dropout, seed=self.seed_generator)
         z = ops.einsum("bmhts,bmhsk->bmhtk", probs, value)
         return z * ops.cast(self.head_mask, z.dtype)[None, :, :, None, None]
 
@@ -255,9 +247,7 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
         m, h, k = self.num_members, self.num_heads, self.key_dim
 
         def project(name):
-            y = ops.einsum(
-                "bmtd,mdhk->btmhk", inputs, self.kernel_value(f"{name}_kernel")
-            )
+            y = ops.einsum("bmtd,mdhk->btmhk", inputs, self.kernel_value(f"{name}_kernel"))
             if self.use_bias:
                 y = y + getattr(self, f"{name}_bias")[None, None]
             return ops.reshape(y, (-1, ops.shape(y)[1], m * h, k))
@@ -285,12 +275,8 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
                 "member_num_heads": list(self.member_num_heads),
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "attention_implementation": self.attention_implementation,
             }
         )

@@ -89,7 +89,9 @@ class Int8KernelsMixin:
         mode = self.quantization_mode
         if mode is None:
             return self.add_weight(
-                name=name, shape=shape, initializer=initializer,
+                name=name,
+                shape=shape,
+                initializer=initializer,
                 regularizer=regularizer,
             )
         if mode not in SUPPORTED_MODES:
@@ -111,11 +113,16 @@ class Int8KernelsMixin:
         axes = self.int8_kernels[name]
         scale_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
         kernel = self.add_weight(
-            name=name, shape=shape, initializer="zeros", dtype="int8",
+            name=name,
+            shape=shape,
+            initializer="zeros",
+            dtype="int8",
             trainable=False,
         )
         scale = self.add_weight(
-            name=f"{name}_scale", shape=scale_shape, initializer="ones",
+            name=f"{name}_scale",
+            shape=scale_shape,
+            initializer="ones",
             trainable=False,
         )
         if values is not None:
@@ -149,9 +156,7 @@ class Int8KernelsMixin:
             self._add_int8_kernel(name, values.shape, values)
         self._is_quantized = True
         if self.dtype_policy.quantization_mode is None:
-            self.dtype_policy = keras.dtype_policies.get(
-                f"{mode}_from_{self.dtype_policy.name}"
-            )
+            self.dtype_policy = keras.dtype_policies.get(f"{mode}_from_{self.dtype_policy.name}")
 
     def _int8_call(self, *args, **kwargs):
         # `call` reads every kernel through `kernel_value`.

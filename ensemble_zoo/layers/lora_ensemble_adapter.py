@@ -9,9 +9,8 @@ from ensemble_zoo.layers.member_selection import selected_member
 from ensemble_zoo.layers.member_selection import selected_members
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_choice
-from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_positive_int
-
+from ensemble_zoo.utils.validation import check_real
 
 #: Row orders of the tiled batch an adapter accepts.
 MEMBER_LAYOUTS = ("member_major", "batch_major")
@@ -43,9 +42,7 @@ def kernel_layout(layer):
     if isinstance(layer, keras.layers.Dense):
         return kernel_shape[0], kernel_shape[1], 1, 1, (0, 1)
     if not isinstance(layer, keras.layers.EinsumDense):
-        raise ValueError(
-            f"Only Dense and EinsumDense layers can be adapted; got {name}."
-        )
+        raise ValueError(f"Only Dense and EinsumDense layers can be adapted; got {name}.")
     equation = layer.equation.replace(" ", "")
     inputs_spec, rest = equation.split(",")
     kernel_spec, outputs_spec = rest.split("->")
@@ -193,9 +190,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         self.lora_alpha = lora_alpha
         self.a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         self.seed = seed
-        self.member_layout = check_choice(
-            member_layout, "member_layout", MEMBER_LAYOUTS
-        )
+        self.member_layout = check_choice(member_layout, "member_layout", MEMBER_LAYOUTS)
         self.base_layer = base_layer
         set_trainable(self.base_layer, False)
         if base_layer.built:
@@ -211,9 +206,9 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             return  # built in __init__ from an already built base layer
         if not self.base_layer.built:
             self.base_layer.build(input_shape)
-        (
-            self.d_in, self.d_out, self.n_in, self.n_out, self.permutation
-        ) = kernel_layout(self.base_layer)
+        (self.d_in, self.d_out, self.n_in, self.n_out, self.permutation) = kernel_layout(
+            self.base_layer
+        )
         a_init = keras.initializers.VarianceScaling(
             scale=self.a_gain**2,
             mode="fan_avg",
@@ -243,7 +238,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
                 f"LoRAEnsembleAdapter '{self.name}' needs `inputs` of rank > "
                 f"{self.n_in} (rows, then the features); got shape {shape}."
             )
-        features = shape[len(shape) - self.n_in:]
+        features = shape[len(shape) - self.n_in :]
         known = all(isinstance(size, int) for size in features)
         if known and math.prod(features) != self.d_in:
             raise ValueError(

@@ -1,9 +1,9 @@
 import keras
 from keras import ops
 
-from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_real
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -47,8 +47,12 @@ class LossPredictionHead(keras.layers.Layer):
     """
 
     def __init__(
-        self, hidden_units=(512, 512), negative_slope=0.01, epsilon=1e-6,
-        stop_gradient=True, **kwargs,
+        self,
+        hidden_units=(512, 512),
+        negative_slope=0.01,
+        epsilon=1e-6,
+        stop_gradient=True,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         if isinstance(hidden_units, (str, bytes)) or not hasattr(hidden_units, "__iter__"):
@@ -56,9 +60,7 @@ class LossPredictionHead(keras.layers.Layer):
                 "`hidden_units` must be a sequence of layer widths, e.g. "
                 f"(512, 512); got {hidden_units!r}."
             )
-        self.hidden_units = tuple(
-            check_positive_int(u, "hidden_units") for u in hidden_units
-        )
+        self.hidden_units = tuple(check_positive_int(u, "hidden_units") for u in hidden_units)
         self.negative_slope = check_real(negative_slope, "negative_slope", low=0.0)
         self.epsilon = check_real(epsilon, "epsilon", low=0.0, low_open=True)
         self.stop_gradient = check_bool(stop_gradient, "stop_gradient")

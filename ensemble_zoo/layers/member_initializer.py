@@ -53,17 +53,9 @@ class MemberInitializer(keras.initializers.Initializer):
     def __call__(self, shape, dtype=None):
         shape = tuple(shape)
         if len(shape) < 2:
-            raise ValueError(
-                "MemberInitializer needs a shape (members, ...); "
-                f"got {shape}."
-            )
-        slices = [
-            init(shape[1:], dtype=dtype)
-            for init in self._member_initializers(shape[0])
-        ]
+            raise ValueError(f"MemberInitializer needs a shape (members, ...); got {shape}.")
+        slices = [init(shape[1:], dtype=dtype) for init in self._member_initializers(shape[0])]
         return keras.ops.stack(slices, axis=0)
 
     def get_config(self):
-        return {
-            "initializer": keras.initializers.serialize(self.initializer)
-        }
+        return {"initializer": keras.initializers.serialize(self.initializer)}

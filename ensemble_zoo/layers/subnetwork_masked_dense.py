@@ -2,11 +2,11 @@ import keras
 from keras import ops
 
 from ensemble_zoo.utils.sublayers import set_trainable
-from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_built_features
 from ensemble_zoo.utils.validation import check_member_rows
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -69,9 +69,7 @@ class SubnetworkMaskedDense(keras.layers.Layer):
         if isinstance(base_layer, dict):
             base_layer = keras.saving.deserialize_keras_object(base_layer)
         if not isinstance(base_layer, keras.layers.Dense):
-            raise TypeError(
-                f"`base_layer` must be a keras.layers.Dense; got {base_layer!r}."
-            )
+            raise TypeError(f"`base_layer` must be a keras.layers.Dense; got {base_layer!r}.")
         kwargs.setdefault("name", f"{base_layer.name}_masked")
         super().__init__(**kwargs)
         self.base_layer = base_layer

@@ -3,8 +3,8 @@ from keras import ops
 
 from ensemble_zoo.metrics.prediction_inputs import check_eager_inputs
 from ensemble_zoo.utils.validation import check_bool
-from ensemble_zoo.utils.validation import check_same_batch
 from ensemble_zoo.utils.validation import check_rank
+from ensemble_zoo.utils.validation import check_same_batch
 from ensemble_zoo.utils.validation import static_rank
 
 
@@ -67,15 +67,11 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
         # Keras' `Loss.__call__` converts `y_true` to the loss's float
         # dtype first (strings "1" and complex labels became numbers):
         # the eager checks see the arrays as given.
-        check_eager_inputs(
-            type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class
-        )
+        check_eager_inputs(type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class)
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
-        check_eager_inputs(
-            type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class
-        )
+        check_eager_inputs(type(self).__name__, y_true, y_pred, ignore_class=self.ignore_class)
         y_pred = ops.convert_to_tensor(y_pred)
         shape = check_rank(y_pred, 3, "y_pred", "(batch, members, classes)")
         y_true = ops.convert_to_tensor(y_true)
@@ -116,7 +112,5 @@ class EnsembleSparseCategoricalCrossentropy(keras.losses.Loss):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {"from_logits": self.from_logits, "ignore_class": self.ignore_class}
-        )
+        config.update({"from_logits": self.from_logits, "ignore_class": self.ignore_class})
         return config

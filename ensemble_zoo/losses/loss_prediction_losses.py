@@ -14,8 +14,10 @@ def _loss_pair(target_losses, predicted):
     target_losses = as_tensor(target_losses, "target_losses")
     predicted = as_tensor(predicted, "predicted")
     shape, other = static_shape(target_losses), static_shape(predicted)
-    if len(shape) != 1 or len(other) != 1 or (
-        None not in (shape[0], other[0]) and shape[0] != other[0]
+    if (
+        len(shape) != 1
+        or len(other) != 1
+        or (None not in (shape[0], other[0]) and shape[0] != other[0])
     ):
         raise ValueError(
             "`target_losses` and `predicted` must both have shape (batch,); "

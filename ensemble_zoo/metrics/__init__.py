@@ -32,6 +32,8 @@ from ensemble_zoo.metrics.diversity import disagreement
 from ensemble_zoo.metrics.diversity import entropy
 from ensemble_zoo.metrics.diversity import mutual_information
 from ensemble_zoo.metrics.ensemble_accuracy import EnsembleAccuracy
+from ensemble_zoo.metrics.ensembles_of_ensembles import ensemble_of_ensembles_mutual_information
+from ensemble_zoo.metrics.ensembles_of_ensembles import weighted_mutual_information
 from ensemble_zoo.metrics.generation import accuracy_rejection_curve
 from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
@@ -46,12 +48,8 @@ from ensemble_zoo.metrics.retrieval import r_auroc
 from ensemble_zoo.metrics.retrieval import recall_at_one
 from ensemble_zoo.metrics.retrieval import recall_at_one_with_rejection
 from ensemble_zoo.metrics.selective import aurc
+from ensemble_zoo.metrics.selective import risk_coverage_curve
 from ensemble_zoo.metrics.semantic_sets import number_of_semantic_sets
 from ensemble_zoo.metrics.semantic_sets import semantic_classes
 from ensemble_zoo.metrics.semantic_sets import semantic_entropy
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
-from ensemble_zoo.metrics.selective import risk_coverage_curve
-from ensemble_zoo.metrics.ensembles_of_ensembles import (
-    ensemble_of_ensembles_mutual_information,
-)
-from ensemble_zoo.metrics.ensembles_of_ensembles import weighted_mutual_information

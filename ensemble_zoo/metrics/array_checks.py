@@ -44,8 +44,7 @@ def as_member_probabilities(member_outputs, from_logits=False, name="member_prob
     member_outputs = as_numeric_array(member_outputs, name).astype(np.float64)
     if member_outputs.ndim != 3:
         raise ValueError(
-            f"`{name}` must have shape {_MEMBER_LAYOUT}; got shape "
-            f"{member_outputs.shape}."
+            f"`{name}` must have shape {_MEMBER_LAYOUT}; got shape {member_outputs.shape}."
         )
     check_nonempty_axes(
         member_outputs.shape, name, _MEMBER_LAYOUT, {0: "sample", 1: "member", 2: "class"}

@@ -26,9 +26,9 @@ from keras import ops
 from ensemble_zoo.metrics.classification import NLL_EPSILON
 from ensemble_zoo.metrics.prediction_inputs import check_eager_inputs
 from ensemble_zoo.metrics.prediction_inputs import log_probabilities_and_labels
+from ensemble_zoo.metrics.prediction_inputs import sample_weights
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import is_integer
-from ensemble_zoo.metrics.prediction_inputs import sample_weights
 
 _LOG_FLOOR = math.log(NLL_EPSILON)
 
@@ -38,8 +38,11 @@ def _check(metric, y_true, y_pred):
     probabilities unless `from_logits`)."""
     rank = len(getattr(y_pred, "shape", ()) or ())
     check_eager_inputs(
-        type(metric).__name__, y_true, y_pred,
-        probabilities=rank == 2 and not metric.from_logits, one_hot=True,
+        type(metric).__name__,
+        y_true,
+        y_pred,
+        probabilities=rank == 2 and not metric.from_logits,
+        one_hot=True,
     )
 
 
@@ -186,9 +189,7 @@ class ExpectedCalibrationError(keras.metrics.Metric):
         super().__init__(name=name, dtype=dtype)
         self.num_bins = int(num_bins)
         self.from_logits = check_bool(from_logits, "from_logits")
-        self.bin_count = self.add_variable(
-            shape=(num_bins,), initializer="zeros", name="bin_count"
-        )
+        self.bin_count = self.add_variable(shape=(num_bins,), initializer="zeros", name="bin_count")
         self.bin_confidence = self.add_variable(
             shape=(num_bins,), initializer="zeros", name="bin_confidence"
         )
@@ -199,7 +200,10 @@ class ExpectedCalibrationError(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         _check(self, y_true, y_pred)
         log_probs, labels = log_probabilities_and_labels(
-            "ExpectedCalibrationError", y_true, y_pred, _LOG_FLOOR,
+            "ExpectedCalibrationError",
+            y_true,
+            y_pred,
+            _LOG_FLOOR,
             self.from_logits,
         )
         weights = sample_weights(sample_weight, labels, self.dtype)
@@ -213,9 +217,7 @@ class ExpectedCalibrationError(keras.metrics.Metric):
         one_hot = ops.one_hot(bins, self.num_bins, dtype=self.dtype)
         one_hot = one_hot * weights[:, None]
         self.bin_count.assign_add(ops.sum(one_hot, axis=0))
-        self.bin_confidence.assign_add(
-            ops.sum(one_hot * confidence[:, None], axis=0)
-        )
+        self.bin_confidence.assign_add(ops.sum(one_hot * confidence[:, None], axis=0))
         self.bin_correct.assign_add(ops.sum(one_hot * correct[:, None], axis=0))
 
     def result(self):

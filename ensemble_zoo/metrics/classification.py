@@ -103,10 +103,7 @@ def calibration_bins(probs, labels, num_bins=15, binning="equal_width"):
     elif binning == "equal_mass":
         bins = equal_mass_bins(confidence, num_bins)
     else:
-        raise ValueError(
-            "`binning` must be 'equal_width' or 'equal_mass'; got "
-            f"{binning!r}."
-        )
+        raise ValueError(f"`binning` must be 'equal_width' or 'equal_mass'; got {binning!r}.")
     count = np.bincount(bins, minlength=num_bins).astype(np.float64)
     conf_sum = np.bincount(bins, weights=confidence, minlength=num_bins)
     acc_sum = np.bincount(bins, weights=correct, minlength=num_bins)

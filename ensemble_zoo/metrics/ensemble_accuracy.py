@@ -41,12 +41,8 @@ class EnsembleAccuracy(keras.metrics.Metric):
 
     def __init__(self, name="accuracy", dtype=None):
         super().__init__(name=name, dtype=dtype)
-        self.correct = self.add_variable(
-            shape=(), initializer="zeros", name="correct"
-        )
-        self.count = self.add_variable(
-            shape=(), initializer="zeros", name="count"
-        )
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         check_eager_inputs("EnsembleAccuracy", y_true, y_pred)
@@ -66,8 +62,12 @@ class EnsembleAccuracy(keras.metrics.Metric):
         members = y_pred.shape[1] if rank == 3 else None
         if static_rank(y_true) == 2 and members and members > 1 and y_true.shape[-1] == members:
             predicted = ops.argmax(y_pred, axis=-1)  # (batch, members)
-            matches = ops.mean(ops.cast(ops.equal(
-                ops.cast(y_true, "int32"), ops.cast(predicted, "int32")), self.dtype), axis=1)
+            matches = ops.mean(
+                ops.cast(
+                    ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")), self.dtype
+                ),
+                axis=1,
+            )
         else:
             y_true = ops.reshape(y_true, (-1,))
             predicted = ops.argmax(scores, axis=-1)

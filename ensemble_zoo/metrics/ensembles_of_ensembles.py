@@ -18,11 +18,10 @@ because the coarse index is a function of the fine one).
 
 import numpy as np
 
-from ensemble_zoo.utils.validation import is_integer
-
+from ensemble_zoo.metrics.array_checks import as_member_probabilities
 from ensemble_zoo.metrics.diversity import _entropy
 from ensemble_zoo.metrics.diversity import _reduce
-from ensemble_zoo.metrics.array_checks import as_member_probabilities
+from ensemble_zoo.utils.validation import is_integer
 
 
 def _mutual_information(probs):
@@ -74,9 +73,7 @@ def ensemble_of_ensembles_mutual_information(
     grouped = probs.reshape(samples, num_groups, members // num_groups, classes)
     group_means = grouped.mean(axis=2)
     between = _mutual_information(group_means)
-    within = np.mean(
-        [_mutual_information(grouped[:, k]) for k in range(num_groups)], axis=0
-    )
+    within = np.mean([_mutual_information(grouped[:, k]) for k in range(num_groups)], axis=0)
     total = _mutual_information(probs)
     return {
         "between": _reduce(between, reduction),

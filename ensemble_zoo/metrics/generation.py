@@ -43,9 +43,7 @@ def _as_uncertainty_and_quality(uncertainty, quality, name, binary):
     values = check_finite(values.astype(np.float64), name)
     if binary and not np.isin(values, (0.0, 1.0)).all():
         bad = values[~np.isin(values, (0.0, 1.0))][0]
-        raise ValueError(
-            f"`{name}` must be booleans (or 0 / 1), one per answer; got {bad!r}."
-        )
+        raise ValueError(f"`{name}` must be booleans (or 0 / 1), one per answer; got {bad!r}.")
     if not binary and ((values < 0.0) | (values > 1.0)).any():
         raise ValueError(
             f"`{name}` must lie in [0, 1] (1: a right answer); got values in "
@@ -68,9 +66,7 @@ def answer_auroc(uncertainty, correct):
     Returns:
         float.
     """
-    uncertainty, correct = _as_uncertainty_and_quality(
-        uncertainty, correct, "correct", binary=True
-    )
+    uncertainty, correct = _as_uncertainty_and_quality(uncertainty, correct, "correct", binary=True)
     return binary_auroc(uncertainty, correct == 0.0, positive_name="wrong")
 
 
@@ -87,9 +83,7 @@ def accuracy_rejection_curve(uncertainty, correct):
         rejection rate increasing from 0 (all kept) to below 1 (the most
         certain group kept).
     """
-    uncertainty, correct = _as_uncertainty_and_quality(
-        uncertainty, correct, "correct", binary=True
-    )
+    uncertainty, correct = _as_uncertainty_and_quality(uncertainty, correct, "correct", binary=True)
     # Keep the most certain first: rank by -uncertainty (floats, or int64).
     confidence = -uncertainty if uncertainty.dtype.kind == "f" else -uncertainty.astype(np.float64)
     kept_right, kept_wrong, _, _ = threshold_counts(confidence, correct == 1.0)

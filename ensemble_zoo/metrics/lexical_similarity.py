@@ -32,8 +32,7 @@ def answer_tokens(answer):
     if isinstance(answer, (list, tuple, np.ndarray)):
         return list(np.asarray(answer).ravel().tolist())
     raise TypeError(
-        "An answer must be a string or a sequence of token ids; got "
-        f"{type(answer).__name__}."
+        f"An answer must be a string or a sequence of token ids; got {type(answer).__name__}."
     )
 
 

@@ -3,15 +3,12 @@
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.utils.backend import concrete_value
-
 from ensemble_zoo.ops.uncertainty import _predictive_log_probabilities
+from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import check_same_batch
 
 
-def log_probabilities_and_labels(
-    metric_name, y_true, y_pred, log_floor, from_logits=False
-):
+def log_probabilities_and_labels(metric_name, y_true, y_pred, log_floor, from_logits=False):
     """Predictive log-probabilities `(batch, classes)` and int32 labels.
 
     `y_pred` is either member logits `(batch, members, classes)`, whose
@@ -63,9 +60,7 @@ def sample_weights(sample_weight, labels, dtype):
     return ops.reshape(weight, (-1,))
 
 
-def check_eager_inputs(
-    name, y_true, y_pred, probabilities=False, ignore_class=None, one_hot=False
-):
+def check_eager_inputs(name, y_true, y_pred, probabilities=False, ignore_class=None, one_hot=False):
     """Checks labels and predictions whose values exist now (eager calls),
     as scikit-learn checks arrays; in a compiled graph (`fit`, `evaluate`
     with `jit_compile`) nothing here runs, as for Keras' own metrics.
@@ -88,8 +83,7 @@ def check_eager_inputs(
     predictions = concrete_value(y_pred)
     if predictions is not None and predictions.dtype.kind not in "f":
         raise TypeError(
-            f"{name}: `y_pred` must hold floating-point values; got dtype "
-            f"{predictions.dtype}."
+            f"{name}: `y_pred` must hold floating-point values; got dtype {predictions.dtype}."
         )
     if predictions is not None and 0 in predictions.shape:
         raise ValueError(
@@ -127,8 +121,7 @@ def check_eager_inputs(
     if is_one_hot(labels, y_pred):
         if not np.isfinite(labels).all() or labels.min() < 0:
             raise ValueError(
-                f"{name}: one-hot `y_true` {labels.shape} must hold finite, "
-                "non-negative values."
+                f"{name}: one-hot `y_true` {labels.shape} must hold finite, non-negative values."
             )
         labels = np.argmax(labels, axis=-1)
     if labels.dtype.kind == "f":

@@ -32,10 +32,7 @@ def as_scores(scores, name):
             f"(samples,); got shape {scores.shape}."
         )
     if scores.shape[0] == 0:
-        raise ValueError(
-            f"`{name}` is empty; the metric needs at least one sample of "
-            "each kind."
-        )
+        raise ValueError(f"`{name}` is empty; the metric needs at least one sample of each kind.")
     return check_finite(scores, name)
 
 

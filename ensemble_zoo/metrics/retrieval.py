@@ -22,12 +22,11 @@ is what leave-one-out retrieval means.
 
 import numpy as np
 
+from ensemble_zoo.metrics.ranking import as_scores
+from ensemble_zoo.metrics.ranking import binary_auroc
 from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import check_real
-
-from ensemble_zoo.metrics.ranking import as_scores
-from ensemble_zoo.metrics.ranking import binary_auroc
 
 _CHUNK = 1024
 
@@ -64,8 +63,7 @@ def nearest_neighbour_correct(embeddings, labels):
     embeddings = as_numeric_array(embeddings, "embeddings").astype(np.float64)
     if embeddings.ndim != 2:
         raise ValueError(
-            "`embeddings` must have shape (samples, dim); got shape "
-            f"{embeddings.shape}."
+            f"`embeddings` must have shape (samples, dim); got shape {embeddings.shape}."
         )
     if embeddings.shape[0] < 2:
         raise ValueError(
@@ -132,12 +130,12 @@ def r_auroc(embeddings, labels, uncertainties):
             f"`uncertainties` must have shape ({correct.shape[0]},); got "
             f"shape {uncertainties.shape}."
         )
-    return binary_auroc(
-        -uncertainties, correct, positive_name="a correct retrieval"
-    )
+    return binary_auroc(-uncertainties, correct, positive_name="a correct retrieval")
 
 
-def recall_at_one_with_rejection(embeddings, labels, uncertainties, rejection_rates=(0.0, 0.1, 0.2, 0.5)):
+def recall_at_one_with_rejection(
+    embeddings, labels, uncertainties, rejection_rates=(0.0, 0.1, 0.2, 0.5)
+):
     """Recall@1 of the queries left after rejecting the most uncertain ones.
 
     Uncertainty-aware retrieval (Pretrained Visual Uncertainties, §5): every
@@ -170,8 +168,7 @@ def recall_at_one_with_rejection(embeddings, labels, uncertainties, rejection_ra
     curve = {}
     if isinstance(rejection_rates, (str, bytes)) or not hasattr(rejection_rates, "__iter__"):
         raise TypeError(
-            "`rejection_rates` must be a sequence of fractions in [0, 1); "
-            f"got {rejection_rates!r}."
+            f"`rejection_rates` must be a sequence of fractions in [0, 1); got {rejection_rates!r}."
         )
     rates = [
         check_real(rate, "rejection_rates", low=0.0, high=1.0, high_open=True)

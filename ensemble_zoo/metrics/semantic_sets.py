@@ -104,8 +104,7 @@ def semantic_entropy(log_likelihoods, classes):
     classes = np.asarray(classes)
     if ll.ndim != 2 or ll.size == 0:
         raise ValueError(
-            "`log_likelihoods` must be a non-empty array (prompts, answers); "
-            f"got shape {ll.shape}."
+            f"`log_likelihoods` must be a non-empty array (prompts, answers); got shape {ll.shape}."
         )
     if classes.shape != ll.shape:
         raise ValueError(
@@ -121,7 +120,9 @@ def semantic_entropy(log_likelihoods, classes):
         for c in np.unique(classes[p]):
             members = ll[p, classes[p] == c]
             peak = members.max()
-            log_class[c] = peak + np.log(np.exp(members - peak).sum()) if np.isfinite(peak) else -np.inf
+            log_class[c] = (
+                peak + np.log(np.exp(members - peak).sum()) if np.isfinite(peak) else -np.inf
+            )
         out[p] = -np.mean([log_class[c] for c in classes[p]])
     return out
 

@@ -198,7 +198,11 @@ def _checked_outputs(outputs):
         value = np.asarray(outputs[name], np.float64)
         per_member = name.startswith("member_")
         expected = 3 if per_member else 2
-        if value.ndim != expected or value.shape[0] != mask.shape[0] or value.shape[-1] != mask.shape[1]:
+        if (
+            value.ndim != expected
+            or value.shape[0] != mask.shape[0]
+            or value.shape[-1] != mask.shape[1]
+        ):
             layout = "(batch, members, length)" if per_member else "(batch, length)"
             raise ValueError(
                 f"`outputs['{name}']` must have shape {layout} matching "

@@ -33,8 +33,7 @@ def check_token_batch(token_ids, padding_mask, vocabulary_size, min_length=1):
     if ids.dtype.kind == "f":
         if not np.all(np.isfinite(ids)) or not np.all(ids == np.round(ids)):
             raise ValueError(
-                "`token_ids` must hold integer token ids; got fractional or "
-                "non-finite values."
+                "`token_ids` must hold integer token ids; got fractional or non-finite values."
             )
         ids = ids.astype("int64")
     if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] < min_length:
@@ -52,8 +51,7 @@ def check_token_batch(token_ids, padding_mask, vocabulary_size, min_length=1):
     mask = as_numeric_array(padding_mask, "padding_mask", allow_bool=True)
     if mask.shape != ids.shape:
         raise ValueError(
-            f"`padding_mask` must have the shape of `token_ids`, {ids.shape}; "
-            f"got {mask.shape}."
+            f"`padding_mask` must have the shape of `token_ids`, {ids.shape}; got {mask.shape}."
         )
     if not np.isin(mask, (0, 1)).all():
         raise ValueError("`padding_mask` must hold booleans (or 0 / 1).")
@@ -73,7 +71,11 @@ def _token_dict(inputs, vocabulary_size, require_mask):
             "`inputs` must hold `padding_mask` next to `token_ids` (True on "
             "the prompt's tokens); got keys " + f"{sorted(inputs)}."
         )
-    ids = concrete_value(inputs["token_ids"]) if hasattr(inputs["token_ids"], "shape") else inputs["token_ids"]
+    ids = (
+        concrete_value(inputs["token_ids"])
+        if hasattr(inputs["token_ids"], "shape")
+        else inputs["token_ids"]
+    )
     if ids is None:  # symbolic (a compiled function's inputs)
         return None
     mask = inputs.get("padding_mask")
@@ -83,9 +85,7 @@ def _token_dict(inputs, vocabulary_size, require_mask):
 
 
 def _is_text(x):
-    return isinstance(x, str) or (
-        isinstance(x, np.ndarray) and x.dtype.kind in "USO"
-    )
+    return isinstance(x, str) or (isinstance(x, np.ndarray) and x.dtype.kind in "USO")
 
 
 def _prompts(inputs, name="inputs"):
@@ -120,7 +120,10 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
                 "`max_length` must be >= 2 (a start token and one generated "
                 f"token); got {max_length}."
             )
-    if not (isinstance(stop_token_ids, str) and stop_token_ids == "auto") and stop_token_ids is not None:
+    if (
+        not (isinstance(stop_token_ids, str) and stop_token_ids == "auto")
+        and stop_token_ids is not None
+    ):
         if isinstance(stop_token_ids, str) or not hasattr(stop_token_ids, "__iter__"):
             raise TypeError(
                 "`stop_token_ids` must be 'auto', None or a sequence of token "
@@ -128,8 +131,10 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
             )
         stops = list(stop_token_ids)
         if not all(
-            isinstance(t, (int, np.integer)) and not isinstance(t, bool)
-            and 0 <= t < vocabulary_size for t in stops
+            isinstance(t, (int, np.integer))
+            and not isinstance(t, bool)
+            and 0 <= t < vocabulary_size
+            for t in stops
         ):
             raise ValueError(
                 f"`stop_token_ids` must be token ids in [0, {vocabulary_size}) "
@@ -137,7 +142,9 @@ def check_generate_call(model, inputs, max_length, stop_token_ids, strip_prompt)
                 "generated, so generation would not stop there."
             )
     if inputs is None:
-        raise TypeError("`inputs` must be a string, a list of strings or a dict of token arrays; got None.")
+        raise TypeError(
+            "`inputs` must be a string, a list of strings or a dict of token arrays; got None."
+        )
     if isinstance(inputs, dict) and "token_ids" not in inputs and "prompts" in inputs:
         inputs = inputs["prompts"]  # Gemma 3's preprocessor takes {"prompts": ...}
     if isinstance(inputs, dict):
@@ -217,8 +224,7 @@ def check_lm_loop_data(model, x, y=None, sample_weight=None, batch_size=None, ep
         if labels is not None:
             as_numeric_array(labels, "y", allow_bool=False)
             if labels.size and (
-                labels.dtype.kind not in "iu" or labels.min() < 0
-                or labels.max() >= vocabulary_size
+                labels.dtype.kind not in "iu" or labels.min() < 0 or labels.max() >= vocabulary_size
             ):
                 raise ValueError(
                     f"`y` must hold token ids in [0, {vocabulary_size}) (the "
@@ -235,8 +241,12 @@ class CausalLMLoopsMixin:
         function = getattr(super(), method)
         given = named_loop_arguments(function, *args, **kwargs)
         check_lm_loop_data(
-            self, given.get("x"), given.get("y"), given.get("sample_weight"),
-            given.get("batch_size"), given.get("epochs", 1) if method == "fit" else None,
+            self,
+            given.get("x"),
+            given.get("y"),
+            given.get("sample_weight"),
+            given.get("batch_size"),
+            given.get("epochs", 1) if method == "fit" else None,
         )
         return function(*args, **kwargs)
 

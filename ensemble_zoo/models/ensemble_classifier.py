@@ -5,11 +5,11 @@ from keras import ops
 
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.metrics import EnsembleAccuracy
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.models.zoo_task import ZooTask
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
-from ensemble_zoo.models.zoo_task import ZooTask
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 def preprocessor_of(model):
@@ -107,9 +107,7 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
 
     @member_input_shape.setter
     def member_input_shape(self, value):
-        object.__setattr__(
-            self, "_member_input_shape", None if value is None else tuple(value)
-        )
+        object.__setattr__(self, "_member_input_shape", None if value is None else tuple(value))
 
     def __call__(self, inputs, *args, **kwargs):
         # The zoo's input checks run before Keras' input-spec check too:
@@ -131,9 +129,7 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
 
     # === Training defaults ===
 
-    def compile(
-        self, optimizer="auto", loss="auto", metrics="auto", **kwargs
-    ):
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
         """Configures training; `"auto"` picks the ensemble defaults.
 
         Args:
@@ -178,10 +174,7 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
         }
         outputs.update(_uncertainty_decomposition(logits))
         if as_numpy:
-            outputs = {
-                k: np.asarray(ops.convert_to_numpy(v))
-                for k, v in outputs.items()
-            }
+            outputs = {k: np.asarray(ops.convert_to_numpy(v)) for k, v in outputs.items()}
         return outputs
 
     # === Export ===
@@ -198,7 +191,11 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
 
     # The outputs of every exported format, in this order.
     _serving_output_names = (
-        "probabilities", "member_logits", "total", "aleatoric", "epistemic",
+        "probabilities",
+        "member_logits",
+        "total",
+        "aleatoric",
+        "epistemic",
     )
 
     def _serving_outputs(self, inputs):
@@ -208,9 +205,7 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
     # === Presets ===
 
     @classmethod
-    def from_preset(
-        cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs
-    ):
+    def from_preset(cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs):
         """Loads a shipped preset (by name) or a preset directory.
 
         Args:
@@ -239,8 +234,12 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset, cls=cls, load_weights=load_weights, dtype=dtype,
-            preprocessor=preprocessor, **kwargs,
+            preset,
+            cls=cls,
+            load_weights=load_weights,
+            dtype=dtype,
+            preprocessor=preprocessor,
+            **kwargs,
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):
@@ -261,6 +260,4 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
         """
         from ensemble_zoo.presets import save_preset
 
-        save_preset(
-            self, preset_dir, metadata=metadata, include_weights=include_weights
-        )
+        save_preset(self, preset_dir, metadata=metadata, include_weights=include_weights)

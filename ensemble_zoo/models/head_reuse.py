@@ -16,9 +16,7 @@ def resolve_head(classifier_classes, num_classes, reuse_head):
     """
     if classifier_classes is None:
         if num_classes is None:
-            raise ValueError(
-                "Converting a backbone needs `num_classes` (the heads are new)."
-            )
+            raise ValueError("Converting a backbone needs `num_classes` (the heads are new).")
         if reuse_head:
             raise ValueError("`reuse_head=True` needs a classifier, not a backbone.")
         return num_classes, False

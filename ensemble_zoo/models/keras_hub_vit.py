@@ -39,8 +39,7 @@ def vit_parts(model, kwargs):
     if isinstance(model, keras_hub.models.ViTImageClassifier):
         if getattr(model, "intermediate_dim", None) is not None:
             raise ValueError(
-                "ViT classifiers with an `intermediate_dim` pre-logits "
-                "layer are not supported."
+                "ViT classifiers with an `intermediate_dim` pre-logits layer are not supported."
             )
         check_logits_head(model)
         kwargs.setdefault("pooling", model.pooling)

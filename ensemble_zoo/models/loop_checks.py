@@ -59,9 +59,7 @@ def check_samples(x, y=None, sample_weight=None):
     and sample weights as examples, and sample weights finite and
     non-negative (NaN or negative weights trained silently)."""
     if x is None:
-        raise TypeError(
-            "`x` must be an array, a tensor or a dataset of inputs; got None."
-        )
+        raise TypeError("`x` must be an array, a tensor or a dataset of inputs; got None.")
     counts = {}
     for name, value in (("x", x), ("y", y), ("sample_weight", sample_weight)):
         if value is None or isinstance(value, dict):
@@ -70,7 +68,11 @@ def check_samples(x, y=None, sample_weight=None):
             counts[name] = len(value)
             if name != "sample_weight":
                 continue
-        values = backend_utils.concrete_value(value) if hasattr(value, "shape") or isinstance(value, list) else None
+        values = (
+            backend_utils.concrete_value(value)
+            if hasattr(value, "shape") or isinstance(value, list)
+            else None
+        )
         if values is None or values.ndim == 0:
             continue
         counts[name] = values.shape[0]
@@ -97,7 +99,11 @@ def _check_batch_size(batch_size):
     deep inside TensorFlow's data pipeline)."""
     if batch_size is None:
         return
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
         raise TypeError(f"`batch_size` must be a positive int or None; got {batch_size!r}.")
 
 

@@ -53,13 +53,17 @@ class MemberAxisClassifier(EnsembleClassifier):
     uses_pooled_output = False
 
     def __init__(
-        self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0,
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
         **kwargs,
     ):
         if not isinstance(backbone, self.backbone_cls):
             raise TypeError(
-                f"`backbone` must be a {self.backbone_cls.__name__}; got "
-                f"{type(backbone).__name__}."
+                f"`backbone` must be a {self.backbone_cls.__name__}; got {type(backbone).__name__}."
             )
         # Text tasks (`TextInputsMixin`) read BERT's pooled output.
         pooling = None if self.uses_pooled_output else check_pooling(pooling)

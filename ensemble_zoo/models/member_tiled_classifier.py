@@ -57,8 +57,14 @@ class MemberTiledClassifier(EnsembleClassifier):
     uses_pooled_output = False
 
     def __init__(
-        self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0,
-        member_batching="auto", **kwargs,
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
+        member_batching="auto",
+        **kwargs,
     ):
         member_batching = check_member_batching(member_batching)
         # Text tasks (`TextInputsMixin`) read BERT's pooled output.

@@ -23,8 +23,8 @@ import os
 
 import keras
 
-from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.utils.model_copies import copy_model
 
 # The backbone whose weights `MethodBackbone.__init__` starts from, set by
 # `from_backbone` for the duration of one constructor call.
@@ -66,7 +66,8 @@ class MethodBackbone(QuantizationModesMixin):
     def base_cls(cls):
         """The keras-hub backbone class this class extends."""
         return next(
-            base for base in cls.__mro__[1:]
+            base
+            for base in cls.__mro__[1:]
             if issubclass(base, keras.Model) and not issubclass(base, MethodBackbone)
         )
 
@@ -137,7 +138,7 @@ def _relative_paths(variables):
     paths = [variable.path for variable in variables]
     prefix = os.path.commonprefix(paths) if len(paths) > 1 else ""
     prefix = prefix[: prefix.rfind("/") + 1]
-    return [path[len(prefix):] for path in paths]
+    return [path[len(prefix) :] for path in paths]
 
 
 def method_arguments(backbone, classes, defaults, **given):

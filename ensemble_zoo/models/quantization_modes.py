@@ -41,7 +41,8 @@ def check_quantization_mode(model, mode=None, config=None, filters=None):
     if mode is None or mode in SUPPORTED_MODES:
         return
     layers = [
-        layer for layer in model._flatten_layers()
+        layer
+        for layer in model._flatten_layers()
         if isinstance(layer, Int8KernelsMixin)
         and layer.quantization_mode is None
         and _selected(layer, filters)

@@ -39,9 +39,7 @@ class TextInputsMixin:
         shapes = {k: static_shape(v) for k, v in inputs.items()}
         first = shapes["token_ids"]
         for name, shape in shapes.items():
-            if len(shape) != 2 or (
-                None not in (shape[1], first[1]) and shape[1] != first[1]
-            ):
+            if len(shape) != 2 or (None not in (shape[1], first[1]) and shape[1] != first[1]):
                 raise ValueError(
                     f"`{name}` must have shape (batch, tokens) like `token_ids` "
                     f"{first}; got {shape}."
@@ -49,8 +47,7 @@ class TextInputsMixin:
         maximum = self.backbone.max_sequence_length
         if first[1] is not None and first[1] > maximum:
             raise ValueError(
-                f"Sequences of {first[1]} tokens exceed max_sequence_length="
-                f"{maximum}."
+                f"Sequences of {first[1]} tokens exceed max_sequence_length={maximum}."
             )
 
     def _check_data(self, x):
@@ -90,7 +87,11 @@ class TextInputsMixin:
         if isinstance(x, (list, tuple, np.ndarray, str)):
             segments = x if isinstance(x, tuple) and x and not isinstance(x[0], str) else (x,)
             for segment in segments:
-                texts = np.asarray(segment, dtype=object).reshape(-1) if not isinstance(segment, str) else [segment]
+                texts = (
+                    np.asarray(segment, dtype=object).reshape(-1)
+                    if not isinstance(segment, str)
+                    else [segment]
+                )
                 if len(texts) == 0:
                     raise ValueError("`x` must hold at least one text; got an empty list.")
                 bad = [t for t in texts if not isinstance(t, (str, bytes))]
@@ -110,8 +111,5 @@ class TextInputsMixin:
         dynamic = keras.config.backend() == "tensorflow" and format != "litert"
         length = None if dynamic else self.backbone.max_sequence_length
         return [
-            {
-                name: keras.InputSpec(shape=(None, length), dtype="int32")
-                for name in TEXT_INPUTS
-            }
+            {name: keras.InputSpec(shape=(None, length), dtype="int32") for name in TEXT_INPUTS}
         ]

@@ -23,25 +23,29 @@ def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_di
     hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
     if hidden_dim % num_heads:
         raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads})."
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
         )
-    if isinstance(image_shape, (str, bytes)) or not hasattr(image_shape, "__len__") or len(image_shape) != 3:
-        raise ValueError(
-            f"`image_shape` must be (height, width, channels); got {image_shape!r}."
-        )
+    if (
+        isinstance(image_shape, (str, bytes))
+        or not hasattr(image_shape, "__len__")
+        or len(image_shape) != 3
+    ):
+        raise ValueError(f"`image_shape` must be (height, width, channels); got {image_shape!r}.")
     image_shape = tuple(check_positive_int(d, "image_shape") for d in image_shape)
     if is_integer(patch_size):
         patch_size = (patch_size, patch_size)
-    if isinstance(patch_size, (str, bytes)) or not hasattr(patch_size, "__len__") or len(patch_size) != 2:
+    if (
+        isinstance(patch_size, (str, bytes))
+        or not hasattr(patch_size, "__len__")
+        or len(patch_size) != 2
+    ):
         raise ValueError(
             f"`patch_size` must be a positive int or a (height, width) pair; got {patch_size!r}."
         )
     patch = tuple(check_positive_int(p, "patch_size") for p in patch_size)
     if image_shape[0] % patch[0] or image_shape[1] % patch[1]:
         raise ValueError(
-            f"`image_shape` {image_shape[:2]} must be divisible by "
-            f"`patch_size` {patch}."
+            f"`image_shape` {image_shape[:2]} must be divisible by `patch_size` {patch}."
         )
     return image_shape, patch, num_layers, num_heads
 
@@ -49,9 +53,19 @@ def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_di
 #: The arguments the zoo's hand-written ViT backbones share with keras-hub's
 #: `ViTBackbone`, with its names and meanings.
 VIT_ARGUMENTS = (
-    "image_shape", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
-    "dropout_rate", "attention_dropout", "layer_norm_epsilon", "use_mha_bias",
-    "use_mlp_bias", "use_class_token", "use_patch_bias",
+    "image_shape",
+    "patch_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "mlp_dim",
+    "dropout_rate",
+    "attention_dropout",
+    "layer_norm_epsilon",
+    "use_mha_bias",
+    "use_mlp_bias",
+    "use_class_token",
+    "use_patch_bias",
 )
 
 

@@ -12,14 +12,14 @@ and their input shape.
 """
 
 import contextlib
-import copy
 import contextvars
+import copy
 
 import keras
 import keras_hub
 
-from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.utils.naming import path_scope
 
 _ADOPT = contextvars.ContextVar("ensemble_zoo_adopt_wrapped", default=False)
 
@@ -48,7 +48,8 @@ def policy_config(config, dtype):
             return value
         return {
             key: serialized
-            if key == "dtype" and isinstance(item, dict)
+            if key == "dtype"
+            and isinstance(item, dict)
             and item.get("class_name") in _REPLACED_POLICIES
             else walk(item)
             for key, item in value.items()
@@ -128,9 +129,7 @@ def own_wrapped_model(model, dtype=None, copy=False, scope=""):
     """
     if _ADOPT.get():
         return model
-    if copy or _is_policy_map(dtype) or (
-        dtype is not None and not _uses_policy(model, dtype)
-    ):
+    if copy or _is_policy_map(dtype) or (dtype is not None and not _uses_policy(model, dtype)):
         return copy_wrapped_model(model, dtype, scope)
     return model
 
@@ -184,13 +183,10 @@ def wrapping_backbone(backbone_cls, backbone, dtype=None, method_config=None, **
             )
         return backbone_cls(**wrapped, **(method_config or {}), dtype=dtype)
     if given:
-        raise ValueError(
-            f"Pass {names} or `backbone` (a {backbone_cls.__name__}), not both."
-        )
+        raise ValueError(f"Pass {names} or `backbone` (a {backbone_cls.__name__}), not both.")
     if not isinstance(backbone, backbone_cls):
         raise TypeError(
-            f"`backbone` must be a {backbone_cls.__name__}; got "
-            f"{type(backbone).__name__}."
+            f"`backbone` must be a {backbone_cls.__name__}; got {type(backbone).__name__}."
         )
     if method_config:
         check_method_arguments(backbone, method_config)
@@ -202,10 +198,7 @@ def check_method_arguments(backbone, method_config):
     wrapping backbone with a `method_config`) was built with; an argument
     left `None` takes the backbone's."""
     held = backbone.method_config
-    differing = {
-        k: v for k, v in method_config.items()
-        if v is not None and held.get(k) != v
-    }
+    differing = {k: v for k, v in method_config.items() if v is not None and held.get(k) != v}
     if differing:
         raise ValueError(
             f"`backbone` ({type(backbone).__name__}) was built with {held}, "
@@ -234,7 +227,8 @@ class WrappedModelsBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             value = getattr(self, key)
             config[key] = (
                 [serialize_wrapped_model(m) for m in value]
-                if isinstance(value, list) else serialize_wrapped_model(value)
+                if isinstance(value, list)
+                else serialize_wrapped_model(value)
             )
         return config
 

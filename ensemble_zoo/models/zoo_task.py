@@ -85,12 +85,10 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
         shape = static_shape(inputs)
         layout = "(batch, " + ", ".join(str(d) for d in expected) + ")"
         if len(shape) != len(expected) + 1 or any(
-            e is not None and s is not None and e != s
-            for s, e in zip(shape[1:], expected)
+            e is not None and s is not None and e != s for s, e in zip(shape[1:], expected)
         ):
             raise ValueError(
-                f"{type(self).__name__} expects inputs of shape {layout}; "
-                f"got shape {shape}."
+                f"{type(self).__name__} expects inputs of shape {layout}; got shape {shape}."
             )
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if "float" not in dtype:
@@ -141,9 +139,7 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
                 f"got shape {values.shape}."
             )
         if values.dtype.kind not in "iuf":
-            raise TypeError(
-                f"`y` must hold integer class indices; got dtype {values.dtype}."
-            )
+            raise TypeError(f"`y` must hold integer class indices; got dtype {values.dtype}.")
         if values.dtype.kind == "f":
             check_finite(values, "y")
             if not np.all(values == np.round(values)):
@@ -194,7 +190,9 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
         loop = task_loop if self.preprocessor is not None else model_loop
         given = named_loop_arguments(loop, self, x, *args, **kwargs)
         self._check_loop_call(
-            x, given.get("y"), batch_size=given.get("batch_size"),
+            x,
+            given.get("y"),
+            batch_size=given.get("batch_size"),
             epochs=given.get("epochs", 1) if model_loop is keras.Model.fit else None,
             sample_weight=given.get("sample_weight"),
         )
@@ -209,9 +207,7 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
         return self._loop(keras.Model.fit, keras_hub.models.Task.fit, x, args, kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        return self._loop(
-            keras.Model.evaluate, keras_hub.models.Task.evaluate, x, args, kwargs
-        )
+        return self._loop(keras.Model.evaluate, keras_hub.models.Task.evaluate, x, args, kwargs)
 
     def predict(self, x, *args, **kwargs):
         return self._loop(keras.Model.predict, keras_hub.models.Task.predict, x, args, kwargs)
@@ -223,15 +219,11 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
 
     def test_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
         check_samples(x, y, sample_weight)
-        return super().test_on_batch(
-            self._batch_inputs(x, y), y, sample_weight, *args, **kwargs
-        )
+        return super().test_on_batch(self._batch_inputs(x, y), y, sample_weight, *args, **kwargs)
 
     def train_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
         check_samples(x, y, sample_weight)
-        return super().train_on_batch(
-            self._batch_inputs(x, y), y, sample_weight, *args, **kwargs
-        )
+        return super().train_on_batch(self._batch_inputs(x, y), y, sample_weight, *args, **kwargs)
 
     def _batch_inputs(self, x, y=None):
         """The checks of `_run` for one batch, and integer images (uint8
@@ -325,9 +317,14 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
         from ensemble_zoo.export import export_model
 
         return export_model(
-            self, filepath, format=format, input_signature=input_signature,
-            include_preprocessing=include_preprocessing, verify=verify,
-            verbose=verbose, **kwargs,
+            self,
+            filepath,
+            format=format,
+            input_signature=input_signature,
+            include_preprocessing=include_preprocessing,
+            verify=verify,
+            verbose=verbose,
+            **kwargs,
         )
 
 

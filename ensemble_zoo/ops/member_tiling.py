@@ -18,12 +18,10 @@ row orders (`order`):
 
 from keras import ops
 
-from ensemble_zoo.utils.validation import check_choice
-
 from ensemble_zoo.utils.validation import as_tensor
+from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
-
 
 #: The row orders of a batch of member rows.
 ORDERS = ("member_major", "batch_major")
@@ -32,9 +30,7 @@ ORDERS = ("member_major", "batch_major")
 def _batched_tensor(x):
     x = as_tensor(x, "x")
     if len(static_shape(x)) == 0:
-        raise ValueError(
-            "`x` must have a batch axis (shape (batch, ...)); got a scalar."
-        )
+        raise ValueError("`x` must have a batch axis (shape (batch, ...)); got a scalar.")
     return x
 
 
@@ -89,8 +85,7 @@ def untile_members(x, num_members, order="member_major"):
     rest = shape[1:]
     if None in rest:
         raise ValueError(
-            "`x` needs static trailing dimensions in untile_members; got "
-            f"shape {shape}."
+            f"`x` needs static trailing dimensions in untile_members; got shape {shape}."
         )
     if shape[0] is not None and shape[0] % num_members:
         raise ValueError(

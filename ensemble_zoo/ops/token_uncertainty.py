@@ -91,9 +91,7 @@ def token_uncertainty(member_logits, tokens=None):
     # EPKL = mutual information + reverse mutual information
     ```
     """
-    x, shape, values = checked_member_tensor(
-        member_logits, _LAYOUT, {1: "member", 3: "vocabulary"}
-    )
+    x, shape, values = checked_member_tensor(member_logits, _LAYOUT, {1: "member", 3: "vocabulary"})
     if values is not None:
         check_logits(values, "member_logits")
     log_p = vocabulary_log_softmax(x)

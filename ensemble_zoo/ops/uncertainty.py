@@ -24,8 +24,8 @@ from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import as_tensor
 from ensemble_zoo.utils.validation import check_axis
 from ensemble_zoo.utils.validation import check_bool
-from ensemble_zoo.utils.validation import check_logits
 from ensemble_zoo.utils.validation import check_floating
+from ensemble_zoo.utils.validation import check_logits
 from ensemble_zoo.utils.validation import check_nonempty_axes
 from ensemble_zoo.utils.validation import check_probability_rows
 from ensemble_zoo.utils.validation import check_rank
@@ -130,17 +130,13 @@ def predictive_log_probabilities(member_logits, from_logits=True):
         from_logits: bool. If `False`, `member_logits` holds per-member
             probabilities instead of logits. Defaults to `True`.
     """
-    return _predictive_log_probabilities(
-        *_checked_member_outputs(member_logits, from_logits)
-    )
+    return _predictive_log_probabilities(*_checked_member_outputs(member_logits, from_logits))
 
 
 def _predictive_log_probabilities(member_logits, from_logits=True):
     log_p = _member_log_probs(member_logits, from_logits)
     num_members = ops.shape(log_p)[1]
-    return ops.logsumexp(log_p, axis=1) - ops.log(
-        ops.cast(num_members, log_p.dtype)
-    )
+    return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
 
 
 def predictive_probabilities(member_logits, from_logits=True):
@@ -166,9 +162,7 @@ def predictive_probabilities(member_logits, from_logits=True):
     ```
     """
     return ops.exp(
-        _predictive_log_probabilities(
-            *_checked_member_outputs(member_logits, from_logits)
-        )
+        _predictive_log_probabilities(*_checked_member_outputs(member_logits, from_logits))
     )
 
 
@@ -212,15 +206,11 @@ def uncertainty_decomposition(member_logits, from_logits=True):
     parts["epistemic"]  # (4,) mutual information
     ```
     """
-    return _uncertainty_decomposition(
-        *_checked_member_outputs(member_logits, from_logits)
-    )
+    return _uncertainty_decomposition(*_checked_member_outputs(member_logits, from_logits))
 
 
 def _uncertainty_decomposition(member_logits, from_logits=True):
-    return uncertainty_decomposition_on_axis(
-        _member_log_probs(member_logits, from_logits)
-    )
+    return uncertainty_decomposition_on_axis(_member_log_probs(member_logits, from_logits))
 
 
 def uncertainty_decomposition_on_axis(log_p):
@@ -229,13 +219,9 @@ def uncertainty_decomposition_on_axis(log_p):
     on axis 1, classes last), unchecked: the form compiled code calls (a
     causal LM's decode loop, per position). Returns `total`, `aleatoric`
     and `epistemic`, each `(batch, ...)`."""
-    log_mean = ops.logsumexp(log_p, axis=1) - ops.log(
-        ops.cast(ops.shape(log_p)[1], log_p.dtype)
-    )
+    log_mean = ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(ops.shape(log_p)[1], log_p.dtype))
     total = -ops.sum(_xlogy(ops.exp(log_mean), log_mean), axis=-1)
-    aleatoric = -ops.mean(
-        ops.sum(_xlogy(ops.exp(log_p), log_p), axis=-1), axis=1
-    )
+    aleatoric = -ops.mean(ops.sum(_xlogy(ops.exp(log_p), log_p), axis=-1), axis=1)
     epistemic = ops.maximum(total - aleatoric, 0.0)
     return {"total": total, "aleatoric": aleatoric, "epistemic": epistemic}
 
@@ -245,6 +231,6 @@ def mutual_information(member_logits, from_logits=True):
 
     Shorthand for `uncertainty_decomposition(...)["epistemic"]`.
     """
-    return _uncertainty_decomposition(
-        *_checked_member_outputs(member_logits, from_logits)
-    )["epistemic"]
+    return _uncertainty_decomposition(*_checked_member_outputs(member_logits, from_logits))[
+        "epistemic"
+    ]

@@ -130,8 +130,15 @@ def is_adapter_preset(metadata):
 
 
 def load_adapter_preset(
-    preset, directory, metadata, cls=None, base=None, load_weights=True,
-    dtype=None, preprocessor="auto", **kwargs,
+    preset,
+    directory,
+    metadata,
+    cls=None,
+    base=None,
+    load_weights=True,
+    dtype=None,
+    preprocessor="auto",
+    **kwargs,
 ):
     """The ensemble of an adapter preset on its base model
     (`ensemble_zoo.presets.load_preset` with the preset's directory and
@@ -145,9 +152,7 @@ def load_adapter_preset(
         )
     preset_cls = _task_class(metadata, metadata_path)
     if cls is not None and not issubclass(preset_cls, cls):
-        raise PresetError(
-            f"Preset {preset!r} holds a {preset_cls.__name__}, not a {cls.__name__}."
-        )
+        raise PresetError(f"Preset {preset!r} holds a {preset_cls.__name__}, not a {cls.__name__}.")
     adapters_path = os.path.join(directory, ADAPTERS_FILE)
     if not os.path.isfile(adapters_path):
         raise PresetError(f"Damaged preset: {adapters_path} is missing.")
@@ -161,9 +166,7 @@ def load_adapter_preset(
     try:
         model = preset_cls.from_adapters(base_model, adapters_path, load_weights=load_weights)
     except ValueError as e:
-        raise PresetError(
-            f"The adapters of preset {preset!r} do not fit {described}: {e}"
-        ) from e
+        raise PresetError(f"The adapters of preset {preset!r} do not fit {described}: {e}") from e
     if not (isinstance(preprocessor, str) and preprocessor == "auto"):
         _check_preprocessor(preprocessor)
         model.preprocessor = preprocessor
@@ -225,9 +228,7 @@ def _base_model(base, metadata, metadata_path, dtype, preset):
 def _check_preprocessor(preprocessor):
     import keras_hub
 
-    if preprocessor is not None and not isinstance(
-        preprocessor, keras_hub.models.Preprocessor
-    ):
+    if preprocessor is not None and not isinstance(preprocessor, keras_hub.models.Preprocessor):
         raise TypeError(
             "`preprocessor` must be 'auto', None or a keras_hub Preprocessor; "
             f"got {preprocessor!r}."

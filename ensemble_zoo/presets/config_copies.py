@@ -88,8 +88,14 @@ def check_config_copies(directory, task_config, backbone_config, read_json):
     """
     inner = task_config.get("config") if isinstance(task_config.get("config"), dict) else {}
     if "backbone" in inner:
-        _compare(directory, CONFIG_FILE, backbone_config, TASK_CONFIG_FILE,
-                 inner["backbone"], "the backbone")
+        _compare(
+            directory,
+            CONFIG_FILE,
+            backbone_config,
+            TASK_CONFIG_FILE,
+            inner["backbone"],
+            "the backbone",
+        )
     preprocessor = inner.get("preprocessor")
     has_file = os.path.isfile(os.path.join(directory, PREPROCESSOR_FILE))
     if preprocessor is None and has_file:
@@ -106,10 +112,17 @@ def check_config_copies(directory, task_config, backbone_config, read_json):
             f"missing, but the task in {TASK_CONFIG_FILE} has a preprocessor."
         )
     stored = read_json(directory, PREPROCESSOR_FILE)
-    _compare(directory, PREPROCESSOR_FILE, stored, TASK_CONFIG_FILE,
-             preprocessor, "the preprocessor")
+    _compare(
+        directory, PREPROCESSOR_FILE, stored, TASK_CONFIG_FILE, preprocessor, "the preprocessor"
+    )
     components = stored.get("config") if isinstance(stored.get("config"), dict) else {}
     for filename, key in COMPONENT_FILES:
         if os.path.isfile(os.path.join(directory, filename)) and key in components:
-            _compare(directory, filename, read_json(directory, filename),
-                     PREPROCESSOR_FILE, components[key], f"the {key.replace('_', ' ')}")
+            _compare(
+                directory,
+                filename,
+                read_json(directory, filename),
+                PREPROCESSOR_FILE,
+                components[key],
+                f"the {key.replace('_', ' ')}",
+            )

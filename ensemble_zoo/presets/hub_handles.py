@@ -78,9 +78,7 @@ def download_preset(preset):
             local[filename] = _get_file(preset, filename)
         except FileNotFoundError as e:
             if filename in REQUIRED_FILES:
-                raise _error(
-                    f"Damaged preset: {preset} has no {filename} ({e})."
-                ) from e
+                raise _error(f"Damaged preset: {preset} has no {filename} ({e}).") from e
         except ImportError as e:
             raise _error(f"Cannot load {preset}: {e}") from e
         except ValueError as e:

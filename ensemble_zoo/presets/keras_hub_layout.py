@@ -30,7 +30,10 @@ WEIGHTS_FILE = "model.weights.h5"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 METADATA_FILE = "metadata.json"
 PREPROCESSOR_FILES = (
-    "preprocessor.json", "image_converter.json", "tokenizer.json", "assets",
+    "preprocessor.json",
+    "image_converter.json",
+    "tokenizer.json",
+    "assets",
 )
 
 
@@ -57,9 +60,9 @@ def keras_hub_metadata(model):
         "keras_version": keras.version(),
         "keras_hub_version": keras_hub.__version__,
         "tasks": sorted(
-            base.__name__ for base in type(model).__mro__[1:]
-            if base.__module__.startswith("keras_hub")
-            and base.__name__.endswith("Classifier")
+            base.__name__
+            for base in type(model).__mro__[1:]
+            if base.__module__.startswith("keras_hub") and base.__name__.endswith("Classifier")
         ),
     }
 
@@ -69,7 +72,8 @@ def strip_build_state(config):
     keras-hub's saver does."""
     if isinstance(config, dict):
         return {
-            k: strip_build_state(v) for k, v in config.items()
+            k: strip_build_state(v)
+            for k, v in config.items()
             if k not in ("compile_config", "build_config")
         }
     if isinstance(config, list):

@@ -27,7 +27,11 @@ ADAPTERS_FILE = "adapters.lora_ensemble.h5"
 
 #: Every file a preset directory may hold.
 PRESET_FILES = (
-    CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE, TASK_CONFIG_FILE, TASK_WEIGHTS_FILE,
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    METADATA_FILE,
+    TASK_CONFIG_FILE,
+    TASK_WEIGHTS_FILE,
 ) + PREPROCESSOR_FILES
 
 
@@ -106,48 +110,39 @@ def check_weights_file(write_reference, path, sha256=None, what="the model"):
         found = _h5_datasets(path)
     except OSError as e:
         raise PresetError(
-            f"Damaged preset: {path} is not a readable HDF5 weights file "
-            f"({e})."
+            f"Damaged preset: {path} is not a readable HDF5 weights file ({e})."
         ) from e
     with tempfile.TemporaryDirectory() as tmp:
         reference = os.path.join(tmp, WEIGHTS_FILE)
         write_reference(reference)
-        expected = {
-            k: v for k, v in _h5_datasets(reference).items()
-            if not is_optimizer_state(k)
-        }
+        expected = {k: v for k, v in _h5_datasets(reference).items() if not is_optimizer_state(k)}
     found = {k: v for k, v in found.items() if not is_optimizer_state(k)}
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
     common = sorted(set(expected) & set(found))
     wrong = [k for k in common if expected[k][0] != found[k][0]]
     retyped = [
-        k for k in common
-        if k not in wrong and expected[k][1] != found[k][1]
+        k
+        for k in common
+        if k not in wrong
+        and expected[k][1] != found[k][1]
         and not (found[k][1] == "float32" and _dtype_kind(expected[k][1]) == "float")
     ]
     problems = [
-        f"variable {k!r} has shape {found[k][0]}, the model expects "
-        f"{expected[k][0]}"
+        f"variable {k!r} has shape {found[k][0]}, the model expects {expected[k][0]}"
         for k in wrong[:5]
     ]
     problems += [
-        f"variable {k!r} has dtype {found[k][1]}, the model expects "
-        f"{expected[k][1]}"
+        f"variable {k!r} has dtype {found[k][1]}, the model expects {expected[k][1]}"
         for k in retyped[:5]
     ]
     if missing:
-        problems.append(
-            f"{len(missing)} variable(s) missing, e.g. {missing[:3]}"
-        )
+        problems.append(f"{len(missing)} variable(s) missing, e.g. {missing[:3]}")
     if unexpected:
-        problems.append(
-            f"{len(unexpected)} unexpected variable(s), e.g. {unexpected[:3]}"
-        )
+        problems.append(f"{len(unexpected)} unexpected variable(s), e.g. {unexpected[:3]}")
     if problems:
         raise PresetError(
-            f"Damaged preset: {path} does not match {what}: "
-            + "; ".join(problems) + "."
+            f"Damaged preset: {path} does not match {what}: " + "; ".join(problems) + "."
         )
     non_finite = _non_finite_variables(path)
     if non_finite:
@@ -170,10 +165,7 @@ def strip_optimizer_state(path):
 
     with h5py.File(path, "a") as f:
         groups = []
-        f.visit(
-            lambda name: groups.append(name)
-            if name.split("/")[-1] == "optimizer" else None
-        )
+        f.visit(lambda name: groups.append(name) if name.split("/")[-1] == "optimizer" else None)
         for name in sorted(groups, key=len, reverse=True):
             if name in f:
                 del f[name]

@@ -30,12 +30,13 @@ import keras
 
 from ensemble_zoo.presets import adapter_presets
 from ensemble_zoo.presets import hub_handles
-from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets import keras_hub_layout
 from ensemble_zoo.presets.config_copies import check_config_copies
+from ensemble_zoo.presets.constructor_arguments import check_constructor_arguments
 from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
 from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
+from ensemble_zoo.presets.preset_error import PresetError
 from ensemble_zoo.presets.preset_files import CONFIG_FILE
 from ensemble_zoo.presets.preset_files import METADATA_FILE
 from ensemble_zoo.presets.preset_files import WEIGHTS_FILE
@@ -45,7 +46,6 @@ from ensemble_zoo.presets.preset_saving import save_preset  # noqa: F401 (its ol
 from ensemble_zoo.presets.registry import PRESETS
 from ensemble_zoo.utils.quiet_import import quiet_stderr
 from ensemble_zoo.utils.validation import check_bool
-
 
 
 def list_presets():
@@ -95,13 +95,10 @@ def _read_json(directory, filename):
         with open(path, encoding="utf-8") as f:
             content = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PresetError(
-            f"Damaged preset: {path} is not valid JSON ({e})."
-        ) from e
+        raise PresetError(f"Damaged preset: {path} is not valid JSON ({e}).") from e
     if not isinstance(content, dict):
         raise PresetError(
-            f"Damaged preset: {path} must hold a JSON object; got "
-            f"{type(content).__name__}."
+            f"Damaged preset: {path} must hold a JSON object; got {type(content).__name__}."
         )
     return content
 
@@ -166,7 +163,12 @@ AUTO = "auto"
 
 
 def load_preset(
-    preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO, base=None,
+    preset,
+    cls=None,
+    load_weights=True,
+    dtype=None,
+    preprocessor=AUTO,
+    base=None,
     **kwargs,
 ):
     """Builds the model of a preset and loads its weights.
@@ -204,8 +206,14 @@ def load_preset(
         metadata = _read_json(directory, METADATA_FILE)
         if adapter_presets.is_adapter_preset(metadata):
             return adapter_presets.load_adapter_preset(
-                preset, directory, metadata, cls=cls, base=base,
-                load_weights=load_weights, dtype=dtype, preprocessor=preprocessor,
+                preset,
+                directory,
+                metadata,
+                cls=cls,
+                base=base,
+                load_weights=load_weights,
+                dtype=dtype,
+                preprocessor=preprocessor,
                 **kwargs,
             )
     if base is not None:
@@ -219,7 +227,7 @@ def load_preset(
     config = _read_json(directory, TASK_CONFIG_FILE)
     metadata = _read_json(directory, METADATA_FILE)
     preset_cls = _preset_class(config, config_path)
-    _check_constructor_arguments(preset_cls, config["config"], config_path)
+    check_constructor_arguments(preset_cls, config["config"], config_path)
     if cls is not None and not issubclass(preset_cls, cls):
         raise PresetError(
             f"Preset {preset!r} holds a {preset_cls.__name__}, not a "
@@ -233,8 +241,7 @@ def load_preset(
     metadata_path = os.path.join(directory, METADATA_FILE)
     if kind not in KINDS:
         raise PresetError(
-            f"Damaged preset: {metadata_path} has kind {kind!r}; expected "
-            f"one of {KINDS}."
+            f"Damaged preset: {metadata_path} has kind {kind!r}; expected one of {KINDS}."
         )
     if kind == "architecture" and os.path.exists(weights_path):
         raise PresetError(
@@ -312,21 +319,19 @@ def _with_preprocessor(config, preprocessor, config_path):
     """The model config with its preprocessor replaced (or dropped)."""
     import keras_hub
 
-    if preprocessor is not None and not isinstance(
-        preprocessor, keras_hub.models.Preprocessor
-    ):
+    if preprocessor is not None and not isinstance(preprocessor, keras_hub.models.Preprocessor):
         raise TypeError(
             "`preprocessor` must be 'auto', None or a keras_hub "
             f"Preprocessor; got {preprocessor!r}."
         )
     inner = config.get("config") if isinstance(config, dict) else None
     if not isinstance(inner, dict) or (
-        preprocessor is not None and "preprocessor" not in inner
+        preprocessor is not None
+        and "preprocessor" not in inner
         and not _accepts_preprocessor(config)
     ):
         raise PresetError(
-            f"The model in {config_path} takes no preprocessor; load it "
-            "with preprocessor='auto'."
+            f"The model in {config_path} takes no preprocessor; load it with preprocessor='auto'."
         )
     inner = dict(inner)
     if preprocessor is None:
@@ -383,47 +388,6 @@ def _preset_class(config, config_path):
 
 #: Keyword arguments every Keras model takes besides its own (a keras-hub
 #: task also takes `compile`).
-MODEL_KEYWORDS = ("name", "trainable", "dtype", "compile")
-
-
-def _check_constructor_arguments(cls, arguments, path):
-    """A `PresetError` for a key of `arguments` (`task.json`'s `"config"`)
-    that `cls`'s constructor does not take: Keras' functional models drop
-    unknown keyword arguments without a word, so a misspelt or stale
-    argument would load as the default. The accepted names are those of
-    the constructors up the class's MRO while they pass `**kwargs` on
-    (a superset where a class calls a grandparent's constructor)."""
-    import inspect
-
-    if not isinstance(arguments, dict):
-        raise PresetError(
-            f"Damaged preset: {path} holds a {type(arguments).__name__} as the "
-            "model's \"config\"; expected a dict of constructor arguments."
-        )
-    skipped = {keras.Model, keras.layers.Layer, object}
-    skipped |= {k for k in cls.__mro__ if k.__name__ in ("Functional", "Function")}
-    accepted = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or klass in skipped:
-            continue
-        parameters = inspect.signature(init).parameters.values()
-        accepted |= {
-            p.name for p in parameters
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
-        }
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            break  # this constructor passes nothing further up
-    accepted |= set(MODEL_KEYWORDS)
-    unknown = sorted(set(arguments) - accepted)
-    if unknown:
-        raise PresetError(
-            f"Damaged preset: {path} gives {cls.__name__} the argument(s) "
-            f"{unknown}, which its constructor does not take (it takes "
-            f"{sorted(accepted - set(MODEL_KEYWORDS))}); remove or correct them."
-        )
-
-
 def _check_backbone_config(model, backbone_config, directory):
     """`config.json` must name the class of the task's backbone (keras-hub
     picks the task class from it)."""
@@ -448,7 +412,9 @@ def _load_keras_hub_weights(model, directory, metadata):
     task_path = os.path.join(directory, TASK_WEIGHTS_FILE)
     backbone = model.backbone
     check_weights_file(
-        backbone.save_weights, weights_path, metadata.get("weights_sha256"),
+        backbone.save_weights,
+        weights_path,
+        metadata.get("weights_sha256"),
         f"the backbone in {CONFIG_FILE}",
     )
     has_task_weights = model.has_task_weights()
@@ -461,8 +427,10 @@ def _load_keras_hub_weights(model, directory, metadata):
         )
     if has_task_weights:
         check_weights_file(
-            model.save_task_weights, task_path,
-            metadata.get("task_weights_sha256"), f"the task in {TASK_CONFIG_FILE}",
+            model.save_task_weights,
+            task_path,
+            metadata.get("task_weights_sha256"),
+            f"the task in {TASK_CONFIG_FILE}",
         )
     _load_weights(backbone.load_weights, weights_path)
     if has_task_weights:
@@ -476,14 +444,11 @@ def _load_weights(load, weights_path):
     try:
         with warnings.catch_warnings():
             # Presets carry no optimizer state (see save_preset).
-            warnings.filterwarnings(
-                "ignore", message="Skipping variable loading for optimizer"
-            )
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
             load(weights_path)
     except Exception as e:
         raise PresetError(
-            f"Damaged preset: could not load {weights_path} "
-            f"({type(e).__name__}: {e})."
+            f"Damaged preset: could not load {weights_path} ({type(e).__name__}: {e})."
         ) from e
 
 

@@ -86,9 +86,7 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
     if criterion != "accuracy" and ood_data is None:
         raise ValueError(f"criterion={criterion!r} needs `ood_data`.")
     if model.num_members != 1:
-        raise ValueError(
-            f"head_ablation_scorer needs a one-member model; got {model.num_members}."
-        )
+        raise ValueError(f"head_ablation_scorer needs a one-member model; got {model.num_members}.")
     attentions = [b.attention for b in model.backbone.encoder_blocks]
     x_id, y_id = id_data
 

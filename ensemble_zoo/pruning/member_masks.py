@@ -31,17 +31,13 @@ def masks_from_rankings(rankings, num_layers, num_heads, num_prune):
     for m, ranking in enumerate(rankings):
         ranking = _check_ranking(ranking, num_layers, num_heads)
         if len(ranking) < num_prune:
-            raise ValueError(
-                f"Ranking {m} has {len(ranking)} heads; cannot prune {num_prune}."
-            )
+            raise ValueError(f"Ranking {m} has {len(ranking)} heads; cannot prune {num_prune}.")
         for layer, head in ranking[:num_prune]:
             masks[m, layer, head] = False
     return masks
 
 
-def sample_member_masks(
-    ranking, num_layers, num_heads, num_prune, pool_size, num_members, seed=0
-):
+def sample_member_masks(ranking, num_layers, num_heads, num_prune, pool_size, num_members, seed=0):
     """Members from one ranking with different pruning seeds (App. B.5).
 
     Member `m` prunes `num_prune` heads drawn without replacement from

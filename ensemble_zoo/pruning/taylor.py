@@ -127,18 +127,14 @@ def taylor_member_masks(
     if isinstance(heads_to_prune, int):
         heads_to_prune = [heads_to_prune] * num_layers
     heads_to_prune = list(heads_to_prune)
-    if len(heads_to_prune) != num_layers or not all(
-        0 <= r <= num_heads for r in heads_to_prune
-    ):
+    if len(heads_to_prune) != num_layers or not all(0 <= r <= num_heads for r in heads_to_prune):
         raise ValueError(
             f"`heads_to_prune` must be an int or {num_layers} ints in [0, "
             f"{num_heads}]; got {heads_to_prune!r}."
         )
     x, y = _as_arrays(data)
     if calibration_size is not None and not 0 < calibration_size <= len(x):
-        raise ValueError(
-            f"`calibration_size` must be in [1, {len(x)}]; got {calibration_size}."
-        )
+        raise ValueError(f"`calibration_size` must be in [1, {len(x)}]; got {calibration_size}.")
     saved = [np.asarray(ops.convert_to_numpy(b.attention.head_mask)) for b in blocks]
     masks = np.ones((num_members, num_layers, num_heads), bool)
     try:
@@ -157,9 +153,7 @@ def taylor_member_masks(
                 )[0, layer]
                 drop = np.argsort(scores, kind="stable")[: heads_to_prune[layer]]
                 masks[m, layer, drop] = False
-                block.attention.head_mask.assign(
-                    masks[m, layer][None].astype("float32")
-                )
+                block.attention.head_mask.assign(masks[m, layer][None].astype("float32"))
     finally:
         for block, value in zip(blocks, saved):
             block.attention.head_mask.assign(value)

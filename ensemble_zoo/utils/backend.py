@@ -17,7 +17,6 @@ from ensemble_zoo.utils.workarounds import installed_workarounds  # noqa: F401
 from ensemble_zoo.utils.workarounds import workarounds_for
 from ensemble_zoo.utils.workarounds import zoo_workarounds
 
-
 ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "fused")
 
 
@@ -25,8 +24,7 @@ def check_attention_implementation(value):
     """Validates an `attention_implementation` argument; returns it."""
     if value not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
-            "`attention_implementation` must be one of "
-            f"{ATTENTION_IMPLEMENTATIONS}; got {value!r}."
+            f"`attention_implementation` must be one of {ATTENTION_IMPLEMENTATIONS}; got {value!r}."
         )
     return value
 
@@ -118,9 +116,7 @@ def write_saved_model(model, filepath, serve, input_signature, verbose=None, **k
         raise ValueError(TORCH_EXPORT_HELP)
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(
-        name="serve", fn=serve, input_signature=input_signature, **kwargs
-    )
+    archive.add_endpoint(name="serve", fn=serve, input_signature=input_signature, **kwargs)
     archive.write_out(filepath, verbose=bool(verbose))
 
 
@@ -204,9 +200,7 @@ class TorchCompileMixin:
     def _torch_compiles(self):
         return backend() == "torch" and self._should_torch_compile()
 
-    def compute_loss(
-        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
-    ):
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = super().compute_loss(
             x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
         )

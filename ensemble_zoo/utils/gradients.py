@@ -57,9 +57,7 @@ def loss_gradients(model, loss_fn, x, y, variables):
             v.value.grad = None
         with torch.enable_grad():
             loss = loss_fn(y, model(x, training=False))
-            grads = torch.autograd.grad(
-                loss, [v.value for v in variables], allow_unused=True
-            )
+            grads = torch.autograd.grad(loss, [v.value for v in variables], allow_unused=True)
         return [
             np.zeros(v.shape, v.dtype) if g is None else g.detach().cpu().numpy()
             for g, v in zip(grads, variables)
@@ -77,9 +75,7 @@ def _jax_gradient_function(model, loss_fn):
         model_ref = weakref.ref(model)
 
         def compute(values, non_trainable, x, y):
-            y_pred, _ = model_ref().stateless_call(
-                values, non_trainable, x, training=False
-            )
+            y_pred, _ = model_ref().stateless_call(values, non_trainable, x, training=False)
             return loss_fn(y, y_pred)
 
         functions[loss_fn] = jax.jit(jax.grad(compute))

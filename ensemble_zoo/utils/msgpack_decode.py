@@ -24,16 +24,31 @@ _FIXED = {
 }
 # Marker -> (struct format of the length / value, kind).
 _SIZED = {
-    0xC4: (">B", "bin"), 0xC5: (">H", "bin"), 0xC6: (">I", "bin"),
-    0xC7: (">B", "ext"), 0xC8: (">H", "ext"), 0xC9: (">I", "ext"),
-    0xD9: (">B", "str"), 0xDA: (">H", "str"), 0xDB: (">I", "str"),
-    0xDC: (">H", "array"), 0xDD: (">I", "array"),
-    0xDE: (">H", "map"), 0xDF: (">I", "map"),
+    0xC4: (">B", "bin"),
+    0xC5: (">H", "bin"),
+    0xC6: (">I", "bin"),
+    0xC7: (">B", "ext"),
+    0xC8: (">H", "ext"),
+    0xC9: (">I", "ext"),
+    0xD9: (">B", "str"),
+    0xDA: (">H", "str"),
+    0xDB: (">I", "str"),
+    0xDC: (">H", "array"),
+    0xDD: (">I", "array"),
+    0xDE: (">H", "map"),
+    0xDF: (">I", "map"),
 }
 _NUMBERS = {
-    0xCA: ">f", 0xCB: ">d",
-    0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q",
-    0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q",
+    0xCA: ">f",
+    0xCB: ">d",
+    0xCC: ">B",
+    0xCD: ">H",
+    0xCE: ">I",
+    0xCF: ">Q",
+    0xD0: ">b",
+    0xD1: ">h",
+    0xD2: ">i",
+    0xD3: ">q",
 }
 _FIXEXT = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
 
@@ -50,7 +65,7 @@ class _Reader:
                 f"truncated: needs {n} bytes at offset {self.pos}, the "
                 f"document has {len(self.data)}"
             )
-        chunk = self.data[self.pos:end]
+        chunk = self.data[self.pos : end]
         self.pos = end
         return chunk
 

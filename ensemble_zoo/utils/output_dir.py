@@ -13,16 +13,13 @@ def prepare_output_dir(path):
     """
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(
-            f"Output directory {path!r} exists and is not a directory."
-        )
+        raise ValueError(f"Output directory {path!r} exists and is not a directory.")
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as error:
         raise ValueError(
-            f"Cannot write to output directory {path!r}: "
-            f"{error.strerror or error}."
+            f"Cannot write to output directory {path!r}: {error.strerror or error}."
         ) from None
     return path

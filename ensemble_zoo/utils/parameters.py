@@ -15,9 +15,5 @@ def parameter_count(model):
     not count it.
     """
     return int(
-        sum(
-            int(np.prod(w.shape))
-            for w in model.weights
-            if w.name not in MASK_VARIABLE_NAMES
-        )
+        sum(int(np.prod(w.shape)) for w in model.weights if w.name not in MASK_VARIABLE_NAMES)
     )

@@ -69,9 +69,7 @@ def _progress_lines(iterable, desc, total, name_steps, unit):
             _print_line(f"{desc} [{done + 1}{of}] {item} (elapsed {elapsed})")
         yield item
         done += 1
-    _print_line(
-        f"{desc}: {done} {unit} done in {format_seconds(time.perf_counter() - start)}"
-    )
+    _print_line(f"{desc}: {done} {unit} done in {format_seconds(time.perf_counter() - start)}")
 
 
 def progress_note(text, enable=True):
@@ -81,9 +79,7 @@ def progress_note(text, enable=True):
         _print_line(text)
 
 
-def progress_bar(
-    iterable, desc=None, total=None, enable=True, name_steps=False, unit=None
-):
+def progress_bar(iterable, desc=None, total=None, enable=True, name_steps=False, unit=None):
     """Shows the progress of a loop over `iterable`.
 
     Args:

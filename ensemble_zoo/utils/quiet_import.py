@@ -40,9 +40,7 @@ NOISE = re.compile(
 
 #: TensorFlow's cuInit error, dropped only after `NO_DRIVER` in the same
 #: output (no driver: nothing the user can fix, nothing the user asked for).
-NO_GPU_ERROR = re.compile(
-    r"^E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*$"
-)
+NO_GPU_ERROR = re.compile(r"^E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*$")
 NO_DRIVER = re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers")
 
 
@@ -51,7 +49,8 @@ def _kept_lines(text):
     lines = text.splitlines(keepends=True)
     no_driver = any(NO_DRIVER.search(line) for line in lines)
     return [
-        line for line in lines
+        line
+        for line in lines
         if not NOISE.match(line.rstrip("\n"))
         and not (no_driver and NO_GPU_ERROR.match(line.rstrip("\n")))
     ]
@@ -143,7 +142,7 @@ def missing_backend_error(error):
     return MissingBackendError(
         f"KERAS_BACKEND={backend} needs the {package!r} package, which is not "
         f"installed. Install it with the {extra!r} extra: "
-        f"pip install \"ensemble_zoo[{extra}]\" (in a source checkout: "
-        f"pip install -e \".[{extra}]\"), or pick an installed backend, "
+        f'pip install "ensemble_zoo[{extra}]" (in a source checkout: '
+        f'pip install -e ".[{extra}]"), or pick an installed backend, '
         f"e.g. KERAS_BACKEND={other}."
     )

@@ -16,9 +16,7 @@ def static_shape(x):
     """Returns the static shape of a tensor, array or KerasTensor as a tuple."""
     shape = getattr(x, "shape", None)
     if shape is None:
-        raise ValueError(
-            f"Expected a tensor or array, got an object of type {type(x)}."
-        )
+        raise ValueError(f"Expected a tensor or array, got an object of type {type(x)}.")
     # Unknown and symbolic dimensions (e.g. a polymorphic batch axis while
     # exporting under JAX) become None.
     return tuple(d if isinstance(d, int) else None for d in shape)
@@ -56,9 +54,7 @@ def check_floating(x, name):
     """Raises unless `x` has a floating-point dtype."""
     dtype = keras.backend.standardize_dtype(x.dtype)
     if "float" not in dtype:
-        raise ValueError(
-            f"`{name}` must be a floating-point tensor; got dtype {dtype}."
-        )
+        raise ValueError(f"`{name}` must be a floating-point tensor; got dtype {dtype}.")
     return dtype
 
 
@@ -72,9 +68,7 @@ def check_positive_int(value, name):
     """Returns `value` as a Python int; raises unless it is an integer >= 1
     (Python or NumPy; bools are rejected)."""
     if not is_integer(value) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer; got {value!r}."
-        )
+        raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
     return int(value)
 
 
@@ -98,9 +92,7 @@ def check_member_axis_input(layer, input_shape):
             f"{input_shape})."
         )
     if input_shape[-1] is None:
-        raise ValueError(
-            f"{owner} needs a known last axis of `inputs`; got shape {input_shape}."
-        )
+        raise ValueError(f"{owner} needs a known last axis of `inputs`; got shape {input_shape}.")
     return input_shape
 
 
@@ -111,7 +103,12 @@ def check_same_batch(y_true, y_pred):
         return  # a scalar, or a rank TensorFlow relaxed away: nothing known
     true_batch = static_shape(y_true)[:1]
     pred_batch = static_shape(y_pred)[:1]
-    if None not in true_batch + pred_batch and true_batch and pred_batch and true_batch != pred_batch:
+    if (
+        None not in true_batch + pred_batch
+        and true_batch
+        and pred_batch
+        and true_batch != pred_batch
+    ):
         raise ValueError(
             f"`y_true` has {true_batch[0]} labels but `y_pred` has "
             f"{pred_batch[0]} predictions; they must match."
@@ -132,9 +129,7 @@ def check_bool(value, name):
 def check_choice(value, name, choices):
     """Returns `value`; raises unless it is one of `choices`."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {tuple(choices)}; got {value!r}."
-        )
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}; got {value!r}.")
     return value
 
 
@@ -172,15 +167,21 @@ def check_axis(axis, rank, name="axis"):
     if not is_integer(axis):
         raise TypeError(f"`{name}` must be an int; got {axis!r}.")
     if not -rank <= axis < rank:
-        raise ValueError(
-            f"`{name}`={axis} is out of range for an input of rank {rank}."
-        )
+        raise ValueError(f"`{name}`={axis} is out of range for an input of rank {rank}.")
     return int(axis) % rank
 
 
 # === Array contents (NumPy arrays and, where values exist, eager tensors) ===
 
-_KIND_NAMES = {"c": "complex", "O": "object", "U": "string", "S": "bytes", "V": "void", "M": "datetime", "m": "timedelta"}
+_KIND_NAMES = {
+    "c": "complex",
+    "O": "object",
+    "U": "string",
+    "S": "bytes",
+    "V": "void",
+    "M": "datetime",
+    "m": "timedelta",
+}
 
 
 def as_numeric_array(x, name, allow_bool=False):
@@ -198,8 +199,7 @@ def as_numeric_array(x, name, allow_bool=False):
     if kind in _KIND_NAMES or (kind == "b" and not allow_bool):
         what = "bool" if kind == "b" else _KIND_NAMES[kind]
         raise TypeError(
-            f"`{name}` must hold real numbers; got an array of dtype "
-            f"{array.dtype} ({what})."
+            f"`{name}` must hold real numbers; got an array of dtype {array.dtype} ({what})."
         )
     return array
 
@@ -212,9 +212,7 @@ def check_finite(values, name):
     num_nan = int(np.isnan(values).sum())
     num_inf = int(np.isinf(values).sum())
     parts = [f"{num_nan} NaN"] * bool(num_nan) + [f"{num_inf} infinite"] * bool(num_inf)
-    raise ValueError(
-        f"`{name}` contains {' and '.join(parts)} values (of {values.size})."
-    )
+    raise ValueError(f"`{name}` contains {' and '.join(parts)} values (of {values.size}).")
 
 
 def check_logits(values, name, axis=-1):
@@ -277,14 +275,14 @@ def as_tensor(x, name):
     """`x` as a backend tensor, raising a `TypeError` that names `name` for
     None, strings, complex numbers and object arrays instead of a backend
     traceback."""
-    if x is None or isinstance(x, (str, bytes, np.ndarray, np.generic, list, tuple, numbers.Number)):
+    if x is None or isinstance(
+        x, (str, bytes, np.ndarray, np.generic, list, tuple, numbers.Number)
+    ):
         x = as_numeric_array(x, name, allow_bool=True)
     elif not isinstance(x, keras.KerasTensor):
         dtype = keras.backend.standardize_dtype(getattr(x, "dtype", "float32"))
         if "complex" in dtype or dtype == "string":
-            raise TypeError(
-                f"`{name}` must hold real numbers; got a tensor of dtype {dtype}."
-            )
+            raise TypeError(f"`{name}` must hold real numbers; got a tensor of dtype {dtype}.")
     return keras.ops.convert_to_tensor(x)
 
 
@@ -338,7 +336,7 @@ def check_built_features(layer, shape, features):
     layer was built for); axes of unknown size pass."""
     shape = tuple(shape)
     features = tuple(features)
-    given = shape[len(shape) - len(features):] if len(shape) >= len(features) else shape
+    given = shape[len(shape) - len(features) :] if len(shape) >= len(features) else shape
     if len(given) != len(features) or any(
         isinstance(g, int) and g != f for g, f in zip(given, features)
     ):

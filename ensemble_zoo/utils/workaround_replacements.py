@@ -42,9 +42,7 @@ def cudnn_attention_only_where_it_traces(original, platform=None):
         if not usable or raise_error or platform() != "gpu":
             return usable
         operands = [x for x in (query, key, value, bias) if x is not None]
-        signature = tuple((tuple(x.shape), str(x.dtype)) for x in operands) + (
-            bias is not None,
-        )
+        signature = tuple((tuple(x.shape), str(x.dtype)) for x in operands) + (bias is not None,)
         if signature not in verdicts:
             cudnn = functools.partial(jax.nn.dot_product_attention, implementation="cudnn")
             specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)]
@@ -128,9 +126,12 @@ def tensordot_einsum(subscripts, a, b):
     shared = set(left) & set(right)
     free = (set(left) | set(right)) - shared
     if (
-        len(set(left)) != len(left) or len(set(right)) != len(right)
-        or set(output) != free or len(output) != len(free)
-        or len(left) != a.dim() or len(right) != b.dim()
+        len(set(left)) != len(left)
+        or len(set(right)) != len(right)
+        or set(output) != free
+        or len(output) != len(free)
+        or len(left) != a.dim()
+        or len(right) != b.dim()
     ):
         return None
     contracted = [c for c in left if c in shared]
@@ -143,16 +144,12 @@ def tensordot_einsum(subscripts, a, b):
 
 def tensordot_einsum_on_cpu_while_compiling(original):
     import torch
-
     from keras.src.backend.torch.core import convert_to_tensor
 
     def einsum(subscripts, *operands, **kwargs):
         if torch.compiler.is_compiling() and len(operands) == 2:
             a, b = (convert_to_tensor(x) for x in operands)  # Keras variables
-            if (
-                a.device.type == "cpu" and a.dtype == b.dtype
-                and a.dtype.is_floating_point
-            ):
+            if a.device.type == "cpu" and a.dtype == b.dtype and a.dtype.is_floating_point:
                 out = tensordot_einsum(subscripts, a, b)
                 if out is not None:
                     return out

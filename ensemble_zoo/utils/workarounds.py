@@ -114,7 +114,9 @@ from ensemble_zoo.utils.workaround_replacements import float32_attention_for_flo
 from ensemble_zoo.utils.workaround_replacements import gathered_slices_while_compiling
 from ensemble_zoo.utils.workaround_replacements import global_generator_while_compiling
 from ensemble_zoo.utils.workaround_replacements import no_forced_flash_attention_while_compiling
-from ensemble_zoo.utils.workaround_replacements import numpy_scalars_as_python_numbers_while_compiling
+from ensemble_zoo.utils.workaround_replacements import (
+    numpy_scalars_as_python_numbers_while_compiling,
+)
 from ensemble_zoo.utils.workaround_replacements import tensordot_einsum_on_cpu_while_compiling
 
 
@@ -131,9 +133,7 @@ class Workaround:
         upstream: str. The upstream issue or release that removes it.
     """
 
-    def __init__(
-        self, name, backend, module, attribute, make_replacement, upstream
-    ):
+    def __init__(self, name, backend, module, attribute, make_replacement, upstream):
         self.name = name
         self.backend = backend
         self.module = module
@@ -194,44 +194,58 @@ class Workaround:
 # See the module docstring for each one's reason and upstream fix.
 WORKAROUNDS = (
     Workaround(
-        "jax_float16_attention_on_cpu", "jax",
-        "keras.src.backend.jax.nn", "dot_product_attention",
+        "jax_float16_attention_on_cpu",
+        "jax",
+        "keras.src.backend.jax.nn",
+        "dot_product_attention",
         float32_attention_for_float16_on_cpu,
         "keras-team/keras-hub#2338 (open); no fix in Keras 3.15.1",
     ),
     Workaround(
-        "jax_cudnn_attention_per_shape", "jax",
-        "keras.src.backend.jax.nn", "_can_use_flash_attention",
+        "jax_cudnn_attention_per_shape",
+        "jax",
+        "keras.src.backend.jax.nn",
+        "_can_use_flash_attention",
         cudnn_attention_only_where_it_traces,
         "no upstream issue yet (keras 3.15.1, jax 0.10-0.11)",
     ),
     Workaround(
-        "torch_flash_attention_check_under_compile", "torch",
-        "keras.src.backend.torch.nn", "_can_use_flash_attention",
+        "torch_flash_attention_check_under_compile",
+        "torch",
+        "keras.src.backend.torch.nn",
+        "_can_use_flash_attention",
         no_forced_flash_attention_while_compiling,
         "keras-team/keras#23327 (merged after Keras 3.15.1)",
     ),
     Workaround(
-        "torch_seeded_random_under_compile", "torch",
-        "keras.src.backend.torch.random", "torch_seed_generator",
+        "torch_seeded_random_under_compile",
+        "torch",
+        "keras.src.backend.torch.random",
+        "torch_seed_generator",
         global_generator_while_compiling,
         "pytorch/pytorch#88576 (open); no Keras issue",
     ),
     Workaround(
-        "torch_numpy_scalars_under_compile", "torch",
-        "keras.src.backend.torch.core", "convert_to_tensor",
+        "torch_numpy_scalars_under_compile",
+        "torch",
+        "keras.src.backend.torch.core",
+        "convert_to_tensor",
         numpy_scalars_as_python_numbers_while_compiling,
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
     Workaround(
-        "torch_tensor_slice_start_under_compile", "torch",
-        "keras.src.backend.torch.core", "slice",
+        "torch_tensor_slice_start_under_compile",
+        "torch",
+        "keras.src.backend.torch.core",
+        "slice",
         gathered_slices_while_compiling,
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
     Workaround(
-        "torch_cpu_einsum_under_compile", "torch",
-        "keras.src.backend.torch.numpy", "einsum",
+        "torch_cpu_einsum_under_compile",
+        "torch",
+        "keras.src.backend.torch.numpy",
+        "einsum",
         tensordot_einsum_on_cpu_while_compiling,
         "no upstream issue yet (torch 2.13 inductor, CPU)",
     ),

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
+from zoo_testing import np_softmax
 
 from ensemble_zoo import metrics
 from ensemble_zoo.calibration import TemperatureScaling
-from zoo_testing import np_softmax
 
 
 def grid_nll(member_logits, labels, temperatures):

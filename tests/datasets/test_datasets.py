@@ -25,8 +25,9 @@ def test_digits_splits_are_disjoint_stratified_and_labelled():
         idx = [np.flatnonzero((flat == row).all(1))[0] for row in x[:20, ..., 0].reshape(20, -1)]
         np.testing.assert_array_equal(raw.target[idx], y[:20])
     all_id = np.concatenate(seen)
-    assert len(np.unique(all_id, axis=0)) == len(np.unique(
-        raw.images[raw.target < 8].reshape(-1, 64), axis=0))
+    assert len(np.unique(all_id, axis=0)) == len(
+        np.unique(raw.images[raw.target < 8].reshape(-1, 64), axis=0)
+    )
     assert sizes == {"train": 866, "validation": 288, "test": 289}
 
 
@@ -35,9 +36,7 @@ def test_ood_splits():
     assert len(x) == 354 and (y == -1).all()
     x, y = ez.datasets.load_arrays("digits", "far_ood")
     assert x.shape == (360, 8, 8, 1) and (y == -1).all()
-    assert np.allclose(x.reshape(360, -1).min(1), 0) and np.allclose(
-        x.reshape(360, -1).max(1), 1
-    )
+    assert np.allclose(x.reshape(360, -1).min(1), 0) and np.allclose(x.reshape(360, -1).max(1), 1)
     shifted, ys = ez.datasets.load_arrays("digits", "test_shifted")
     clean, yc = ez.datasets.load_arrays("digits", "test")
     np.testing.assert_array_equal(ys, yc)
@@ -62,7 +61,9 @@ def test_raw_digits_are_scikit_learns_ink_counts():
             assert set(np.unique(raw)) <= counts
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(converter(raw)), x)
     batch = next(iter(ez.datasets.load("digits", "test", batch_size=289, raw=True)))[0]
-    np.testing.assert_array_equal(batch.numpy(), ez.datasets.load_arrays("digits", "test", raw=True)[0])
+    np.testing.assert_array_equal(
+        batch.numpy(), ez.datasets.load_arrays("digits", "test", raw=True)[0]
+    )
     with pytest.raises(TypeError, match="raw"):
         ez.datasets.load_arrays("digits", "test", raw="yes")
     with pytest.raises(ValueError, match="raw=True"):
@@ -111,7 +112,9 @@ def test_tfds_image_path_with_mock_data(name):
 def test_tfds_text_path_with_mock_data():
     with tfds.testing.mock_data(num_examples=10):
         ds = ez.datasets.load(
-            "glue/sst2", "test", batch_size=5,
+            "glue/sst2",
+            "test",
+            batch_size=5,
             preprocessor=lambda s: tf.strings.length(s),
         )
         x, y = next(iter(ds))

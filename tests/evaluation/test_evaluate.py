@@ -43,9 +43,7 @@ def digits():
 
 def reference_probs(model, x):
     """Members run one by one, softmax in float64, averaged."""
-    logits = np.stack(
-        [np.asarray(m.predict(x, verbose=0), np.float64) for m in model.members], 1
-    )
+    logits = np.stack([np.asarray(m.predict(x, verbose=0), np.float64) for m in model.members], 1)
     e = np.exp(logits - logits.max(-1, keepdims=True))
     member_probs = e / e.sum(-1, keepdims=True)
     return logits, member_probs
@@ -78,9 +76,7 @@ def test_numbers_equal_an_independent_computation(ensemble, digits, report):
     assert ind["num_samples"] == 289
     assert ind["accuracy"] == pytest.approx(np.mean(p.argmax(1) == y))
     assert ind["nll"] == pytest.approx(-np.mean(np.log(p[np.arange(289), y])), abs=1e-5)
-    assert ind["brier"] == pytest.approx(
-        np.mean(np.sum((p - np.eye(8)[y]) ** 2, 1)), abs=1e-5
-    )
+    assert ind["brier"] == pytest.approx(np.mean(np.sum((p - np.eye(8)[y]) ** 2, 1)), abs=1e-5)
     id_msp = 1 - p.max(1)
     id_mi = entropy(p) - entropy(member_probs).mean(1)
     for set_name, x_ood in (("near", digits["near_ood"][0]), ("far", digits["far_ood"][0])):
@@ -121,7 +117,10 @@ def test_tf_data_gives_the_same_numbers(ensemble, digits, report):
     batched = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
     unbatched_ood = tf.data.Dataset.from_tensor_slices(digits["near_ood"][0])
     other = ez.evaluation.evaluate(
-        ensemble, batched, ood_data={"near": unbatched_ood}, batch_size=50,
+        ensemble,
+        batched,
+        ood_data={"near": unbatched_ood},
+        batch_size=50,
         progress=False,
     )
     for key in ("accuracy", "nll", "ece", "aece", "aurc"):
@@ -155,8 +154,13 @@ def test_report_json_markdown_text_and_plots(report, digits, tmp_path):
     assert "| OOD set | n | score | AUROC | AUPR | FPR95 |" in report.to_markdown()
     import matplotlib.image
 
-    for key in ("reliability", "accuracy_rejection", "ood_scores_msp",
-                "ood_scores_mutual_information", "disagreement"):
+    for key in (
+        "reliability",
+        "accuracy_rejection",
+        "ood_scores_msp",
+        "ood_scores_mutual_information",
+        "disagreement",
+    ):
         image = matplotlib.image.imread(paths[key])
         assert image.shape[0] >= 300 and image.shape[1] >= 400, key
     with pytest.raises(ValueError, match="no arrays"):
@@ -239,13 +243,17 @@ def test_a_model_with_its_own_uncertainty_output_gets_that_ood_score(digits):
     uncertainty = keras.ops.sum(flat * flat, axis=-1)
     model = keras.Model(inputs, {"logits": logits, "uncertainty": uncertainty})
     (x, y), far = digits["test"], digits["far_ood"][0]
-    report = ez.evaluation.evaluate(model, (x, y), ood_data={"far": far}, batch_size=128, progress=False)
+    report = ez.evaluation.evaluate(
+        model, (x, y), ood_data={"far": far}, batch_size=128, progress=False
+    )
     u = lambda a: np.sum(a.reshape(len(a), -1).astype(np.float64) ** 2, axis=1)
     expected = roc_auc_score(np.r_[np.zeros(len(x)), np.ones(len(far))], np.r_[u(x), u(far)])
     far_entry = report.metrics["ood"]["far"]
     assert far_entry["predicted_loss"]["auroc"] == pytest.approx(expected, abs=1e-6)
     probs = keras.ops.convert_to_numpy(keras.ops.softmax(model(x)["logits"]))
-    assert report.metrics["in_distribution"]["accuracy"] == pytest.approx(np.mean(probs.argmax(1) == y))
+    assert report.metrics["in_distribution"]["accuracy"] == pytest.approx(
+        np.mean(probs.argmax(1) == y)
+    )
     assert "predicted loss" in str(report)
 
 
@@ -258,16 +266,23 @@ def test_plots_keep_legends_inside_the_figure_and_curves_distinct(tmp_path, monk
     every curve differs from the others by colour or line style."""
     figures = []
     save = ez.evaluation.plots._save
-    monkeypatch.setattr(ez.evaluation.plots, "_save", lambda f, p: (figures.append(f), save(f, p))[1])
+    monkeypatch.setattr(
+        ez.evaluation.plots, "_save", lambda f, p: (figures.append(f), save(f, p))[1]
+    )
     rng = np.random.default_rng(0)
     curves = {}
     for i in range(17):
         probs = rng.dirichlet(np.ones(8) * 0.3, size=60)
-        curves[f"preset_{i:02d}_with_a_long_name"] = (probs, probs.argmax(1) ^ (rng.random(60) < 0.2))
+        curves[f"preset_{i:02d}_with_a_long_name"] = (
+            probs,
+            probs.argmax(1) ^ (rng.random(60) < 0.2),
+        )
     ez.evaluation.plots.accuracy_rejection_curves(curves, tmp_path / "a.png")
     probs, labels = curves["preset_00_with_a_long_name"]
     ez.evaluation.plots.reliability_diagram(probs, labels, tmp_path / "r.png")
-    ez.evaluation.plots.score_histograms({"id": probs.max(1), "far": probs.min(1)}, tmp_path / "s.png", "msp")
+    ez.evaluation.plots.score_histograms(
+        {"id": probs.max(1), "far": probs.min(1)}, tmp_path / "s.png", "msp"
+    )
     for figure in figures:
         renderer = figure.canvas.get_renderer()
         figure.canvas.draw()
@@ -278,7 +293,9 @@ def test_plots_keep_legends_inside_the_figure_and_curves_distinct(tmp_path, monk
             assert box.x0 >= -1 and box.y0 >= -1, box
             assert box.x1 <= figure.bbox.x1 + 1 and box.y1 <= figure.bbox.y1 + 1, box
             for axis in figure.axes if len(legend.texts) > 4 else []:
-                assert not box.overlaps(axis.get_window_extent(renderer)), "a long legend covers the axes"
+                assert not box.overlaps(axis.get_window_extent(renderer)), (
+                    "a long legend covers the axes"
+                )
     lines = [l for l in figures[0].axes[0].get_lines()]
     assert len(lines) == 17
     assert len({(l.get_color(), l.get_linestyle()) for l in lines}) == 17

@@ -29,8 +29,15 @@ def evaluated():
     ood, _ = arithmetic.load_questions("ood")
     data = questions[:60], answers[:60], ood[:20]
     report = ez.evaluation.evaluate_generation(
-        model, data[0], data[1], checker=checker, ood_prompts=data[2],
-        num_samples=3, max_length=12, progress=False, name="tiny",
+        model,
+        data[0],
+        data[1],
+        checker=checker,
+        ood_prompts=data[2],
+        num_samples=3,
+        max_length=12,
+        progress=False,
+        name="tiny",
     )
     return model, data, report
 
@@ -43,12 +50,18 @@ def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evalu
     assert report.metrics["accuracy"] == correct.mean()
     assert 0 < correct.sum() < correct.size
     scores = ez.metrics.sequence_uncertainty(out)
-    ood_scores = ez.metrics.sequence_uncertainty(model.generate(ood, max_length=12, return_uncertainty=True))
+    ood_scores = ez.metrics.sequence_uncertainty(
+        model.generate(ood, max_length=12, return_uncertainty=True)
+    )
     probs = np.where(correct[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
     for name in ("perplexity", "pe_mutual_information", "ep_mc_total"):
         row = report.metrics["estimators"][name]
-        assert row["wrong_answer_auroc"] == pytest.approx(roc_auc_score(~correct, scores[name]), abs=1e-9)
-        assert row["prr"] == pytest.approx(ez.metrics.prediction_rejection_ratio(scores[name], correct), abs=1e-9)
+        assert row["wrong_answer_auroc"] == pytest.approx(
+            roc_auc_score(~correct, scores[name]), abs=1e-9
+        )
+        assert row["prr"] == pytest.approx(
+            ez.metrics.prediction_rejection_ratio(scores[name], correct), abs=1e-9
+        )
         assert row["aurc"] == pytest.approx(
             ez.metrics.aurc(probs, np.zeros(len(correct), int), confidence=-scores[name]), abs=1e-9
         )
@@ -57,7 +70,12 @@ def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evalu
             roc_auc_score(labels, np.r_[scores[name], ood_scores[name]]), abs=1e-9
         )
     for name in ("semantic_entropy", "number_of_semantic_sets", "lexical_similarity"):
-        assert set(report.metrics["estimators"][name]) == {"wrong_answer_auroc", "prr", "aurc", "ood_auroc"}
+        assert set(report.metrics["estimators"][name]) == {
+            "wrong_answer_auroc",
+            "prr",
+            "aurc",
+            "ood_auroc",
+        }
     # The frozen base model on its own answers (keras-hub's own generate).
     base = model.base_causal_lm()
     base.compile(sampler="greedy")
@@ -71,7 +89,11 @@ def test_report_prints_and_saves_table_json_and_plot(evaluated, tmp_path):
     printed = str(report)
     assert printed.startswith("tiny: accuracy ") and "wrong-answer AUROC" in printed
     paths = report.save(tmp_path)
-    assert [p.split("/")[-1] for p in paths] == ["report.json", "report.md", "accuracy_rejection.png"]
+    assert [p.split("/")[-1] for p in paths] == [
+        "report.json",
+        "report.md",
+        "accuracy_rejection.png",
+    ]
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["metrics"]["estimators"] == json.loads(json.dumps(report.metrics["estimators"]))
     markdown = (tmp_path / "report.md").read_text()
@@ -83,8 +105,16 @@ def test_report_prints_and_saves_table_json_and_plot(evaluated, tmp_path):
 def test_batches_of_prompts_give_the_same_report(evaluated):
     model, (questions, answers, ood), report = evaluated
     batched = ez.evaluation.evaluate_generation(
-        model, questions, answers, checker=checker, ood_prompts=ood, num_samples=0,
-        max_length=12, progress=False, batch_size=25, single_models=None,
+        model,
+        questions,
+        answers,
+        checker=checker,
+        ood_prompts=ood,
+        num_samples=0,
+        max_length=12,
+        progress=False,
+        batch_size=25,
+        single_models=None,
     )
     for name, row in batched.metrics["estimators"].items():
         for measure, value in row.items():
@@ -100,8 +130,15 @@ def test_bad_input_names_the_argument(evaluated):
     with pytest.raises(ValueError, match="one reference per prompt"):
         evaluate(model, questions[:3], answers[:2], single_models=None, num_samples=0)
     with pytest.raises(ValueError, match=r"quality in \[0, 1\]"):
-        evaluate(model, questions[:3], answers[:3], checker=lambda a, r: 2.0,
-                 single_models=None, num_samples=0, max_length=12)
+        evaluate(
+            model,
+            questions[:3],
+            answers[:3],
+            checker=lambda a, r: 2.0,
+            single_models=None,
+            num_samples=0,
+            max_length=12,
+        )
     with pytest.raises(ValueError, match="num_samples"):
         evaluate(model, questions[:3], answers[:3], num_samples=1)
     with pytest.raises(TypeError, match="LoRAEnsembleCausalLM"):

@@ -1,9 +1,9 @@
 import json
 
 import pytest
+from conftest import BACKEND
 
 import ensemble_zoo as ez
-from conftest import BACKEND
 from ensemble_zoo import cli
 
 
@@ -46,15 +46,16 @@ def test_cli_evaluates_the_loss_prediction_preset(tmp_path, capsys):
     report adds the predicted loss as an OOD score (that score's numbers
     are checked in tests/evaluation/test_evaluate.py)."""
     name = "loss_prediction_vit_tiny_digits"
-    assert cli.main(
-        ["evaluate", "--preset", name, "--output", str(tmp_path), "--no-progress"]
-    ) == 0
+    assert cli.main(["evaluate", "--preset", name, "--output", str(tmp_path), "--no-progress"]) == 0
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["name"] == name
     printed = capsys.readouterr().out
     accuracy = saved["in_distribution"]["accuracy"]
     assert f"{accuracy:.4f}" in printed and "predicted loss" in printed
-    assert round(accuracy, 4) == ez.presets.preset_metadata("vit_tiny_digits")["metrics"]["test_accuracy"]
+    assert (
+        round(accuracy, 4)
+        == ez.presets.preset_metadata("vit_tiny_digits")["metrics"]["test_accuracy"]
+    )
     for ood_set in ("near", "far"):
         assert 0.5 < saved["ood"][ood_set]["predicted_loss"]["auroc"] <= 1.0
 

@@ -26,15 +26,21 @@ def reference(layer, x, num_members):
     return np.concatenate(outputs)
 
 
-@pytest.mark.parametrize("units, input_shape, axes", [(5, (6, 3, 4), 1), ((2, 3), (6, 3, 4), 1), (7, (6, 3, 2, 4), 2)])
+@pytest.mark.parametrize(
+    "units, input_shape, axes", [(5, (6, 3, 4), 1), ((2, 3), (6, 3, 4), 1), (7, (6, 3, 2, 4), 2)]
+)
 def test_each_member_equals_a_dense_layer_with_its_rank_one_kernel(units, input_shape, axes):
-    layer = BatchEnsembleDense(units, num_members=3, num_input_axes=axes, bias_initializer="random_normal", seed=1)
+    layer = BatchEnsembleDense(
+        units, num_members=3, num_input_axes=axes, bias_initializer="random_normal", seed=1
+    )
     x = np.random.default_rng(0).normal(size=input_shape).astype("float32")
     y = numpy(layer(x))
     np.testing.assert_allclose(y, reference(layer, x, 3), atol=1e-5)
     np.testing.assert_allclose(
         numpy(layer.member_kernels()),
-        numpy(layer.kernel)[None] * numpy(layer.fast_in)[:, :, None] * numpy(layer.fast_out)[:, None, :],
+        numpy(layer.kernel)[None]
+        * numpy(layer.fast_in)[:, :, None]
+        * numpy(layer.fast_out)[:, None, :],
         atol=1e-6,
     )
 
@@ -91,4 +97,6 @@ def test_single_member_equals_its_rows_of_the_tiled_pass(rows):
     tiled = numpy(layer(x)).reshape(3, rows, 6)
     for m in range(3):
         with single_member(m):
-            np.testing.assert_allclose(numpy(layer(x[m * rows:(m + 1) * rows])), tiled[m], atol=1e-5)
+            np.testing.assert_allclose(
+                numpy(layer(x[m * rows : (m + 1) * rows])), tiled[m], atol=1e-5
+            )

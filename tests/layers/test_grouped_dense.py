@@ -3,11 +3,11 @@ import os
 import keras
 import numpy as np
 import pytest
-
 from conftest import jit_compile
+from zoo_testing import to_np
+
 from ensemble_zoo.layers import GroupedDense
 from ensemble_zoo.layers import MemberInitializer
-from zoo_testing import to_np
 
 
 def separate_dense_loop(layer, x):
@@ -65,25 +65,19 @@ def test_member_initializer_seeds_are_reproducible():
     np.testing.assert_array_equal(a, b)
     single = to_np(keras.initializers.GlorotUniform(seed=4)((4, 5)))
     np.testing.assert_array_equal(a[1], single)  # member 1 has seed 3 + 1
-    restored = keras.initializers.deserialize(
-        keras.initializers.serialize(init)
-    )
+    restored = keras.initializers.deserialize(keras.initializers.serialize(init))
     np.testing.assert_array_equal(to_np(restored((3, 4, 5))), a)
 
 
 def test_config_and_weights_round_trip(tmp_path, rng):
     inputs = keras.Input((3, 8))
-    layer = GroupedDense(
-        5, num_members=3, activation="tanh", kernel_regularizer="l2"
-    )
+    layer = GroupedDense(5, num_members=3, activation="tanh", kernel_regularizer="l2")
     model = keras.Model(inputs, layer(inputs))
     x = rng.normal(size=(2, 3, 8)).astype("float32")
     path = os.path.join(tmp_path, "model.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        to_np(restored(x)), to_np(model(x)), atol=1e-6
-    )
+    np.testing.assert_allclose(to_np(restored(x)), to_np(model(x)), atol=1e-6)
     config = layer.get_config()
     assert GroupedDense.from_config(config).get_config() == config
 
@@ -92,18 +86,14 @@ def test_trains_under_jit(rng):
     inputs = keras.Input((3, 8))
     outputs = GroupedDense(2, num_members=3)(inputs)
     model = keras.Model(inputs, outputs)
-    model.compile(
-        keras.optimizers.Adam(0.05), "mse", jit_compile=jit_compile()
-    )
+    model.compile(keras.optimizers.Adam(0.05), "mse", jit_compile=jit_compile())
     x = rng.normal(size=(64, 3, 8)).astype("float32")
     true_kernel = rng.normal(size=(3, 8, 2)).astype("float32")
     y = np.einsum("bmi,mio->bmo", x, true_kernel)
     before = model.evaluate(x, y, verbose=0)
     model.fit(x, y, epochs=50, verbose=0)
     assert model.evaluate(x, y, verbose=0) < 0.1 * before
-    np.testing.assert_allclose(
-        model.predict(x, verbose=0), to_np(model(x)), atol=1e-5
-    )
+    np.testing.assert_allclose(model.predict(x, verbose=0), to_np(model(x)), atol=1e-5)
 
 
 def test_bad_inputs_are_clear_errors():

@@ -3,10 +3,10 @@ import os
 import keras
 import numpy as np
 import pytest
-
 from conftest import jit_compile
-from ensemble_zoo.layers import GroupedLayerNormalization
 from zoo_testing import to_np
+
+from ensemble_zoo.layers import GroupedLayerNormalization
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 16), (2, 3, 5, 16)])
@@ -30,9 +30,7 @@ def test_equals_separate_layer_norms(rng, shape):
 def test_without_scale_and_center_matches_numpy(rng):
     layer = GroupedLayerNormalization(2, epsilon=1e-5, center=False, scale=False)
     x = rng.normal(size=(3, 2, 6)).astype("float32")
-    expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(
-        x.var(-1, keepdims=True) + 1e-5
-    )
+    expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(to_np(layer(x)), expected, atol=1e-5)
     assert layer.weights == []
 
@@ -46,9 +44,7 @@ def test_round_trip_and_jit(tmp_path, rng):
     path = os.path.join(tmp_path, "m.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        to_np(restored(x)), model.predict(x, verbose=0), atol=1e-5
-    )
+    np.testing.assert_allclose(to_np(restored(x)), model.predict(x, verbose=0), atol=1e-5)
 
 
 def test_wrong_member_count_is_a_clear_error():

@@ -1,11 +1,11 @@
 import keras
 import numpy as np
 import pytest
-
 from conftest import jit_compile
 from conftest import requires_jit
-from ensemble_zoo.layers import HydraAttention
 from zoo_testing import to_np
+
+from ensemble_zoo.layers import HydraAttention
 
 
 def keras_mha(num_heads, key_dim, dim, rng):
@@ -63,7 +63,11 @@ def test_equals_separate_attention_layers_with_unequal_heads(rng):
             if mha is None:  # no heads: only the output bias remains
                 expected = np.broadcast_to(to_np(layer.output_bias)[m], (2, 9, dim))
             else:
-                mask = None if attention_mask is None else padding[:, None, :] & np.ones((2, 9, 1), bool)
+                mask = (
+                    None
+                    if attention_mask is None
+                    else padding[:, None, :] & np.ones((2, 9, 1), bool)
+                )
                 expected = to_np(mha(x[:, m], x[:, m], attention_mask=mask))
             np.testing.assert_allclose(fused[:, m], expected, atol=1e-5)
 
@@ -90,7 +94,9 @@ def test_mask_equals_zeroed_output_block_equals_structural_slice(rng):
     zero_block = hydra_with(zeroed, 4)
     keep = [0, 2, 3]
     sliced = {
-        name: (to_np(k)[:, keep], to_np(b)[keep]) for name, (k, b) in weights.items() if name != "output"
+        name: (to_np(k)[:, keep], to_np(b)[keep])
+        for name, (k, b) in weights.items()
+        if name != "output"
     }
     sliced["output"] = (to_np(weights["output"][0])[keep], to_np(weights["output"][1]))
     structural = hydra_with(sliced, 3)
@@ -142,8 +148,7 @@ def test_attention_implementation_choice_and_config():
     expected = "einsum" if accelerator() == "cpu" else "fused"
     assert resolve_attention_implementation("auto") == expected
     assert resolve_attention_implementation("fused") == "fused"
-    layer = HydraAttention(2, num_heads=3, key_dim=4, dropout=0.1,
-                           attention_implementation="fused")
+    layer = HydraAttention(2, num_heads=3, key_dim=4, dropout=0.1, attention_implementation="fused")
     assert HydraAttention.from_config(layer.get_config()).attention_implementation == "fused"
     # Dropout on the probabilities needs the einsums in training.
     assert layer._implementation(training=True) == "einsum"
@@ -156,9 +161,9 @@ def test_attention_implementation_choice_and_config():
 @pytest.mark.parametrize("implementation", ["einsum", "fused"])
 def test_compiles_with_xla(rng, implementation):
     inputs = keras.Input((2, 5, 12))
-    outputs = HydraAttention(
-        2, num_heads=3, key_dim=4, attention_implementation=implementation
-    )(inputs)
+    outputs = HydraAttention(2, num_heads=3, key_dim=4, attention_implementation=implementation)(
+        inputs
+    )
     model = keras.Model(inputs, outputs)
     model.compile(loss="mse", optimizer="sgd", jit_compile=jit_compile())
     x = rng.normal(size=(4, 2, 5, 12)).astype("float32")

@@ -1,30 +1,28 @@
 import keras
 import numpy as np
 import pytest
+from zoo_testing import to_np
 
 from ensemble_zoo.layers import BatchEnsembleDense
 from ensemble_zoo.layers import GroupedDense
 from ensemble_zoo.layers import HydraAttention
 from ensemble_zoo.layers.int8_kernels import int8_quantize
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
-from zoo_testing import to_np
 
 BACKEND = keras.config.backend()
 RNG = np.random.default_rng(0)
 
 # (layer factory, input, {kernel: contracted axes}) for the three layers.
 CASES = {
-    "grouped_dense": (
-        lambda: GroupedDense(5, 3), RNG.normal(size=(2, 3, 4, 8)), {"kernel": (1,)}
-    ),
+    "grouped_dense": (lambda: GroupedDense(5, 3), RNG.normal(size=(2, 3, 4, 8)), {"kernel": (1,)}),
     "hydra_attention": (
         lambda: HydraAttention(3, 4, 8, member_num_heads=[4, 3, 2]),
         RNG.normal(size=(2, 3, 5, 16)),
-        {"query_kernel": (1,), "key_kernel": (1,), "value_kernel": (1,),
-         "output_kernel": (1, 2)},
+        {"query_kernel": (1,), "key_kernel": (1,), "value_kernel": (1,), "output_kernel": (1, 2)},
     ),
     "batch_ensemble_dense": (
-        lambda: BatchEnsembleDense((2, 3), 4), RNG.normal(size=(8, 5, 6)),
+        lambda: BatchEnsembleDense((2, 3), 4),
+        RNG.normal(size=(8, 5, 6)),
         {"kernel": (0,)},
     ),
 }

@@ -1,11 +1,11 @@
 import keras
 import numpy as np
 import pytest
+from zoo_testing import to_np
 
 from ensemble_zoo.layers import LoRAEnsembleAdapter
 from ensemble_zoo.ops import tile_members
 from ensemble_zoo.ops import untile_members
-from zoo_testing import to_np
 
 
 def query_projection():
@@ -152,7 +152,9 @@ def test_bad_arguments_are_clear_errors():
         LoRAEnsembleAdapter(inner, num_members=2, rank=1)
     with pytest.raises(ValueError, match="member_layout"):
         LoRAEnsembleAdapter(base, num_members=2, rank=1, member_layout="rows")
-    with pytest.raises(TypeError, match="`base_layer` must be a keras.layers.Dense or keras.layers.EinsumDense"):
+    with pytest.raises(
+        TypeError, match="`base_layer` must be a keras.layers.Dense or keras.layers.EinsumDense"
+    ):
         norm = keras.layers.LayerNormalization()
         norm.build((None, 4))
         norm.kernel = norm.gamma
@@ -180,7 +182,9 @@ def test_tile_and_untile_members():
         tile_members(x, 0)
 
 
-@pytest.mark.parametrize("make", [gemma_query_projection, dense_projection], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "make", [gemma_query_projection, dense_projection], ids=lambda f: f.__name__
+)
 def test_batch_major_rows_equal_member_major_rows(make):
     """Row `b * M + m` of a batch-major adapter is row `m * batch + b` of
     the member-major one with the same weights."""

@@ -2,10 +2,10 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from zoo_testing import to_np
 
 from ensemble_zoo.layers import LossPredictionHead
 from ensemble_zoo.utils.gradients import loss_gradients
-from zoo_testing import to_np
 
 
 def numpy_head(head, x):
@@ -39,7 +39,9 @@ def test_default_sizes_match_the_paper():
 
 def test_config_round_trip():
     keras.utils.set_random_seed(0)
-    head = LossPredictionHead(hidden_units=(8,), negative_slope=0.1, epsilon=1e-3, stop_gradient=False)
+    head = LossPredictionHead(
+        hidden_units=(8,), negative_slope=0.1, epsilon=1e-3, stop_gradient=False
+    )
     x = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
     out = to_np(head(x))
     restored = LossPredictionHead.from_config(head.get_config())
@@ -55,9 +57,15 @@ def test_stop_gradient_blocks_the_input_gradient():
         keras.utils.set_random_seed(0)
         inputs = keras.Input((4,))
         features = keras.layers.Dense(4, name="features")(inputs)
-        model = keras.Model(inputs, LossPredictionHead(hidden_units=(8,), stop_gradient=stop)(features))
+        model = keras.Model(
+            inputs, LossPredictionHead(hidden_units=(8,), stop_gradient=stop)(features)
+        )
         grads = loss_gradients(
-            model, lambda y, u: ops.sum(u), x, np.zeros(4), model.get_layer("features").trainable_variables
+            model,
+            lambda y, u: ops.sum(u),
+            x,
+            np.zeros(4),
+            model.get_layer("features").trainable_variables,
         )
         assert (max(np.abs(g).max() for g in grads) == 0.0) == expect_zero
 

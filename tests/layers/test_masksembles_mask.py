@@ -11,13 +11,18 @@ from ensemble_zoo.layers import masksembles_masks
 
 def mean_iou(masks):
     n = len(masks)
-    return np.mean([
-        (masks[i] * masks[j]).sum() / np.maximum(masks[i], masks[j]).sum()
-        for i in range(n) for j in range(i + 1, n)
-    ])
+    return np.mean(
+        [
+            (masks[i] * masks[j]).sum() / np.maximum(masks[i], masks[j]).sum()
+            for i in range(n)
+            for j in range(i + 1, n)
+        ]
+    )
 
 
-@pytest.mark.parametrize("channels,n,scale", [(96, 4, 2.0), (48, 3, 1.5), (64, 4, 3.0), (17, 2, 2.5)])
+@pytest.mark.parametrize(
+    "channels,n,scale", [(96, 4, 2.0), (48, 3, 1.5), (64, 4, 3.0), (17, 2, 2.5)]
+)
 def test_masks_have_the_papers_structure(channels, n, scale):
     masks = masksembles_masks(channels, n, scale, seed=0)
     assert masks.shape == (n, channels) and set(np.unique(masks)) <= {0.0, 1.0}
@@ -47,7 +52,7 @@ def test_layer_applies_member_m_mask_to_slice_m():
     masks = np.asarray(ops.convert_to_numpy(layer.masks))
     for m in range(3):
         factor = masks[m] * 24 / masks[m].sum()  # rescaled like inverted dropout
-        np.testing.assert_allclose(y[2 * m:2 * m + 2], x[2 * m:2 * m + 2] * factor, rtol=1e-6)
+        np.testing.assert_allclose(y[2 * m : 2 * m + 2], x[2 * m : 2 * m + 2] * factor, rtol=1e-6)
     plain = MasksemblesMask(num_members=3, scale=2.0, rescale=False, seed=0)
     np.testing.assert_allclose(np.asarray(ops.convert_to_numpy(plain(x)))[:2], x[:2] * masks[0])
     clone = MasksemblesMask.from_config(layer.get_config())

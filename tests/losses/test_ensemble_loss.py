@@ -9,20 +9,11 @@ from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 def test_equals_mean_of_per_member_crossentropies(rng):
     logits = rng.normal(size=(12, 4, 6)).astype("float32") * 2
     labels = rng.integers(0, 6, size=(12,))
-    reference_loss = keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True
-    )
+    reference_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     expected = np.mean(
-        [
-            float(ops.convert_to_numpy(reference_loss(labels, logits[:, m])))
-            for m in range(4)
-        ]
+        [float(ops.convert_to_numpy(reference_loss(labels, logits[:, m]))) for m in range(4)]
     )
-    got = float(
-        ops.convert_to_numpy(
-            EnsembleSparseCategoricalCrossentropy()(labels, logits)
-        )
-    )
+    got = float(ops.convert_to_numpy(EnsembleSparseCategoricalCrossentropy()(labels, logits)))
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
@@ -44,9 +35,7 @@ def test_labels_of_shape_batch_1_and_sample_weights(rng):
 
 def test_serialization_round_trip():
     loss = EnsembleSparseCategoricalCrossentropy(ignore_class=3, name="x")
-    restored = keras.saving.deserialize_keras_object(
-        keras.saving.serialize_keras_object(loss)
-    )
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert isinstance(restored, EnsembleSparseCategoricalCrossentropy)
     assert restored.get_config() == loss.get_config()
 

@@ -35,13 +35,17 @@ def test_invariant_to_positive_scaling_and_zero_when_ordered_with_margin():
     targets, predicted = rng.random(10).astype("float32"), rng.random(10).astype("float32")
     base = value(pairwise_ranking_loss(targets, predicted))
     for scale in (1e-3, 7.0, 1e4):
-        assert value(pairwise_ranking_loss(targets * scale, predicted)) == pytest.approx(base, abs=1e-6)
+        assert value(pairwise_ranking_loss(targets * scale, predicted)) == pytest.approx(
+            base, abs=1e-6
+        )
     ordered = np.where(targets[0::2] > targets[1::2], 1.0, -1.0)
     pred = np.stack([0.2 * ordered, np.zeros(5)], axis=1).reshape(-1).astype("float32")
     assert value(pairwise_ranking_loss(targets, pred)) == 0.0
     # The paper's printed sign (Eq. 3) would reward the reverse order; ours
     # penalizes it: a pair with l1 > l2 but u1 < u2 costs u2 - u1 + margin.
-    assert value(pairwise_ranking_loss(np.array([2.0, 1.0]), np.array([0.0, 0.5]))) == pytest.approx(0.6)
+    assert value(
+        pairwise_ranking_loss(np.array([2.0, 1.0]), np.array([0.0, 0.5]))
+    ) == pytest.approx(0.6)
 
 
 def test_odd_batches_and_shape_mismatches_are_clear_errors():

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
-
-from ensemble_zoo import metrics
 from test_classification import random_probs
 from zoo_testing import np_softmax
+
+from ensemble_zoo import metrics
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,9 @@ def test_streaming_equals_array_function_on_member_logits(rng, metric_cls, refer
     metric.reset_state()
     metric.update_state(np.minimum(labels, 4), masked)
     masked_probs = np_softmax(np.where(np.isinf(masked), -1e30, masked).astype(np.float64)).mean(1)
-    assert float(metric.result()) == pytest.approx(reference(masked_probs, np.minimum(labels, 4)), abs=2e-5)
+    assert float(metric.result()) == pytest.approx(
+        reference(masked_probs, np.minimum(labels, 4)), abs=2e-5
+    )
 
 
 def test_sample_weight_equals_repetition(rng):

@@ -18,9 +18,7 @@ def test_accuracy_nll_brier_against_numpy(rng):
         -np.mean(np.log(p[np.arange(len(y)), y]))
     )
     onehot = np.eye(5)[y]
-    assert metrics.brier_score(p, y) == pytest.approx(
-        np.mean(np.sum((p - onehot) ** 2, 1))
-    )
+    assert metrics.brier_score(p, y) == pytest.approx(np.mean(np.sum((p - onehot) ** 2, 1)))
 
 
 def ece_loop_reference(p, y, num_bins):
@@ -30,9 +28,7 @@ def ece_loop_reference(p, y, num_bins):
         lo, hi = k / num_bins, (k + 1) / num_bins
         in_bin = (conf >= lo) & ((conf < hi) | ((k == num_bins - 1) & (conf <= hi)))
         if in_bin.any():
-            total += in_bin.mean() * abs(
-                (pred[in_bin] == y[in_bin]).mean() - conf[in_bin].mean()
-            )
+            total += in_bin.mean() * abs((pred[in_bin] == y[in_bin]).mean() - conf[in_bin].mean())
     return total
 
 
@@ -50,16 +46,12 @@ def test_ece_edges():
     assert metrics.expected_calibration_error(p, [0, 1]) == 0.0
     # All confidences equal 0.5 (one bin), accuracy 1/4 -> ECE 0.25.
     p = np.full((4, 2), 0.5)
-    assert metrics.expected_calibration_error(p, [0, 1, 1, 1]) == pytest.approx(
-        0.25
-    )
+    assert metrics.expected_calibration_error(p, [0, 1, 1, 1]) == pytest.approx(0.25)
 
 
 def test_nll_is_finite_for_zero_probability():
     p = np.array([[1.0, 0.0]])
-    assert metrics.negative_log_likelihood(p, [1]) == pytest.approx(
-        -np.log(metrics.NLL_EPSILON)
-    )
+    assert metrics.negative_log_likelihood(p, [1]) == pytest.approx(-np.log(metrics.NLL_EPSILON))
 
 
 def test_bad_inputs_are_clear_errors():
@@ -105,9 +97,7 @@ def aece_loop_reference(p, y, num_bins):
     for k in range(num_bins):
         members = [order[r] for r in range(n) if (r * num_bins) // n == k]
         if members:
-            total += len(members) / n * abs(
-                correct[members].mean() - conf[members].mean()
-            )
+            total += len(members) / n * abs(correct[members].mean() - conf[members].mean())
     return total
 
 
@@ -155,9 +145,7 @@ def test_single_class_present(rng):
     p, _ = random_probs(rng, n=50, c=3)
     y = np.zeros(50, dtype=int)
     onehot = np.eye(3)[y]
-    assert metrics.brier_score(p, y) == pytest.approx(
-        np.mean(np.sum((p - onehot) ** 2, 1))
-    )
+    assert metrics.brier_score(p, y) == pytest.approx(np.mean(np.sum((p - onehot) ** 2, 1)))
     assert metrics.expected_calibration_error(p, y) == pytest.approx(
         ece_loop_reference(p, y, 15), abs=1e-12
     )

@@ -27,7 +27,7 @@ def test_decomposition_identity_and_loop_reference(num_groups):
     mi = eoe(probs, num_groups, reduction="none")
     np.testing.assert_allclose(mi["total"], mi["between"] + mi["within"], atol=1e-6)
     size = 12 // num_groups
-    groups = [probs[:, k * size:(k + 1) * size] for k in range(num_groups)]
+    groups = [probs[:, k * size : (k + 1) * size] for k in range(num_groups)]
     between = loop_mi(np.stack([g.mean(axis=1) for g in groups], axis=1))
     within = np.mean([loop_mi(g) for g in groups], axis=0)
     np.testing.assert_allclose(mi["between"], between, atol=1e-10)

@@ -26,7 +26,8 @@ def reference_prr(uncertainty, quality):
         return np.mean([q[:k].mean() for k in range(1, n + 1)])
 
     orders = [
-        p for p in itertools.permutations(range(n))
+        p
+        for p in itertools.permutations(range(n))
         if all(uncertainty[p[i]] <= uncertainty[p[i + 1]] for i in range(n - 1))
     ]
     a_u = np.mean([area(p) for p in orders])
@@ -55,7 +56,9 @@ def test_answer_metrics_equal_references(rng, rounding):
     rejected, accuracy = metrics.accuracy_rejection_curve(uncertainty, correct)
     thresholds = np.unique(uncertainty)  # keep u <= t
     np.testing.assert_allclose(rejected, [np.mean(uncertainty > t) for t in thresholds[::-1]])
-    np.testing.assert_allclose(accuracy, [correct[uncertainty <= t].mean() for t in thresholds[::-1]])
+    np.testing.assert_allclose(
+        accuracy, [correct[uncertainty <= t].mean() for t in thresholds[::-1]]
+    )
     # AURC: the classifier's `aurc` on probabilities whose argmax is right
     # exactly where the answer is, confidence = -uncertainty; and by hand.
     probs = np.where(correct[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
@@ -72,7 +75,9 @@ def test_answer_metrics_equal_references(rng, rounding):
 def test_oracle_and_reversed_rankings_and_clear_errors():
     correct = np.array([True, True, False, True, False])
     wrongness = (~correct).astype(float)
-    assert metrics.prediction_rejection_ratio(wrongness + 0.1 * np.arange(5), correct) == pytest.approx(1.0)
+    assert metrics.prediction_rejection_ratio(
+        wrongness + 0.1 * np.arange(5), correct
+    ) == pytest.approx(1.0)
     assert metrics.answer_auroc(wrongness, correct) == 1.0
     assert metrics.answer_auroc(-wrongness, correct) == 0.0
     with pytest.raises(ValueError, match="same quality"):

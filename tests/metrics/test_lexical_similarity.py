@@ -11,12 +11,18 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import norma
 def brute_force_rouge_l(a, b):
     """F-measure of the longest common subsequence, found by trying every
     subsequence of `a` (short sequences only)."""
+
     def is_subsequence(s, t):
         it = iter(t)
         return all(x in it for x in s)
 
     lcs = max(
-        (k for k in range(len(a) + 1) for s in itertools.combinations(a, k) if is_subsequence(s, b)),
+        (
+            k
+            for k in range(len(a) + 1)
+            for s in itertools.combinations(a, k)
+            if is_subsequence(s, b)
+        ),
         default=0,
     )
     if lcs == 0:
@@ -38,7 +44,9 @@ def test_rouge_l_and_lexical_similarity_against_brute_force(rng):
     # Text: lower-cased words, punctuation separates.
     assert ez.metrics.rouge_l("The answer is 42.", "42, the ANSWER") == pytest.approx(4 / 7)
     assert ez.metrics.rouge_l("", "42") == 0.0
-    np.testing.assert_allclose(ez.metrics.lexical_similarity([["a b", "a b"], ["x", "y"]]), [-1.0, 0.0])
+    np.testing.assert_allclose(
+        ez.metrics.lexical_similarity([["a b", "a b"], ["x", "y"]]), [-1.0, 0.0]
+    )
 
 
 def test_lexical_similarity_names_bad_input():
@@ -53,9 +61,7 @@ def test_lexical_similarity_names_bad_input():
 def test_exact_equivalence_normalises_as_squad_and_callables_are_asked_both_ways():
     assert normalize_answer("  The Answer: 42! ") == "answer 42"
     answers = [["42", "the 42.", "41"]]
-    np.testing.assert_array_equal(
-        equivalence_matrix(answers)[0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
-    )
+    np.testing.assert_array_equal(equivalence_matrix(answers)[0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
     calls = []
     one_way = equivalence_matrix(answers, lambda a, b: calls.append((a, b)) or a < b)
     assert len(calls) == 6  # every ordered pair, the diagonal not asked

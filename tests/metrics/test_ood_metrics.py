@@ -28,9 +28,7 @@ def test_ood_metrics_equal_sklearn(rng, rounding, sizes):
     auroc, aupr, fpr95 = sklearn_reference(id_scores, ood_scores)
     assert metrics.ood_auroc(id_scores, ood_scores) == pytest.approx(auroc, abs=1e-12)
     assert metrics.ood_aupr(id_scores, ood_scores) == pytest.approx(aupr, abs=1e-12)
-    assert metrics.fpr_at_95_tpr(id_scores, ood_scores) == pytest.approx(
-        fpr95, abs=1e-12
-    )
+    assert metrics.fpr_at_95_tpr(id_scores, ood_scores) == pytest.approx(fpr95, abs=1e-12)
 
 
 def test_hand_built_cases():

@@ -31,9 +31,7 @@ def test_recall_at_one_and_r_auroc_against_sklearn(rng):
 def test_r_auroc_hand_built():
     # Two tight pairs of class 0 and 1, and one class-0 point beside class 1
     # (angles 0, 5.8, 90, 84.3 and 101.3 degrees).
-    embeddings = np.array(
-        [[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99], [-0.2, 1.0]]
-    )
+    embeddings = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99], [-0.2, 1.0]])
     labels = np.array([0, 0, 1, 1, 0])
     correct = metrics.nearest_neighbour_correct(embeddings, labels)
     np.testing.assert_array_equal(correct, [True, True, True, True, False])

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
+from test_classification import random_probs
 
 from ensemble_zoo import metrics
-from test_classification import random_probs
 
 
 def aurc_loop_reference(confidence, correct):

@@ -52,7 +52,9 @@ def test_semantic_entropy_equals_its_formula(rng):
     classes = rng.integers(0, 3, size=(3, 5))
     got = ez.metrics.semantic_entropy(ll, classes)
     for p in range(3):
-        p_class = {c: sum(np.exp(ll[p, i]) for i in range(5) if classes[p, i] == c) for c in classes[p]}
+        p_class = {
+            c: sum(np.exp(ll[p, i]) for i in range(5) if classes[p, i] == c) for c in classes[p]
+        }
         expected = -np.mean([np.log(p_class[c]) for c in classes[p]])
         assert got[p] == pytest.approx(expected, rel=1e-12)
     # One class holding every answer: minus the log of their total likelihood.
@@ -61,7 +63,9 @@ def test_semantic_entropy_equals_its_formula(rng):
     )
     # More spread over meanings, higher entropy (same likelihoods).
     same = np.log(np.full((1, 4), 0.2))
-    assert ez.metrics.semantic_entropy(same, [[0, 0, 0, 0]]) < ez.metrics.semantic_entropy(same, [[0, 1, 2, 3]])
+    assert ez.metrics.semantic_entropy(same, [[0, 0, 0, 0]]) < ez.metrics.semantic_entropy(
+        same, [[0, 1, 2, 3]]
+    )
 
 
 def test_bad_input_is_a_clear_error():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
+from zoo_testing import np_token_figures
 
 import ensemble_zoo as ez
-from zoo_testing import np_token_figures
 
 
 def generation(rng, members=3, batch=3, length=7):
@@ -21,7 +21,13 @@ def generation(rng, members=3, batch=3, length=7):
     prefix = np.cumsum(taken, axis=-1) - taken
     weights = np.exp(prefix) / np.exp(prefix).sum(axis=1, keepdims=True)
     ep = np_token_figures(logits, tokens, weights=weights)
-    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+    for name in (
+        "total",
+        "aleatoric",
+        "epistemic",
+        "expected_pairwise_kl",
+        "reverse_mutual_information",
+    ):
         figures["ep_" + name] = ep[name]
     out = {"generated_mask": mask}
     for name, value in figures.items():
@@ -48,14 +54,19 @@ def reference(out, member=None):
             "max_token_entropy": h.max(),
         }
         if member is None:
-            for name, figure in [("total", "total"), ("data", "aleatoric"),
-                                 ("mutual_information", "epistemic"),
-                                 ("expected_pairwise_kl", "expected_pairwise_kl"),
-                                 ("reverse_mutual_information", "reverse_mutual_information")]:
+            for name, figure in [
+                ("total", "total"),
+                ("data", "aleatoric"),
+                ("mutual_information", "epistemic"),
+                ("expected_pairwise_kl", "expected_pairwise_kl"),
+                ("reverse_mutual_information", "reverse_mutual_information"),
+            ]:
                 row_scores["pe_" + name] = np.mean([out[figure][row, t] for t in ts])
                 row_scores["ep_" + name] = np.mean([out["ep_" + figure][row, t] for t in ts])
-            ll = [sum(float(out["member_log_probs"][row, m, t]) for t in ts)
-                  for m in range(out["member_log_probs"].shape[1])]
+            ll = [
+                sum(float(out["member_log_probs"][row, m, t]) for t in ts)
+                for m in range(out["member_log_probs"].shape[1])
+            ]
             log_ep = np.log(np.mean(np.exp(ll)))
             row_scores["ep_mc_total"] = -log_ep / len(ts)
             row_scores["ep_mc_reverse_mutual_information"] = (log_ep - np.mean(ll)) / len(ts)
@@ -67,26 +78,45 @@ def test_every_estimator_equals_a_loop_over_the_generated_tokens(rng):
     out = generation(rng)
     scores = ez.metrics.sequence_uncertainty(out)
     assert sorted(scores) == sorted(
-        ("maximum_sequence_probability", "perplexity", "mean_token_entropy", "max_token_entropy",
-         "pe_total", "pe_data", "pe_mutual_information", "pe_expected_pairwise_kl",
-         "pe_reverse_mutual_information", "ep_total", "ep_data", "ep_mutual_information",
-         "ep_expected_pairwise_kl", "ep_reverse_mutual_information", "ep_mc_total",
-         "ep_mc_reverse_mutual_information")
+        (
+            "maximum_sequence_probability",
+            "perplexity",
+            "mean_token_entropy",
+            "max_token_entropy",
+            "pe_total",
+            "pe_data",
+            "pe_mutual_information",
+            "pe_expected_pairwise_kl",
+            "pe_reverse_mutual_information",
+            "ep_total",
+            "ep_data",
+            "ep_mutual_information",
+            "ep_expected_pairwise_kl",
+            "ep_reverse_mutual_information",
+            "ep_mc_total",
+            "ep_mc_reverse_mutual_information",
+        )
     )
     expected = reference(out)
     for name, values in scores.items():
         assert values.shape == (3,) and values.dtype == np.float64
         for row in (0, 1):
-            assert values[row] == pytest.approx(expected[row][name], rel=1e-5, abs=1e-6), (name, row)
+            assert values[row] == pytest.approx(expected[row][name], rel=1e-5, abs=1e-6), (
+                name,
+                row,
+            )
         assert np.isnan(values[2]), name  # nothing generated
     for kind in ("pe", "ep"):
         np.testing.assert_allclose(
             scores[f"{kind}_expected_pairwise_kl"][:2],
-            scores[f"{kind}_mutual_information"][:2] + scores[f"{kind}_reverse_mutual_information"][:2],
+            scores[f"{kind}_mutual_information"][:2]
+            + scores[f"{kind}_reverse_mutual_information"][:2],
             atol=1e-5,
         )
     assert (scores["ep_mc_reverse_mutual_information"][:2] > 0).all()
-    assert np.abs(scores["ep_mutual_information"] - scores["pe_mutual_information"])[:2].max() > 1e-4
+    assert (
+        np.abs(scores["ep_mutual_information"] - scores["pe_mutual_information"])[:2].max() > 1e-4
+    )
     # One member's baselines.
     member = ez.metrics.sequence_uncertainty(out, member=1)
     assert sorted(member) == sorted(

@@ -6,13 +6,13 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import jit_compile
-from ensemble_zoo.models import BatchEnsembleImageClassifier
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
 from zoo_testing import tiny_vit
 from zoo_testing import to_np64
+
+import ensemble_zoo as ez
+from ensemble_zoo.models import BatchEnsembleImageClassifier
+from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,9 @@ def test_fit_trains_shared_and_fast_weights_and_saves(tmp_path):
     x, y = ez.datasets.load_arrays("digits", "train")
     x, y = x[:32], np.minimum(y[:32], 4)
     head = model.head
-    before = {k: to_np64(v) for k, v in (("w", head.kernel), ("r", head.fast_in), ("s", head.fast_out))}
+    before = {
+        k: to_np64(v) for k, v in (("w", head.kernel), ("r", head.fast_in), ("s", head.fast_out))
+    }
     history = model.fit(x, y, epochs=3, batch_size=16, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     for key, v in (("w", head.kernel), ("r", head.fast_in), ("s", head.fast_out)):
@@ -87,4 +89,8 @@ def test_fit_trains_shared_and_fast_weights_and_saves(tmp_path):
     model.save_to_preset(tmp_path / "be")
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "be")
     assert isinstance(loaded, BatchEnsembleImageClassifier)
-    np.testing.assert_allclose(to_np64(loaded.predict(x[:4], verbose=0)), to_np64(model.predict(x[:4], verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(
+        to_np64(loaded.predict(x[:4], verbose=0)),
+        to_np64(model.predict(x[:4], verbose=0)),
+        atol=1e-5,
+    )

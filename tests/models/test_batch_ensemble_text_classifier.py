@@ -6,21 +6,27 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from zoo_testing import to_np64
 
 from ensemble_zoo.models import BatchEnsembleTextClassifier
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
-from zoo_testing import to_np64
 
 
 @pytest.fixture(scope="module")
 def bert_and_model():
     keras.utils.set_random_seed(0)
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
-        intermediate_dim=32, max_sequence_length=8,
+        vocabulary_size=50,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=8,
     )
     bert = keras_hub.models.BertTextClassifier(backbone, num_classes=3, preprocessor=None)
-    model = BatchEnsembleTextClassifier.from_keras_hub(bert, num_members=3, seed=0, fast_weight_stddev=0.5)
+    model = BatchEnsembleTextClassifier.from_keras_hub(
+        bert, num_members=3, seed=0, fast_weight_stddev=0.5
+    )
     rng = np.random.default_rng(0)
     for layer in model.batch_ensemble_layers:
         layer.bias.assign(to_np64(layer.bias) + rng.normal(scale=0.1, size=layer.bias.shape))

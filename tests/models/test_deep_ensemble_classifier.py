@@ -1,13 +1,13 @@
 import keras
 import numpy as np
 import pytest
-
 import zoo_testing
 from conftest import jit_compile
+from zoo_testing import to_np
+
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import EnsembleClassifier
-from zoo_testing import to_np
 
 
 def mlp_member(seed, classes=4, name=None):
@@ -62,9 +62,7 @@ def test_fit_trains_every_member_on_its_own_loss(rng):
         )
         copy.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
         for w_copy, w_trained in zip(copy.weights, trained.weights):
-            np.testing.assert_allclose(
-                to_np(w_copy), to_np(w_trained), atol=1e-5
-            )
+            np.testing.assert_allclose(to_np(w_copy), to_np(w_trained), atol=1e-5)
 
 
 def test_compile_defaults():
@@ -81,9 +79,7 @@ def test_keras_hub_vit_ensemble_fits_and_predicts_under_jit(rng):
     y = (x.mean(axis=(1, 2, 3)) > 0.5).astype("int32")
     history = model.fit(x, y, batch_size=8, epochs=3, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
-    np.testing.assert_allclose(
-        model.predict(x, verbose=0), to_np(model(x)), atol=1e-5
-    )
+    np.testing.assert_allclose(model.predict(x, verbose=0), to_np(model(x)), atol=1e-5)
 
 
 def test_predict_uncertainty_matches_shared_ops(rng):

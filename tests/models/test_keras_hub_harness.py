@@ -13,10 +13,12 @@ all three backends."""
 import zlib
 
 import keras
-import pytest
 import keras_hub
 import numpy as np
+import pytest
 from absl.testing import parameterized
+from conftest import ALL_BACKENDS
+from keras_hub_testcase import ZooTestCase
 
 from ensemble_zoo.models import BatchEnsembleBertBackbone
 from ensemble_zoo.models import BatchEnsembleImageClassifier
@@ -38,9 +40,7 @@ from ensemble_zoo.models import PackedEnsembleBackbone
 from ensemble_zoo.models import PackedEnsembleImageClassifier
 from ensemble_zoo.models import ViTMoEBackbone
 from ensemble_zoo.models import ViTMoEImageClassifier
-from keras_hub_testcase import ZooTestCase
 
-from conftest import ALL_BACKENDS
 
 @pytest.fixture(autouse=True)
 def _under_one_backend(request):
@@ -66,40 +66,82 @@ MODELS = {
     "hydra": (
         HydraBackbone,
         dict(VIT, num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
-        HydraImageClassifier, 3, 8, ("hydra_circuit_vit_tiny_digits", 3),
+        HydraImageClassifier,
+        3,
+        8,
+        ("hydra_circuit_vit_tiny_digits", 3),
     ),
     "packed": (
         PackedEnsembleBackbone,
         dict(VIT, num_heads=2, num_members=2, alpha=2),
-        PackedEnsembleImageClassifier, 2, 8, ("packed_ensemble_vit_tiny_digits", 3),
+        PackedEnsembleImageClassifier,
+        2,
+        8,
+        ("packed_ensemble_vit_tiny_digits", 3),
     ),
     "e3": (
         ViTMoEBackbone,
-        dict(VIT, num_heads=2, num_experts=4, num_selected_experts=1, moe_layers=[1],
-             ensemble_size=2, seed=0),
-        ViTMoEImageClassifier, 2, 8, ("e3_vit_tiny_digits", 2),
+        dict(
+            VIT,
+            num_heads=2,
+            num_experts=4,
+            num_selected_experts=1,
+            moe_layers=[1],
+            ensemble_size=2,
+            seed=0,
+        ),
+        ViTMoEImageClassifier,
+        2,
+        8,
+        ("e3_vit_tiny_digits", 2),
     ),
     "lora": (
         LoRAEnsembleViTBackbone,
-        dict(VIT, num_heads=2, num_members=2, rank=2, targets=["query", "value"],
-             lora_alpha=None, a_gain=1.0, seed=0),
-        LoRAEnsembleImageClassifier, 2, 8, ("lora_ensemble_vit_tiny_digits", 8),
+        dict(
+            VIT,
+            num_heads=2,
+            num_members=2,
+            rank=2,
+            targets=["query", "value"],
+            lora_alpha=None,
+            a_gain=1.0,
+            seed=0,
+        ),
+        LoRAEnsembleImageClassifier,
+        2,
+        8,
+        ("lora_ensemble_vit_tiny_digits", 8),
     ),
     "batch_ensemble": (
         BatchEnsembleViTBackbone,
-        dict(VIT, num_heads=2, num_members=2, fast_weight_initializer="normal",
-             fast_weight_stddev=0.5, seed=0),
-        BatchEnsembleImageClassifier, 2, 8, ("batch_ensemble_vit_tiny_digits", 4),
+        dict(
+            VIT,
+            num_heads=2,
+            num_members=2,
+            fast_weight_initializer="normal",
+            fast_weight_stddev=0.5,
+            seed=0,
+        ),
+        BatchEnsembleImageClassifier,
+        2,
+        8,
+        ("batch_ensemble_vit_tiny_digits", 4),
     ),
     "masksembles": (
         MasksemblesViTBackbone,
         dict(VIT, num_heads=2, num_members=2, scale=2.0, seed=0),
-        MasksemblesImageClassifier, 2, 8, ("masksembles_vit_tiny_digits", 4),
+        MasksemblesImageClassifier,
+        2,
+        8,
+        ("masksembles_vit_tiny_digits", 4),
     ),
     "mimo": (
         MIMOViTBackbone,
         dict(VIT, image_shape=(8, 8, 2), num_heads=2, num_members=2),
-        MIMOImageClassifier, 2, 8, ("mimo_vit_tiny_digits", 3),
+        MIMOImageClassifier,
+        2,
+        8,
+        ("mimo_vit_tiny_digits", 3),
     ),
 }
 MEMBER_MAJOR = ("lora", "batch_ensemble", "masksembles")
@@ -136,8 +178,9 @@ class TestKerasHubHarness(ZooTestCase):
         images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
         self.run_task_test(
             cls=task_cls,
-            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=4,
-                             preprocessor=_preprocessor()),
+            init_kwargs=dict(
+                backbone=backbone_cls(**kwargs), num_classes=4, preprocessor=_preprocessor()
+            ),
             train_data=(images, np.array([0, 3])),
             expected_output_shape=(2, members, 4),
         )
@@ -198,8 +241,14 @@ def test_keras_hub_loaders_take_task_arguments_and_dtype():
 
 # === Text: keras-hub BERT inputs (dicts of int (batch, tokens) tensors) ===
 
-BERT = dict(vocabulary_size=12, num_layers=1, num_heads=2, hidden_dim=8,
-            intermediate_dim=16, max_sequence_length=6)
+BERT = dict(
+    vocabulary_size=12,
+    num_layers=1,
+    num_heads=2,
+    hidden_dim=8,
+    intermediate_dim=16,
+    max_sequence_length=6,
+)
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox"]
 
 # (backbone class, its arguments, task class, members, member-major batch)
@@ -207,19 +256,31 @@ TEXT_MODELS = {
     "hydra_text": (
         HydraTextBackbone,
         dict(BERT, num_members=2, member_num_heads=[[2, 1]]),
-        HydraTextClassifier, 2, False,
+        HydraTextClassifier,
+        2,
+        False,
     ),
     "lora_text": (
         LoRAEnsembleBertBackbone,
-        dict(BERT, num_members=2, rank=1, targets=["query", "value"], lora_alpha=None,
-             a_gain=1.0, seed=0),
-        LoRAEnsembleTextClassifier, 2, True,
+        dict(
+            BERT,
+            num_members=2,
+            rank=1,
+            targets=["query", "value"],
+            lora_alpha=None,
+            a_gain=1.0,
+            seed=0,
+        ),
+        LoRAEnsembleTextClassifier,
+        2,
+        True,
     ),
     "batch_ensemble_text": (
         BatchEnsembleBertBackbone,
-        dict(BERT, num_members=2, fast_weight_initializer="normal",
-             fast_weight_stddev=0.5, seed=0),
-        BatchEnsembleTextClassifier, 2, True,
+        dict(BERT, num_members=2, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=0),
+        BatchEnsembleTextClassifier,
+        2,
+        True,
     ),
 }
 TEXT_CASES = [(name, name) for name in sorted(TEXT_MODELS)]
@@ -244,7 +305,9 @@ class TestKerasHubHarnessText(ZooTestCase):
             batch = 2
             shape = {"sequence_output": (2, members, 6, 8), "pooled_output": (2, members, 8)}
         self.run_backbone_test(
-            cls=backbone_cls, init_kwargs=kwargs, input_data=_text_inputs(batch),
+            cls=backbone_cls,
+            init_kwargs=kwargs,
+            input_data=_text_inputs(batch),
             expected_output_shape=shape,
         )
 
@@ -252,13 +315,12 @@ class TestKerasHubHarnessText(ZooTestCase):
     def test_task(self, name):
         backbone_cls, kwargs, task_cls, members, _ = TEXT_MODELS[name]
         tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCABULARY)
-        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
-            tokenizer, sequence_length=6
-        )
+        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=6)
         self.run_task_test(
             cls=task_cls,
-            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=3,
-                             preprocessor=preprocessor),
+            init_kwargs=dict(
+                backbone=backbone_cls(**kwargs), num_classes=3, preprocessor=preprocessor
+            ),
             train_data=(["the quick brown fox.", "the slow brown fox."], np.array([0, 2])),
             expected_output_shape=(2, members, 3),
         )
@@ -284,14 +346,18 @@ class TestKerasHubHarnessLossPrediction(ZooTestCase):
 
         kwargs = dict(VIT, num_heads=2)
         self.run_backbone_test(
-            cls=LossPredictionViTBackbone, init_kwargs=kwargs,
-            input_data=keras.ops.ones((2, 8, 8, 1)), expected_output_shape=(2, TOKENS, 8),
+            cls=LossPredictionViTBackbone,
+            init_kwargs=kwargs,
+            input_data=keras.ops.ones((2, 8, 8, 1)),
+            expected_output_shape=(2, TOKENS, 8),
             run_mixed_precision_check=False,  # a keras-hub ViT: keras-hub tests it
         )
         images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
         task_kwargs = dict(
-            backbone=LossPredictionViTBackbone(**kwargs), num_classes=4,
-            head_hidden_units=(4,), freeze_backbone=True,
+            backbone=LossPredictionViTBackbone(**kwargs),
+            num_classes=4,
+            head_hidden_units=(4,),
+            freeze_backbone=True,
         )
         self.run_task_test(
             cls=LossPredictionImageClassifier,
@@ -300,11 +366,13 @@ class TestKerasHubHarnessLossPrediction(ZooTestCase):
             expected_output_shape={"logits": (2, 4), "uncertainty": (2,)},
         )
         self.run_model_saving_test(
-            cls=LossPredictionImageClassifier, init_kwargs=task_kwargs,
+            cls=LossPredictionImageClassifier,
+            init_kwargs=task_kwargs,
             input_data=keras.ops.ones((2, 8, 8, 1)),
         )
         self.run_preset_test(
-            cls=LossPredictionImageClassifier, preset="loss_prediction_vit_tiny_digits",
+            cls=LossPredictionImageClassifier,
+            preset="loss_prediction_vit_tiny_digits",
             input_data=keras.ops.ones((2, 8, 8, 1)),
             expected_output_shape={"logits": (2, 8), "uncertainty": (2,)},
         )
@@ -336,24 +404,52 @@ def _wrapped_models(name):
 
     images = keras.ops.ones((2, 8, 8, 1))
     if name == "deep_ensemble":
-        return (DeepEnsembleBackbone, dict(members=[_vit_classifier(0), _vit_classifier(1)]),
-                DeepEnsembleClassifier, {}, images, (2, 2, 4), 2,
-                ("deep_ensemble_vit_tiny_digits", 3))
+        return (
+            DeepEnsembleBackbone,
+            dict(members=[_vit_classifier(0), _vit_classifier(1)]),
+            DeepEnsembleClassifier,
+            {},
+            images,
+            (2, 2, 4),
+            2,
+            ("deep_ensemble_vit_tiny_digits", 3),
+        )
     if name == "mc_dropout":
         # Rate 0: the harness compares two calls, and MC dropout's samples
         # differ from call to call (tests/models/test_mc_dropout_classifier.py
         # checks the sampling).
-        return (MCDropoutBackbone, dict(model=_vit_classifier(0, dropout=0.1), rate=0.0, seed=0),
-                MCDropoutClassifier, dict(num_members=3), images, (2, 4), 3,
-                ("mc_dropout_vit_tiny_digits", 8))
+        return (
+            MCDropoutBackbone,
+            dict(model=_vit_classifier(0, dropout=0.1), rate=0.0, seed=0),
+            MCDropoutClassifier,
+            dict(num_members=3),
+            images,
+            (2, 4),
+            3,
+            ("mc_dropout_vit_tiny_digits", 8),
+        )
     if name == "subnetwork":
-        return (SubnetworkEnsembleBackbone, dict(model=_vit_classifier(0), num_members=2, seed=0),
-                SubnetworkEnsembleClassifier, {}, keras.ops.ones((4, 8, 8, 1)), (4, 4), 2,
-                ("subnetwork_vit_tiny_digits", 10))
+        return (
+            SubnetworkEnsembleBackbone,
+            dict(model=_vit_classifier(0), num_members=2, seed=0),
+            SubnetworkEnsembleClassifier,
+            {},
+            keras.ops.ones((4, 8, 8, 1)),
+            (4, 4),
+            2,
+            ("subnetwork_vit_tiny_digits", 10),
+        )
     vit = _vit_classifier(0, pooling="gap")
-    return (TileEnsembleBackbone, dict(feature_model=vit.backbone, head=vit.output_dense),
-            TileEnsembleClassifier, dict(grid_size=2, token_grid=[2, 2], class_token=True),
-            images, (2, TOKENS, 8), 4, ("tile_vit_tiny_digits", 4))
+    return (
+        TileEnsembleBackbone,
+        dict(feature_model=vit.backbone, head=vit.output_dense),
+        TileEnsembleClassifier,
+        dict(grid_size=2, token_grid=[2, 2], class_token=True),
+        images,
+        (2, TOKENS, 8),
+        4,
+        ("tile_vit_tiny_digits", 4),
+    )
 
 
 WRAPPED_CASES = [(n, n) for n in ("deep_ensemble", "mc_dropout", "subnetwork", "tile")]
@@ -362,11 +458,13 @@ WRAPPED_CASES = [(n, n) for n in ("deep_ensemble", "mc_dropout", "subnetwork", "
 class TestKerasHubHarnessWrapped(ZooTestCase):
     @parameterized.named_parameters(*WRAPPED_CASES)
     def test_backbone_task_and_saving(self, name):
-        backbone_cls, kwargs, task_cls, task_kwargs, inputs, shape, members, _ = (
-            _wrapped_models(name)
+        backbone_cls, kwargs, task_cls, task_kwargs, inputs, shape, members, _ = _wrapped_models(
+            name
         )
         self.run_backbone_test(
-            cls=backbone_cls, init_kwargs=kwargs, input_data=inputs,
+            cls=backbone_cls,
+            init_kwargs=kwargs,
+            input_data=inputs,
             expected_output_shape=shape,
             # A subnetwork ensemble refuses quantization (its masks multiply
             # the float kernels; tests/presets/test_presets.py checks it).
@@ -385,13 +483,15 @@ class TestKerasHubHarnessWrapped(ZooTestCase):
         images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
         self.run_task_test(
             cls=task_cls,
-            init_kwargs=dict(task_kwargs, backbone=backbone_cls(**kwargs),
-                             preprocessor=_preprocessor()),
+            init_kwargs=dict(
+                task_kwargs, backbone=backbone_cls(**kwargs), preprocessor=_preprocessor()
+            ),
             train_data=(images, np.array([0, 3])),
             expected_output_shape=(2, members, 4),
         )
         self.run_model_saving_test(
-            cls=task_cls, init_kwargs=dict(task_kwargs, backbone=backbone_cls(**kwargs)),
+            cls=task_cls,
+            init_kwargs=dict(task_kwargs, backbone=backbone_cls(**kwargs)),
             input_data=keras.ops.ones((2, 8, 8, 1)),
         )
 
@@ -399,7 +499,9 @@ class TestKerasHubHarnessWrapped(ZooTestCase):
     def test_preset(self, name):
         task_cls, (preset, members) = _wrapped_models(name)[2], _wrapped_models(name)[7]
         self.run_preset_test(
-            cls=task_cls, preset=preset, input_data=keras.ops.ones((2, 8, 8, 1)),
+            cls=task_cls,
+            preset=preset,
+            input_data=keras.ops.ones((2, 8, 8, 1)),
             expected_output_shape=(2, members, 8),
         )
 
@@ -424,9 +526,7 @@ def test_wrapped_keras_hub_tasks_take_a_quantization_map():
         if type(layer) in kinds:
             policy_map[layer.path] = keras.dtype_policies.get("int8_from_float32")
     assert len(policy_map) == 2 * 13  # 2 x (2 blocks x 6 + the head)
-    quantized = DeepEnsembleBackbone(
-        [_vit_classifier(0), _vit_classifier(1)], dtype=policy_map
-    )
+    quantized = DeepEnsembleBackbone([_vit_classifier(0), _vit_classifier(1)], dtype=policy_map)
     images = np.random.default_rng(0).random((3, 8, 8, 1)).astype("float32")
     modes = [l.quantization_mode for l in quantized._flatten_layers() if type(l) in kinds]
     assert modes == ["int8"] * 26
@@ -444,9 +544,19 @@ def _gemma_tokenizer():
     proto = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(["the quick brown fox", "the earth is round", "one plus two"]),
-        model_writer=proto, model_type="WORD", vocab_size=14, hard_vocab_limit=False,
-        pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="<pad>", bos_piece="<bos>",
-        eos_piece="<eos>", unk_piece="<unk>", minloglevel=2,
+        model_writer=proto,
+        model_type="WORD",
+        vocab_size=14,
+        hard_vocab_limit=False,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        bos_piece="<bos>",
+        eos_piece="<eos>",
+        unk_piece="<unk>",
+        minloglevel=2,
     )
     return keras_hub.models.GemmaTokenizer(proto=proto.getvalue())
 
@@ -464,20 +574,36 @@ class TestKerasHubHarnessCausalLM(ZooTestCase):
         tokenizer = _gemma_tokenizer()
         vocabulary = tokenizer.vocabulary_size()
         kwargs = dict(
-            vocabulary_size=vocabulary, num_layers=2, num_query_heads=4,
-            num_key_value_heads=2, hidden_dim=16, intermediate_dim=32, head_dim=4,
-            num_members=2, rank=2, targets=["query", "value"], lora_alpha=None,
-            a_gain=1.0, seed=0,
+            vocabulary_size=vocabulary,
+            num_layers=2,
+            num_query_heads=4,
+            num_key_value_heads=2,
+            hidden_dim=16,
+            intermediate_dim=32,
+            head_dim=4,
+            num_members=2,
+            rank=2,
+            targets=["query", "value"],
+            lora_alpha=None,
+            a_gain=1.0,
+            seed=0,
         )
-        inputs = {"token_ids": np.full((4, 5), 5, "int32"), "padding_mask": np.ones((4, 5), "int32")}
+        inputs = {
+            "token_ids": np.full((4, 5), 5, "int32"),
+            "padding_mask": np.ones((4, 5), "int32"),
+        }
         self.run_backbone_test(
-            cls=LoRAEnsembleGemmaBackbone, init_kwargs=kwargs, input_data=inputs,
+            cls=LoRAEnsembleGemmaBackbone,
+            init_kwargs=kwargs,
+            input_data=inputs,
             expected_output_shape=(4, 5, 16),
         )
         preprocessor = keras_hub.models.GemmaCausalLMPreprocessor(tokenizer, sequence_length=6)
         self.run_task_test(
             cls=LoRAEnsembleGemmaCausalLM,
-            init_kwargs=dict(backbone=LoRAEnsembleGemmaBackbone(**kwargs), preprocessor=preprocessor),
+            init_kwargs=dict(
+                backbone=LoRAEnsembleGemmaBackbone(**kwargs), preprocessor=preprocessor
+            ),
             train_data=(["the quick brown fox", "the earth is round"],),
             expected_output_shape=(2, 2, 6, vocabulary),
         )

@@ -6,19 +6,28 @@ import keras_hub
 import numpy as np
 import pytest
 from keras import ops
-
-import ensemble_zoo as ez
 from zoo_testing import tiny_vit
 from zoo_testing import to_np
 
+import ensemble_zoo as ez
+
 IMAGE_CLASSIFIERS = (
-    "BatchEnsembleImageClassifier", "DeepEnsembleClassifier", "HydraImageClassifier",
-    "LoRAEnsembleImageClassifier", "MasksemblesImageClassifier", "MCDropoutClassifier",
-    "MIMOImageClassifier", "PackedEnsembleImageClassifier", "SubnetworkEnsembleClassifier",
-    "TileEnsembleClassifier", "ViTMoEImageClassifier",
+    "BatchEnsembleImageClassifier",
+    "DeepEnsembleClassifier",
+    "HydraImageClassifier",
+    "LoRAEnsembleImageClassifier",
+    "MasksemblesImageClassifier",
+    "MCDropoutClassifier",
+    "MIMOImageClassifier",
+    "PackedEnsembleImageClassifier",
+    "SubnetworkEnsembleClassifier",
+    "TileEnsembleClassifier",
+    "ViTMoEImageClassifier",
 )
 TEXT_CLASSIFIERS = (
-    "BatchEnsembleTextClassifier", "HydraTextClassifier", "LoRAEnsembleTextClassifier",
+    "BatchEnsembleTextClassifier",
+    "HydraTextClassifier",
+    "LoRAEnsembleTextClassifier",
 )
 
 
@@ -26,8 +35,13 @@ def vit_with_preprocessor(seed=0, pooling="token"):
     converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
     preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
     return tiny_vit(
-        seed, num_classes=4, pooling=pooling, preprocessor=preprocessor,
-        dropout_rate=0.0, attention_dropout=0.0, layer_norm_epsilon=1e-6,
+        seed,
+        num_classes=4,
+        pooling=pooling,
+        preprocessor=preprocessor,
+        dropout_rate=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
     )
 
 
@@ -67,7 +81,9 @@ def test_deep_ensemble_is_a_functional_task_of_copies():
     assert [w.path.split("/")[0] for w in copies[1].weights][:1] == ["members_1"]
     x = np.random.default_rng(1).random((3, 8, 8, 1)).astype("float32")
     expected = np.stack([to_np(m(x)) for m in given], axis=1)
-    np.testing.assert_allclose(to_np(ez.models.DeepEnsembleClassifier(given)(x)), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        to_np(ez.models.DeepEnsembleClassifier(given)(x)), expected, atol=1e-6
+    )
 
 
 def test_predict_on_raw_images_equals_preprocessing_by_hand(raw_images):
@@ -77,17 +93,13 @@ def test_predict_on_raw_images_equals_preprocessing_by_hand(raw_images):
     x = by_hand(raw_images)
     for model in (hydra, lora):
         assert model.preprocessor is vit.preprocessor
-        np.testing.assert_allclose(
-            model.predict(raw_images, verbose=0), to_np(model(x)), atol=1e-5
-        )
+        np.testing.assert_allclose(model.predict(raw_images, verbose=0), to_np(model(x)), atol=1e-5)
     # The keras-hub model's own pipeline on the same raw images.
     np.testing.assert_allclose(
         hydra.predict(raw_images, verbose=0)[:, 0], vit.predict(raw_images, verbose=0), atol=1e-5
     )
     out = hydra.predict_uncertainty(raw_images)
-    np.testing.assert_allclose(
-        out["probabilities"], to_np(keras.ops.softmax(vit(x))), atol=1e-5
-    )
+    np.testing.assert_allclose(out["probabilities"], to_np(keras.ops.softmax(vit(x))), atol=1e-5)
     # The loss-prediction model takes the preprocessor over too.
     loss_model = ez.models.LossPredictionImageClassifier.from_keras_hub(vit)
     assert loss_model.preprocessor is vit.preprocessor
@@ -127,7 +139,9 @@ def test_wrappers_take_over_the_preprocessor(raw_images):
     for model in models:
         assert model.preprocessor is vit.preprocessor, type(model).__name__
         np.testing.assert_allclose(
-            model.predict(raw_images, verbose=0), to_np(model(x)), atol=1e-5,
+            model.predict(raw_images, verbose=0),
+            to_np(model(x)),
+            atol=1e-5,
             err_msg=type(model).__name__,
         )
 
@@ -174,7 +188,8 @@ def test_fit_on_raw_images_equals_fit_on_preprocessed_images(raw_images, method)
 
 @pytest.mark.parametrize(
     # Every trained preset loads through keras-hub in test_presets.py.
-    "name", ["hydra_circuit_vit_tiny_digits", "e3_vit_tiny_digits"]
+    "name",
+    ["hydra_circuit_vit_tiny_digits", "e3_vit_tiny_digits"],
 )
 def test_keras_hub_saves_and_loads_tasks_with_zoo_backbones(name, tmp_path):
     """keras-hub's own `Task.save_to_preset` writes its layout (config.json

@@ -13,22 +13,34 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from zoo_testing import np_token_figures
+from zoo_testing import to_np
 
 import ensemble_zoo as ez
 from ensemble_zoo.models import LoRAEnsembleCausalLM
 from ensemble_zoo.models import LoRAEnsembleGemmaCausalLM
-from zoo_testing import np_token_figures
-from zoo_testing import to_np
 
 TINY = dict(
-    vocabulary_size=50, num_layers=2, num_query_heads=4, num_key_value_heads=2,
-    hidden_dim=32, intermediate_dim=64,
+    vocabulary_size=50,
+    num_layers=2,
+    num_query_heads=4,
+    num_key_value_heads=2,
+    hidden_dim=32,
+    intermediate_dim=64,
 )
 FAMILIES = {
-    "gemma": (keras_hub.models.GemmaCausalLM, keras_hub.models.GemmaBackbone,
-              dict(TINY, head_dim=8), ("attention", "query_dense")),
-    "llama": (keras_hub.models.LlamaCausalLM, keras_hub.models.LlamaBackbone,
-              TINY, ("_self_attention_layer", "_query_dense")),
+    "gemma": (
+        keras_hub.models.GemmaCausalLM,
+        keras_hub.models.GemmaBackbone,
+        dict(TINY, head_dim=8),
+        ("attention", "query_dense"),
+    ),
+    "llama": (
+        keras_hub.models.LlamaCausalLM,
+        keras_hub.models.LlamaBackbone,
+        TINY,
+        ("_self_attention_layer", "_query_dense"),
+    ),
 }
 PROMPT = {
     "token_ids": np.array([[1, 5, 7, 0, 0, 0, 0], [1, 9, 4, 3, 0, 0, 0]], "int32"),
@@ -114,12 +126,20 @@ def test_member_logits_equal_the_model_with_each_members_merged_kernels(pair):
 
 #: The per-position figures of `generate` and `score_uncertainty`.
 EP_FIGURES = (
-    "ep_total", "ep_aleatoric", "ep_epistemic", "ep_expected_pairwise_kl",
+    "ep_total",
+    "ep_aleatoric",
+    "ep_epistemic",
+    "ep_expected_pairwise_kl",
     "ep_reverse_mutual_information",
 )
 POSITION_FIGURES = (
-    "total", "aleatoric", "epistemic", "expected_pairwise_kl",
-    "reverse_mutual_information", "max_probability", "log_prob",
+    "total",
+    "aleatoric",
+    "epistemic",
+    "expected_pairwise_kl",
+    "reverse_mutual_information",
+    "max_probability",
+    "log_prob",
 ) + EP_FIGURES
 
 
@@ -133,8 +153,10 @@ def with_ep_reference(ref, member_logits, tokens, counted):
     weights /= weights.sum(axis=1, keepdims=True)
     ep = np_token_figures(member_logits, tokens, weights=weights)
     for name in EP_FIGURES:
-        ref[name] = ep[name[len("ep_"):]]
+        ref[name] = ep[name[len("ep_") :]]
     return ref
+
+
 MEMBER_FIGURES = ("member_log_probs", "member_entropy")
 
 
@@ -149,7 +171,9 @@ def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
     tokens = out["token_ids"]
     generated = out["generated_mask"]
     np.testing.assert_array_equal(generated, ~PROMPT["padding_mask"])
-    member_logits = to_np(ensemble({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
+    member_logits = to_np(
+        ensemble({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)})
+    )
     ref = np_token_figures(member_logits[:, :, :-1], tokens[:, 1:])
     ref = with_ep_reference(ref, member_logits[:, :, :-1], tokens[:, 1:], generated[:, 1:])
     scored = ensemble.score_uncertainty(tokens, chunk_size=2, prompt_mask=PROMPT["padding_mask"])
@@ -162,7 +186,8 @@ def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
     for prefix in ("", "ep_"):
         np.testing.assert_allclose(
             out[prefix + "expected_pairwise_kl"],
-            out[prefix + "epistemic"] + out[prefix + "reverse_mutual_information"], atol=1e-5,
+            out[prefix + "epistemic"] + out[prefix + "reverse_mutual_information"],
+            atol=1e-5,
         )
     assert out["epistemic"][generated].min() > 0.0
     # The first generated token: no prefix yet, both ensembles agree.
@@ -177,10 +202,14 @@ def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
     # Greedy from the ensemble: every generated token is the argmax of p̄.
     mean = np.exp(member_logits - member_logits.max(-1, keepdims=True))
     mean = (mean / mean.sum(-1, keepdims=True)).mean(axis=1)
-    np.testing.assert_array_equal(mean.argmax(-1)[:, :-1][generated[:, 1:]], tokens[:, 1:][generated[:, 1:]])
+    np.testing.assert_array_equal(
+        mean.argmax(-1)[:, :-1][generated[:, 1:]], tokens[:, 1:][generated[:, 1:]]
+    )
 
 
-@pytest.mark.skipif(keras.config.backend() != "jax", reason="config arithmetic is backend-independent")
+@pytest.mark.skipif(
+    keras.config.backend() != "jax", reason="config arithmetic is backend-independent"
+)
 def test_config_round_trip_and_clear_errors(pair):
     family, base, ensemble = pair
     restored = type(ensemble).from_config(ensemble.get_config())
@@ -201,8 +230,11 @@ def test_config_round_trip_and_clear_errors(pair):
     assert ez.models.LoRAEnsembleCausalLM is LoRAEnsembleCausalLM
     tokens = PROMPT["token_ids"]
     for bad, match in [
-        (tokens + 50, r"\[0, 50\)"), (tokens[0], r"shape \(batch, length\)"),
-        (tokens[:, :1], "length >= 2"), (tokens + 0.5, "integer"), ("abc", "token_ids"),
+        (tokens + 50, r"\[0, 50\)"),
+        (tokens[0], r"shape \(batch, length\)"),
+        (tokens[:, :1], "length >= 2"),
+        (tokens + 0.5, "integer"),
+        ("abc", "token_ids"),
     ]:
         with pytest.raises((ValueError, TypeError), match=match):
             ensemble.score_uncertainty(bad)
@@ -250,7 +282,8 @@ def test_every_sampler_records_the_teacher_forced_figures(pair):
             out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
             assert out["token_ids"].shape == PROMPT["token_ids"].shape, name
             np.testing.assert_array_equal(
-                out["token_ids"][PROMPT["padding_mask"]], PROMPT["token_ids"][PROMPT["padding_mask"]]
+                out["token_ids"][PROMPT["padding_mask"]],
+                PROMPT["token_ids"][PROMPT["padding_mask"]],
             )
             check_figures_against_teacher_forcing(ensemble, out, atol=2e-4)
     finally:
@@ -258,19 +291,34 @@ def test_every_sampler_records_the_teacher_forced_figures(pair):
 
 
 OTHER_FAMILIES = {
-    "gemma2": (keras_hub.models.GemmaCausalLM, keras_hub.models.GemmaBackbone, dict(
-        TINY, head_dim=8, query_head_dim_normalize=False, use_post_ffw_norm=True,
-        use_post_attention_norm=True, final_logit_soft_cap=30.0,
-        attention_logit_soft_cap=50.0, use_sliding_window_attention=True,
-        sliding_window_size=4,
-    )),
-    "gemma3": (keras_hub.models.Gemma3CausalLM, keras_hub.models.Gemma3Backbone,
-               dict(TINY, head_dim=8, image_size=16, vision_encoder=None)),
+    "gemma2": (
+        keras_hub.models.GemmaCausalLM,
+        keras_hub.models.GemmaBackbone,
+        dict(
+            TINY,
+            head_dim=8,
+            query_head_dim_normalize=False,
+            use_post_ffw_norm=True,
+            use_post_attention_norm=True,
+            final_logit_soft_cap=30.0,
+            attention_logit_soft_cap=50.0,
+            use_sliding_window_attention=True,
+            sliding_window_size=4,
+        ),
+    ),
+    "gemma3": (
+        keras_hub.models.Gemma3CausalLM,
+        keras_hub.models.Gemma3Backbone,
+        dict(TINY, head_dim=8, image_size=16, vision_encoder=None),
+    ),
     "llama3": (keras_hub.models.Llama3CausalLM, keras_hub.models.Llama3Backbone, TINY),
     "mistral": (keras_hub.models.MistralCausalLM, keras_hub.models.MistralBackbone, TINY),
     "qwen": (keras_hub.models.QwenCausalLM, keras_hub.models.QwenBackbone, TINY),
-    "qwen3": (keras_hub.models.Qwen3CausalLM, keras_hub.models.Qwen3Backbone,
-              dict(TINY, head_dim=8)),
+    "qwen3": (
+        keras_hub.models.Qwen3CausalLM,
+        keras_hub.models.Qwen3Backbone,
+        dict(TINY, head_dim=8),
+    ),
 }
 ALL_TARGETS = ("query", "key", "value", "attention_output", "mlp_gate", "mlp_up", "mlp_down")
 
@@ -299,7 +347,9 @@ def test_generations_share_no_state_nested_or_in_threads(pair):
     randomize_adapters(other, seed=4)
     for model in (ensemble, other):
         model.compile(sampler="greedy")
-    alone = [m.generate(PROMPT, stop_token_ids=None, return_uncertainty=True) for m in (ensemble, other)]
+    alone = [
+        m.generate(PROMPT, stop_token_ids=None, return_uncertainty=True) for m in (ensemble, other)
+    ]
 
     results = {}
 
@@ -318,9 +368,14 @@ def test_generations_share_no_state_nested_or_in_threads(pair):
     if keras.config.backend() == "jax":
         return  # JAX traces the sampler once: a callback does not run per step
     inner = []
-    ensemble.compile(sampler=CallbackSampler(lambda: inner.append(
-        other.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
-    )), run_eagerly=True)
+    ensemble.compile(
+        sampler=CallbackSampler(
+            lambda: inner.append(
+                other.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+            )
+        ),
+        run_eagerly=True,
+    )
     try:
         nested = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
     finally:
@@ -460,10 +515,18 @@ def test_other_families_decode_as_keras_hub_and_members_equal_their_merged_model
 def test_multimodal_gemma3_is_refused():
     task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
     encoder = keras_hub.models.Gemma3VisionEncoder(
-        image_size=16, patch_size=4, num_heads=2, hidden_dim=8, num_layers=1,
-        intermediate_dim=16, output_dim=32, pool_size=2,
+        image_size=16,
+        patch_size=4,
+        num_heads=2,
+        hidden_dim=8,
+        num_layers=1,
+        intermediate_dim=16,
+        output_dim=32,
+        pool_size=2,
     )
-    base = task_cls(backbone=backbone_cls(**dict(config, vision_encoder=encoder)), preprocessor=None)
+    base = task_cls(
+        backbone=backbone_cls(**dict(config, vision_encoder=encoder)), preprocessor=None
+    )
     with pytest.raises(ValueError, match="multimodal"):
         LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2)
 
@@ -540,8 +603,11 @@ def test_keras_hub_lora_files_import_as_members_and_adapters_round_trip(pair, tm
     path = str(tmp_path / "ensemble.lora_ensemble.h5")
     ensemble.save_adapters(path)
     fresh = LoRAEnsembleCausalLM.from_keras_hub(
-        base, num_members=2, rank=ensemble.backbone.method_config["rank"],
-        targets=targets, seed=5,
+        base,
+        num_members=2,
+        rank=ensemble.backbone.method_config["rank"],
+        targets=targets,
+        seed=5,
     )
     fresh.load_adapters(path)
     np.testing.assert_array_equal(to_np(fresh(inputs)), logits)
@@ -600,8 +666,12 @@ def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):
     logits = to_np(base({"token_ids": tokens, "padding_mask": np.ones_like(tokens, bool)}))
     ref = np_token_figures(logits[:, None, :-1], tokens[:, 1:])  # one member, T = 1
     generated = out["generated_mask"][:, 1:]
-    np.testing.assert_allclose(out["total"][:, 1:], np.where(generated, ref["total"], 0.0), atol=2e-4)
-    np.testing.assert_allclose(out["log_prob"][:, 1:], np.where(generated, ref["log_prob"], 0.0), atol=2e-4)
+    np.testing.assert_allclose(
+        out["total"][:, 1:], np.where(generated, ref["total"], 0.0), atol=2e-4
+    )
+    np.testing.assert_allclose(
+        out["log_prob"][:, 1:], np.where(generated, ref["log_prob"], 0.0), atol=2e-4
+    )
     np.testing.assert_allclose(out["epistemic"], 0.0, atol=1e-6)
     ensemble.compile(sampler="greedy")
 
@@ -622,9 +692,11 @@ def test_token_loss_predictor_trains_on_its_own_models_losses_and_joins_the_figu
     mask[:4, 5:] = False
     x = {"token_ids": tokens, "padding_mask": mask}
     out = predictor.predict(x, verbose=0)
-    expected = to_np(base.score(
-        tokens, padding_mask=mask, scoring_mode="loss", target_ids=np.roll(tokens, -1, axis=1)
-    ))
+    expected = to_np(
+        base.score(
+            tokens, padding_mask=mask, scoring_mode="loss", target_ids=np.roll(tokens, -1, axis=1)
+        )
+    )
     valid = mask[:, 1:]
     np.testing.assert_allclose(out["token_loss"][:, :-1][valid], expected[:, :-1][valid], atol=1e-5)
     np.testing.assert_array_equal(out["token_loss"][:, :-1][~valid], 0.0)
@@ -642,13 +714,17 @@ def test_token_loss_predictor_trains_on_its_own_models_losses_and_joins_the_figu
     generated = out["generated_mask"]
     full = {"token_ids": out["token_ids"], "padding_mask": np.ones_like(generated)}
     own = predictor.predict(full, verbose=0)["predicted_loss"]
-    np.testing.assert_allclose(out["loss_prediction"][:, 1:][generated[:, 1:]], own[:, :-1][generated[:, 1:]], atol=1e-5)
+    np.testing.assert_allclose(
+        out["loss_prediction"][:, 1:][generated[:, 1:]], own[:, :-1][generated[:, 1:]], atol=1e-5
+    )
     assert out["mean_loss_prediction"].shape == (2,)
     randomize_adapters(ensemble)
     out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
     scored = ensemble.score_uncertainty(out["token_ids"], chunk_size=3)
     generated = out["generated_mask"]
-    np.testing.assert_allclose(out["loss_prediction"][generated], scored["loss_prediction"][generated], atol=1e-5)
+    np.testing.assert_allclose(
+        out["loss_prediction"][generated], scored["loss_prediction"][generated], atol=1e-5
+    )
     with pytest.raises(TypeError, match="TokenLossPredictor"):
         ensemble.attach_loss_predictor(base)
     ensemble.attach_loss_predictor(None)
@@ -668,7 +744,8 @@ def test_token_ranking_loss_equals_a_loop_over_pairs():
     l, u, v = losses.ravel(), predicted.ravel(), valid.ravel()
     terms = [
         max(0.0, -(1.0 if l[j] > l[j + half] else -1.0) * (u[j] - u[j + half]) + 0.1)
-        for j in range(half) if v[j] and v[j + half]
+        for j in range(half)
+        if v[j] and v[j + half]
     ]
     value = to_np(token_ranking_loss(losses, predicted, valid, margin=0.1))
     np.testing.assert_allclose(value, np.mean(terms), rtol=1e-5)
@@ -695,8 +772,10 @@ def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
     first = lm.backbone.trainable_weights[0]
     a = next(a for a, _ in layers.values() if a.shape == tuple(first.shape))
     assert rank == 2 and a.dtype == np.float32
-    values = {tuple(np.round(to_np(keras.ops.cast(w, "float32")).ravel()[:3], 4))
-              for w in lm.backbone.trainable_weights}
+    values = {
+        tuple(np.round(to_np(keras.ops.cast(w, "float32")).ravel()[:3], 4))
+        for w in lm.backbone.trainable_weights
+    }
     assert tuple(np.round(a.ravel()[:3], 4)) in values
 
 
@@ -710,14 +789,18 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
     randomize_adapters(ensemble, scale=2.0)
     stop = 11
     out = ensemble.sample_uncertainty(
-        PROMPT, num_samples=6, stop_token_ids=(stop,),
+        PROMPT,
+        num_samples=6,
+        stop_token_ids=(stop,),
         sampler=keras_hub.samplers.RandomSampler(seed=0),
     )
     prompts, samples, length = out["token_ids"].shape
     assert (prompts, samples, length) == (2, 6, 7)
     for p in range(prompts):
         mask = PROMPT["padding_mask"][p]
-        np.testing.assert_array_equal(out["token_ids"][p][:, mask], np.tile(PROMPT["token_ids"][p][mask], (6, 1)))
+        np.testing.assert_array_equal(
+            out["token_ids"][p][:, mask], np.tile(PROMPT["token_ids"][p][mask], (6, 1))
+        )
     flat = out["token_ids"].reshape(prompts * samples, length)
     generated = out["generated_mask"].reshape(prompts * samples, length)
     scored = ensemble.score_uncertainty(flat, prompt_mask=~generated)
@@ -728,7 +811,10 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
         for ids, answer, mask in zip(out["token_ids"][p], row, out["generated_mask"][p]):
             assert answer == tuple(int(t) for t in ids[mask] if t != stop)
         distinct = sorted(set(row))
-        probability = {a: sum(np.exp(out["log_likelihoods"][p][i]) for i, b in enumerate(row) if b == a) for a in distinct}
+        probability = {
+            a: sum(np.exp(out["log_likelihoods"][p][i]) for i, b in enumerate(row) if b == a)
+            for a in distinct
+        }
         entropy = -np.mean([np.log(probability[a]) for a in row])
         np.testing.assert_allclose(out["semantic_entropy"][p], entropy, rtol=1e-6)
         assert out["number_of_semantic_sets"][p] == len(distinct)
@@ -737,7 +823,10 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
     # A callable equivalence: every answer the same meaning -> one set, entropy
     # the negative log of the total probability.
     same = ensemble.sample_uncertainty(
-        PROMPT, num_samples=2, equivalence=lambda a, b: True, stop_token_ids=None,
+        PROMPT,
+        num_samples=2,
+        equivalence=lambda a, b: True,
+        stop_token_ids=None,
         sampler=keras_hub.samplers.RandomSampler(seed=1),
     )
     np.testing.assert_array_equal(same["number_of_semantic_sets"], [1, 1])

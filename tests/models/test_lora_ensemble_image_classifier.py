@@ -2,17 +2,17 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from keras import ops
-
 from conftest import jit_compile
 from conftest import requires_jit
+from keras import ops
+from zoo_testing import tiny_vit
+from zoo_testing import to_np
+
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleImageClassifier
 from ensemble_zoo.models import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import attention_layers
 from ensemble_zoo.utils.gradients import loss_gradients
-from zoo_testing import tiny_vit
-from zoo_testing import to_np
 
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
 

@@ -1,8 +1,8 @@
 """The paper's parameter counts (Table 7, App. G), read from the models."""
 
+import keras
 import keras_hub
 import numpy as np
-import keras
 import pytest
 
 from ensemble_zoo.models import LoRAEnsembleImageClassifier
@@ -19,8 +19,11 @@ def trainable_count(model):
 
 def vit(image_size=224, patch_size=32, hidden_dim=768, num_layers=12):
     return keras_hub.models.ViTBackbone(
-        image_shape=(image_size, image_size, 3), patch_size=patch_size,
-        num_layers=num_layers, num_heads=12, hidden_dim=hidden_dim,
+        image_shape=(image_size, image_size, 3),
+        patch_size=patch_size,
+        num_layers=num_layers,
+        num_heads=12,
+        hidden_dim=hidden_dim,
         mlp_dim=4 * hidden_dim,
     )
 
@@ -33,12 +36,17 @@ def expected_trainable(members, rank, classes, dim=768, layers=12, projections=4
 def test_trainable_parameters_follow_the_formula_on_a_small_vit():
     model = LoRAEnsembleImageClassifier(
         vit(image_size=32, patch_size=16, hidden_dim=96, num_layers=3),
-        num_classes=10, num_members=5, rank=3,
+        num_classes=10,
+        num_members=5,
+        rank=3,
     )
     assert trainable_count(model) == expected_trainable(5, 3, 10, dim=96, layers=3)
     shared_qv = LoRAEnsembleImageClassifier(
         vit(image_size=32, patch_size=16, hidden_dim=96, num_layers=3),
-        num_classes=10, num_members=5, rank=3, targets=("query", "value"),
+        num_classes=10,
+        num_members=5,
+        rank=3,
+        targets=("query", "value"),
     )
     assert trainable_count(shared_qv) == expected_trainable(
         5, 3, 10, dim=96, layers=3, projections=2
@@ -83,15 +91,11 @@ def test_architecture_presets_build_with_the_papers_sizes(name, trainable):
 
 def test_multiply_adds_are_members_times_single_plus_adapters():
     from ensemble_zoo.models.hydra.hydra_cost import hydra_multiply_adds
-    from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import (
-        lora_ensemble_multiply_adds,
-    )
+    from ensemble_zoo.models.lora_ensemble.lora_ensemble_cost import lora_ensemble_multiply_adds
 
     # ViT-B/16, 100 classes: 197 tokens; each member's 48 adapters cost
     # 197 x 8 x (768 + 768) multiply-adds each.
-    single = hydra_multiply_adds(
-        (224, 224, 3), 16, 12, 12, 768, 3072, num_classes=100
-    )
+    single = hydra_multiply_adds((224, 224, 3), 16, 12, 12, 768, 3072, num_classes=100)
     total = lora_ensemble_multiply_adds(single, 16, 197, 12, 768, 8)
     assert total == 16 * single + 16 * 48 * 197 * 8 * 1536
     assert total / single == pytest.approx(16.106, abs=1e-3)

@@ -2,16 +2,16 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-
 import zoo_testing
 from conftest import jit_compile
 from conftest import requires_jit
 from conftest import requires_saved_model
+from zoo_testing import text_inputs
+from zoo_testing import to_np
+
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleTextClassifier
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import attention_layers
-from zoo_testing import text_inputs
-from zoo_testing import to_np
 
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
 

@@ -2,17 +2,17 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras import ops
-from scipy.stats import spearmanr
-
-import ensemble_zoo as ez
 from conftest import jit_compile
 from conftest import requires_jit
+from keras import ops
+from scipy.stats import spearmanr
+from zoo_testing import to_np
+
+import ensemble_zoo as ez
 from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models.loss_prediction import cache_embeddings
 from ensemble_zoo.models.loss_prediction import train_head_from_cache
 from ensemble_zoo.utils.gradients import loss_gradients
-from zoo_testing import to_np
 
 
 def vit():
@@ -43,7 +43,11 @@ def test_backbone_gradient_is_exactly_the_classification_gradient():
     x, y = x[:16], y[:16]
 
     def ce_only(labels, outputs):
-        return ops.mean(keras.losses.sparse_categorical_crossentropy(labels, outputs["logits"], from_logits=True))
+        return ops.mean(
+            keras.losses.sparse_categorical_crossentropy(
+                labels, outputs["logits"], from_logits=True
+            )
+        )
 
     def ce_plus_uncertainty(labels, outputs):
         return model.compute_loss(y=labels, y_pred=outputs)
@@ -53,7 +57,9 @@ def test_backbone_gradient_is_exactly_the_classification_gradient():
     joint = loss_gradients(model, ce_plus_uncertainty, x, y, variables)
     for a, b, v in zip(plain, joint, variables):
         np.testing.assert_allclose(b, a, atol=1e-8, err_msg=v.path)
-    head = loss_gradients(model, ce_plus_uncertainty, x, y, model.uncertainty_head.trainable_variables)
+    head = loss_gradients(
+        model, ce_plus_uncertainty, x, y, model.uncertainty_head.trainable_variables
+    )
     assert max(np.abs(g).max() for g in head) > 0
 
     # Vanilla loss prediction (no stop-gradient): the head's loss reaches
@@ -89,7 +95,9 @@ def test_cached_training_reaches_the_on_the_fly_head(tmp_path):
     cached = frozen_model()
     path = str(tmp_path / "cache.h5")
     assert cache_embeddings(cached, dataset(), path, epochs=1) == {"rows": 512, "batches": 16}
-    train_head_from_cache(cached, path, optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile())
+    train_head_from_cache(
+        cached, path, optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile()
+    )
     for a, b in zip(on_the_fly.uncertainty_head.weights, cached.uncertainty_head.weights):
         np.testing.assert_allclose(to_np(b), to_np(a), atol=1e-5)
     with pytest.raises(ValueError, match="freeze_backbone"):
@@ -110,7 +118,9 @@ def test_predicted_uncertainty_ranks_held_out_losses():
     model.fit(x, y, batch_size=64, epochs=15, verbose=0)
     xt, yt = ez.datasets.load_arrays("digits", "test")
     out = model.predict(xt, verbose=0)
-    losses = to_np(keras.losses.sparse_categorical_crossentropy(yt, out["logits"], from_logits=True))
+    losses = to_np(
+        keras.losses.sparse_categorical_crossentropy(yt, out["logits"], from_logits=True)
+    )
     correlation = spearmanr(out["uncertainty"], losses).statistic
     print("Spearman(uncertainty, loss) on held-out digits:", correlation)
     assert correlation > 0.3
@@ -138,7 +148,8 @@ def test_pooled_embedding_backbone():
     out = model.predict(x[:10], verbose=0)
     embedding = to_np(backbone(x[:10]))
     np.testing.assert_allclose(
-        out["logits"], embedding @ to_np(model.classifier.kernel) + to_np(model.classifier.bias),
+        out["logits"],
+        embedding @ to_np(model.classifier.kernel) + to_np(model.classifier.bias),
         atol=1e-5,
     )
     np.testing.assert_allclose(to_np(model.embed(x[:10])), embedding, atol=1e-6)
@@ -148,7 +159,9 @@ def test_pooled_embedding_backbone():
         LossPredictionImageClassifier(vit().backbone, num_classes=8, pooling=None)
     restored = LossPredictionImageClassifier.from_config(model.get_config())
     restored.set_weights(model.get_weights())
-    np.testing.assert_allclose(restored.predict(x[:10], verbose=0)["uncertainty"], out["uncertainty"], atol=1e-6)
+    np.testing.assert_allclose(
+        restored.predict(x[:10], verbose=0)["uncertainty"], out["uncertainty"], atol=1e-6
+    )
 
 
 @requires_jit

@@ -5,12 +5,12 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import jit_compile
-from ensemble_zoo.models import MasksemblesImageClassifier
 from zoo_testing import tiny_vit
 from zoo_testing import to_np64
+
+import ensemble_zoo as ez
+from ensemble_zoo.models import MasksemblesImageClassifier
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,11 @@ def test_fit_keeps_masks_fixed_and_preset_round_trips(tmp_path):
     model.save_to_preset(tmp_path / "ms")
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "ms")
     assert isinstance(loaded, MasksemblesImageClassifier)
-    np.testing.assert_allclose(to_np64(loaded.predict(x[:4], verbose=0)), to_np64(model.predict(x[:4], verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(
+        to_np64(loaded.predict(x[:4], verbose=0)),
+        to_np64(model.predict(x[:4], verbose=0)),
+        atol=1e-5,
+    )
 
 
 def test_converting_twice_and_bad_arguments_are_refused(vit_and_model):

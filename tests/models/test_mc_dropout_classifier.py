@@ -1,14 +1,14 @@
 import keras
 import numpy as np
 import pytest
-
+from conftest import BACKEND
 from conftest import jit_compile
 from conftest import requires_jit
-from conftest import BACKEND
 from conftest import requires_saved_model
+from zoo_testing import to_np
+
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import MCDropoutClassifier
-from zoo_testing import to_np
 
 
 def mlp(seed=0, rate=0.3, batch_norm=False):

@@ -4,18 +4,18 @@ computes, on image and text tasks of the three methods."""
 
 import numpy as np
 import pytest
-
 from conftest import BACKEND
-from ensemble_zoo.models import BatchEnsembleImageClassifier
-from ensemble_zoo.models import LoRAEnsembleImageClassifier
-from ensemble_zoo.models import LoRAEnsembleTextClassifier
-from ensemble_zoo.models import MasksemblesImageClassifier
-from ensemble_zoo.models.member_passes import resolve_member_batching
 from zoo_testing import perturb_weights
 from zoo_testing import text_inputs
 from zoo_testing import tiny_bert
 from zoo_testing import tiny_vit
 from zoo_testing import to_np
+
+from ensemble_zoo.models import BatchEnsembleImageClassifier
+from ensemble_zoo.models import LoRAEnsembleImageClassifier
+from ensemble_zoo.models import LoRAEnsembleTextClassifier
+from ensemble_zoo.models import MasksemblesImageClassifier
+from ensemble_zoo.models.member_passes import resolve_member_batching
 
 
 def test_auto_runs_members_sequentially_only_for_jax_on_a_cpu():
@@ -28,11 +28,14 @@ def test_auto_runs_members_sequentially_only_for_jax_on_a_cpu():
 
 BUILDS = {
     "batch_ensemble": lambda vit, **kw: BatchEnsembleImageClassifier.from_keras_hub(
-        vit, num_members=3, seed=0, **kw),
+        vit, num_members=3, seed=0, **kw
+    ),
     "masksembles": lambda vit, **kw: MasksemblesImageClassifier.from_keras_hub(
-        vit, num_members=3, scale=2.0, seed=0, **kw),
+        vit, num_members=3, scale=2.0, seed=0, **kw
+    ),
     "lora": lambda vit, **kw: LoRAEnsembleImageClassifier.from_keras_hub(
-        vit, num_members=3, rank=2, a_gain=1.0, seed=0, **kw),
+        vit, num_members=3, rank=2, a_gain=1.0, seed=0, **kw
+    ),
 }
 
 

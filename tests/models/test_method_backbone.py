@@ -11,16 +11,14 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
-from ensemble_zoo.models.method_backbone import MethodBackbone
 from zoo_testing import tiny_vit
 from zoo_testing import to_np
 
+import ensemble_zoo as ez
+from ensemble_zoo.models.method_backbone import MethodBackbone
+
 METHODS = {
-    "lora_ensemble": (
-        ez.models.LoRAEnsembleImageClassifier, dict(num_members=2, rank=1, seed=0)
-    ),
+    "lora_ensemble": (ez.models.LoRAEnsembleImageClassifier, dict(num_members=2, rank=1, seed=0)),
     "batch_ensemble": (ez.models.BatchEnsembleImageClassifier, dict(num_members=2, seed=0)),
     "masksembles": (ez.models.MasksemblesImageClassifier, dict(num_members=2, seed=0)),
     "loss_prediction": (ez.models.LossPredictionImageClassifier, dict(head_hidden_units=(4,))),
@@ -47,7 +45,9 @@ def test_classifier_builds_a_new_backbone_and_leaves_the_source_alone(method):
     backbone = model.backbone
     assert backbone is not source
     assert isinstance(backbone, MethodBackbone)
-    assert isinstance(backbone, cls.backbone_cls) and isinstance(backbone, keras_hub.models.ViTBackbone)
+    assert isinstance(backbone, cls.backbone_cls) and isinstance(
+        backbone, keras_hub.models.ViTBackbone
+    )
     values = {v.path: to_np(v) for v in backbone.weights}
     kept = [(v.path, value) for v, value in zip(source.weights, before) if v.path in values]
     assert len(kept) >= (len(before) // 3 if method == "batch_ensemble" else len(before))
@@ -63,15 +63,28 @@ def test_from_backbone_refuses_other_classes_and_keeps_dtype():
     source = tiny_vit().backbone
     with pytest.raises(TypeError, match="takes a ViTBackbone"):
         ez.models.LoRAEnsembleViTBackbone.from_backbone(
-            keras.layers.Dense(2), num_members=2, rank=1, targets=["query"],
-            lora_alpha=None, a_gain=1.0, seed=0,
+            keras.layers.Dense(2),
+            num_members=2,
+            rank=1,
+            targets=["query"],
+            lora_alpha=None,
+            a_gain=1.0,
+            seed=0,
         )
     config = {**source.get_config(), "dtype": "bfloat16"}
     half = keras_hub.models.ViTBackbone.from_config(config)
     lora = ez.models.LoRAEnsembleViTBackbone.from_backbone(
-        half, num_members=2, rank=1, targets=["query"], lora_alpha=None, a_gain=1.0, seed=0,
+        half,
+        num_members=2,
+        rank=1,
+        targets=["query"],
+        lora_alpha=None,
+        a_gain=1.0,
+        seed=0,
     )
     # Adapters follow the backbone's dtype (they were float32 before).
-    layers = [layer for layer in lora._flatten_layers() if not isinstance(layer, keras.layers.InputLayer)]
+    layers = [
+        layer for layer in lora._flatten_layers() if not isinstance(layer, keras.layers.InputLayer)
+    ]
     assert {layer.dtype_policy.name for layer in layers} == {"bfloat16"}
     assert {v.dtype for v in lora.weights} == {"bfloat16"}

@@ -4,13 +4,13 @@ widening of a pretrained ViT, and Havasi et al.'s batches."""
 import keras
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from conftest import jit_compile
-from ensemble_zoo.models import MIMOImageClassifier
-from ensemble_zoo.models.mimo import mimo_batch
 from zoo_testing import tiny_vit
 from zoo_testing import to_np64
+
+import ensemble_zoo as ez
+from ensemble_zoo.models import MIMOImageClassifier
+from ensemble_zoo.models.mimo import mimo_batch
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,9 @@ def test_member_m_is_head_m_on_the_stacked_inputs(vit_and_model):
         np.testing.assert_allclose(logits[:, m], features @ kernel[:, head] + bias[head], atol=1e-5)
     # at test time every input sees the same image: a plain keras-hub ViT
     same = to_np64(model(images[0]))
-    np.testing.assert_allclose(same, to_np64(model(np.concatenate([images[0]] * 3, axis=-1))), atol=1e-6)
+    np.testing.assert_allclose(
+        same, to_np64(model(np.concatenate([images[0]] * 3, axis=-1))), atol=1e-6
+    )
     np.testing.assert_allclose(to_np64(model.member_model(1)(images[0])), same[:, 1], atol=1e-5)
     assert np.abs(same[:, 0] - same[:, 1]).max() > 1e-3
 
@@ -68,7 +70,9 @@ def test_mimo_batches_repeat_and_share_inputs_as_havasi_et_al():
 
 
 def test_fit_on_per_member_labels_and_preset_round_trip(tmp_path):
-    model = MIMOImageClassifier.from_keras_hub(tiny_vit(1), num_members=2, batch_repetition=2, seed=0)
+    model = MIMOImageClassifier.from_keras_hub(
+        tiny_vit(1), num_members=2, batch_repetition=2, seed=0
+    )
     model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=jit_compile())
     x, y = ez.datasets.load_arrays("digits", "train")
     x, y = x[:64], np.minimum(y[:64], 4)
@@ -77,7 +81,11 @@ def test_fit_on_per_member_labels_and_preset_round_trip(tmp_path):
     model.save_to_preset(tmp_path / "mimo")
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "mimo")
     assert isinstance(loaded, MIMOImageClassifier) and loaded.member_input_shape == (8, 8, 1)
-    np.testing.assert_allclose(to_np64(loaded.predict(x[:4], verbose=0)), to_np64(model.predict(x[:4], verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(
+        to_np64(loaded.predict(x[:4], verbose=0)),
+        to_np64(model.predict(x[:4], verbose=0)),
+        atol=1e-5,
+    )
 
 
 def test_per_member_labels_in_loss_and_accuracy():
@@ -90,12 +98,17 @@ def test_per_member_labels_in_loss_and_accuracy():
     np.testing.assert_allclose(float(to_np64(loss(labels, logits))), expected, rtol=1e-5)
     metric = ez.metrics.EnsembleAccuracy()
     metric.update_state(labels, logits)
-    np.testing.assert_allclose(float(to_np64(metric.result())), (logits.argmax(-1) == labels).mean(), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(to_np64(metric.result())), (logits.argmax(-1) == labels).mean(), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
-    [(dict(input_repetition=1.5), "input_repetition"), (dict(batch_repetition=0), "batch_repetition")],
+    [
+        (dict(input_repetition=1.5), "input_repetition"),
+        (dict(batch_repetition=0), "batch_repetition"),
+    ],
 )
 def test_bad_mimo_arguments_are_named(vit_and_model, kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -6,20 +6,20 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from conftest import jit_compile
+from zoo_testing import to_np64
 
 import ensemble_zoo as ez
-from conftest import jit_compile
 from ensemble_zoo.models import PackedEnsembleBackbone
 from ensemble_zoo.models import PackedEnsembleImageClassifier
 from ensemble_zoo.models.hydra.hydra_cost import hydra_parameter_count
+from ensemble_zoo.models.packed_ensemble.packed_ensemble_cost import packed_ensemble_multiply_adds
+from ensemble_zoo.models.packed_ensemble.packed_ensemble_cost import packed_ensemble_parameter_count
 from ensemble_zoo.utils.parameters import parameter_count
-from ensemble_zoo.models.packed_ensemble.packed_ensemble_cost import (
-    packed_ensemble_multiply_adds,
-    packed_ensemble_parameter_count,
-)
-from zoo_testing import to_np64
 
-GEOMETRY = dict(image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=6, hidden_dim=24, mlp_dim=48)
+GEOMETRY = dict(
+    image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=6, hidden_dim=24, mlp_dim=48
+)
 
 
 def packed(num_members, alpha, gamma, seed=0):
@@ -42,14 +42,18 @@ def narrow_vit_from_slices(model, m):
         backbone=keras_hub.models.ViTBackbone(
             **dict(GEOMETRY, num_heads=b.member_num_heads, hidden_dim=w, mlp_dim=b.member_mlp_dim)
         ),
-        num_classes=5, activation=None,
+        num_classes=5,
+        activation=None,
     )
-    values = [to_np64(v)[..., m * w:(m + 1) * w] for v in b.embedding.weights]
+    values = [to_np64(v)[..., m * w : (m + 1) * w] for v in b.embedding.weights]
     for block in b.encoder_blocks:
         a = block.attention
         values += [to_np64(block.ln_1.gamma)[m], to_np64(block.ln_1.beta)[m]]
         for name in ("query", "key", "value"):
-            values += [to_np64(getattr(a, f"{name}_kernel"))[m], to_np64(getattr(a, f"{name}_bias"))[m]]
+            values += [
+                to_np64(getattr(a, f"{name}_kernel"))[m],
+                to_np64(getattr(a, f"{name}_bias"))[m],
+            ]
         values += [to_np64(a.output_kernel)[m], to_np64(a.output_bias)[m]]
         values += [to_np64(block.ln_2.gamma)[m], to_np64(block.ln_2.beta)[m]]
         for dense in (block.dense_1, block.dense_2):
@@ -104,7 +108,15 @@ def test_parameter_count_is_the_packed_formula(models, members, alpha, gamma):
 
 
 def test_cost_formulas_reduce_to_the_single_vit_and_scale_as_published():
-    vit_b16 = dict(image_shape=(224, 224, 3), patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=1000)
+    vit_b16 = dict(
+        image_shape=(224, 224, 3),
+        patch_size=16,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        mlp_dim=3072,
+        num_classes=1000,
+    )
     single = hydra_parameter_count(**vit_b16)
     assert packed_ensemble_parameter_count(**vit_b16, num_members=1, alpha=1, gamma=1) == single
     # The setting of the Hydra paper ("Ensembling Pruned Attention Heads for
@@ -117,7 +129,9 @@ def test_cost_formulas_reduce_to_the_single_vit_and_scale_as_published():
     macs = packed_ensemble_multiply_adds(**vit_b16, num_members=1, alpha=1, gamma=1)
     assert macs == ez.models.hydra.hydra_cost.hydra_multiply_adds(**vit_b16)
     # M=3 alpha=1: three members of width 256 cost three 256-wide ViTs
-    narrow = ez.models.hydra.hydra_cost.hydra_multiply_adds(**dict(vit_b16, hidden_dim=256, num_heads=4, mlp_dim=1024))
+    narrow = ez.models.hydra.hydra_cost.hydra_multiply_adds(
+        **dict(vit_b16, hidden_dim=256, num_heads=4, mlp_dim=1024)
+    )
     assert packed_ensemble_multiply_adds(**vit_b16, num_members=3, alpha=1, gamma=1) == 3 * narrow
 
 
@@ -137,7 +151,11 @@ def test_fit_and_preset_round_trip(tmp_path, images):
     loaded = ez.models.EnsembleClassifier.from_preset(tmp_path / "packed")
     assert isinstance(loaded, PackedEnsembleImageClassifier)
     assert loaded.backbone.get_config() == model.backbone.get_config()
-    np.testing.assert_allclose(to_np64(loaded.predict(images, verbose=0)), to_np64(model.predict(images, verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(
+        to_np64(loaded.predict(images, verbose=0)),
+        to_np64(model.predict(images, verbose=0)),
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,14 @@
 import keras
 import numpy as np
 import pytest
-
 from conftest import jit_compile
 from conftest import requires_jit
 from conftest import requires_saved_model
-from ensemble_zoo.models import EnsembleClassifier
-from ensemble_zoo.models import SubnetworkEnsembleClassifier
 from zoo_testing import tiny_vit
 from zoo_testing import to_np
+
+from ensemble_zoo.models import EnsembleClassifier
+from ensemble_zoo.models import SubnetworkEnsembleClassifier
 
 
 def sigmoid(x):
@@ -38,7 +38,11 @@ def set_masks(model, value=None, seed=0):
     rng = np.random.default_rng(seed)
     for layer in model.masked_layers:
         for logits in layer.mask_logits():
-            new = np.full(logits.shape, value) if value is not None else rng.normal(size=logits.shape) * 3
+            new = (
+                np.full(logits.shape, value)
+                if value is not None
+                else rng.normal(size=logits.shape) * 3
+            )
             logits.assign(new.astype("float32"))
 
 
@@ -49,7 +53,11 @@ def masked_copy(original, dense_layers, wrappers, m):
         c = sigmoid(to_np(wrapper.column_logits)[m]) if wrapper.column_logits is not None else 1
         r = sigmoid(to_np(wrapper.row_logits)[m]) if wrapper.row_logits is not None else 1
         kernel = to_np(wrapper.base_layer.kernel)
-        dense.kernel.assign((kernel * np.outer(np.ones(kernel.shape[0]) * c, np.ones(kernel.shape[1]) * r)).astype("float32"))
+        dense.kernel.assign(
+            (kernel * np.outer(np.ones(kernel.shape[0]) * c, np.ones(kernel.shape[1]) * r)).astype(
+                "float32"
+            )
+        )
         dense.bias.assign((to_np(wrapper.base_layer.bias) * r).astype("float32"))
     return original
 
@@ -139,13 +147,21 @@ def test_preset_round_trip_and_errors(tmp_path):
     for model in (mlp(), vit()):
         masks = SubnetworkEnsembleClassifier.from_model(model, num_members=2, seed=0)
         set_masks(masks)
-        x = data() if model.name != "vit_image_classifier" and len(model.inputs[0].shape) == 2 else images()
+        x = (
+            data()
+            if model.name != "vit_image_classifier" and len(model.inputs[0].shape) == 2
+            else images()
+        )
         masks.save_to_preset(str(tmp_path / model.name))
         loaded = EnsembleClassifier.from_preset(str(tmp_path / model.name))
         assert isinstance(loaded, SubnetworkEnsembleClassifier)
-        np.testing.assert_allclose(loaded.predict(x, verbose=0), masks.predict(x, verbose=0), atol=1e-6)
+        np.testing.assert_allclose(
+            loaded.predict(x, verbose=0), masks.predict(x, verbose=0), atol=1e-6
+        )
     inputs = keras.Input((4, 4, 1))
-    conv = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(3, 2)(inputs)))
+    conv = keras.Model(
+        inputs, keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(3, 2)(inputs))
+    )
     with pytest.raises(ValueError, match="no Dense layer"):
         SubnetworkEnsembleClassifier(conv, num_members=2)
     with pytest.raises(ValueError, match="diversity_weight"):

@@ -1,13 +1,13 @@
 import keras
 import numpy as np
 import pytest
-
 from conftest import requires_jit
+from zoo_testing import tiny_vit
+from zoo_testing import to_np
+
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import TileEnsembleClassifier
 from ensemble_zoo.models.implicit.tile_pooling import adaptive_windows
-from zoo_testing import tiny_vit
-from zoo_testing import to_np
 
 
 def cnn(seed=0):
@@ -96,7 +96,6 @@ def test_bad_arguments_are_clear_errors():
     token_vit.pooling = "token"
     with pytest.raises(ValueError, match="pooling='gap'"):
         TileEnsembleClassifier.from_keras_hub(token_vit, grid_size=2)
-
 
 
 @requires_jit

@@ -19,10 +19,10 @@ import functools
 import keras
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 import zoo_testing
 from conftest import BACKEND
+
+import ensemble_zoo as ez
 
 pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="torch.compile")
 
@@ -46,15 +46,17 @@ def hydra():
 
 
 def lora_ensemble():
-    return ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-        tiny_vit(), num_members=2, rank=2
-    )
+    return ez.models.LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=2, rank=2)
 
 
 def e3_with_router_noise():
     return ez.models.ViTMoEImageClassifier.from_keras_hub(
-        tiny_vit(), num_experts=4, num_selected_experts=1, moe_layers=[0],
-        ensemble_size=2, seed=0,
+        tiny_vit(),
+        num_experts=4,
+        num_selected_experts=1,
+        moe_layers=[0],
+        ensemble_size=2,
+        seed=0,
     )
 
 
@@ -70,8 +72,12 @@ def experts_choice_then_soft_moe():
     x = ez.layers.TileMembers(2)(x)
     for router, extra in (("experts_choice", {}), ("soft", {"num_slots": 2})):
         moe = ez.layers.SparseMoE(
-            num_experts=4, mlp_dim=16, num_members=2, router=router,
-            noise_std=0.0, **extra,
+            num_experts=4,
+            mlp_dim=16,
+            num_members=2,
+            router=router,
+            noise_std=0.0,
+            **extra,
         )
         x = keras.layers.Add()([x, moe(x)])
     logits = keras.layers.Dense(8)(keras.layers.GlobalAveragePooling1D()(x))
@@ -80,7 +86,9 @@ def experts_choice_then_soft_moe():
 
 def loss_prediction():
     return ez.models.LossPredictionImageClassifier.from_keras_hub(
-        tiny_vit(), head_hidden_units=(8, 8), freeze_backbone=True,
+        tiny_vit(),
+        head_hidden_units=(8, 8),
+        freeze_backbone=True,
         freeze_classifier=True,
     )
 
@@ -112,7 +120,11 @@ def train(make, jit_compile, optimizer=None):
     model = make()
     keras.utils.set_random_seed(1)
     # A zoo task brings its loss; a plain Keras model gets the zoo's.
-    loss = {} if hasattr(model, "backbone") else {"loss": ez.losses.EnsembleSparseCategoricalCrossentropy()}
+    loss = (
+        {}
+        if hasattr(model, "backbone")
+        else {"loss": ez.losses.EnsembleSparseCategoricalCrossentropy()}
+    )
     model.compile(
         optimizer=optimizer or keras.optimizers.AdamW(1e-3), jit_compile=jit_compile, **loss
     )
@@ -167,7 +179,8 @@ def check_train_step_compiled_once(run):
 
 
 @pytest.mark.parametrize(
-    "make", [e3_with_router_noise, experts_choice_then_soft_moe],
+    "make",
+    [e3_with_router_noise, experts_choice_then_soft_moe],
     ids=["top_k", "experts_choice_and_soft"],
 )
 def test_training_with_router_noise_compiles_once(dynamo_backend, make):

@@ -5,9 +5,9 @@ left out keeps accumulating gradients across `fit` steps."""
 import keras
 import numpy as np
 import pytest
+from conftest import BACKEND
 
 import ensemble_zoo as ez
-from conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="PyTorch parameters")
 

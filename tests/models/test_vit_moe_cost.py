@@ -8,8 +8,8 @@ from fractions import Fraction
 import keras
 import numpy as np
 import pytest
-
 from conftest import BACKEND
+
 from ensemble_zoo.layers.moe.top_k_router import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.models.vit_moe import last_n_moe_layers
@@ -32,14 +32,10 @@ TABLE_20 = {
     (2, 4): {"S/32": 80.66, "B/32": 203.31, "L/32": 492.77},
     (4, 2): {"S/32": 70.61, "B/32": 181.40, "L/32": 454.43},
 }
-MOE_ROWS = [
-    (key, size) for key, row in TABLE_20.items() if key for size in row
-]
+MOE_ROWS = [(key, size) for key, row in TABLE_20.items() if key for size in row]
 # Table 25's "Downstream ΔFLOPs (%)" of E³ (K=1, M=2) over V-MoE (K=2),
 # printed by the paper itself (not derived here).
-DELTA_FLOPS_E3_VS_VMOE_K2 = dict(
-    zip(SIZES, (15.87, 11.54, 12.60, 6.35, 6.74, 15.63))
-)
+DELTA_FLOPS_E3_VS_VMOE_K2 = dict(zip(SIZES, (15.87, 11.54, 12.60, 6.35, 6.74, 15.63)))
 
 
 def training_gflops(size, key):
@@ -98,9 +94,7 @@ def test_e3_saving_against_two_vmoe_k1(size):
 def test_e3_savings_values():
     expected = {"S/32": 0.295, "B/16": 0.357, "L/16": 0.426, "H/14": 0.342}
     for size, saving in expected.items():
-        ours = 1 - training_gflops(size, (1, 2)) / (
-            2 * training_gflops(size, (1, 1))
-        )
+        ours = 1 - training_gflops(size, (1, 2)) / (2 * training_gflops(size, (1, 1)))
         assert abs(ours - saving) < 0.02, (size, ours)
 
 
@@ -145,7 +139,11 @@ def _jaxpr_multiply_adds(jaxpr):
 
 
 TINY_VIT = dict(
-    image_size=(8, 12), patch_size=2, hidden_dim=8, num_layers=2, mlp_dim=12,
+    image_size=(8, 12),
+    patch_size=2,
+    hidden_dim=8,
+    num_layers=2,
+    mlp_dim=12,
     num_classes=5,
 )
 
@@ -154,12 +152,14 @@ def _keras_hub_classifier():
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 12, 3), patch_size=2, num_layers=2, num_heads=2,
-        hidden_dim=8, mlp_dim=12,
+        image_shape=(8, 12, 3),
+        patch_size=2,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=8,
+        mlp_dim=12,
     )
-    return keras_hub.models.ViTImageClassifier(
-        backbone, num_classes=5, intermediate_dim=8
-    )
+    return keras_hub.models.ViTImageClassifier(backbone, num_classes=5, intermediate_dim=8)
 
 
 def test_linear_layers_of_a_keras_hub_vit():
@@ -182,9 +182,7 @@ def test_linear_layers_of_a_keras_hub_vit():
     assert count["pre_logits"] + count["head"] == head
 
 
-@pytest.mark.skipif(
-    keras.config.backend() != "jax", reason="counts the traced JAX program"
-)
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="counts the traced JAX program")
 def test_every_matmul_of_a_keras_hub_vit():
     """All dot_general / conv multiply-adds of a traced keras-hub
     `ViTImageClassifier` forward pass (attention matmuls included)."""
@@ -195,9 +193,7 @@ def test_every_matmul_of_a_keras_hub_vit():
     images = np.zeros((batch, 8, 12, 3), "float32")
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
-    jaxpr = jax.make_jaxpr(
-        lambda x: model.stateless_call(trainable, non_trainable, x)[0]
-    )(images)
+    jaxpr = jax.make_jaxpr(lambda x: model.stateless_call(trainable, non_trainable, x)[0])(images)
     traced = _jaxpr_multiply_adds(jaxpr.jaxpr)
     count = vit_moe_flops(**TINY_VIT, representation_size=8)
     assert traced == batch * count["total"]
@@ -213,9 +209,7 @@ def _reference_p_moe(y, router, w1, w2, capacity, block_diagonal=False):
     members, groups, size, _ = y.shape
     experts = router.shape[-1]
     gates = _softmax(jnp.einsum("mgsd,mde->mgse", y, router))
-    choice = (
-        gates == gates.max(-1, keepdims=True)
-    ).astype(y.dtype)  # (M, G, S, E_m)
+    choice = (gates == gates.max(-1, keepdims=True)).astype(y.dtype)  # (M, G, S, E_m)
     position = jnp.cumsum(choice, axis=2) * choice - 1
     slots = jnp.arange(capacity, dtype=y.dtype)
     dispatch = (position[..., None] == slots).astype(y.dtype)  # +C axis
@@ -223,13 +217,11 @@ def _reference_p_moe(y, router, w1, w2, capacity, block_diagonal=False):
     if block_diagonal:
         # (G, M*S, E, C): member m's tokens only fill block m.
         def block_diagonal_of(blocks):
-            full = jnp.zeros(
-                (groups, members * size, members * experts, capacity), y.dtype
-            )
+            full = jnp.zeros((groups, members * size, members * experts, capacity), y.dtype)
             for m in range(members):
-                full = full.at[
-                    :, m * size:(m + 1) * size, m * experts:(m + 1) * experts
-                ].set(blocks[m])
+                full = full.at[:, m * size : (m + 1) * size, m * experts : (m + 1) * experts].set(
+                    blocks[m]
+                )
             return full
 
         full = block_diagonal_of(dispatch)
@@ -254,9 +246,7 @@ def _softmax(x):
     return jax.nn.softmax(x, axis=-1)
 
 
-@pytest.mark.skipif(
-    keras.config.backend() != "jax", reason="counts a traced JAX program"
-)
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="counts a traced JAX program")
 @pytest.mark.parametrize("routing", ["per_member", "block_diagonal"])
 def test_moe_terms_match_a_traced_reference_layer(routing):
     """Router, expert-buffer, dispatch and combine multiply-adds of a real
@@ -273,8 +263,10 @@ def test_moe_terms_match_a_traced_reference_layer(routing):
     experts = experts_total // members
     rng = np.random.default_rng(0)
     shapes = [
-        (members, groups, group, d), (members, d, experts),
-        (members, experts, d, f), (members, experts, f, d),
+        (members, groups, group, d),
+        (members, d, experts),
+        (members, experts, d, f),
+        (members, experts, f, d),
     ]
     args = [rng.normal(size=shape).astype("float32") for shape in shapes]
     layer = lambda *a: _reference_p_moe(  # noqa: E731
@@ -284,10 +276,19 @@ def test_moe_terms_match_a_traced_reference_layer(routing):
     np.testing.assert_allclose(layer(*args), per_member, rtol=1e-5, atol=1e-5)
     traced = _jaxpr_multiply_adds(jax.make_jaxpr(layer)(*args).jaxpr)
     count = vit_moe_flops(
-        image_size=(4, 6), patch_size=2, hidden_dim=d, num_layers=1,
-        mlp_dim=f, num_classes=3, moe_layers=(0,), num_experts=experts_total,
-        num_selected_experts=1, ensemble_size=members, capacity_factor=1.5,
-        group_size=group, routing=routing,
+        image_size=(4, 6),
+        patch_size=2,
+        hidden_dim=d,
+        num_layers=1,
+        mlp_dim=f,
+        num_classes=3,
+        moe_layers=(0,),
+        num_experts=experts_total,
+        num_selected_experts=1,
+        ensemble_size=members,
+        capacity_factor=1.5,
+        group_size=group,
+        routing=routing,
     )
     moe = sum(count[k] for k in ("router", "expert_mlp", "dispatch", "combine"))
     assert traced == batch * moe
@@ -298,9 +299,18 @@ def test_tiny_e3_by_hand():
     tiled from block 1 on."""
     n, p, d, f, e, m, c = 17, 16, 8, 16, 4, 2, 9  # C = ceil(17 / 2) = 9
     count = vit_moe_flops(
-        image_size=8, patch_size=2, hidden_dim=d, num_layers=4, mlp_dim=f,
-        num_classes=10, moe_layers=(1, 3), num_experts=e, ensemble_size=m,
-        num_selected_experts=1, group_size=n, capacity_multiple_of=0,
+        image_size=8,
+        patch_size=2,
+        hidden_dim=d,
+        num_layers=4,
+        mlp_dim=f,
+        num_classes=10,
+        moe_layers=(1, 3),
+        num_experts=e,
+        ensemble_size=m,
+        num_selected_experts=1,
+        group_size=n,
+        capacity_multiple_of=0,
     )
     copies = 1 + m + m + m  # blocks 0, 1, 2, 3
     expected = {
@@ -324,19 +334,23 @@ def test_tiny_e3_by_hand():
     "group,experts,k,factor,multiple,capacity",
     [(12, 4, 2, 1.0, 4, 8), (24, 8, 2, 0.5, 0, 3), (1160, 32, 1, 1.5, 4, 56)],
 )
-def test_expert_buffers_use_the_rounded_capacity(
-    group, experts, k, factor, multiple, capacity
-):
+def test_expert_buffers_use_the_rounded_capacity(group, experts, k, factor, multiple, capacity):
     count = vit_moe_flops(
-        image_size=16, patch_size=4, hidden_dim=4, num_layers=2, mlp_dim=6,
-        num_classes=2, moe_layers=(1,), num_experts=experts,
-        num_selected_experts=k, capacity_factor=factor, group_size=group,
+        image_size=16,
+        patch_size=4,
+        hidden_dim=4,
+        num_layers=2,
+        mlp_dim=6,
+        num_classes=2,
+        moe_layers=(1,),
+        num_experts=experts,
+        num_selected_experts=k,
+        capacity_factor=factor,
+        group_size=group,
         capacity_multiple_of=multiple,
     )
     tokens = 17
-    assert count["expert_mlp"] == pytest.approx(
-        tokens / group * experts * capacity * 2 * 4 * 6
-    )
+    assert count["expert_mlp"] == pytest.approx(tokens / group * experts * capacity * 2 * 4 * 6)
 
 
 def _cost_capacity(group, experts, k, factor, multiple, members=1):
@@ -344,10 +358,18 @@ def _cost_capacity(group, experts, k, factor, multiple, members=1):
     `expert_mlp` term (one MoE block, `hidden_dim = mlp_dim = 1`)."""
     tokens = 17  # 16 x 16 images, 4 x 4 patches, class token
     count = vit_moe_flops(
-        image_size=16, patch_size=4, hidden_dim=1, num_layers=2, mlp_dim=1,
-        num_classes=2, moe_layers=(1,), num_experts=experts,
-        num_selected_experts=k, ensemble_size=members,
-        capacity_factor=factor, group_size=group,
+        image_size=16,
+        patch_size=4,
+        hidden_dim=1,
+        num_layers=2,
+        mlp_dim=1,
+        num_classes=2,
+        moe_layers=(1,),
+        num_experts=experts,
+        num_selected_experts=k,
+        ensemble_size=members,
+        capacity_factor=factor,
+        group_size=group,
         capacity_multiple_of=multiple,
     )
     # members * tokens / group groups, experts / members buffers each.
@@ -376,9 +398,7 @@ def _exact_capacity(group, experts, k, factor, multiple):
 def test_float_noise_adds_no_slot(group, experts, k, factor, multiple, capacity):
     assert _exact_capacity(group, experts, k, factor, multiple) == capacity
     assert _cost_capacity(group, experts, k, factor, multiple) == capacity
-    assert compute_capacity(
-        group, experts, k, factor, multiple_of=max(1, multiple)
-    ) == capacity
+    assert compute_capacity(group, experts, k, factor, multiple_of=max(1, multiple)) == capacity
 
 
 @pytest.mark.skipif(
@@ -391,14 +411,25 @@ def test_cost_capacity_is_the_router_capacity():
     its per-member experts), and both are the exact rounded capacity."""
     groups = (1, 7, 17, 100, 145, 400, 577, 1160, 4616)
     for members, experts, k in [
-        (1, 1, 1), (1, 2, 1), (1, 4, 2), (1, 8, 1), (1, 32, 2), (1, 32, 4),
-        (2, 4, 1), (2, 32, 1), (2, 32, 2), (4, 32, 2),
+        (1, 1, 1),
+        (1, 2, 1),
+        (1, 4, 2),
+        (1, 8, 1),
+        (1, 32, 2),
+        (1, 32, 4),
+        (2, 4, 1),
+        (2, 32, 1),
+        (2, 32, 2),
+        (4, 32, 2),
     ]:
         for factor in (0.5, 1.0, 1.05, 1.1, 1.2, 1.25, 1.5, 2.0, 3.3, 8.0):
             for multiple in (1, 4):
                 router = TopKRouter(
-                    experts, top_k=k, num_members=members,
-                    capacity_factor=factor, capacity_multiple_of=multiple,
+                    experts,
+                    top_k=k,
+                    num_members=members,
+                    capacity_factor=factor,
+                    capacity_multiple_of=multiple,
                 )
                 for group in groups:
                     config = (group, experts, k, factor, multiple, members)
@@ -441,9 +472,7 @@ def test_one_member_is_vmoe_and_units_scale():
         assert flops[name] == 2 * vmoe[name]
         scale = 4 if name == "patch_embedding" else 6
         assert training[name] == pytest.approx(scale * vmoe[name])
-    assert vmoe["total"] == pytest.approx(
-        sum(v for k, v in vmoe.items() if k != "total")
-    )
+    assert vmoe["total"] == pytest.approx(sum(v for k, v in vmoe.items() if k != "total"))
 
 
 def test_paper_placements():
@@ -457,8 +486,14 @@ def test_paper_placements():
 # --- (d) argument checks ------------------------------------------------------
 
 BASE = dict(
-    image_size=32, patch_size=8, hidden_dim=16, num_layers=4, mlp_dim=32,
-    num_classes=10, moe_layers=(1, 3), num_experts=8,
+    image_size=32,
+    patch_size=8,
+    hidden_dim=16,
+    num_layers=4,
+    mlp_dim=32,
+    num_classes=10,
+    moe_layers=(1, 3),
+    num_experts=8,
 )
 
 

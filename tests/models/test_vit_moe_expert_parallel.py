@@ -12,9 +12,9 @@ import os
 import keras
 import numpy as np
 import pytest
-
 from conftest import BACKEND
 from conftest import run_python
+
 from ensemble_zoo.layers import SparseMoE
 from ensemble_zoo.models.vit_moe import check_expert_parallel
 from ensemble_zoo.models.vit_moe import expert_parallel_distribution
@@ -287,9 +287,7 @@ def test_eight_simulated_devices_match_one_device(monkeypatch):
     """Expert-sharded predictions, losses and weights after two SGD steps
     equal the single-device run (8 simulated CPU devices)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    monkeypatch.setenv(
-        "XLA_FLAGS", (flags + " --xla_force_host_platform_device_count=8").strip()
-    )
+    monkeypatch.setenv("XLA_FLAGS", (flags + " --xla_force_host_platform_device_count=8").strip())
     out = run_python(EXPERT_PARALLEL_SCRIPT, backend="jax", timeout=600)
     print(out)
     assert out.count("relative max |diff|") == 3, out

@@ -3,14 +3,14 @@ import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
-
-import ensemble_zoo as ez
 from conftest import jit_compile
 from conftest import requires_jit
 from conftest import requires_saved_model
+from zoo_testing import to_np
+
+import ensemble_zoo as ez
 from ensemble_zoo.models import ViTMoEBackbone
 from ensemble_zoo.models import ViTMoEImageClassifier
-from zoo_testing import to_np
 
 
 def vit():
@@ -43,12 +43,19 @@ def test_upcycled_model_with_every_expert_per_token_equals_the_dense_vit(
     base = vit()
     if pre_logits:
         base = keras_hub.models.ViTImageClassifier(
-            backbone=base.backbone, num_classes=8, intermediate_dim=6,
+            backbone=base.backbone,
+            num_classes=8,
+            intermediate_dim=6,
             preprocessor=base.preprocessor,
         )
     model = ViTMoEImageClassifier.from_keras_hub(
-        base, num_experts=experts, num_selected_experts=k, moe_layers=[1, 3],
-        ensemble_size=members, capacity_factor=1.0, eval_capacity_factor=1.0,
+        base,
+        num_experts=experts,
+        num_selected_experts=k,
+        moe_layers=[1, 3],
+        ensemble_size=members,
+        capacity_factor=1.0,
+        eval_capacity_factor=1.0,
     )
     x = images()
     expected = to_np(base(x))
@@ -80,16 +87,25 @@ def test_e3_member_equals_a_vmoe_on_its_experts_and_router_slice():
     router's row slice), sharing every other weight."""
     base = vit()
     e3 = ViTMoEImageClassifier.from_keras_hub(
-        base, num_experts=4, num_selected_experts=1, moe_layers=[1, 3],
-        ensemble_size=2, capacity_factor=0.5, eval_capacity_factor=0.5,
+        base,
+        num_experts=4,
+        num_selected_experts=1,
+        moe_layers=[1, 3],
+        ensemble_size=2,
+        capacity_factor=0.5,
+        eval_capacity_factor=0.5,
     )
     perturb_experts(e3)
     x = images()
     out = to_np(e3(x))
     for m in range(2):
         vmoe = ViTMoEImageClassifier.from_keras_hub(
-            base, num_experts=2, num_selected_experts=1, moe_layers=[1, 3],
-            capacity_factor=0.5, eval_capacity_factor=0.5,
+            base,
+            num_experts=2,
+            num_selected_experts=1,
+            moe_layers=[1, 3],
+            capacity_factor=0.5,
+            eval_capacity_factor=0.5,
         )
         for source, target in zip(e3.backbone.moe_blocks, vmoe.backbone.moe_blocks):
             part = slice(2 * m, 2 * m + 2)
@@ -118,21 +134,36 @@ def test_e3_with_one_member_is_vmoe_and_from_vmoe_adds_no_parameters():
 
 def test_tokens_are_tiled_right_before_the_first_moe_block():
     backbone = ViTMoEBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=6, num_heads=2,
-        hidden_dim=16, mlp_dim=32, num_experts=4, moe_layers=[3, 5],
+        image_shape=(8, 8, 1),
+        patch_size=2,
+        num_layers=6,
+        num_heads=2,
+        hidden_dim=16,
+        mlp_dim=32,
+        num_experts=4,
+        moe_layers=[3, 5],
         ensemble_size=2,
     )
     tile = backbone.get_layer("tile_members")
     assert tile.input is backbone.encoder_blocks[2].output
     assert backbone.encoder_blocks[3].input is tile.output
     assert [type(b).__name__ for b in backbone.encoder_blocks] == [
-        "ViTEncoderBlock", "ViTEncoderBlock", "ViTEncoderBlock",
-        "ViTMoEEncoderBlock", "ViTEncoderBlock", "ViTMoEEncoderBlock",
+        "ViTEncoderBlock",
+        "ViTEncoderBlock",
+        "ViTEncoderBlock",
+        "ViTMoEEncoderBlock",
+        "ViTEncoderBlock",
+        "ViTMoEEncoderBlock",
     ]
     # The default placement is the paper's "last-2": the last two odd blocks.
     default = ViTMoEBackbone(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=12, num_heads=2,
-        hidden_dim=16, mlp_dim=32, num_experts=4,
+        image_shape=(8, 8, 1),
+        patch_size=2,
+        num_layers=12,
+        num_heads=2,
+        hidden_dim=16,
+        mlp_dim=32,
+        num_experts=4,
     )
     assert default.moe_layers == [9, 11]
 
@@ -152,7 +183,11 @@ def test_auxiliary_losses_are_added_in_training_only():
 @requires_jit
 def test_trains_with_jit_compile():
     model = ViTMoEImageClassifier.from_keras_hub(
-        vit(), num_experts=4, num_selected_experts=1, moe_layers=[1, 3], ensemble_size=2,
+        vit(),
+        num_experts=4,
+        num_selected_experts=1,
+        moe_layers=[1, 3],
+        ensemble_size=2,
         seed=0,
     )
     perturb_experts(model)
@@ -179,7 +214,11 @@ def test_fit_trains_routers_and_experts():
 @requires_saved_model
 def test_saved_model_matches_keras(tmp_path):
     model = ViTMoEImageClassifier.from_keras_hub(
-        vit(), num_experts=4, num_selected_experts=1, moe_layers=[1, 3], ensemble_size=2,
+        vit(),
+        num_experts=4,
+        num_selected_experts=1,
+        moe_layers=[1, 3],
+        ensemble_size=2,
         dispatcher="indices",  # gathers and a sort export too
     )
     perturb_experts(model)
@@ -194,8 +233,14 @@ def test_saved_model_matches_keras(tmp_path):
 
 def test_config_and_preset_round_trip(tmp_path):
     model = ViTMoEImageClassifier.from_keras_hub(
-        vit(), num_experts=4, num_selected_experts=1, moe_layers=[1, 3], ensemble_size=2,
-        batch_priority=True, capacity_factor=1.25, eval_capacity_factor=0.5,
+        vit(),
+        num_experts=4,
+        num_selected_experts=1,
+        moe_layers=[1, 3],
+        ensemble_size=2,
+        batch_priority=True,
+        capacity_factor=1.25,
+        eval_capacity_factor=0.5,
         dispatcher="indices",
     )
     perturb_experts(model)
@@ -215,8 +260,12 @@ def test_config_and_preset_round_trip(tmp_path):
 
 def test_bad_arguments_are_clear_errors():
     kwargs = dict(
-        image_shape=(8, 8, 1), patch_size=2, num_layers=4, num_heads=2,
-        hidden_dim=16, mlp_dim=32,
+        image_shape=(8, 8, 1),
+        patch_size=2,
+        num_layers=4,
+        num_heads=2,
+        hidden_dim=16,
+        mlp_dim=32,
     )
     with pytest.raises(ValueError, match="divisible by `ensemble_size`"):
         ViTMoEBackbone(num_experts=6, ensemble_size=4, **kwargs)

@@ -25,16 +25,16 @@ import keras_hub
 import ml_dtypes
 import numpy as np
 import pytest
-from keras import ops
-
 from conftest import BACKEND
 from conftest import REPO_ROOT
+from keras import ops
+from zoo_testing import to_np
+
 from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.vit_moe import vmoe_checkpoint
 from ensemble_zoo.models.vit_moe import vmoe_checkpoint_reader
 from ensemble_zoo.models.vit_moe.vmoe_checkpoint import VMoECheckpointError
 from ensemble_zoo.models.vit_moe.vmoe_checkpoint import read_vmoe_checkpoint
-from zoo_testing import to_np
 
 FIXTURE = os.path.join(REPO_ROOT, "tests", "fixtures", "vmoe")
 REFERENCE = np.load(os.path.join(FIXTURE, "reference.npz"), allow_pickle=False)
@@ -99,7 +99,9 @@ def test_logits_equal_vmoes_with_float32_dispatch(kind):
     model = load(kind, "no_bf16")
     got = to_np(model(IMAGES))
     assert got.shape == (6, members(kind), 5)
-    np.testing.assert_allclose(vmoe_rows(got), reference(f"{kind}_logits_no_bf16"), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        vmoe_rows(got), reference(f"{kind}_logits_no_bf16"), atol=1e-5, rtol=0
+    )
 
 
 def test_gap_checkpoint_loads_with_gap_pooling():
@@ -140,7 +142,9 @@ def test_token_pooling_without_class_token_is_vmoes_classifier_0():
     # The float32-dispatch gap model's backbone has these arguments.
     backbone = load("gap", "no_bf16").backbone
     config = backbone.get_config()
-    assert all(config[k] == (list(v) if isinstance(v, tuple) else v) for k, v in backbone_kwargs.items())
+    assert all(
+        config[k] == (list(v) if isinstance(v, tuple) else v) for k, v in backbone_kwargs.items()
+    )
     model = ViTMoEImageClassifier(backbone, **head_kwargs)
     vmoe_checkpoint.load_vmoe_params(model, params)
     expected = reference("gap_logits_classifier_0_no_bf16")
@@ -158,7 +162,10 @@ def expert_outputs(params, x):
     x = x.astype(ml_dtypes.bfloat16).astype(np.float64)
     hidden = np.einsum("rtd,edf->rtef", x, params[base + "Dense_0/kernel"])
     hidden = gelu_tanh(hidden + params[base + "Dense_0/bias"])
-    return np.einsum("rtef,efd->rted", hidden, params[base + "Dense_1/kernel"]) + params[base + "Dense_1/bias"]
+    return (
+        np.einsum("rtef,efd->rted", hidden, params[base + "Dense_1/kernel"])
+        + params[base + "Dense_1/bias"]
+    )
 
 
 def per_token(kind, name, rows, tokens):
@@ -216,7 +223,9 @@ def test_logits_with_bfloat16_dispatch_reproduce_vmoes_settings(kind, variant):
     reference is these logits) and token drops move vmoe's logits by 0.2
     to 0.55, 100x the tolerance."""
     if variant and BACKEND == "jax":
-        pytest.skip("test budget: the variants run under TensorFlow and PyTorch (eager JAX is slowest)")
+        pytest.skip(
+            "test budget: the variants run under TensorFlow and PyTorch (eager JAX is slowest)"
+        )
     model = load(kind, variant)
     got = to_np(model(IMAGES))
     expected = reference(f"{kind}_logits" + (f"_{variant}" if variant else ""))
@@ -231,7 +240,12 @@ def test_vmoe_settings_are_explicit_options_and_survive_a_keras_hub_preset(tmp_p
     model = load("e3")
     backbone = model.backbone
     # Architecture from the shapes; vmoe's routing defaults made explicit.
-    assert (backbone.num_layers, backbone.num_heads, backbone.hidden_dim, backbone.mlp_dim) == (3, 2, 16, 32)
+    assert (backbone.num_layers, backbone.num_heads, backbone.hidden_dim, backbone.mlp_dim) == (
+        3,
+        2,
+        16,
+        32,
+    )
     assert (backbone.num_experts, backbone.ensemble_size, backbone.moe_layers) == (4, 2, [1])
     assert backbone.patch_size == (4, 4) and tuple(backbone.image_shape) == (16, 16, 3)
     assert (model.num_classes, model.intermediate_dim) == (5, 12)
@@ -243,7 +257,8 @@ def test_vmoe_settings_are_explicit_options_and_survive_a_keras_hub_preset(tmp_p
     # vmoe's (dim, M, E/M) E3 router kernel, stored as (dim, E) in C order.
     params = read_vmoe_checkpoint(CHECKPOINT["e3"])
     np.testing.assert_array_equal(
-        to_np(router.kernel), params["Encoder/encoderblock_1/Moe/Router/dense/kernel"].reshape(16, 4)
+        to_np(router.kernel),
+        params["Encoder/encoderblock_1/Moe/Router/dense/kernel"].reshape(16, 4),
     )
     # The default preprocessor is vmoe's value_range(-1, 1), at 16x16.
     raw = np.random.default_rng(0).integers(0, 256, (2, 16, 16, 3)).astype("uint8")
@@ -270,7 +285,10 @@ def test_reader_reassembles_every_chunk():
     assert params["Encoder/encoderblock_1/Moe/Router/dense/kernel"].shape == (16, 4)
     assert all(v.dtype == np.float32 for v in params.values())
     patches = IMAGES.reshape(6, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5)
-    embedded = np.einsum("bijpqc,pqcd->bijd", patches, params["embedding/kernel"]) + params["embedding/bias"]
+    embedded = (
+        np.einsum("bijpqc,pqcd->bijd", patches, params["embedding/kernel"])
+        + params["embedding/bias"]
+    )
     np.testing.assert_allclose(embedded, REFERENCE["vmoe_patch_embedding"], atol=1e-5)
     # The prefix, the index file and the directory name the same checkpoint.
     for path in (CHECKPOINT["vmoe"] + ".index", os.path.dirname(CHECKPOINT["vmoe"])):

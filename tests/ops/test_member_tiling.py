@@ -3,9 +3,9 @@ NumPy, round trips, and the layers' configs."""
 
 import numpy as np
 import pytest
+from zoo_testing import to_np
 
 import ensemble_zoo as ez
-from zoo_testing import to_np
 
 
 @pytest.mark.parametrize("order", ["member_major", "batch_major"])

@@ -1,15 +1,21 @@
 import keras
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 from zoo_testing import np_token_figures
 from zoo_testing import to_np
 
+import ensemble_zoo as ez
+
 NAMES = (
-    "total", "aleatoric", "epistemic", "expected_pairwise_kl",
-    "reverse_mutual_information", "max_probability", "member_entropy",
-    "log_prob", "member_log_probs",
+    "total",
+    "aleatoric",
+    "epistemic",
+    "expected_pairwise_kl",
+    "reverse_mutual_information",
+    "max_probability",
+    "member_entropy",
+    "log_prob",
+    "member_log_probs",
 )
 
 
@@ -31,7 +37,8 @@ def test_figures_equal_the_papers_definitions_and_their_identities(rng):
     # EPKL = MI + RMI, total = aleatoric + MI (Malinin & Gales, section 3).
     np.testing.assert_allclose(
         got["expected_pairwise_kl"],
-        got["epistemic"] + got["reverse_mutual_information"], atol=1e-5,
+        got["epistemic"] + got["reverse_mutual_information"],
+        atol=1e-5,
     )
     np.testing.assert_allclose(got["total"], got["aleatoric"] + got["epistemic"], atol=1e-5)
     for name in ("epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
@@ -61,7 +68,13 @@ def test_ruled_out_tokens(rng):
     logits[..., 5] = -np.inf
     got = figures(logits)
     finite = figures(logits[..., :5])
-    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+    for name in (
+        "total",
+        "aleatoric",
+        "epistemic",
+        "expected_pairwise_kl",
+        "reverse_mutual_information",
+    ):
         np.testing.assert_allclose(got[name], finite[name], atol=1e-6, err_msg=name)
     logits[0, 0, :, 4] = -np.inf
     got = figures(logits)
@@ -101,7 +114,13 @@ def test_weighted_members_give_the_mixtures_figures(rng):
     log_p = keras.ops.log_softmax(keras.ops.convert_to_tensor(logits), axis=-1)
     got = {k: to_np(v) for k, v in token_figures_from_log_probs(log_p, np.log(weights)).items()}
     expected = np_token_figures(logits, weights=weights)
-    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information"):
+    for name in (
+        "total",
+        "aleatoric",
+        "epistemic",
+        "expected_pairwise_kl",
+        "reverse_mutual_information",
+    ):
         np.testing.assert_allclose(got[name], expected[name], atol=1e-5, err_msg=name)
     np.testing.assert_allclose(
         got["expected_pairwise_kl"], got["epistemic"] + got["reverse_mutual_information"], atol=1e-5

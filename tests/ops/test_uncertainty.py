@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
+from zoo_testing import np_softmax
+from zoo_testing import to_np
 
 from ensemble_zoo.ops import entropy
 from ensemble_zoo.ops import entropy_from_logits
 from ensemble_zoo.ops import mutual_information
 from ensemble_zoo.ops import predictive_probabilities
 from ensemble_zoo.ops import uncertainty_decomposition
-from zoo_testing import np_softmax
-from zoo_testing import to_np
 
 
 def np_entropy(p):
@@ -39,9 +39,7 @@ def test_decomposition_matches_numpy_reference(rng):
     np.testing.assert_allclose(parts["total"], total, atol=1e-5)
     np.testing.assert_allclose(parts["aleatoric"], aleatoric, atol=1e-5)
     np.testing.assert_allclose(parts["epistemic"], epistemic, atol=1e-5)
-    np.testing.assert_allclose(
-        parts["total"], parts["aleatoric"] + parts["epistemic"], atol=1e-6
-    )
+    np.testing.assert_allclose(parts["total"], parts["aleatoric"] + parts["epistemic"], atol=1e-6)
     assert (parts["epistemic"] >= 0).all()
     assert parts["epistemic"].max() > 0.05  # random members disagree
 
@@ -61,7 +59,11 @@ def test_masked_classes_as_minus_infinity(rng):
     parts = {k: to_np(v) for k, v in uncertainty_decomposition(masked).items()}
     np.testing.assert_allclose(parts["total"], total, atol=1e-5)
     np.testing.assert_allclose(parts["epistemic"], epistemic, atol=1e-5)
-    np.testing.assert_allclose(to_np(entropy_from_logits(masked[:, 0])), np_entropy(np_softmax(reference[:, 0].astype(np.float64))), atol=1e-5)
+    np.testing.assert_allclose(
+        to_np(entropy_from_logits(masked[:, 0])),
+        np_entropy(np_softmax(reference[:, 0].astype(np.float64))),
+        atol=1e-5,
+    )
     all_masked = masked.copy()
     all_masked[2, 0] = -np.inf
     with pytest.raises(ValueError, match="all -inf"):
@@ -74,7 +76,8 @@ def test_epistemic_is_zero_when_members_agree(rng):
     parts = {k: to_np(v) for k, v in uncertainty_decomposition(logits).items()}
     np.testing.assert_allclose(parts["epistemic"], 0.0, atol=1e-6)
     np.testing.assert_allclose(
-        parts["total"], np_entropy(np_softmax(one[:, 0].astype("f8"))),
+        parts["total"],
+        np_entropy(np_softmax(one[:, 0].astype("f8"))),
         atol=1e-5,
     )
 

@@ -9,11 +9,11 @@ import h5py
 import keras_hub
 import numpy as np
 import pytest
+from conftest import BACKEND
+from zoo_testing import to_np
 
 import ensemble_zoo as ez
-from conftest import BACKEND
 from ensemble_zoo.presets import PresetError
-from zoo_testing import to_np
 
 ENSEMBLE = "lora_ensemble_gemma_tiny_arithmetic"
 BASE = "gemma_tiny_arithmetic"
@@ -84,8 +84,13 @@ def test_adapter_preset_errors_name_the_problem(whole, adapter_preset, tmp_path)
     # A base of another shape: the adapters do not fit, and say where.
     other = keras_hub.models.GemmaCausalLM(
         backbone=keras_hub.models.GemmaBackbone(
-            vocabulary_size=17, num_layers=1, num_query_heads=2, num_key_value_heads=1,
-            hidden_dim=16, intermediate_dim=32, head_dim=8,
+            vocabulary_size=17,
+            num_layers=1,
+            num_query_heads=2,
+            num_key_value_heads=1,
+            hidden_dim=16,
+            intermediate_dim=32,
+            head_dim=8,
         ),
         preprocessor=None,
     )

@@ -8,11 +8,11 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from zoo_testing import to_np
 
 import ensemble_zoo as ez
 from ensemble_zoo import cli
 from ensemble_zoo.datasets import arithmetic
-from zoo_testing import to_np
 
 ENSEMBLE = "lora_ensemble_gemma_tiny_arithmetic"
 BASE = "gemma_tiny_arithmetic"
@@ -65,7 +65,9 @@ def test_every_zoo_class_loads_the_presets_by_name_and_path():
         to_np(model.backbone.token_embedding.embeddings),
         to_np(ez.presets.load_preset(LOSS).backbone.token_embedding.embeddings),
     )
-    with pytest.raises(ValueError, match="holds a LoRAEnsembleGemmaCausalLM, not a LoRAEnsembleLlamaCausalLM"):
+    with pytest.raises(
+        ValueError, match="holds a LoRAEnsembleGemmaCausalLM, not a LoRAEnsembleLlamaCausalLM"
+    ):
         ez.models.LoRAEnsembleLlamaCausalLM.from_preset(ENSEMBLE)
 
 
@@ -80,7 +82,12 @@ def test_evaluate_command_reproduces_the_recorded_numbers(tmp_path, capsys):
     recorded = ez.presets.preset_metadata(ENSEMBLE)["metrics"]
     assert report["test_accuracy"] == recorded["test_accuracy"] > 0.9
     assert report["member_0_test_accuracy"] == recorded["member_0_test_accuracy"]
-    assert set(report["uncertainty"]) == {"epistemic", "total", "loss_prediction", "member_0_entropy"}
+    assert set(report["uncertainty"]) == {
+        "epistemic",
+        "total",
+        "loss_prediction",
+        "member_0_entropy",
+    }
     for name, row in recorded["uncertainty"].items():
         for key, value in row.items():
             assert report["uncertainty"][name][key] == pytest.approx(value, abs=1e-6), (name, key)

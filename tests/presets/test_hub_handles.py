@@ -120,13 +120,28 @@ def test_hub_text_preset_fetches_its_tokenizer_assets(hub, tmp_path):
     equals the published model's."""
     import keras_hub
 
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "digits", "are", "fine", "bad"]
+    vocabulary = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "the",
+        "digits",
+        "are",
+        "fine",
+        "bad",
+    ]
     tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary)
     preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=8)
     keras.utils.set_random_seed(0)
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=len(vocabulary), num_layers=1, num_heads=2, hidden_dim=8,
-        intermediate_dim=16, max_sequence_length=8,
+        vocabulary_size=len(vocabulary),
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        max_sequence_length=8,
     )
     bert = keras_hub.models.BertTextClassifier(
         backbone=backbone, num_classes=2, preprocessor=preprocessor, dropout=0.0
@@ -151,7 +166,8 @@ def test_hub_adapter_preset_fetches_its_two_files(hub, tmp_path):
     hub.publish("hf", "zoo-user/adapters", tmp_path / "adapters")
     loaded = ez.models.LoRAEnsembleCausalLM.from_preset("hf://zoo-user/adapters")
     assert sorted(d.split("/")[-1] for d in hub.downloads) == [
-        "adapters.lora_ensemble.h5", "metadata.json"
+        "adapters.lora_ensemble.h5",
+        "metadata.json",
     ]
     for ours, theirs in zip(loaded.adapters, whole.adapters):
         np.testing.assert_array_equal(

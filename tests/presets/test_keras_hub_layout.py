@@ -12,10 +12,10 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-
-import ensemble_zoo as ez
 import zoo_testing
 from conftest import BACKEND
+
+import ensemble_zoo as ez
 from ensemble_zoo.presets import PresetError
 
 LAYOUT = ["config.json", "metadata.json", "model.weights.h5", "task.json", "task.weights.h5"]
@@ -26,8 +26,14 @@ def tiny_vit(seed=0, preprocessor=False):
         converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
         preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
     return zoo_testing.tiny_vit(
-        seed, num_classes=4, preprocessor=preprocessor or None, num_layers=1,
-        hidden_dim=8, mlp_dim=16, dropout_rate=0.0, attention_dropout=0.0,
+        seed,
+        num_classes=4,
+        preprocessor=preprocessor or None,
+        num_layers=1,
+        hidden_dim=8,
+        mlp_dim=16,
+        dropout_rate=0.0,
+        attention_dropout=0.0,
     )
 
 
@@ -50,7 +56,9 @@ def test_keras_hub_layout_loads_through_keras_hub_and_uploads(tmp_path, monkeypa
     model = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(vit, num_members=2, rank=1, seed=0)
     path = str(tmp_path / "preset")
     model.save_to_preset(path, metadata={"description": "lora"})
-    assert sorted(os.listdir(path)) == sorted(LAYOUT + ["image_converter.json", "preprocessor.json"])
+    assert sorted(os.listdir(path)) == sorted(
+        LAYOUT + ["image_converter.json", "preprocessor.json"]
+    )
     with open(os.path.join(path, "config.json")) as f:
         assert json.load(f)["registered_name"] == "ensemble_zoo>LoRAEnsembleViTBackbone"
     metadata = ez.presets.preset_metadata(path)
@@ -74,11 +82,15 @@ def test_keras_hub_layout_loads_through_keras_hub_and_uploads(tmp_path, monkeypa
     def upload_folder(repo_id, folder_path):
         uploaded[repo_id] = sorted(os.listdir(folder_path))
 
-    monkeypatch.setattr(preset_utils, "huggingface_hub", types.SimpleNamespace(
-        create_repo=lambda repo_id, exist_ok: types.SimpleNamespace(repo_id=repo_id),
-        file_exists=lambda repo_id, filename: True,
-        upload_folder=upload_folder,
-    ))
+    monkeypatch.setattr(
+        preset_utils,
+        "huggingface_hub",
+        types.SimpleNamespace(
+            create_repo=lambda repo_id, exist_ok: types.SimpleNamespace(repo_id=repo_id),
+            file_exists=lambda repo_id, filename: True,
+            upload_folder=upload_folder,
+        ),
+    )
     keras_hub.upload_preset("hf://zoo-user/lora-digits", path)
     assert uploaded == {"zoo-user/lora-digits": sorted(os.listdir(path))}
 
@@ -94,7 +106,9 @@ def test_old_layout_is_refused_by_name(tmp_path):
         json.dump(keras.saving.serialize_keras_object(model), f)
     with open(os.path.join(old, "metadata.json"), "w") as f:
         json.dump({"kind": "architecture"}, f)
-    with pytest.raises(PresetError, match="old layout .*DeepEnsembleClassifier.*task.json is missing"):
+    with pytest.raises(
+        PresetError, match="old layout .*DeepEnsembleClassifier.*task.json is missing"
+    ):
         ez.presets.load_preset(old)
     with pytest.raises(TypeError, match="keras-hub task .*got Functional"):
         ez.presets.save_preset(mlp(0), str(tmp_path / "plain"))
@@ -139,7 +153,9 @@ def test_backbone_config_of_another_class_is_named(damaged):
     config["registered_name"] = "keras_hub>ViTBackbone"
     with open(path, "w") as f:
         json.dump(config, f)
-    with pytest.raises(PresetError, match="config.json and the backbone in task.json differ at /registered_name"):
+    with pytest.raises(
+        PresetError, match="config.json and the backbone in task.json differ at /registered_name"
+    ):
         ez.presets.load_preset(damaged)
 
 
@@ -167,14 +183,26 @@ def _edit_json(path, edit):
 @pytest.mark.parametrize(
     "filename, edit, match",
     [
-        ("config.json", lambda c: c["config"].update(num_layers=2),
-         r"config.json and the backbone in task.json differ at /config/num_layers \(2 in config.json, 1 in task.json\)"),
-        ("preprocessor.json", lambda c: c["config"]["image_converter"]["config"].update(scale=0.5),
-         r"preprocessor.json and the preprocessor in task.json differ at /config/image_converter/config/scale"),
-        ("image_converter.json", lambda c: c["config"].update(image_size=[4, 4]),
-         r"image_converter.json and the image converter in preprocessor.json differ at /config/image_size"),
-        ("task.json", lambda c: c["config"].pop("preprocessor"),
-         r"preprocessor.json exists, but the task in task.json has no preprocessor"),
+        (
+            "config.json",
+            lambda c: c["config"].update(num_layers=2),
+            r"config.json and the backbone in task.json differ at /config/num_layers \(2 in config.json, 1 in task.json\)",
+        ),
+        (
+            "preprocessor.json",
+            lambda c: c["config"]["image_converter"]["config"].update(scale=0.5),
+            r"preprocessor.json and the preprocessor in task.json differ at /config/image_converter/config/scale",
+        ),
+        (
+            "image_converter.json",
+            lambda c: c["config"].update(image_size=[4, 4]),
+            r"image_converter.json and the image converter in preprocessor.json differ at /config/image_size",
+        ),
+        (
+            "task.json",
+            lambda c: c["config"].pop("preprocessor"),
+            r"preprocessor.json exists, but the task in task.json has no preprocessor",
+        ),
     ],
     ids=["backbone", "preprocessor", "image_converter", "task_without_preprocessor"],
 )
@@ -203,6 +231,8 @@ def test_every_shipped_preset_holds_one_version_of_each_config():
             continue  # no model config: ensemble_zoo.presets.adapter_presets
         directory = ez.presets.get_preset_path(name)
         check_config_copies(
-            directory, _read_json(directory, "task.json"),
-            _read_json(directory, "config.json"), _read_json,
+            directory,
+            _read_json(directory, "task.json"),
+            _read_json(directory, "config.json"),
+            _read_json,
         )

@@ -6,13 +6,13 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from conftest import BACKEND
+from zoo_testing import to_np
 
 import ensemble_zoo as ez
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.presets import PresetError
-from conftest import BACKEND
-from zoo_testing import to_np
 
 
 def mlp_member(seed, hidden=16):
@@ -46,8 +46,15 @@ def test_list_presets_matches_shipped_directories():
         assert {"config.json", "metadata.json", "task.json"} <= files, name
         assert ("model.weights.h5" in files) == trained, name
         assert files <= {
-            "config.json", "metadata.json", "task.json", "model.weights.h5", "task.weights.h5",
-            "preprocessor.json", "image_converter.json", "tokenizer.json", "assets",
+            "config.json",
+            "metadata.json",
+            "task.json",
+            "model.weights.h5",
+            "task.weights.h5",
+            "preprocessor.json",
+            "image_converter.json",
+            "tokenizer.json",
+            "assets",
         }, name
         # The model is named after its preset (reports and plots take the
         # model's name; it was Keras' "deep_ensemble_classifier_4").
@@ -81,9 +88,12 @@ def check_layers_compute_in(model, policy):
     MoE routers, which stay float32; all variables stay float32."""
     compute = keras.dtype_policies.get(policy).compute_dtype
     layers = [
-        layer for layer in model._flatten_layers()
-        if any(w.name.endswith("kernel") for w in layer._trainable_variables
-               + layer._non_trainable_variables)
+        layer
+        for layer in model._flatten_layers()
+        if any(
+            w.name.endswith("kernel")
+            for w in layer._trainable_variables + layer._non_trainable_variables
+        )
     ]
     assert layers
     for layer in layers:
@@ -140,9 +150,7 @@ def test_shipped_presets_load_offline_and_reproduce_their_metrics(name):
         # masks, so the sampling error of 8 samples (about 2 of the 289
         # test images, and their NLL).
         tolerance = 0.015
-    assert ez.metrics.accuracy(probs, y) == pytest.approx(
-        recorded["test_accuracy"], abs=tolerance
-    )
+    assert ez.metrics.accuracy(probs, y) == pytest.approx(recorded["test_accuracy"], abs=tolerance)
     assert ez.metrics.negative_log_likelihood(probs, y) == pytest.approx(
         recorded["test_nll"], abs=tolerance
     )
@@ -194,9 +202,7 @@ def test_predict_takes_raw_images_of_another_size(name):
     for size in (12, 5):
         raw = rng.integers(0, 17, (6, size, size, 1)).astype("uint8")
         by_hand = (bilinear_resize(raw, 8) / 16).astype("float32")
-        np.testing.assert_allclose(
-            model.predict(raw, verbose=0), to_np(model(by_hand)), atol=2e-5
-        )
+        np.testing.assert_allclose(model.predict(raw, verbose=0), to_np(model(by_hand)), atol=2e-5)
     x, _ = ez.datasets.load_arrays("digits", "test")
     raw, _ = ez.datasets.load_arrays("digits", "test", raw=True)
     # Without its preprocessor (as keras-hub's `preprocessor=None`) the
@@ -224,9 +230,7 @@ def test_deep_ensemble_preset_contains_the_base_model():
     base = DeepEnsembleClassifier.from_preset("vit_tiny_digits")
     ensemble = EnsembleClassifier.from_preset("deep_ensemble_vit_tiny_digits")
     x, _ = ez.datasets.load_arrays("digits", "validation")
-    np.testing.assert_allclose(
-        to_np(ensemble(x))[:, :1], to_np(base(x)), atol=1e-6
-    )
+    np.testing.assert_allclose(to_np(ensemble(x))[:, :1], to_np(base(x)), atol=1e-6)
 
 
 def test_save_to_preset_round_trip(saved, rng):
@@ -317,7 +321,10 @@ def test_an_argument_the_constructor_does_not_take_is_named(saved):
     config["config"]["num_memberz"] = 3
     with open(task_path, "w") as f:
         json.dump(config, f)
-    with pytest.raises(PresetError, match=r"task.json gives DeepEnsembleClassifier the argument\(s\) \['num_memberz'\]"):
+    with pytest.raises(
+        PresetError,
+        match=r"task.json gives DeepEnsembleClassifier the argument\(s\) \['num_memberz'\]",
+    ):
         EnsembleClassifier.from_preset(path)
 
 
@@ -377,17 +384,13 @@ def test_loss_prediction_preset_reproduces_its_uncertainty_metrics():
     policy = LOW_PRECISION[ALL_BACKENDS.index(backend) % 2]
     keras.config.set_dtype_policy(policy)
     try:
-        low = ez.models.LossPredictionImageClassifier.from_preset(
-            "loss_prediction_vit_tiny_digits"
-        )
+        low = ez.models.LossPredictionImageClassifier.from_preset("loss_prediction_vit_tiny_digits")
     finally:
         keras.config.set_dtype_policy("float32")
     check_layers_compute_in(low, policy)
     low_out = low.predict(raw, batch_size=128, verbose=0)
     assert low_out["uncertainty"].dtype == np.float32
-    check_agrees_with_float32(
-        to_np(keras.ops.softmax(low_out["logits"])), probs, policy
-    )
+    check_agrees_with_float32(to_np(keras.ops.softmax(low_out["logits"])), probs, policy)
     assert spearmanr(low_out["uncertainty"], out["uncertainty"]).statistic > 0.99
 
 
@@ -457,14 +460,18 @@ def test_retyped_weights_are_named(saved):
         f.create_dataset(name, data=values.astype("float16"))
 
     _edit_weights(path, retype)
-    with pytest.raises(PresetError, match=r"model.weights.h5.*dtype float16, the model expects float32"):
+    with pytest.raises(
+        PresetError, match=r"model.weights.h5.*dtype float16, the model expects float32"
+    ):
         EnsembleClassifier.from_preset(path)
 
 
 def test_kind_must_match_the_weights(saved):
     _, path = saved
     _edit_metadata(path, lambda m: m.update(kind="architecture"))
-    with pytest.raises(PresetError, match=r"metadata.json says kind 'architecture'.*model.weights.h5 exists"):
+    with pytest.raises(
+        PresetError, match=r"metadata.json says kind 'architecture'.*model.weights.h5 exists"
+    ):
         EnsembleClassifier.from_preset(path)
     _edit_metadata(path, lambda m: m.update(kind="pretrained"))
     with pytest.raises(PresetError, match=r"metadata.json has kind 'pretrained'"):
@@ -525,7 +532,8 @@ def test_int8_quantization_reaches_every_kernel_and_keeps_the_argmax(tmp_path):
     # Quantized before any predict (the preprocessor is left out).
     model.quantize("int8")
     kernels = [
-        layer for layer in model._flatten_layers()
+        layer
+        for layer in model._flatten_layers()
         if type(layer) in (keras.layers.Dense, keras.layers.EinsumDense)
         or isinstance(layer, Int8KernelsMixin)
     ]

@@ -1,12 +1,12 @@
 import keras
 import numpy as np
 import pytest
-
-from ensemble_zoo import pruning
-from ensemble_zoo.models import HydraImageClassifier
 from test_hydra_image_classifier import images
 from test_hydra_image_classifier import tiny_vit
 from zoo_testing import to_np
+
+from ensemble_zoo import pruning
+from ensemble_zoo.models import HydraImageClassifier
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,9 @@ def test_circuit_ranking_on_an_additive_score():
     rng = np.random.default_rng(0)
     weights = rng.permutation(12).reshape(3, 4).astype(float)
     order = pruning.circuit_head_ranking(lambda m: float((weights * m).sum()), 3, 4, 12)
-    expected = [tuple(int(i) for i in np.unravel_index(k, (3, 4))) for k in np.argsort(weights, axis=None)]
+    expected = [
+        tuple(int(i) for i in np.unravel_index(k, (3, 4))) for k in np.argsort(weights, axis=None)
+    ]
     assert order == expected
     # Ties break on the first candidate in (layer, head) order.
     assert pruning.circuit_head_ranking(lambda m: 0.0, 2, 2, 2) == [(0, 0), (0, 1)]
@@ -134,7 +136,9 @@ def test_member_masks_from_rankings():
     masks = pruning.masks_from_rankings([ranking, ranking[::-1]], 2, 4, num_prune=2)
     assert masks.shape == (2, 2, 4)
     assert not masks[0, 0, 1] and not masks[0, 1, 3] and masks.sum() == 12
-    sampled = pruning.sample_member_masks(ranking, 2, 4, num_prune=2, pool_size=4, num_members=3, seed=0)
+    sampled = pruning.sample_member_masks(
+        ranking, 2, 4, num_prune=2, pool_size=4, num_members=3, seed=0
+    )
     assert sampled.shape == (3, 2, 4) and (sampled.reshape(3, -1).sum(1) == 6).all()
     pruned = {(l, h) for m in sampled for l, h in zip(*np.nonzero(~m))}
     assert pruned <= set(ranking[:4])  # only from the pool

@@ -33,13 +33,31 @@ def token_batch(vocabulary_size):
 def generate_cases(vocabulary_size):
     cases = []
     for value in (0, -3, 1, "12", 12.5, True):
-        cases.append((f"max_length={value!r}", dict(inputs=[PROMPT], max_length=value), "max_length"))
+        cases.append(
+            (f"max_length={value!r}", dict(inputs=[PROMPT], max_length=value), "max_length")
+        )
     for value in ("x", [vocabulary_size + 5], [-1], [1.5]):
-        cases.append((f"stop_token_ids={value!r}", dict(inputs=[PROMPT], max_length=12, stop_token_ids=value), "stop_token_ids"))
+        cases.append(
+            (
+                f"stop_token_ids={value!r}",
+                dict(inputs=[PROMPT], max_length=12, stop_token_ids=value),
+                "stop_token_ids",
+            )
+        )
     for value in ("yes", 2):
-        cases.append((f"strip_prompt={value!r}", dict(inputs=[PROMPT], max_length=12, strip_prompt=value), "strip_prompt"))
+        cases.append(
+            (
+                f"strip_prompt={value!r}",
+                dict(inputs=[PROMPT], max_length=12, strip_prompt=value),
+                "strip_prompt",
+            )
+        )
     cases += [
-        ("return_uncertainty='yes'", dict(inputs=[PROMPT], return_uncertainty="yes"), "return_uncertainty"),
+        (
+            "return_uncertainty='yes'",
+            dict(inputs=[PROMPT], return_uncertainty="yes"),
+            "return_uncertainty",
+        ),
         ("no prompt", dict(inputs=[], max_length=12), "inputs"),
         ("a number", dict(inputs=[17], max_length=12), "inputs"),
         ("None", dict(inputs=None, max_length=12), "inputs"),
@@ -47,11 +65,17 @@ def generate_cases(vocabulary_size):
         ("an id array", dict(inputs=np.zeros((1, 4), "int32"), max_length=12), "inputs"),
         ("over-long prompt", dict(inputs=["1+2=" * 20], max_length=12), "max_length"),
         ("prompt over max_length", dict(inputs=["12345678901="], max_length=12), "max_length"),
-        ("over-long prompt, uncertainty", dict(inputs=["1+2=" * 20], max_length=12, return_uncertainty=True), "max_length"),
+        (
+            "over-long prompt, uncertainty",
+            dict(inputs=["1+2=" * 20], max_length=12, return_uncertainty=True),
+            "max_length",
+        ),
     ]
     ids, mask = token_batch(vocabulary_size)
     bad_dicts = {
-        "out-of-vocabulary id": dict(token_ids=np.where(np.arange(12) == 1, vocabulary_size + 3, ids), padding_mask=mask),
+        "out-of-vocabulary id": dict(
+            token_ids=np.where(np.arange(12) == 1, vocabulary_size + 3, ids), padding_mask=mask
+        ),
         "negative id": dict(token_ids=np.where(np.arange(12) == 1, -2, ids), padding_mask=mask),
         "fractional ids": dict(token_ids=ids + 0.5, padding_mask=mask),
         "mask shape": dict(token_ids=ids, padding_mask=mask[:, :5]),
@@ -89,13 +113,27 @@ def test_fuzz_generate_score_and_loops(ensemble):
     oov = np.where(np.arange(12) == 1, vocabulary_size + 3, ids)
     loops = {
         "score_uncertainty oov": (lambda: model.score_uncertainty(oov[:, :3]), "token_ids"),
-        "score_uncertainty chunk_size": (lambda: model.score_uncertainty(ids[:, :3], chunk_size=0), "chunk_size"),
+        "score_uncertainty chunk_size": (
+            lambda: model.score_uncertainty(ids[:, :3], chunk_size=0),
+            "chunk_size",
+        ),
         "fit no prompt": (lambda: model.fit([], verbose=0), "x"),
-        "fit oov": (lambda: model.fit({"token_ids": oov, "padding_mask": mask}, ids, verbose=0), "token_ids"),
-        "fit labels oov": (lambda: model.fit({"token_ids": ids, "padding_mask": mask}, oov, verbose=0), "y"),
+        "fit oov": (
+            lambda: model.fit({"token_ids": oov, "padding_mask": mask}, ids, verbose=0),
+            "token_ids",
+        ),
+        "fit labels oov": (
+            lambda: model.fit({"token_ids": ids, "padding_mask": mask}, oov, verbose=0),
+            "y",
+        ),
         "fit epochs": (lambda: model.fit([PROMPT], epochs=-1, verbose=0), "epochs"),
         "fit batch_size": (lambda: model.fit([PROMPT], batch_size="2", verbose=0), "batch_size"),
-        "evaluate sample_weight": (lambda: model.evaluate([PROMPT, PROMPT], sample_weight=np.array([1.0, np.nan]), verbose=0), "sample_weight"),
+        "evaluate sample_weight": (
+            lambda: model.evaluate(
+                [PROMPT, PROMPT], sample_weight=np.array([1.0, np.nan]), verbose=0
+            ),
+            "sample_weight",
+        ),
         "predict None": (lambda: model.predict(None, verbose=0), "x"),
     }
     for case, (call, argument) in loops.items():
@@ -115,10 +153,22 @@ def test_fuzz_token_loss_predictor_loops():
     oov = np.where(np.arange(12) == 1, vocabulary_size + 3, ids)
     problems = []
     for case, call, argument in [
-        ("fit oov", lambda: predictor.fit({"token_ids": oov, "padding_mask": mask}, verbose=0), "token_ids"),
+        (
+            "fit oov",
+            lambda: predictor.fit({"token_ids": oov, "padding_mask": mask}, verbose=0),
+            "token_ids",
+        ),
         ("fit no prompt", lambda: predictor.fit([], verbose=0), "x"),
-        ("predict oov", lambda: predictor.predict({"token_ids": oov, "padding_mask": mask}, verbose=0), "token_ids"),
-        ("predict batch_size", lambda: predictor.predict([PROMPT], batch_size=0, verbose=0), "batch_size"),
+        (
+            "predict oov",
+            lambda: predictor.predict({"token_ids": oov, "padding_mask": mask}, verbose=0),
+            "token_ids",
+        ),
+        (
+            "predict batch_size",
+            lambda: predictor.predict([PROMPT], batch_size=0, verbose=0),
+            "batch_size",
+        ),
     ]:
         _check(call, argument, problems, case)
     assert not problems, "\n".join(problems)

@@ -114,7 +114,9 @@ def _cases():
 
     def add(name, fn, good, argument, bad_values):
         for case, value in bad_values.items():
-            table.append((f"{name}-{argument}-{case}", fn, dict(good, **{argument: value}), argument))
+            table.append(
+                (f"{name}-{argument}-{case}", fn, dict(good, **{argument: value}), argument)
+            )
 
     met = ez.metrics
     with_labels = {
@@ -132,9 +134,20 @@ def _cases():
         good = dict(probs=PROBS, labels=LABELS)
         add(name, fn, good, "probs", bad_probabilities(PROBS))
         add(name, fn, good, "labels", bad_labels(LABELS, C))
-    for name in ("expected_calibration_error", "adaptive_calibration_error", "maximum_calibration_error", "calibration_bins"):
+    for name in (
+        "expected_calibration_error",
+        "adaptive_calibration_error",
+        "maximum_calibration_error",
+        "calibration_bins",
+    ):
         add(name, with_labels[name], dict(probs=PROBS, labels=LABELS), "num_bins", bad_counts())
-    add("calibration_bins", met.calibration_bins, dict(probs=PROBS, labels=LABELS), "binning", {"unknown": "log", "none": None})
+    add(
+        "calibration_bins",
+        met.calibration_bins,
+        dict(probs=PROBS, labels=LABELS),
+        "binning",
+        {"unknown": "log", "none": None},
+    )
     for name in ("aurc", "risk_coverage_curve"):
         confidences = bad_scores(SCORES)
         del confidences["none"]  # the default: the maximum probability
@@ -142,25 +155,54 @@ def _cases():
 
     add("entropy", met.entropy, dict(probs=PROBS), "probs", bad_probabilities(PROBS))
     add("entropy", met.entropy, dict(probs=PROBS), "reduction", bad_reductions())
-    for name, fn in (("mutual_information", met.mutual_information), ("ensemble_of_ensembles_mutual_information", met.ensemble_of_ensembles_mutual_information)):
+    for name, fn in (
+        ("mutual_information", met.mutual_information),
+        ("ensemble_of_ensembles_mutual_information", met.ensemble_of_ensembles_mutual_information),
+    ):
         good = dict(member_probs=MEMBER_PROBS)
         if "ensemble_of" in name:
             good["num_groups"] = 2
             add(name, fn, good, "num_groups", dict(bad_counts(), not_dividing=3))
         add(name, fn, good, "member_probs", bad_member_probabilities(MEMBER_PROBS))
-        add(f"{name}.logits", fn, dict(good, member_probs=LOGITS, from_logits=True), "member_probs", bad_member_logits(LOGITS))
+        add(
+            f"{name}.logits",
+            fn,
+            dict(good, member_probs=LOGITS, from_logits=True),
+            "member_probs",
+            bad_member_logits(LOGITS),
+        )
         add(name, fn, good, "from_logits", bad_flags())
         add(name, fn, good, "reduction", bad_reductions())
-    add("weighted_mutual_information", met.weighted_mutual_information, dict(member_logits=LOGITS), "member_logits", bad_member_logits(LOGITS))
-    add("disagreement", met.disagreement, dict(member_outputs=LOGITS), "member_outputs", bad_member_logits(LOGITS))
-    add("disagreement", met.disagreement, dict(member_outputs=LOGITS), "reduction", bad_reductions())
+    add(
+        "weighted_mutual_information",
+        met.weighted_mutual_information,
+        dict(member_logits=LOGITS),
+        "member_logits",
+        bad_member_logits(LOGITS),
+    )
+    add(
+        "disagreement",
+        met.disagreement,
+        dict(member_outputs=LOGITS),
+        "member_outputs",
+        bad_member_logits(LOGITS),
+    )
+    add(
+        "disagreement", met.disagreement, dict(member_outputs=LOGITS), "reduction", bad_reductions()
+    )
 
     for name in ("ood_auroc", "ood_aupr", "fpr_at_95_tpr"):
         fn = getattr(met, name)
         good = dict(id_scores=SCORES, ood_scores=SCORES + 1)
         add(name, fn, good, "id_scores", bad_scores(SCORES))
         add(name, fn, good, "ood_scores", bad_scores(SCORES))
-    add("fpr_at_95_tpr", met.fpr_at_95_tpr, dict(id_scores=SCORES, ood_scores=SCORES + 1), "tpr", {"zero": 0.0, "above_one": 1.5, "string": "0.95", "nan": float("nan")})
+    add(
+        "fpr_at_95_tpr",
+        met.fpr_at_95_tpr,
+        dict(id_scores=SCORES, ood_scores=SCORES + 1),
+        "tpr",
+        {"zero": 0.0, "above_one": 1.5, "string": "0.95", "nan": float("nan")},
+    )
 
     bad_embeddings = {
         "nan": _with(EMBEDDINGS, (0, 0), np.nan),
@@ -180,7 +222,12 @@ def _cases():
         "nan": _with(LABELS, 0, np.nan, "float64"),
         "none": None,
     }
-    for name in ("recall_at_one", "nearest_neighbour_correct", "r_auroc", "recall_at_one_with_rejection"):
+    for name in (
+        "recall_at_one",
+        "nearest_neighbour_correct",
+        "r_auroc",
+        "recall_at_one_with_rejection",
+    ):
         fn = getattr(met, name)
         good = dict(embeddings=EMBEDDINGS, labels=LABELS)
         if name in ("r_auroc", "recall_at_one_with_rejection"):
@@ -190,24 +237,96 @@ def _cases():
             add(name, fn, good, "uncertainties", uncertainties)
         add(name, fn, good, "embeddings", bad_embeddings)
         add(name, fn, good, "labels", retrieval_labels)
-    add("recall_at_one_with_rejection", met.recall_at_one_with_rejection, dict(embeddings=EMBEDDINGS, labels=LABELS, uncertainties=SCORES), "rejection_rates", {"one": (1.0,), "negative": (-0.1,), "string": "0.1", "nan": (float("nan"),), "scalar": 0.1})
+    add(
+        "recall_at_one_with_rejection",
+        met.recall_at_one_with_rejection,
+        dict(embeddings=EMBEDDINGS, labels=LABELS, uncertainties=SCORES),
+        "rejection_rates",
+        {
+            "one": (1.0,),
+            "negative": (-0.1,),
+            "string": "0.1",
+            "nan": (float("nan"),),
+            "scalar": 0.1,
+        },
+    )
 
     ops = ez.ops
-    for name in ("predictive_probabilities", "predictive_log_probabilities", "uncertainty_decomposition", "mutual_information"):
+    for name in (
+        "predictive_probabilities",
+        "predictive_log_probabilities",
+        "uncertainty_decomposition",
+        "mutual_information",
+    ):
         fn = getattr(ops, name)
-        add(f"ops.{name}", fn, dict(member_logits=LOGITS), "member_logits", dict(bad_member_logits(LOGITS), integers=np.ones((N, M, C), "int32")))
-        add(f"ops.{name}.probabilities", fn, dict(member_logits=MEMBER_PROBS, from_logits=False), "member_logits", bad_member_probabilities(MEMBER_PROBS))
+        add(
+            f"ops.{name}",
+            fn,
+            dict(member_logits=LOGITS),
+            "member_logits",
+            dict(bad_member_logits(LOGITS), integers=np.ones((N, M, C), "int32")),
+        )
+        add(
+            f"ops.{name}.probabilities",
+            fn,
+            dict(member_logits=MEMBER_PROBS, from_logits=False),
+            "member_logits",
+            bad_member_probabilities(MEMBER_PROBS),
+        )
         add(f"ops.{name}", fn, dict(member_logits=LOGITS), "from_logits", bad_flags())
-    add("ops.entropy", ops.entropy, dict(probabilities=PROBS), "probabilities", {k: v for k, v in bad_probabilities(PROBS).items() if k not in ("empty", "rank_1")})
-    add("ops.entropy", ops.entropy, dict(probabilities=PROBS), "axis", {"out_of_range": 2, "string": "x", "float": 1.0})
-    add("ops.entropy_from_logits", ops.entropy_from_logits, dict(logits=LOGITS[:, 0]), "logits", {"nan": _with(LOGITS[:, 0], (0, 0), np.nan), "zero_classes": LOGITS[:, 0, :0], "complex": LOGITS[:, 0].astype(np.complex64), "string": np.full((N, C), "a"), "none": None, "scalar": np.float32(1.0)})
-    add("ops.entropy_from_logits", ops.entropy_from_logits, dict(logits=LOGITS[:, 0]), "axis", {"out_of_range": 2, "string": "x"})
+    add(
+        "ops.entropy",
+        ops.entropy,
+        dict(probabilities=PROBS),
+        "probabilities",
+        {k: v for k, v in bad_probabilities(PROBS).items() if k not in ("empty", "rank_1")},
+    )
+    add(
+        "ops.entropy",
+        ops.entropy,
+        dict(probabilities=PROBS),
+        "axis",
+        {"out_of_range": 2, "string": "x", "float": 1.0},
+    )
+    add(
+        "ops.entropy_from_logits",
+        ops.entropy_from_logits,
+        dict(logits=LOGITS[:, 0]),
+        "logits",
+        {
+            "nan": _with(LOGITS[:, 0], (0, 0), np.nan),
+            "zero_classes": LOGITS[:, 0, :0],
+            "complex": LOGITS[:, 0].astype(np.complex64),
+            "string": np.full((N, C), "a"),
+            "none": None,
+            "scalar": np.float32(1.0),
+        },
+    )
+    add(
+        "ops.entropy_from_logits",
+        ops.entropy_from_logits,
+        dict(logits=LOGITS[:, 0]),
+        "axis",
+        {"out_of_range": 2, "string": "x"},
+    )
     x = RNG.normal(size=(N, 5)).astype("float32")
     for name in ("tile_members", "untile_members"):
         fn = getattr(ops, name)
         add(f"ops.{name}", fn, dict(x=x, num_members=2), "num_members", bad_counts())
-        add(f"ops.{name}", fn, dict(x=x, num_members=2), "x", {"scalar": np.float32(1.0), "string": np.full((N, 5), "a"), "none": None})
-    add("ops.untile_members", ops.untile_members, dict(x=x, num_members=2), "x", {"not_divisible": x[:5]})
+        add(
+            f"ops.{name}",
+            fn,
+            dict(x=x, num_members=2),
+            "x",
+            {"scalar": np.float32(1.0), "string": np.full((N, 5), "a"), "none": None},
+        )
+    add(
+        "ops.untile_members",
+        ops.untile_members,
+        dict(x=x, num_members=2),
+        "x",
+        {"not_divisible": x[:5]},
+    )
 
     los = ez.losses
     target, predicted = np.abs(SCORES).astype("float32"), SCORES.astype("float32")
@@ -215,8 +334,26 @@ def _cases():
         fn = getattr(los, name)
         good = dict(target_losses=target, predicted=predicted)
         for argument in ("target_losses", "predicted"):
-            add(f"losses.{name}", fn, good, argument, {"too_short": target[:-1], "rank_3": target.reshape(1, 2, 3), "string": target.astype(str), "none": None, "complex": target.astype(np.complex64)})
-    add("losses.pairwise_ranking_loss", los.pairwise_ranking_loss, dict(target_losses=target, predicted=predicted), "margin", {"negative": -0.1, "string": "0.1", "nan": float("nan")})
+            add(
+                f"losses.{name}",
+                fn,
+                good,
+                argument,
+                {
+                    "too_short": target[:-1],
+                    "rank_3": target.reshape(1, 2, 3),
+                    "string": target.astype(str),
+                    "none": None,
+                    "complex": target.astype(np.complex64),
+                },
+            )
+    add(
+        "losses.pairwise_ranking_loss",
+        los.pairwise_ranking_loss,
+        dict(target_losses=target, predicted=predicted),
+        "margin",
+        {"negative": -0.1, "string": "0.1", "nan": float("nan")},
+    )
     return table
 
 

@@ -15,8 +15,10 @@ LABELS = np.array([0, 1, 4, 2])
 
 def metric_classes():
     return [
-        ez.metrics.EnsembleAccuracy(), ez.metrics.NegativeLogLikelihood(),
-        ez.metrics.ExpectedCalibrationError(), ez.metrics.BrierScore(),
+        ez.metrics.EnsembleAccuracy(),
+        ez.metrics.NegativeLogLikelihood(),
+        ez.metrics.ExpectedCalibrationError(),
+        ez.metrics.BrierScore(),
     ]
 
 
@@ -40,8 +42,11 @@ def test_metric_classes_and_the_loss_reject_bad_values(labels, predictions, matc
 
 def test_two_d_logits_are_not_read_as_probabilities():
     logits = LOGITS[:, 0]
-    for metric in (ez.metrics.NegativeLogLikelihood(), ez.metrics.BrierScore(),
-                   ez.metrics.ExpectedCalibrationError()):
+    for metric in (
+        ez.metrics.NegativeLogLikelihood(),
+        ez.metrics.BrierScore(),
+        ez.metrics.ExpectedCalibrationError(),
+    ):
         with pytest.raises(ValueError, match="from_logits=True"):
             metric.update_state(LABELS, logits)
     # Probabilities and from_logits=True are accepted, and exact.
@@ -70,15 +75,27 @@ def _with(array, index, value, dtype=None):
 
 
 BAD_Y_TRUE = {
-    "fractional": LABELS + 0.5, "too_large": _with(LABELS, 2, 5), "negative": _with(LABELS, 1, -1),
-    "nan": _with(LABELS, 0, np.nan, "float64"), "string": LABELS.astype(str),
-    "complex": LABELS.astype(np.complex64), "short": LABELS[:-1], "empty": LABELS[:0], "none": None,
+    "fractional": LABELS + 0.5,
+    "too_large": _with(LABELS, 2, 5),
+    "negative": _with(LABELS, 1, -1),
+    "nan": _with(LABELS, 0, np.nan, "float64"),
+    "string": LABELS.astype(str),
+    "complex": LABELS.astype(np.complex64),
+    "short": LABELS[:-1],
+    "empty": LABELS[:0],
+    "none": None,
 }
 BAD_Y_PRED = {
-    "nan": _with(LOGITS, (0, 0, 0), np.nan), "inf": _with(LOGITS, (0, 0, 0), np.inf),
-    "string": np.full(LOGITS.shape, "a"), "complex": LOGITS.astype(np.complex64),
-    "rank_1": LOGITS[0, 0], "rank_4": LOGITS[None], "zero_classes": LOGITS[..., :0],
-    "zero_members": LOGITS[:, :0], "empty": LOGITS[:0], "none": None,
+    "nan": _with(LOGITS, (0, 0, 0), np.nan),
+    "inf": _with(LOGITS, (0, 0, 0), np.inf),
+    "string": np.full(LOGITS.shape, "a"),
+    "complex": LOGITS.astype(np.complex64),
+    "rank_1": LOGITS[0, 0],
+    "rank_4": LOGITS[None],
+    "zero_classes": LOGITS[..., :0],
+    "zero_members": LOGITS[:, :0],
+    "empty": LOGITS[:0],
+    "none": None,
 }
 
 
@@ -103,7 +120,9 @@ def test_fuzz_metric_and_loss_classes():
                     if f"`{argument}`" not in str(e) and "batch" not in str(e):
                         problems.append(f"{type(obj).__name__} {argument}={case}: {e}")
                 except Exception as e:
-                    problems.append(f"{type(obj).__name__} {argument}={case}: {type(e).__name__}: {e}")
+                    problems.append(
+                        f"{type(obj).__name__} {argument}={case}: {type(e).__name__}: {e}"
+                    )
                 else:
                     problems.append(f"{type(obj).__name__} {argument}={case}: no error")
     assert not problems, "\n".join(problems)

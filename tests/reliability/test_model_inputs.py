@@ -4,9 +4,9 @@ that raised; TensorFlow let a wrong image size through after a retrace)."""
 
 import numpy as np
 import pytest
+from conftest import BACKEND
 
 import ensemble_zoo as ez
-from conftest import BACKEND
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +53,13 @@ def test_bad_labels_are_clear_errors_and_the_model_stays_usable(model_and_data):
     before = model.evaluate(x, y, verbose=0, return_dict=True)
     bad = y.copy()
     bad[3] = 8  # the digits model has 8 classes
-    with pytest.raises(ValueError, match=r"`y` must hold class indices in \[0, 7\]; got 8 \(at index 3\)"):
+    with pytest.raises(
+        ValueError, match=r"`y` must hold class indices in \[0, 7\]; got 8 \(at index 3\)"
+    ):
         model.evaluate(x, bad, verbose=0)
-    with pytest.raises(ValueError, match="`y` must hold integer class indices; got fractional values such as 1.5"):
+    with pytest.raises(
+        ValueError, match="`y` must hold integer class indices; got fractional values such as 1.5"
+    ):
         model.fit(x, np.where(np.arange(10) == 2, 1.5, y), epochs=1, verbose=0)
     with pytest.raises(ValueError, match=r"`y` must hold class indices of shape \(batch,\)"):
         model.evaluate(x, np.stack([y, y], 1), verbose=0)
@@ -81,9 +85,7 @@ def test_frozen_loss_prediction_preset_trains_only_its_head():
     """Under TensorFlow the loaded preset once listed the frozen ViT's
     76 variables as trainable (a backbone deserialized with `trainable:
     false` did not pass the flag to its sublayers)."""
-    model = ez.models.LossPredictionImageClassifier.from_preset(
-        "loss_prediction_vit_tiny_digits"
-    )
+    model = ez.models.LossPredictionImageClassifier.from_preset("loss_prediction_vit_tiny_digits")
     paths = [v.path for v in model.trainable_variables]
     assert len(paths) == 6 and all(p.startswith("uncertainty_head/") for p in paths)
     assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 288_257

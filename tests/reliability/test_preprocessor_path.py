@@ -29,8 +29,11 @@ def preset():
 
 @pytest.mark.parametrize(
     "labels, match",
-    [(lambda y: y * 0 + 8, r"\[0, 7\].*got 8"), (lambda y: y + 0.5, "fractional"),
-     (lambda y: y * 0 - 1, "got -1")],
+    [
+        (lambda y: y * 0 + 8, r"\[0, 7\].*got 8"),
+        (lambda y: y + 0.5, "fractional"),
+        (lambda y: y * 0 - 1, "got -1"),
+    ],
     ids=["num_classes", "fractional", "negative"],
 )
 def test_evaluate_and_fit_reject_bad_labels_and_stay_usable(preset, labels, match):
@@ -60,18 +63,28 @@ def _mark(x, value):
 
 def bad_images(x):
     return {
-        "nan": _mark(x, np.nan), "inf": _mark(x, np.inf),
-        "three_channels": np.repeat(x, 3, axis=-1), "empty": x[:0],
-        "rank_3": x[..., 0], "rank_5": x[None], "string": x.astype(str),
-        "complex": x.astype(np.complex64), "bool": x > 0.5, "none": None,
+        "nan": _mark(x, np.nan),
+        "inf": _mark(x, np.inf),
+        "three_channels": np.repeat(x, 3, axis=-1),
+        "empty": x[:0],
+        "rank_3": x[..., 0],
+        "rank_5": x[None],
+        "string": x.astype(str),
+        "complex": x.astype(np.complex64),
+        "bool": x > 0.5,
+        "none": None,
     }
 
 
 def bad_labels(y):
     return {
-        "num_classes": y * 0 + 8, "fractional": y + 0.5, "negative": y * 0 - 1,
-        "nan": np.where(np.arange(len(y)) == 2, np.nan, y), "short": y[:-1],
-        "two_columns": np.stack([y, y], 1), "one_hot": np.eye(8)[y],
+        "num_classes": y * 0 + 8,
+        "fractional": y + 0.5,
+        "negative": y * 0 - 1,
+        "nan": np.where(np.arange(len(y)) == 2, np.nan, y),
+        "short": y[:-1],
+        "two_columns": np.stack([y, y], 1),
+        "one_hot": np.eye(8)[y],
         "string": y.astype(str),
     }
 
@@ -93,17 +106,38 @@ def argument_cases(x, y):
     cases = []
     for value in ("8", 0, 2.5, -1, True):
         cases += [
-            (f"predict-batch_size-{value!r}", lambda m, v=value: m.predict(x, batch_size=v, verbose=0), "batch_size"),
-            (f"fit-batch_size-{value!r}", lambda m, v=value: m.fit(x, y, batch_size=v, verbose=0), "batch_size"),
+            (
+                f"predict-batch_size-{value!r}",
+                lambda m, v=value: m.predict(x, batch_size=v, verbose=0),
+                "batch_size",
+            ),
+            (
+                f"fit-batch_size-{value!r}",
+                lambda m, v=value: m.fit(x, y, batch_size=v, verbose=0),
+                "batch_size",
+            ),
         ]
     for value in ("1", -1, 1.5):
-        cases.append((f"fit-epochs-{value!r}", lambda m, v=value: m.fit(x, y, epochs=v, verbose=0), "epochs"))
-    weights = {"nan": np.where(np.arange(len(y)) == 1, np.nan, 1.0), "negative": -np.ones(len(y)),
-               "short": np.ones(len(y) - 1)}
+        cases.append(
+            (f"fit-epochs-{value!r}", lambda m, v=value: m.fit(x, y, epochs=v, verbose=0), "epochs")
+        )
+    weights = {
+        "nan": np.where(np.arange(len(y)) == 1, np.nan, 1.0),
+        "negative": -np.ones(len(y)),
+        "short": np.ones(len(y) - 1),
+    }
     for name, w in weights.items():
         cases += [
-            (f"fit-sample_weight-{name}", lambda m, w=w: m.fit(x, y, sample_weight=w, verbose=0), "sample_weight"),
-            (f"evaluate-sample_weight-{name}", lambda m, w=w: m.evaluate(x, y, sample_weight=w, verbose=0), "sample_weight"),
+            (
+                f"fit-sample_weight-{name}",
+                lambda m, w=w: m.fit(x, y, sample_weight=w, verbose=0),
+                "sample_weight",
+            ),
+            (
+                f"evaluate-sample_weight-{name}",
+                lambda m, w=w: m.evaluate(x, y, sample_weight=w, verbose=0),
+                "sample_weight",
+            ),
         ]
     cases.append(("evaluate-x_y_lengths", lambda m: m.evaluate(x, y[:8], verbose=0), "y"))
     return cases
@@ -116,10 +150,14 @@ def _fuzz(model, x, y):
     for case, images in bad_images(x).items():
         labels = y if images is None or len(images) == len(y) else y[: len(images)]
         for entry, call in IMAGE_ENTRIES.items():
-            calls.append((f"{entry}-x-{case}", lambda m, c=call, i=images, l=labels: c(m, i, l), "x"))
+            calls.append(
+                (f"{entry}-x-{case}", lambda m, c=call, i=images, l=labels: c(m, i, l), "x")
+            )
     for case, labels in bad_labels(y).items():
         for entry in LABEL_ENTRIES:
-            calls.append((f"{entry}-y-{case}", lambda m, c=IMAGE_ENTRIES[entry], l=labels: c(m, x, l), "y"))
+            calls.append(
+                (f"{entry}-y-{case}", lambda m, c=IMAGE_ENTRIES[entry], l=labels: c(m, x, l), "y")
+            )
     calls += argument_cases(x, y)
     problems = []
     for case, call, argument in calls:
@@ -138,8 +176,12 @@ def _fuzz(model, x, y):
 
 @pytest.mark.parametrize(
     "name, plain",
-    [("vit_tiny_digits", False), ("vit_tiny_digits", True),
-     ("loss_prediction_vit_tiny_digits", False), ("mimo_vit_tiny_digits", False)],
+    [
+        ("vit_tiny_digits", False),
+        ("vit_tiny_digits", True),
+        ("loss_prediction_vit_tiny_digits", False),
+        ("mimo_vit_tiny_digits", False),
+    ],
     ids=["ensemble", "ensemble-no_preprocessor", "loss_prediction", "mimo"],
 )
 def test_fuzz_task_loops(name, plain):
@@ -182,7 +224,19 @@ def test_fuzz_text_task_loops():
     import keras_hub
     import zoo_testing
 
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", ".", "slow"]
+    vocabulary = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        ".",
+        "slow",
+    ]
     bert = zoo_testing.tiny_bert(vocabulary_size=len(vocabulary))
     model = ez.models.LoRAEnsembleTextClassifier.from_keras_hub(bert, num_members=2, rank=2, seed=0)
     texts, y = ["the quick brown fox.", "the slow brown fox."], np.array([0, 2])

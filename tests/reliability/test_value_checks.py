@@ -5,10 +5,10 @@ own ops, and the models' internal calls never raise on NaN outputs."""
 import keras
 import numpy as np
 import pytest
+from conftest import BACKEND
 from keras import ops
 
 import ensemble_zoo as ez
-from conftest import BACKEND
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 
 LOGITS = np.random.default_rng(0).normal(size=(3, 2, 4)).astype("float32")
@@ -38,7 +38,9 @@ def _compiled(fn):
     return None  # torch.compile costs tens of seconds on CPU
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="torch.compile is covered in tests/models/test_torch_compile.py")
+@pytest.mark.skipif(
+    BACKEND == "torch", reason="torch.compile is covered in tests/models/test_torch_compile.py"
+)
 def test_compiled_graphs_pass_nan_through():
     probs = ops.convert_to_numpy(
         _compiled(ez.ops.predictive_probabilities)(ops.convert_to_tensor(NAN_LOGITS))
@@ -63,9 +65,16 @@ def test_the_harness_names_the_set_with_non_finite_predictions():
     y = np.arange(10) % 3
     noisy = x.copy()
     noisy[7, 1] = np.nan
-    with pytest.raises(ValueError, match=r"predictions on `ood_data\['noise'\]` are not finite: 1 of 10 samples .* \(first: sample 7\)"):
-        ez.evaluation.evaluate(model, (x, y), ood_data={"noise": noisy}, batch_size=4, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"predictions on `ood_data\['noise'\]` are not finite: 1 of 10 samples .* \(first: sample 7\)",
+    ):
+        ez.evaluation.evaluate(
+            model, (x, y), ood_data={"noise": noisy}, batch_size=4, progress=False
+        )
     # The model still evaluates clean data afterwards.
     report = ez.evaluation.evaluate(model, (x, y), batch_size=4, progress=False)
     probs = ops.convert_to_numpy(ops.softmax(model(x), axis=-1))
-    assert report.metrics["in_distribution"]["accuracy"] == pytest.approx(np.mean(probs.argmax(1) == y))
+    assert report.metrics["in_distribution"]["accuracy"] == pytest.approx(
+        np.mean(probs.argmax(1) == y)
+    )

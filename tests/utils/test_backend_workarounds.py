@@ -16,15 +16,15 @@ import importlib
 import keras
 import numpy as np
 import pytest
-
 from conftest import BACKEND
 from conftest import run_python
+from zoo_testing import to_np
+
 from ensemble_zoo.utils import workaround_replacements
 from ensemble_zoo.utils import workarounds
 from ensemble_zoo.utils.backend import ZooWorkaroundsMixin
 from ensemble_zoo.utils.backend import installed_workarounds
 from ensemble_zoo.utils.backend import zoo_workarounds
-from zoo_testing import to_np
 
 requires_workarounds = pytest.mark.skipif(
     BACKEND == "tensorflow", reason="no workaround applies under TensorFlow"
@@ -36,7 +36,7 @@ requires_workarounds = pytest.mark.skipif(
 # class in a loaded Keras / keras-hub module, and the outputs of a plain
 # keras-hub model and of seeded random ops, before and after importing
 # `ensemble_zoo`, and after running a zoo model and loading a preset.
-IMPORT_CHECK = r'''
+IMPORT_CHECK = r"""
 import importlib
 import sys
 
@@ -142,7 +142,7 @@ for label, outs in (("import", after_import), ("zoo model", after_zoo_model)):
     for i, (a, b) in enumerate(zip(before, outs)):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (label, i)
 print("unchanged", len(TARGETS), len(names), len(before))
-'''
+"""
 
 
 @requires_workarounds
@@ -170,9 +170,7 @@ def _module_functions():
 def test_scope_installs_inside_restores_outside_and_on_errors():
     names = {w.name for w in workarounds.workarounds_for()}
     originals = {w.name: w.original() for w in workarounds.workarounds_for()}
-    replacements = {
-        w.name: w.replacement() for w in workarounds.workarounds_for()
-    }
+    replacements = {w.name: w.replacement() for w in workarounds.workarounds_for()}
     assert names and _module_functions() == originals
     with zoo_workarounds():
         assert set(installed_workarounds()) == names
@@ -234,9 +232,7 @@ def test_jax_float16_attention_on_cpu_is_still_needed():
     assert out.dtype == np.float16
     q32 = q.astype("float32")
     reference = to_np(keras.ops.dot_product_attention(q32, q32, q32))
-    np.testing.assert_allclose(
-        to_np(out).astype("float32"), reference, atol=2e-3
-    )
+    np.testing.assert_allclose(to_np(out).astype("float32"), reference, atol=2e-3)
 
 
 @requires_jax_cpu
@@ -245,8 +241,8 @@ def test_zoo_model_runs_float16_attention_jitted_on_cpu():
     keras-hub ViTs under mixed_float16, jitted outside Keras' step
     functions, compiles on a CPU where the plain ViT does not."""
     import jax
-
     from zoo_testing import tiny_vit
+
     import ensemble_zoo as ez
 
     previous = keras.config.dtype_policy()
@@ -377,7 +373,9 @@ def test_torch_slice_at_a_tensor_start_is_still_needed():
     assert _dynamo_run(read, cache, index, scoped=True) == ({}, 1)
     expected = to_np(read(cache, index))
     with zoo_workarounds():
-        np.testing.assert_array_equal(to_np(torch.compile(read, backend="eager")(cache, index)), expected)
+        np.testing.assert_array_equal(
+            to_np(torch.compile(read, backend="eager")(cache, index)), expected
+        )
 
 
 @requires_torch
@@ -400,22 +398,41 @@ def test_torch_cpu_einsum_contraction_is_still_needed():
 
     x, w = torch.randn(1, 1, 8), torch.randn(8, 16)
     assert extern_calls(lambda a, b: torch.einsum("btd,df->btf", a, b), x, w) == 0
-    assert extern_calls(lambda a, b: workaround_replacements.tensordot_einsum("btd,df->btf", a, b), x, w) == 1
+    assert (
+        extern_calls(
+            lambda a, b: workaround_replacements.tensordot_einsum("btd,df->btf", a, b), x, w
+        )
+        == 1
+    )
     rng = np.random.default_rng(0)
     for equation, shapes in [
-        ("btd,df->btf", [(2, 3, 8), (8, 16)]), ("btd,ndh->btnh", [(2, 3, 8), (4, 8, 5)]),
-        ("btnh,nhd->btd", [(2, 3, 4, 5), (4, 5, 8)]), ("bqm,muh->bquh", [(2, 3, 8), (8, 4, 5)]),
-        ("bquh,uhm->bqm", [(2, 3, 4, 5), (4, 5, 8)]), ("btd,dr->btr", [(2, 3, 8), (8, 2)]),
+        ("btd,df->btf", [(2, 3, 8), (8, 16)]),
+        ("btd,ndh->btnh", [(2, 3, 8), (4, 8, 5)]),
+        ("btnh,nhd->btd", [(2, 3, 4, 5), (4, 5, 8)]),
+        ("bqm,muh->bquh", [(2, 3, 8), (8, 4, 5)]),
+        ("bquh,uhm->bqm", [(2, 3, 4, 5), (4, 5, 8)]),
+        ("btd,dr->btr", [(2, 3, 8), (8, 2)]),
     ]:
         a, b = (torch.as_tensor(rng.normal(size=s), dtype=torch.float32) for s in shapes)
         np.testing.assert_allclose(
             to_np(workaround_replacements.tensordot_einsum(equation, a, b)),
-            to_np(torch.einsum(equation, a, b)), atol=1e-5, err_msg=equation,
+            to_np(torch.einsum(equation, a, b)),
+            atol=1e-5,
+            err_msg=equation,
         )
     a = torch.randn(2, 3)
     for kept in ("ij,ij->ij", "ij,jk->ijk", "ii,ij->j", "...j,jk->...k", "ij,jk->k"):
-        b = torch.randn(2, 3) if kept.startswith("ij,ij") or kept.startswith("ii") else torch.randn(3, 4)
-        assert workaround_replacements.tensordot_einsum(kept, a if not kept.startswith("ii") else torch.randn(2, 2), b) is None, kept
+        b = (
+            torch.randn(2, 3)
+            if kept.startswith("ij,ij") or kept.startswith("ii")
+            else torch.randn(3, 4)
+        )
+        assert (
+            workaround_replacements.tensordot_einsum(
+                kept, a if not kept.startswith("ii") else torch.randn(2, 2), b
+            )
+            is None
+        ), kept
 
 
 requires_jax = pytest.mark.skipif(BACKEND != "jax", reason="a JAX workaround")
@@ -437,7 +454,9 @@ def test_jax_cudnn_attention_is_asked_per_shape(caplog):
         calls.append(query.shape)
         return True
 
-    check = workaround_replacements.cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "gpu")
+    check = workaround_replacements.cudnn_attention_only_where_it_traces(
+        keras_check, platform=lambda: "gpu"
+    )
     q = jax.numpy.ones((2, 197, 4, 64), "bfloat16")
     with caplog.at_level("WARNING"):
         assert check(q, q, q, None) is False
@@ -447,5 +466,7 @@ def test_jax_cudnn_attention_is_asked_per_shape(caplog):
         lambda *args, **kwargs: False, platform=lambda: "gpu"
     )
     assert refusing(q, q, q, None) is False
-    on_cpu = workaround_replacements.cudnn_attention_only_where_it_traces(keras_check, platform=lambda: "cpu")
+    on_cpu = workaround_replacements.cudnn_attention_only_where_it_traces(
+        keras_check, platform=lambda: "cpu"
+    )
     assert on_cpu(q, q, q, None) is True  # only a GPU is asked again

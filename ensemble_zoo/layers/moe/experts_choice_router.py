@@ -29,9 +29,7 @@ def experts_choice_metrics(dispatch, top_gates, experts):
     thresholds = [2**i for i in range(int(math.log2(experts)) + 1)] + [experts]
     for t in thresholds:
         processed = ops.cast(n_items >= t, "float32")
-        metrics[f"ratio_processed_items_by_at_least_{t}_experts"] = ops.mean(
-            processed
-        )
+        metrics[f"ratio_processed_items_by_at_least_{t}_experts"] = ops.mean(processed)
     return metrics
 
 
@@ -148,9 +146,7 @@ class ExpertsChoiceRouter(GatedRouter):
             **kwargs,
         )
 
-    def compute_output_spec(
-        self, inputs, training=None, dispatcher="einsum", **kwargs
-    ):
+    def compute_output_spec(self, inputs, training=None, dispatcher="einsum", **kwargs):
         shape = self._output_shape(inputs.shape, training=bool(training))
         if check_dispatcher(dispatcher) == "einsum":
             return {
@@ -184,9 +180,7 @@ class ExpertsChoiceRouter(GatedRouter):
         # none is). Not `ops.max(axis=...)`: under PyTorch it breaks
         # torch.compile's graph (an isinstance on `.values`, torch 2.13).
         earlier = ops.cumsum(equal, axis=2) - equal
-        ties = ops.sum(earlier * equal, axis=-1) / ops.maximum(
-            ops.sum(equal, axis=-1), 1.0
-        )
+        ties = ops.sum(earlier * equal, axis=-1) / ops.maximum(ops.sum(equal, axis=-1), 1.0)
         rank = larger + ties  # (M, G, S, E/M)
         slots = ops.arange(capacity, dtype="float32")
         dispatch = ops.cast(ops.equal(rank[..., None], slots), "float32")
@@ -223,9 +217,7 @@ class ExpertsChoiceRouter(GatedRouter):
             "slot_token": slot_token,
             "slot_valid": ops.ones(static_shape(slot_token), dtype="bool"),
             "token_slot": ops.transpose(position, (0, 1, 3, 2)),
-            "token_weight": ops.transpose(
-                gates * ops.cast(kept, "float32"), (0, 1, 3, 2)
-            ),
+            "token_weight": ops.transpose(gates * ops.cast(kept, "float32"), (0, 1, 3, 2)),
         }
 
     def call(self, inputs, training=None, dispatcher="einsum"):
@@ -251,7 +243,5 @@ class ExpertsChoiceRouter(GatedRouter):
         result["metrics"] = experts_choice_metrics(
             result["dispatch"], result["top_gates"], self.experts_per_member
         )
-        result["token_dispatch"] = self.token_dispatch(
-            result["dispatch"], static_shape(x)
-        )
+        result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
         return result

@@ -15,9 +15,7 @@ def check_capacity_factor(value, name):
         or not value > 0
         or math.isinf(value)
     ):
-        raise ValueError(
-            f"`{name}` must be a finite number > 0; got {value!r}."
-        )
+        raise ValueError(f"`{name}` must be a finite number > 0; got {value!r}.")
     return float(value)
 
 
@@ -29,14 +27,16 @@ def check_non_negative(value, name):
         or not value >= 0
         or math.isinf(value)
     ):
-        raise ValueError(
-            f"`{name}` must be a finite number >= 0; got {value!r}."
-        )
+        raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}.")
     return float(value)
 
 
 def compute_capacity(
-    group_size, num_experts, top_k, capacity_factor, multiple_of=1,
+    group_size,
+    num_experts,
+    top_k,
+    capacity_factor,
+    multiple_of=1,
     rounding="ceil",
 ):
     """Expert buffer size per routing group (a static Python int).
@@ -92,9 +92,7 @@ def compute_capacity(
 def check_capacity_rounding(rounding):
     """Validates `capacity_rounding` (`"ceil"` or `"round"`)."""
     if rounding not in ("ceil", "round"):
-        raise ValueError(
-            f"`capacity_rounding` must be 'ceil' or 'round'; got {rounding!r}."
-        )
+        raise ValueError(f"`capacity_rounding` must be 'ceil' or 'round'; got {rounding!r}.")
     return rounding
 
 
@@ -149,9 +147,7 @@ class MemberRouter(keras.layers.Layer):
         if noise_std is not None:
             noise_std = check_non_negative(noise_std, "noise_std")
         self.noise_std = noise_std
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int)
-        ):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
@@ -168,14 +164,12 @@ class MemberRouter(keras.layers.Layer):
             )
         if any(d is None for d in shape[1:]):
             raise ValueError(
-                f"{owner} needs static token and feature axes; got input "
-                f"shape {shape}."
+                f"{owner} needs static token and feature axes; got input shape {shape}."
             )
         built_dim = getattr(self, "input_dim", None)
         if built_dim is not None and shape[-1] != built_dim:
             raise ValueError(
-                f"{owner} was built for inputs with {built_dim} features; got "
-                f"input shape {shape}."
+                f"{owner} was built for inputs with {built_dim} features; got input shape {shape}."
             )
         tokens = math.prod(shape[1:-1])
         group_size = self.group_size if self.group_size is not None else tokens
@@ -310,17 +304,13 @@ class GatedRouter(MemberRouter):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.capacity_factor = check_capacity_factor(
-            capacity_factor, "capacity_factor"
-        )
+        self.capacity_factor = check_capacity_factor(capacity_factor, "capacity_factor")
         if eval_capacity_factor is not None:
             eval_capacity_factor = check_capacity_factor(
                 eval_capacity_factor, "eval_capacity_factor"
             )
         self.eval_capacity_factor = eval_capacity_factor
-        self.capacity_multiple_of = check_positive_int(
-            capacity_multiple_of, "capacity_multiple_of"
-        )
+        self.capacity_multiple_of = check_positive_int(capacity_multiple_of, "capacity_multiple_of")
         self.capacity_rounding = check_capacity_rounding(capacity_rounding)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -360,9 +350,7 @@ class GatedRouter(MemberRouter):
         noise."""
         m, e_m = self.num_members, self.experts_per_member
         x = ops.cast(self.group_tokens(x), "float32")  # (M, G, S, D)
-        kernel = ops.reshape(
-            ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m)
-        )
+        kernel = ops.reshape(ops.cast(self.kernel, "float32"), (self.input_dim, m, e_m))
         logits = ops.einsum("mgsd,dme->mgse", x, kernel)
         noisy_logits = logits
         if training and self.sigma > 0:
@@ -377,9 +365,7 @@ class GatedRouter(MemberRouter):
                 "eval_capacity_factor": self.eval_capacity_factor,
                 "capacity_multiple_of": self.capacity_multiple_of,
                 "capacity_rounding": self.capacity_rounding,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config

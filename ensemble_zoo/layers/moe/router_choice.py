@@ -10,7 +10,12 @@ ROUTERS = ("top_k", "experts_choice", "soft")
 
 
 def check_router_arguments(
-    router, top_k, batch_priority, dispatcher, num_slots, capacity_factor,
+    router,
+    top_k,
+    batch_priority,
+    dispatcher,
+    num_slots,
+    capacity_factor,
     eval_capacity_factor,
 ):
     """Refuses arguments that the chosen router cannot honour."""
@@ -62,10 +67,23 @@ def check_router_arguments(
 
 
 def make_router(
-    router, *, num_experts, top_k, num_members, group_size, capacity_factor,
-    eval_capacity_factor, capacity_multiple_of, capacity_rounding,
-    batch_priority, noise_std, importance_loss_weight, load_loss_weight,
-    num_slots, kernel_initializer, seed,
+    router,
+    *,
+    num_experts,
+    top_k,
+    num_members,
+    group_size,
+    capacity_factor,
+    eval_capacity_factor,
+    capacity_multiple_of,
+    capacity_rounding,
+    batch_priority,
+    noise_std,
+    importance_loss_weight,
+    load_loss_weight,
+    num_slots,
+    kernel_initializer,
+    seed,
 ):
     """The router layer of `SparseMoE(router=...)`; it routes in float32
     under mixed precision (as vmoe)."""

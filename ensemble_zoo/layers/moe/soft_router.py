@@ -14,9 +14,7 @@ NORMALIZE_EPSILON = 1e-6
 
 def l2_normalize(x, axis):
     """`x / sqrt(sum(x**2, axis) + 1e-6)`, vmoe's `normalize`."""
-    return x * ops.rsqrt(
-        ops.sum(ops.square(x), axis=axis, keepdims=True) + NORMALIZE_EPSILON
-    )
+    return x * ops.rsqrt(ops.sum(ops.square(x), axis=axis, keepdims=True) + NORMALIZE_EPSILON)
 
 
 def _cosine_similarities(x, batch_axes, contract_axes):
@@ -24,9 +22,7 @@ def _cosine_similarities(x, batch_axes, contract_axes):
     free positions of `x`, per batch position (eps 1e-9 in the rsqrt).
 
     Returns `(batch, free, free)` with the free axes flattened."""
-    x = x * ops.rsqrt(
-        ops.sum(ops.square(x), axis=contract_axes, keepdims=True) + 1e-9
-    )
+    x = x * ops.rsqrt(ops.sum(ops.square(x), axis=contract_axes, keepdims=True) + 1e-9)
     ndim = len(static_shape(x))
     free = [a for a in range(ndim) if a not in batch_axes + contract_axes]
     x = ops.transpose(x, tuple(batch_axes) + tuple(free) + tuple(contract_axes))
@@ -214,17 +210,12 @@ class SoftRouter(MemberRouter):
         if num_slots is not None:
             num_slots = check_positive_int(num_slots, "num_slots")
         self.num_slots = num_slots
-        self.capacity_factor = check_capacity_factor(
-            capacity_factor, "capacity_factor"
-        )
-        self.capacity_multiple_of = check_positive_int(
-            capacity_multiple_of, "capacity_multiple_of"
-        )
+        self.capacity_factor = check_capacity_factor(capacity_factor, "capacity_factor")
+        self.capacity_multiple_of = check_positive_int(capacity_multiple_of, "capacity_multiple_of")
         self.capacity_rounding = check_capacity_rounding(capacity_rounding)
         if not isinstance(compute_similarity_metrics, bool):
             raise ValueError(
-                "`compute_similarity_metrics` must be a bool; got "
-                f"{compute_similarity_metrics!r}."
+                f"`compute_similarity_metrics` must be a bool; got {compute_similarity_metrics!r}."
             )
         self.compute_similarity_metrics = compute_similarity_metrics
         self.mu_initializer = keras.initializers.get(mu_initializer)
@@ -272,9 +263,7 @@ class SoftRouter(MemberRouter):
             shape=(self.input_dim, self.num_experts, slots),
             initializer=self.mu_initializer,
         )
-        self.scale = self.add_weight(
-            name="scale", shape=(), initializer=self.scale_initializer
-        )
+        self.scale = self.add_weight(name="scale", shape=(), initializer=self.scale_initializer)
 
     def _route(self, x, training):
         _, _, group_size = self._check_input_shape(static_shape(x))
@@ -291,9 +280,7 @@ class SoftRouter(MemberRouter):
             logits = self._noise(logits, self.sigma)
         dispatch = ops.softmax(logits, axis=2)  # over the group's tokens
         combine = ops.reshape(
-            ops.softmax(
-                ops.reshape(logits, (m, -1, group_size, e_m * slots)), axis=-1
-            ),
+            ops.softmax(ops.reshape(logits, (m, -1, group_size, e_m * slots)), axis=-1),
             (m, -1, group_size, e_m, slots),
         )
         return {
@@ -328,9 +315,7 @@ class SoftRouter(MemberRouter):
             result["mu_unit"],
             similarity=self.compute_similarity_metrics,
         )
-        result["token_dispatch"] = self.token_dispatch(
-            result["dispatch"], static_shape(x)
-        )
+        result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
         return result
 
     def get_config(self):
@@ -341,12 +326,8 @@ class SoftRouter(MemberRouter):
                 "capacity_factor": self.capacity_factor,
                 "capacity_multiple_of": self.capacity_multiple_of,
                 "capacity_rounding": self.capacity_rounding,
-                "mu_initializer": keras.initializers.serialize(
-                    self.mu_initializer
-                ),
-                "scale_initializer": keras.initializers.serialize(
-                    self.scale_initializer
-                ),
+                "mu_initializer": keras.initializers.serialize(self.mu_initializer),
+                "scale_initializer": keras.initializers.serialize(self.scale_initializer),
                 "compute_similarity_metrics": self.compute_similarity_metrics,
             }
         )

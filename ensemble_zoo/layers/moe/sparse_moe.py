@@ -190,8 +190,13 @@ class SparseMoE(keras.layers.Layer):
         super().__init__(**kwargs)
         self.dispatcher = check_dispatcher(dispatcher)
         check_router_arguments(
-            router, top_k, batch_priority, dispatcher, num_slots,
-            capacity_factor, eval_capacity_factor,
+            router,
+            top_k,
+            batch_priority,
+            dispatcher,
+            num_slots,
+            capacity_factor,
+            eval_capacity_factor,
         )
         if capacity_rounding is not None:
             check_capacity_rounding(capacity_rounding)
@@ -202,16 +207,11 @@ class SparseMoE(keras.layers.Layer):
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = _check_non_negative(dropout_rate, "dropout_rate")
         if not self.dropout_rate < 1.0:
-            raise ValueError(
-                f"`dropout_rate` must be in [0, 1); got {dropout_rate!r}."
-            )
+            raise ValueError(f"`dropout_rate` must be in [0, 1); got {dropout_rate!r}.")
         self.use_bias = bool(use_bias)
         activation_fn = gelu_activation(activation)
         if not isinstance(bfloat16_dispatch, bool):
-            raise ValueError(
-                "`bfloat16_dispatch` must be a bool; got "
-                f"{bfloat16_dispatch!r}."
-            )
+            raise ValueError(f"`bfloat16_dispatch` must be a bool; got {bfloat16_dispatch!r}.")
         self.activation = activation
         self.bfloat16_dispatch = bfloat16_dispatch
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -297,9 +297,7 @@ class SparseMoE(keras.layers.Layer):
         m = self.num_members
         e_m = self.router.experts_per_member
         if self.dispatcher == "indices":
-            routing = self.router(
-                inputs, training=training, dispatcher="indices"
-            )
+            routing = self.router(inputs, training=training, dispatcher="indices")
         else:
             routing = self.router(inputs, training=training)
         # (M, G, S, D), rounded as vmoe's Bfloat16Dispatcher rounds the
@@ -308,26 +306,19 @@ class SparseMoE(keras.layers.Layer):
         tokens = self._round(self.router.group_tokens(inputs))
         if self.dispatcher == "indices":
             capacity = static_shape(routing["slot_token"])[-1] // e_m
-            expert_inputs = ops.take_along_axis(
-                tokens, routing["slot_token"][..., None], axis=2
-            ) * ops.cast(routing["slot_valid"], self.compute_dtype)[..., None]
-            expert_inputs = ops.reshape(
-                expert_inputs, (m, -1, e_m, capacity, self.hidden_dim)
+            expert_inputs = (
+                ops.take_along_axis(tokens, routing["slot_token"][..., None], axis=2)
+                * ops.cast(routing["slot_valid"], self.compute_dtype)[..., None]
             )
+            expert_inputs = ops.reshape(expert_inputs, (m, -1, e_m, capacity, self.hidden_dim))
             expert_inputs = ops.transpose(expert_inputs, (0, 2, 1, 3, 4))
         else:
             dispatch = ops.cast(routing["dispatch"], self.compute_dtype)
             capacity = static_shape(dispatch)[-1]
             expert_inputs = ops.einsum("mgsec,mgsd->megcd", dispatch, tokens)
-        expert_inputs = ops.reshape(
-            expert_inputs, (1, self.num_experts, -1, self.hidden_dim)
-        )
-        hidden = self.dropout(
-            self.dense_1(expert_inputs), training=training
-        )
-        outputs = self._round(
-            self.dropout(self.dense_2(hidden), training=training)
-        )
+        expert_inputs = ops.reshape(expert_inputs, (1, self.num_experts, -1, self.hidden_dim))
+        hidden = self.dropout(self.dense_1(expert_inputs), training=training)
+        outputs = self._round(self.dropout(self.dense_2(hidden), training=training))
         outputs = ops.reshape(outputs, (m, e_m, -1, capacity, self.hidden_dim))
         if self.dispatcher == "indices":
             outputs = ops.reshape(
@@ -341,9 +332,7 @@ class SparseMoE(keras.layers.Layer):
                 ops.reshape(token_slot, (m, -1, k * group_size, 1)),
                 axis=2,
             )
-            gathered = ops.reshape(
-                gathered, (m, -1, k, group_size, self.hidden_dim)
-            )
+            gathered = ops.reshape(gathered, (m, -1, k, group_size, self.hidden_dim))
             weight = ops.cast(routing["token_weight"], self.compute_dtype)
             combined = ops.sum(gathered * weight[..., None], axis=2)
         else:
@@ -382,12 +371,8 @@ class SparseMoE(keras.layers.Layer):
                 "bfloat16_dispatch": self.bfloat16_dispatch,
                 "dropout_rate": self.dropout_rate,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "router_kernel_initializer": keras.initializers.serialize(
                     keras.initializers.get(self.router_kernel_initializer)
                 ),

@@ -25,10 +25,7 @@ DISPATCH_KEYS = {
 def check_dispatcher(dispatcher):
     """Validates a `dispatcher` argument (`"einsum"` or `"indices"`)."""
     if dispatcher not in DISPATCH_KEYS:
-        raise ValueError(
-            f"`dispatcher` must be one of {tuple(DISPATCH_KEYS)}; got "
-            f"{dispatcher!r}."
-        )
+        raise ValueError(f"`dispatcher` must be one of {tuple(DISPATCH_KEYS)}; got {dispatcher!r}.")
     return dispatcher
 
 
@@ -211,16 +208,12 @@ class TopKRouter(GatedRouter):
                 f"num_experts / num_members = {self.experts_per_member}."
             )
         if not isinstance(batch_priority, bool):
-            raise ValueError(
-                f"`batch_priority` must be a bool; got {batch_priority!r}."
-            )
+            raise ValueError(f"`batch_priority` must be a bool; got {batch_priority!r}.")
         self.batch_priority = batch_priority
         self.importance_loss_weight = _check_non_negative(
             importance_loss_weight, "importance_loss_weight"
         )
-        self.load_loss_weight = _check_non_negative(
-            load_loss_weight, "load_loss_weight"
-        )
+        self.load_loss_weight = _check_non_negative(load_loss_weight, "load_loss_weight")
 
     @property
     def choices_per_token(self):
@@ -228,9 +221,7 @@ class TopKRouter(GatedRouter):
 
     # ----------------------------------------------------------- shapes
 
-    def compute_output_spec(
-        self, inputs, training=None, dispatcher="einsum", **kwargs
-    ):
+    def compute_output_spec(self, inputs, training=None, dispatcher="einsum", **kwargs):
         shape = self._output_shape(inputs.shape, training=bool(training))
         if check_dispatcher(dispatcher) == "einsum":
             return {
@@ -277,32 +268,24 @@ class TopKRouter(GatedRouter):
             order = ops.cast(ops.argsort(-top1, axis=-1), "int32")
             # perm[..., t, s] = 1 when sorted position t holds token s.
             perm = ops.cast(
-                ops.equal(
-                    order[..., None], ops.arange(group_size, dtype="int32")
-                ),
+                ops.equal(order[..., None], ops.arange(group_size, dtype="int32")),
                 "float32",
             )
             chosen = ops.einsum("mgts,mgkse->mgkte", perm, chosen)
 
         # K-major buffer positions: all top-1 choices, then all top-2 ...
         flat = ops.reshape(chosen, (m, -1, k * group_size, e_m))
-        filled = ops.reshape(
-            ops.cumsum(flat, axis=2), (m, -1, k, group_size, e_m)
-        )
+        filled = ops.reshape(ops.cumsum(flat, axis=2), (m, -1, k, group_size, e_m))
         # Each (token, expert) is chosen at most once over the K ranks.
         position = ops.sum(filled * chosen, axis=2) - 1.0  # -1: not chosen
         if self.batch_priority:
             position = ops.einsum("mgts,mgte->mgse", perm, position)
         result = {"capacity": capacity, "group_size": group_size}
         if dispatcher == "indices":
-            result.update(
-                self._slot_indices(choices, bests, position, gates, capacity)
-            )
+            result.update(self._slot_indices(choices, bests, position, gates, capacity))
         else:
             slots = ops.arange(capacity, dtype="float32")
-            dispatch = ops.cast(
-                ops.equal(position[..., None], slots), "float32"
-            )
+            dispatch = ops.cast(ops.equal(position[..., None], slots), "float32")
             result["dispatch"] = dispatch
             result["combine"] = gates[..., None] * dispatch
         if with_metrics:
@@ -340,9 +323,7 @@ class TopKRouter(GatedRouter):
         slot = ops.sum(position[:, :, None] * onehot, axis=-1)  # (M,G,K,S)
         gate = ops.sum(gates[:, :, None] * onehot, axis=-1)
         kept = slot < capacity
-        token_slot = expert * capacity + ops.cast(
-            ops.minimum(slot, capacity - 1), "int32"
-        )
+        token_slot = expert * capacity + ops.cast(ops.minimum(slot, capacity - 1), "int32")
         key = ops.where(kept, token_slot, e_m * capacity)
         order = ops.argsort(ops.reshape(key, (m, -1, k * group_size)), axis=-1)
         sorted_token = ops.cast(order, "int32") % group_size
@@ -351,9 +332,7 @@ class TopKRouter(GatedRouter):
         slots = ops.arange(capacity, dtype="float32")
         source = offset[..., None] + slots  # (M, G, E/M, C)
         slot_valid = slots < filled[..., None]
-        source = ops.cast(
-            ops.minimum(source, k * group_size - 1), "int32"
-        )
+        source = ops.cast(ops.minimum(source, k * group_size - 1), "int32")
         slot_token = ops.take_along_axis(
             sorted_token, ops.reshape(source, (m, -1, e_m * capacity)), axis=-1
         )
@@ -373,12 +352,8 @@ class TopKRouter(GatedRouter):
     def call(self, inputs, training=None, dispatcher="einsum"):
         training = bool(training)
         dispatcher = check_dispatcher(dispatcher)
-        wants_loss = training and (
-            self.importance_loss_weight > 0 or self.load_loss_weight > 0
-        )
-        result = self._route(
-            inputs, training, with_metrics=wants_loss, dispatcher=dispatcher
-        )
+        wants_loss = training and (self.importance_loss_weight > 0 or self.load_loss_weight > 0)
+        result = self._route(inputs, training, with_metrics=wants_loss, dispatcher=dispatcher)
         if wants_loss:
             self.add_loss(self._aux_loss(result))
         return {key: result[key] for key in DISPATCH_KEYS[dispatcher]}
@@ -401,15 +376,11 @@ class TopKRouter(GatedRouter):
         if not self.built:
             self.build(static_shape(x))
         dispatcher = check_dispatcher(dispatcher)
-        result = self._route(
-            x, bool(training), with_metrics=True, dispatcher=dispatcher
-        )
+        result = self._route(x, bool(training), with_metrics=True, dispatcher=dispatcher)
         result["aux_loss"] = self._aux_loss(result)
         if dispatcher == "indices":
             return result
-        result["token_dispatch"] = self.token_dispatch(
-            result["dispatch"], static_shape(x)
-        )
+        result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
         return result
 
     def get_config(self):

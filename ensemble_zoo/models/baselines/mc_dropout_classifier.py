@@ -71,7 +71,8 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         of the state it was traced with, which is not this model.
         """
         rates = [
-            layer.rate for layer in self._flatten_layers(include_self=False)
+            layer.rate
+            for layer in self._flatten_layers(include_self=False)
             if isinstance(layer, keras.layers.Dropout)
         ]
         if not any(rates):
@@ -96,12 +97,21 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         return self._export_refusal("onnx") is not None
 
     def __init__(
-        self, model=None, num_members=None, rate=None, seed=None, backbone=None,
-        preprocessor=None, **kwargs,
+        self,
+        model=None,
+        num_members=None,
+        rate=None,
+        seed=None,
+        backbone=None,
+        preprocessor=None,
+        **kwargs,
     ):
         backbone = wrapping_backbone(
-            MCDropoutBackbone, backbone, kwargs.get("dtype"),
-            method_config={"rate": rate, "seed": seed}, model=model,
+            MCDropoutBackbone,
+            backbone,
+            kwargs.get("dtype"),
+            method_config={"rate": rate, "seed": seed},
+            model=model,
         )
         num_members = check_positive_int(num_members, "num_members")
         # === Layers ===

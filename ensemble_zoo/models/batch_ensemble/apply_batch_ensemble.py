@@ -45,7 +45,9 @@ def batch_ensemble_layers(model):
     ]
 
 
-def batch_ensemble_from(layer, num_members, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=None):
+def batch_ensemble_from(
+    layer, num_members, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=None
+):
     """A built `BatchEnsembleDense` computing `layer` (a built `Dense` or
     `EinsumDense`) for every member: its kernel is the shared `W`, its bias
     every member's starting bias; only the fast weights are new."""
@@ -76,7 +78,9 @@ def batch_ensemble_from(layer, num_members, fast_weight_initializer="normal", fa
     return new
 
 
-def apply_batch_ensemble(backbone, num_members, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=None):
+def apply_batch_ensemble(
+    backbone, num_members, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=None
+):
     """Replaces every dense projection of a keras-hub backbone by a
     `BatchEnsembleDense` (shared `W`, per-member `r_m`, `s_m`, `b_m`).
 

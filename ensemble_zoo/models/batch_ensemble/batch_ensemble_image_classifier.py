@@ -4,9 +4,9 @@ import keras_hub
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -83,14 +83,21 @@ class BatchEnsembleImageClassifier(
     ):
         check_image_backbone(backbone)
         backbone = batch_ensemble_backbone(
-            backbone, num_members=num_members,
+            backbone,
+            num_members=num_members,
             fast_weight_initializer=fast_weight_initializer,
-            fast_weight_stddev=fast_weight_stddev, seed=seed,
+            fast_weight_stddev=fast_weight_stddev,
+            seed=seed,
         )
         # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
-            dropout=dropout, member_batching=member_batching, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=pooling,
+            dropout=dropout,
+            member_batching=member_batching,
+            **kwargs,
         )
         self._set_method_config()
 
@@ -98,8 +105,11 @@ class BatchEnsembleImageClassifier(
         import keras_hub
 
         return keras_hub.models.ViTImageClassifier(
-            backbone=backbone, num_classes=self.num_classes, pooling=self.pooling,
-            activation=None, dropout=self.dropout,
+            backbone=backbone,
+            num_classes=self.num_classes,
+            pooling=self.pooling,
+            activation=None,
+            dropout=self.dropout,
         )
 
     # === keras-hub conversion ===

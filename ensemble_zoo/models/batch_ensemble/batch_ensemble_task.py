@@ -14,10 +14,9 @@ from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
+from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.models.task_head import task_head
-
 
 #: The method's arguments and their defaults.
 METHOD_DEFAULTS = {
@@ -45,9 +44,7 @@ def batch_ensemble_backbone(backbone, **given):
             f"`backbone` '{backbone.name}' is already a BatchEnsemble; pass a "
             "plain keras-hub backbone (the classifier converts it)."
         )
-    return method_backbone(
-        backbone, BACKBONES, config, lambda b: apply_batch_ensemble(b, **config)
-    )
+    return method_backbone(backbone, BACKBONES, config, lambda b: apply_batch_ensemble(b, **config))
 
 
 class BatchEnsembleTask:
@@ -63,7 +60,10 @@ class BatchEnsembleTask:
         config = backbone.method_config
         seed = config["seed"]
         self.output_dropout, self.head = task_head(
-            backbone, dropout, BatchEnsembleDense, num_classes,
+            backbone,
+            dropout,
+            BatchEnsembleDense,
+            num_classes,
             config["num_members"],
             fast_weight_initializer=config["fast_weight_initializer"],
             fast_weight_stddev=config["fast_weight_stddev"],
@@ -119,14 +119,18 @@ class BatchEnsembleTask:
             if tuple(target.shape) != tuple(source.shape):
                 raise RuntimeError(f"Weight order mismatch: {target.path} vs {source.path}.")
             target.assign(ops.convert_to_numpy(source))
-        for (parent, attribute), layer in zip(sites, batch_ensemble_layers(self.backbone), strict=True):
+        for (parent, attribute), layer in zip(
+            sites, batch_ensemble_layers(self.backbone), strict=True
+        ):
             _set_member_weights(getattr(parent, attribute), layer, member)
         model = self._plain_task(backbone)
         _set_member_weights(model.output_dense, self.head, member)
         return model
 
     @classmethod
-    def _from_keras_hub_parts(cls, backbone, head, classes, num_members, num_classes, reuse_head, kwargs):
+    def _from_keras_hub_parts(
+        cls, backbone, head, classes, num_members, num_classes, reuse_head, kwargs
+    ):
         kwargs.setdefault("fast_weight_stddev", 0.1)
         num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
         ensemble = cls(backbone, num_classes, num_members=num_members, **kwargs)

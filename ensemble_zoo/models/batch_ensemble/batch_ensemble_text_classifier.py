@@ -4,8 +4,8 @@ import keras_hub
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
@@ -91,13 +91,20 @@ class BatchEnsembleTextClassifier(
                 f"{type(backbone).__name__}."
             )
         backbone = batch_ensemble_backbone(
-            backbone, num_members=num_members,
+            backbone,
+            num_members=num_members,
             fast_weight_initializer=fast_weight_initializer,
-            fast_weight_stddev=fast_weight_stddev, seed=seed,
+            fast_weight_stddev=fast_weight_stddev,
+            seed=seed,
         )
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=None,
-            dropout=dropout, member_batching=member_batching, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=None,
+            dropout=dropout,
+            member_batching=member_batching,
+            **kwargs,
         )
         self._set_method_config()
 
@@ -105,8 +112,11 @@ class BatchEnsembleTextClassifier(
         import keras_hub
 
         return keras_hub.models.BertTextClassifier(
-            backbone=backbone, num_classes=self.num_classes, preprocessor=None,
-            activation=None, dropout=self.dropout,
+            backbone=backbone,
+            num_classes=self.num_classes,
+            preprocessor=None,
+            activation=None,
+            dropout=self.dropout,
         )
 
     @classmethod

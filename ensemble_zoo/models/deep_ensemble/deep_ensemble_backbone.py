@@ -44,10 +44,13 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
     wrapped = ("members",)
 
     def __init__(self, members, dtype=None, **kwargs):
-        if isinstance(members, keras.Layer) or not isinstance(members, (list, tuple)) or not members:
+        if (
+            isinstance(members, keras.Layer)
+            or not isinstance(members, (list, tuple))
+            or not members
+        ):
             raise ValueError(
-                "`members` must be a non-empty list of Keras models; got "
-                f"{members!r}."
+                f"`members` must be a non-empty list of Keras models; got {members!r}."
             )
         members = [
             own_wrapped_model(m, dtype, copy=True, scope=wrapped_scope("members", i))

@@ -126,9 +126,7 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         return cls(members, **kwargs)
 
     @classmethod
-    def from_keras_hub(
-        cls, classifier, num_members, seed=0, keep_backbone_weights=False
-    ):
+    def from_keras_hub(cls, classifier, num_members, seed=0, keep_backbone_weights=False):
         """A deep ensemble of copies of a keras-hub classifier.
 
         Args:

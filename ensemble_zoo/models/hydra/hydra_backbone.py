@@ -2,19 +2,17 @@ import keras
 import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
-from ensemble_zoo.models.vit_geometry import vit_config
-from ensemble_zoo.layers.grouped_layer_normalization import (
-    GroupedLayerNormalization,
-)
+from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
-from ensemble_zoo.models.vit_geometry import check_vit_geometry
-from ensemble_zoo.utils.backend import check_attention_implementation
-from ensemble_zoo.utils.validation import check_real
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.models.vit_geometry import vit_config
+from ensemble_zoo.utils.backend import check_attention_implementation
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.utils.validation import check_real
 
 
 def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads):
@@ -25,8 +23,7 @@ def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
     valid = len(counts) == num_layers and all(
         len(layer) == num_members
         and all(
-            not isinstance(c, bool) and isinstance(c, int) and 0 <= c <= num_heads
-            for c in layer
+            not isinstance(c, bool) and isinstance(c, int) and 0 <= c <= num_heads for c in layer
         )
         for layer in counts
     )
@@ -133,9 +130,7 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         layer_norm_epsilon = check_real(
             layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
         )
-        counts = check_member_num_heads(
-            member_num_heads, num_layers, num_members, num_heads
-        )
+        counts = check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
         key_dim = hidden_dim // num_heads
 
         # === Layers === (locals first: the torch backend forbids setting
@@ -147,7 +142,8 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             num_channels=image_shape[2],
             use_class_token=use_class_token,
             use_patch_bias=use_patch_bias,
-            dtype=dtype, name="vit_patching_and_embedding",
+            dtype=dtype,
+            name="vit_patching_and_embedding",
         )
         embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
         broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
@@ -165,7 +161,8 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 use_mha_bias=use_mha_bias,
                 use_mlp_bias=use_mlp_bias,
                 attention_implementation=attention_implementation,
-                dtype=dtype, name=f"transformer_block_{layer + 1}",
+                dtype=dtype,
+                name=f"transformer_block_{layer + 1}",
             )
             for layer in range(num_layers)
         ]

@@ -17,8 +17,9 @@ class HydraConversionsMixin:
     load_specs = None
 
     @classmethod
-    def _from_specs(cls, specs, backbone_kwargs, num_classes, mlp, preprocessor=None,
-                    **classifier_kwargs):
+    def _from_specs(
+        cls, specs, backbone_kwargs, num_classes, mlp, preprocessor=None, **classifier_kwargs
+    ):
         counts = [
             [spec["layers"][layer]["query"][0].shape[1] for spec in specs]
             for layer in range(len(specs[0]["layers"]))
@@ -53,8 +54,11 @@ class HydraConversionsMixin:
         members = []
         for spec in type(self).specs_of(self):
             member = type(self)._from_specs(
-                [spec], self._backbone_kwargs(), self.num_classes,
-                self.backbone.mlp, preprocessor=self.preprocessor,
+                [spec],
+                self._backbone_kwargs(),
+                self.num_classes,
+                self.backbone.mlp,
+                preprocessor=self.preprocessor,
                 **self._classifier_kwargs(),
             )
             for layer in member._embedding_layers():
@@ -95,8 +99,10 @@ class HydraConversionsMixin:
                 )
         specs = [s for member in members for s in cls.specs_of(member)]
         return cls._from_specs(
-            specs, first._backbone_kwargs(), first.num_classes, mlp,
-            preprocessor=first.preprocessor, **first._classifier_kwargs(),
+            specs,
+            first._backbone_kwargs(),
+            first.num_classes,
+            mlp,
+            preprocessor=first.preprocessor,
+            **first._classifier_kwargs(),
         )
-
-

@@ -33,9 +33,7 @@ def _counts(member_num_heads, num_layers, num_heads, num_members):
     return counts
 
 
-def _encoder_parameter_count(
-    d, mlp_dim, num_layers, num_heads, num_members, member_num_heads, mlp
-):
+def _encoder_parameter_count(d, mlp_dim, num_layers, num_heads, num_members, member_num_heads, mlp):
     """The encoder blocks of a Hydra ViT or BERT: per member, attention
     with `max` kept heads' slots and two layer norms; MLPs shared
     (`mlp="merge"`) or per member (`"grouped"`)."""
@@ -119,8 +117,13 @@ def hydra_multiply_adds(
     d = hidden_dim
     total = patch_embedding_multiply_adds(image_shape, patch_size, d)
     total += _encoder_multiply_adds(
-        num_tokens(image_shape, patch_size), d, mlp_dim, num_layers, num_heads,
-        num_members, member_num_heads,
+        num_tokens(image_shape, patch_size),
+        d,
+        mlp_dim,
+        num_layers,
+        num_heads,
+        num_members,
+        member_num_heads,
     )
     total += num_members * d * num_classes
     return int(total)
@@ -167,8 +170,13 @@ def hydra_text_multiply_adds(
     `sequence_length` tokens (embedding lookups cost none)."""
     d = hidden_dim
     total = _encoder_multiply_adds(
-        sequence_length, d, intermediate_dim, num_layers, num_heads,
-        num_members, member_num_heads,
+        sequence_length,
+        d,
+        intermediate_dim,
+        num_layers,
+        num_heads,
+        num_members,
+        member_num_heads,
     )
     total += num_members * (d * d + d * num_classes)
     return int(total)

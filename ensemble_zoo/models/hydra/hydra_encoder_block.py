@@ -3,9 +3,7 @@ from keras import ops
 
 from ensemble_zoo.layers.gelu import gelu_activation as _activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.layers.grouped_layer_normalization import (
-    GroupedLayerNormalization,
-)
+from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -90,7 +88,7 @@ class HydraEncoderBlock(keras.layers.Layer):
         ):
             raise ValueError(
                 f"`groups` ({groups}) must divide `num_heads` ({num_heads}) and "
-                f"`mlp_dim` ({mlp_dim}), and needs `mlp=\"grouped\"`; got mlp={mlp!r}."
+                f'`mlp_dim` ({mlp_dim}), and needs `mlp="grouped"`; got mlp={mlp!r}.'
             )
         if self.groups > 1 and member_num_heads is not None:
             if list(member_num_heads) != [num_heads] * num_members:
@@ -124,7 +122,8 @@ class HydraEncoderBlock(keras.layers.Layer):
             dropout=attention_dropout,
             use_bias=use_mha_bias,
             attention_implementation=attention_implementation,
-            dtype=self.dtype_policy, name="attention",
+            dtype=self.dtype_policy,
+            name="attention",
         )
         self.attention_implementation = attention_implementation
         self.member_num_heads = (
@@ -134,14 +133,18 @@ class HydraEncoderBlock(keras.layers.Layer):
         self.ln_2 = GroupedLayerNormalization(
             num_members, epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
-        self.mlp_dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="mlp_dropout")
+        self.mlp_dropout = keras.layers.Dropout(
+            dropout_rate, dtype=self.dtype_policy, name="mlp_dropout"
+        )
 
     def _grouped_shape(self, shape):
         """`(batch, members, tokens, dim)` -> `(batch, members * groups,
         tokens, dim / groups)`, the layout of the grouped sublayers."""
         shape = tuple(shape)
-        return (shape[0], self.num_members * self.groups) + shape[2:-1] + (
-            int(shape[-1]) // self.groups,
+        return (
+            (shape[0], self.num_members * self.groups)
+            + shape[2:-1]
+            + (int(shape[-1]) // self.groups,)
         )
 
     def _to_groups(self, x):
@@ -150,7 +153,9 @@ class HydraEncoderBlock(keras.layers.Layer):
         shape = ops.shape(x)
         x = ops.reshape(x, (-1, self.num_members, shape[2], self.groups, shape[3] // self.groups))
         x = ops.transpose(x, (0, 1, 3, 2, 4))
-        return ops.reshape(x, (-1, self.num_members * self.groups, shape[2], shape[3] // self.groups))
+        return ops.reshape(
+            x, (-1, self.num_members * self.groups, shape[2], shape[3] // self.groups)
+        )
 
     def _from_groups(self, x):
         if self.groups == 1:
@@ -174,22 +179,37 @@ class HydraEncoderBlock(keras.layers.Layer):
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         if self.mlp == "merge":
             self.dense_1 = keras.layers.Dense(
-                self.mlp_dim, activation=self._activation_fn, use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init, dtype=self.dtype_policy, name="dense_1",
+                self.mlp_dim,
+                activation=self._activation_fn,
+                use_bias=self.use_mlp_bias,
+                bias_initializer=bias_init,
+                dtype=self.dtype_policy,
+                name="dense_1",
             )
             self.dense_2 = keras.layers.Dense(
-                dim, use_bias=self.use_mlp_bias, bias_initializer=bias_init,
-                dtype=self.dtype_policy, name="dense_2",
+                dim,
+                use_bias=self.use_mlp_bias,
+                bias_initializer=bias_init,
+                dtype=self.dtype_policy,
+                name="dense_2",
             )
         else:
             self.dense_1 = GroupedDense(
-                self.mlp_dim // self.groups, self.num_members * self.groups, activation=self._activation_fn,
-                use_bias=self.use_mlp_bias, bias_initializer=bias_init,
-                dtype=self.dtype_policy, name="dense_1",
+                self.mlp_dim // self.groups,
+                self.num_members * self.groups,
+                activation=self._activation_fn,
+                use_bias=self.use_mlp_bias,
+                bias_initializer=bias_init,
+                dtype=self.dtype_policy,
+                name="dense_1",
             )
             self.dense_2 = GroupedDense(
-                dim, self.num_members * self.groups, use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init, dtype=self.dtype_policy, name="dense_2",
+                dim,
+                self.num_members * self.groups,
+                use_bias=self.use_mlp_bias,
+                bias_initializer=bias_init,
+                dtype=self.dtype_policy,
+                name="dense_2",
             )
         self.dense_1.build(input_shape)
         self.dense_2.build(tuple(input_shape[:-1]) + (self.mlp_dim // self.groups,))

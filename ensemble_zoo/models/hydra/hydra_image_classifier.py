@@ -9,7 +9,9 @@ from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraImageClassifier(HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.ImageClassifier):
+class HydraImageClassifier(
+    HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.ImageClassifier
+):
     """Hydra Ensemble image classifier: pruned ViT members, fused.
 
     Members are copies of one ViT that each keep a different subset of
@@ -102,8 +104,7 @@ class HydraImageClassifier(HydraConversionsMixin, MemberAxisClassifier, keras_hu
             )
         if getattr(classifier, "intermediate_dim", None) is not None:
             raise ValueError(
-                "ViT classifiers with an `intermediate_dim` pre-logits layer "
-                "are not supported."
+                "ViT classifiers with an `intermediate_dim` pre-logits layer are not supported."
             )
         backbone = classifier.backbone
         if head_masks is None:

@@ -8,10 +8,10 @@ from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_backbone import check_member_num_heads
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.models.text_inputs import TEXT_INPUTS
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -77,33 +77,36 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         check_mlp_mode(mlp)
         if hidden_dim % num_heads:
             raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
             )
-        counts = check_member_num_heads(
-            member_num_heads, num_layers, num_members, num_heads
-        )
+        counts = check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         # === Layers === (locals first for the torch backend)
         token_embedding = ReversibleEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=init,
-            dtype=dtype, name="token_embedding",
+            vocabulary_size,
+            hidden_dim,
+            embeddings_initializer=init,
+            dtype=dtype,
+            name="token_embedding",
         )
         position_embedding = PositionEmbedding(
-            sequence_length=max_sequence_length, initializer=init,
-            dtype=dtype, name="position_embedding",
+            sequence_length=max_sequence_length,
+            initializer=init,
+            dtype=dtype,
+            name="position_embedding",
         )
         segment_embedding = keras.layers.Embedding(
-            num_segments, hidden_dim, embeddings_initializer=init,
-            dtype=dtype, name="segment_embedding",
+            num_segments,
+            hidden_dim,
+            embeddings_initializer=init,
+            dtype=dtype,
+            name="segment_embedding",
         )
         embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
         embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
         )
-        embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
+        embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
         blocks = [
             HydraEncoderBlock(
@@ -131,8 +134,7 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
         # === Functional model ===
         inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in TEXT_INPUTS
+            name: keras.Input(shape=(None,), dtype="int32", name=name) for name in TEXT_INPUTS
         }
         tokens = token_embedding(inputs["token_ids"])
         x = embeddings_add(
@@ -150,7 +152,9 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             **kwargs,
         )
         self.embedding_layers = [
-            token_embedding, position_embedding, segment_embedding,
+            token_embedding,
+            position_embedding,
+            segment_embedding,
             embeddings_layer_norm,
         ]
         self.encoder_blocks = blocks

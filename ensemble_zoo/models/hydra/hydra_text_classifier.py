@@ -1,10 +1,10 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
+from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
@@ -64,8 +64,12 @@ class HydraTextClassifier(
 
     def __init__(self, backbone, num_classes, dropout=0.1, preprocessor=None, **kwargs):
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=None,
-            dropout=dropout, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=None,
+            dropout=dropout,
+            **kwargs,
         )
 
     # === Conversions ===
@@ -120,6 +124,10 @@ class HydraTextClassifier(
             "attention_implementation": attention_implementation,
         }
         return cls._from_specs(
-            specs, kwargs, classifier.num_classes, mlp, dropout=classifier.dropout,
+            specs,
+            kwargs,
+            classifier.num_classes,
+            mlp,
+            dropout=classifier.dropout,
             preprocessor=classifier.preprocessor,
         )

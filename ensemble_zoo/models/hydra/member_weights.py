@@ -197,8 +197,10 @@ def load_block_specs(blocks, specs):
             _stack_into(norm.gamma, [layer[norm_name][0] for layer in layers])
             _stack_into(norm.beta, [layer[norm_name][1] for layer in layers])
         dense_vars = [
-            block.dense_1.kernel, block.dense_1.bias,
-            block.dense_2.kernel, block.dense_2.bias,
+            block.dense_1.kernel,
+            block.dense_1.bias,
+            block.dense_2.kernel,
+            block.dense_2.bias,
         ]
         for position, variable in enumerate(dense_vars):
             if variable is None:
@@ -233,7 +235,9 @@ def text_specs_from_keras_hub(classifier, head_masks):
         [
             backbone.get_layer(name)
             for name in (
-                "token_embedding", "position_embedding", "segment_embedding",
+                "token_embedding",
+                "position_embedding",
+                "segment_embedding",
                 "embeddings_layer_norm",
             )
         ]

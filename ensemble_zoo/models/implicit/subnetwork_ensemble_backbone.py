@@ -13,10 +13,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 def _vit_mlp_layers(model):
     from keras_hub.src.models.vit.vit_layers import MLP
 
-    return [
-        layer for layer in model._flatten_layers(include_self=False)
-        if isinstance(layer, MLP)
-    ]
+    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, MLP)]
 
 
 def _output_operations(model):
@@ -69,16 +66,24 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     wrapped = ("model",)
 
     def __init__(
-        self, model, num_members=10, logit_mean=2.0, logit_std=1.0, seed=None,
-        dtype=None, **kwargs,
+        self,
+        model,
+        num_members=10,
+        logit_mean=2.0,
+        logit_std=1.0,
+        seed=None,
+        dtype=None,
+        **kwargs,
     ):
         input_shape, num_classes = member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")
         model = own_wrapped_model(model, dtype, copy=True)
         freeze_weights(model)
         mask_kwargs = dict(
-            num_members=num_members, logit_mean=float(logit_mean),
-            logit_std=float(logit_std), dtype=model.dtype_policy,
+            num_members=num_members,
+            logit_mean=float(logit_mean),
+            logit_std=float(logit_std),
+            dtype=model.dtype_policy,
         )
         network, masked = self._mask(model, mask_kwargs, seed)
         if not masked:
@@ -123,8 +128,7 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
             return model, masked
         output_layers = {id(node.operation) for node in _output_operations(model)}
         dense = [
-            layer for layer in getattr(model, "layers", [])
-            if isinstance(layer, keras.layers.Dense)
+            layer for layer in getattr(model, "layers", []) if isinstance(layer, keras.layers.Dense)
         ]
         wrappers = {
             id(layer): make(layer, i, mask_rows=id(layer) not in output_layers)

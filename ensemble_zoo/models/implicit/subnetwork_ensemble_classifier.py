@@ -82,18 +82,22 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         **kwargs,
     ):
         if not diversity_weight >= 0:
-            raise ValueError(
-                f"`diversity_weight` must be >= 0; got {diversity_weight!r}."
-            )
+            raise ValueError(f"`diversity_weight` must be >= 0; got {diversity_weight!r}.")
         method_config = method_arguments(
-            backbone, (SubnetworkEnsembleBackbone,),
+            backbone,
+            (SubnetworkEnsembleBackbone,),
             {"num_members": 10, "logit_mean": 2.0, "logit_std": 1.0, "seed": None},
-            num_members=num_members, logit_mean=logit_mean, logit_std=logit_std,
+            num_members=num_members,
+            logit_mean=logit_mean,
+            logit_std=logit_std,
             seed=seed,
         )
         backbone = wrapping_backbone(
-            SubnetworkEnsembleBackbone, backbone, kwargs.get("dtype"),
-            method_config=method_config, model=model,
+            SubnetworkEnsembleBackbone,
+            backbone,
+            kwargs.get("dtype"),
+            method_config=method_config,
+            model=model,
         )
         num_members = backbone.num_members
         # === Layers ===
@@ -148,9 +152,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         )
         if not self.diversity_weight:
             return loss
-        return loss - self.diversity_weight * ops.cast(
-            self.mask_mutual_information(), loss.dtype
-        )
+        return loss - self.diversity_weight * ops.cast(self.mask_mutual_information(), loss.dtype)
 
     def quantize(self, mode=None, **kwargs):
         """Refused: every member's masks multiply the shared float kernels
@@ -184,4 +186,3 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         task loses its preprocessor and the ensemble takes it over."""
         kwargs.setdefault("preprocessor", preprocessor_of(model))
         return cls(model, num_members, **kwargs)
-

@@ -79,8 +79,11 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         **kwargs,
     ):
         backbone = wrapping_backbone(
-            TileEnsembleBackbone, backbone, kwargs.get("dtype"),
-            feature_model=feature_model, head=head,
+            TileEnsembleBackbone,
+            backbone,
+            kwargs.get("dtype"),
+            feature_model=feature_model,
+            head=head,
         )
         grid_size = check_positive_int(grid_size, "grid_size")
         shape = tuple(backbone.output.shape)
@@ -102,8 +105,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
                 )
         if grid_size > min(grid):
             raise ValueError(
-                f"`grid_size` must be at most the feature grid's sides {grid}; "
-                f"got {grid_size}."
+                f"`grid_size` must be at most the feature grid's sides {grid}; got {grid_size}."
             )
         logits = backbone.head(keras.KerasTensor((None, shape[-1])))
         if len(logits.shape) != 2:
@@ -117,8 +119,11 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.tile_pooling = TilePooling(
-            grid, grid_size, class_token=bool(class_token),
-            dtype=backbone.dtype_policy, name="tile_pooling",
+            grid,
+            grid_size,
+            class_token=bool(class_token),
+            dtype=backbone.dtype_policy,
+            name="tile_pooling",
         )
 
         # === Functional Model ===
@@ -168,7 +173,8 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         the head. The weights are shared with `model`, not copied.
         """
         pools = [
-            layer for layer in getattr(model, "layers", [])
+            layer
+            for layer in getattr(model, "layers", [])
             if isinstance(layer, keras.layers.GlobalAveragePooling2D)
         ]
         if len(pools) != 1:

@@ -78,8 +78,7 @@ def load(model, filepath):
         if stored_adapters != expected:
             extra = sorted(stored_adapters - expected)
             raise ValueError(
-                f"Adapter weight file {filepath!r} has adapters the model "
-                f"lacks: {extra}."
+                f"Adapter weight file {filepath!r} has adapters the model lacks: {extra}."
             )
     for key, variable in entries.items():
         variable.assign(values[key])

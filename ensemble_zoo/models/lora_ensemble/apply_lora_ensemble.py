@@ -47,8 +47,7 @@ def check_targets(targets, allowed=tuple(ATTENTION_PROJECTIONS)):
     unknown = [t for t in targets if t not in allowed]
     if not targets or unknown or len(set(targets)) != len(targets):
         raise ValueError(
-            "`targets` must be distinct names among "
-            f"{list(allowed)}; got {list(targets)}."
+            f"`targets` must be distinct names among {list(allowed)}; got {list(targets)}."
         )
     return targets
 
@@ -116,22 +115,17 @@ def apply_lora_ensemble(
     if not getattr(backbone, "built", False):
         raise ValueError("`backbone` must be built before adapters are applied.")
     if lora_ensemble_adapters(backbone):
-        raise ValueError(
-            f"`backbone` '{backbone.name}' already has LoRA-Ensemble adapters."
-        )
+        raise ValueError(f"`backbone` '{backbone.name}' already has LoRA-Ensemble adapters.")
     attentions = attention_layers(backbone)
     if not attentions:
         raise ValueError(
-            f"`backbone` '{backbone.name}' has no keras.layers.MultiHeadAttention "
-            "layer to adapt."
+            f"`backbone` '{backbone.name}' has no keras.layers.MultiHeadAttention layer to adapt."
         )
     # Freeze every weight; containers stay trainable so that the adapters
     # added below are.
     freeze_weights(backbone)
     sites = [
-        (attention, ATTENTION_PROJECTIONS[target])
-        for attention in attentions
-        for target in targets
+        (attention, ATTENTION_PROJECTIONS[target]) for attention in attentions for target in targets
     ]
     return adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed)
 

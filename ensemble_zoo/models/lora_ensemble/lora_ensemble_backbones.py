@@ -12,8 +12,13 @@ class _LoRAEnsembleBackbone(MethodBackbone):
 
     def apply_method(self, num_members, rank, targets, lora_alpha, a_gain, seed):
         apply_lora_ensemble(
-            self, num_members=num_members, rank=rank, targets=targets,
-            lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
+            self,
+            num_members=num_members,
+            rank=rank,
+            targets=targets,
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
         )
 
 

@@ -32,8 +32,11 @@ def lora_ensemble_multiply_adds(
         num_projections: int, adapted projections per layer (default 4).
     """
     for name, value in [
-        ("num_members", num_members), ("tokens", tokens),
-        ("num_layers", num_layers), ("hidden_dim", hidden_dim), ("rank", rank),
+        ("num_members", num_members),
+        ("tokens", tokens),
+        ("num_layers", num_layers),
+        ("hidden_dim", hidden_dim),
+        ("rank", rank),
         ("num_projections", num_projections),
     ]:
         check_positive_int(value, name)

@@ -1,12 +1,12 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -95,12 +95,22 @@ class LoRAEnsembleImageClassifier(
     ):
         check_image_backbone(backbone)
         backbone = lora_ensemble_backbone(
-            backbone, num_members=num_members, rank=rank, targets=targets,
-            lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
+            backbone,
+            num_members=num_members,
+            rank=rank,
+            targets=targets,
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
         )
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
-            dropout=dropout, member_batching=member_batching, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=pooling,
+            dropout=dropout,
+            member_batching=member_batching,
+            **kwargs,
         )
         self._set_method_config()
 

@@ -5,20 +5,19 @@ import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.head_reuse import resolve_head
-from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.lora_ensemble import adapter_weights
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import BACKBONES
+from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
-
 
 #: The method's arguments and their defaults.
 METHOD_DEFAULTS = {
@@ -50,9 +49,7 @@ def lora_ensemble_backbone(backbone, **given):
             "`backbone` already has LoRA-Ensemble adapters; pass a plain "
             "keras-hub backbone (the classifier applies them)."
         )
-    return method_backbone(
-        backbone, BACKBONES, config, lambda b: apply_lora_ensemble(b, **config)
-    )
+    return method_backbone(backbone, BACKBONES, config, lambda b: apply_lora_ensemble(b, **config))
 
 
 class LoRAEnsembleTask:
@@ -63,7 +60,10 @@ class LoRAEnsembleTask:
 
     def _make_head(self, backbone, num_classes, dropout):
         self.output_dropout, self.head = task_head(
-            backbone, dropout, GroupedDense, num_classes,
+            backbone,
+            dropout,
+            GroupedDense,
+            num_classes,
             backbone.method_config["num_members"],
         )
 

@@ -1,11 +1,11 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
@@ -94,12 +94,22 @@ class LoRAEnsembleTextClassifier(
                 f"{type(backbone).__name__}."
             )
         backbone = lora_ensemble_backbone(
-            backbone, num_members=num_members, rank=rank, targets=targets,
-            lora_alpha=lora_alpha, a_gain=a_gain, seed=seed,
+            backbone,
+            num_members=num_members,
+            rank=rank,
+            targets=targets,
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
         )
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=None,
-            dropout=dropout, member_batching=member_batching, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=None,
+            dropout=dropout,
+            member_batching=member_batching,
+            **kwargs,
         )
         self._set_method_config()
 

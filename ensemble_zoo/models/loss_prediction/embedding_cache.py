@@ -68,7 +68,10 @@ def cache_embeddings(model, dataset, path, epochs=1, chunk_rows=4096, jit_compil
     embedder.compile(jit_compile=jit_compile)
     with h5py.File(path, "w") as f:
         embeddings = f.create_dataset(
-            "embeddings", shape=(0, dim), maxshape=(None, dim), dtype="float32",
+            "embeddings",
+            shape=(0, dim),
+            maxshape=(None, dim),
+            dtype="float32",
             chunks=(min(chunk_rows, 4096), dim),
         )
         labels = f.create_dataset(
@@ -96,7 +99,7 @@ def _batches(path):
         sizes = f["batch_sizes"][()]
         start = 0
         for size in sizes:
-            yield f["embeddings"][start:start + size], f["labels"][start:start + size]
+            yield f["embeddings"][start : start + size], f["labels"][start : start + size]
             start += size
 
 
@@ -113,8 +116,13 @@ class _HeadTrainer(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         source = self.source
         return loss_prediction_objective(
-            y, y_pred["logits"], y_pred["uncertainty"], 0.0,
-            source.uncertainty_weight, source.uncertainty_loss, source.margin,
+            y,
+            y_pred["logits"],
+            y_pred["uncertainty"],
+            0.0,
+            source.uncertainty_weight,
+            source.uncertainty_loss,
+            source.margin,
         )
 
 
@@ -157,10 +165,12 @@ def train_head_from_cache(
             f"{model.embedding_dim}-d."
         )
     trainer = _HeadTrainer(model)
-    trainer.compile(
-        optimizer=optimizer or keras.optimizers.AdamW(1e-3), jit_compile=jit_compile
-    )
+    trainer.compile(optimizer=optimizer or keras.optimizers.AdamW(1e-3), jit_compile=jit_compile)
     return trainer.fit(
-        _batches(path), epochs=1, steps_per_epoch=steps, shuffle=False, verbose=verbose,
+        _batches(path),
+        epochs=1,
+        steps_per_epoch=steps,
+        shuffle=False,
+        verbose=verbose,
         callbacks=callbacks,
     )

@@ -4,13 +4,13 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
+from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
+from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
 from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
 from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import method_backbone
-from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
-from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
-from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.models.zoo_task import ZooTask
+from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.sublayers import set_trainable
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
@@ -20,8 +20,13 @@ POOLINGS = ("token", "gap", None)
 
 
 def loss_prediction_objective(
-    labels, logits, uncertainty, classification_weight, uncertainty_weight,
-    uncertainty_loss, margin,
+    labels,
+    logits,
+    uncertainty,
+    classification_weight,
+    uncertainty_weight,
+    uncertainty_loss,
+    margin,
 ):
     """`w_c * mean CE + w_u * L_u(stop_gradient(CE per sample), u)`.
 
@@ -29,9 +34,7 @@ def loss_prediction_objective(
     sample has no partner and only enters the CE term (the authors' code
     raises instead, which made `evaluate` fail on the 289-image digits
     test split at batch size 64)."""
-    per_sample = keras.losses.sparse_categorical_crossentropy(
-        labels, logits, from_logits=True
-    )
+    per_sample = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     target = ops.stop_gradient(per_sample)
     if uncertainty_loss == "ranking":
         # An odd batch (the last one of an epoch or of `evaluate`) leaves
@@ -42,9 +45,7 @@ def loss_prediction_objective(
             even = (ops.shape(target)[0] // 2) * 2
             target = ops.slice(target, [0], [even])
             uncertainty = ops.slice(uncertainty, [0], [even])
-            unc = ops.where(
-                even > 0, pairwise_ranking_loss(target, uncertainty, margin), 0.0
-            )
+            unc = ops.where(even > 0, pairwise_ranking_loss(target, uncertainty, margin), 0.0)
         elif batch == 1:  # no pair at all: the ranking term is 0
             unc = ops.zeros((), dtype=target.dtype)
         else:
@@ -145,8 +146,7 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {pooling!r}.")
         if uncertainty_loss not in UNCERTAINTY_LOSSES:
             raise ValueError(
-                f"`uncertainty_loss` must be one of {UNCERTAINTY_LOSSES}; got "
-                f"{uncertainty_loss!r}."
+                f"`uncertainty_loss` must be one of {UNCERTAINTY_LOSSES}; got {uncertainty_loss!r}."
             )
         output_shape = tuple(backbone.outputs[0].shape)
         if pooling is None and len(output_shape) != 2:
@@ -160,19 +160,20 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
                 f"tokens, dim) features; its output has shape {output_shape} "
                 "(pass `pooling=None` for pooled embeddings)."
             )
-        backbone = method_backbone(
-            backbone, (LossPredictionViTBackbone,), {}, lambda b: None
-        )
+        backbone = method_backbone(backbone, (LossPredictionViTBackbone,), {}, lambda b: None)
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.classifier = keras.layers.Dense(
             check_positive_int(num_classes, "num_classes"),
-            dtype=backbone.dtype_policy, name="predictions",
+            dtype=backbone.dtype_policy,
+            name="predictions",
         )
         self.uncertainty_head = LossPredictionHead(
-            hidden_units=head_hidden_units, stop_gradient=stop_gradient,
-            dtype=backbone.dtype_policy, name="uncertainty_head",
+            hidden_units=head_hidden_units,
+            stop_gradient=stop_gradient,
+            dtype=backbone.dtype_policy,
+            name="uncertainty_head",
         )
 
         # === Functional Model ===
@@ -185,9 +186,9 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
             "logits": keras.layers.Activation("linear", dtype="float32", name="logits")(
                 self.classifier(embeddings)
             ),
-            "uncertainty": keras.layers.Activation(
-                "linear", dtype="float32", name="uncertainty"
-            )(self.uncertainty_head(embeddings)),
+            "uncertainty": keras.layers.Activation("linear", dtype="float32", name="uncertainty")(
+                self.uncertainty_head(embeddings)
+            ),
         }
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
 
@@ -240,8 +241,7 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         classifier and head have no layer that the mode changes."""
         shape = tuple(images.shape)
         if len(shape) != len(self.image_shape) + 1 or any(
-            a is not None and b is not None and a != b
-            for a, b in zip(shape[1:], self.image_shape)
+            a is not None and b is not None and a != b for a, b in zip(shape[1:], self.image_shape)
         ):
             raise ValueError(
                 f"{type(self).__name__} expects images of shape (batch,) + "
@@ -291,9 +291,13 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = loss_prediction_objective(
-            y, y_pred["logits"], y_pred["uncertainty"],
+            y,
+            y_pred["logits"],
+            y_pred["uncertainty"],
             0.0 if self.freeze_classifier else self.classification_weight,
-            self.uncertainty_weight, self.uncertainty_loss, self.margin,
+            self.uncertainty_weight,
+            self.uncertainty_loss,
+            self.margin,
         )
         for extra in self.losses:
             loss = loss + extra
@@ -310,9 +314,7 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         }
 
     def _export_input_signature(self, format=None):
-        return [
-            keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32", name="images")
-        ]
+        return [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32", name="images")]
 
     def get_config(self):
         config = keras_hub.models.Task.get_config(self)
@@ -362,7 +364,10 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset, cls=cls, load_weights=load_weights, dtype=dtype,
+            preset,
+            cls=cls,
+            load_weights=load_weights,
+            dtype=dtype,
             preprocessor=preprocessor,
         )
 

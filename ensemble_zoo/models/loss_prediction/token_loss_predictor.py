@@ -14,8 +14,8 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
-from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
 from ensemble_zoo.losses.loss_prediction_losses import pair_hinge
+from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.model_copies import copy_preprocessor
@@ -32,9 +32,7 @@ class NextTokenLoss(keras.layers.Layer):
     def call(self, logits, token_ids, padding_mask):
         logits = ops.cast(logits[:, :-1], "float32")
         targets = ops.cast(token_ids[:, 1:], "int32")
-        losses = keras.losses.sparse_categorical_crossentropy(
-            targets, logits, from_logits=True
-        )
+        losses = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
         losses = ops.where(ops.cast(padding_mask[:, 1:], "bool"), losses, 0.0)
         return ops.pad(losses, [[0, 0], [0, 1]])
 
@@ -131,9 +129,7 @@ class TokenLossPredictor(
         )
 
     @classmethod
-    def from_preset(
-        cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs
-    ):
+    def from_preset(cls, preset, load_weights=True, dtype=None, preprocessor="auto", **kwargs):
         """Loads a per-token loss-predictor preset: a shipped name (e.g.
         `"loss_prediction_gemma_tiny_arithmetic"`), a directory written by
         `save_to_preset` or a hub handle (the same arguments as
@@ -143,8 +139,12 @@ class TokenLossPredictor(
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset, cls=cls, load_weights=load_weights, dtype=dtype,
-            preprocessor=preprocessor, **kwargs,
+            preset,
+            cls=cls,
+            load_weights=load_weights,
+            dtype=dtype,
+            preprocessor=preprocessor,
+            **kwargs,
         )
 
     @classmethod
@@ -173,8 +173,7 @@ class TokenLossPredictor(
         argument)."""
         if "loss" in kwargs:
             raise ValueError(
-                "TokenLossPredictor trains with its built-in ranking loss; "
-                "do not pass `loss`."
+                "TokenLossPredictor trains with its built-in ranking loss; do not pass `loss`."
             )
         super().compile(optimizer=optimizer, **kwargs)
 
@@ -221,4 +220,3 @@ def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):
     pair_valid = valid_a * valid_b
     hinge = pair_hinge(loss_a, loss_b, pred_a, pred_b, margin)
     return ops.sum(hinge * pair_valid) / ops.maximum(ops.sum(pair_valid), 1.0)
-

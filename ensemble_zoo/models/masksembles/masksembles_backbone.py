@@ -8,6 +8,7 @@ from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import replace_sublayer
 
+
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class MaskedOutput(keras.layers.Layer):
     """`mask(layer(x))`: a built layer whose output passes a
@@ -47,8 +48,11 @@ def apply_masksembles(backbone, num_members, scale, seed=None):
             raise ValueError(f"`backbone` '{backbone.name}' already has Masksembles masks.")
         with path_scope(mlp.path):
             mask = MasksemblesMask(
-                num_members, scale, seed=None if seed is None else seed + i,
-                dtype=mlp.dense_1.dtype_policy, name="masksembles",
+                num_members,
+                scale,
+                seed=None if seed is None else seed + i,
+                dtype=mlp.dense_1.dtype_policy,
+                name="masksembles",
             )
             mask.build(tuple(mlp.dense_1.kernel.shape[-1:]))
             wrapped = MaskedOutput(

@@ -4,23 +4,23 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
+from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedOutput
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
 from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
+from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
-from ensemble_zoo.models.task_head import task_head
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -93,16 +93,17 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
     ):
         check_image_backbone(backbone)
         method_config = method_arguments(
-            backbone, (MasksemblesViTBackbone,),
+            backbone,
+            (MasksemblesViTBackbone,),
             {"num_members": 4, "scale": 2.0, "seed": None},
-            num_members=num_members, scale=scale, seed=seed,
+            num_members=num_members,
+            scale=scale,
+            seed=seed,
         )
         method_config["num_members"] = check_positive_int(
             method_config["num_members"], "num_members"
         )
-        method_config["scale"] = float(
-            check_real(method_config["scale"], "scale", low=1.0)
-        )
+        method_config["scale"] = float(check_real(method_config["scale"], "scale", low=1.0))
         if not isinstance(backbone, MethodBackbone) and any(
             isinstance(mlp.dense_1, MaskedOutput) for mlp in mlp_sites(backbone)
         ):
@@ -111,13 +112,20 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
                 "pass a plain keras-hub ViT (the classifier applies them)."
             )
         backbone = method_backbone(
-            backbone, (MasksemblesViTBackbone,), method_config,
+            backbone,
+            (MasksemblesViTBackbone,),
+            method_config,
             lambda b: apply_masksembles(b, **method_config),
         )
         # Rows of member m pass its mask in every MLP and before the head.
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
-            dropout=dropout, member_batching=member_batching, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=pooling,
+            dropout=dropout,
+            member_batching=member_batching,
+            **kwargs,
         )
         self.scale = method_config["scale"]
         self.seed = method_config["seed"]
@@ -126,9 +134,11 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         config = backbone.method_config
         seed = config["seed"]
         self.feature_mask = MasksemblesMask(
-            config["num_members"], config["scale"],
+            config["num_members"],
+            config["scale"],
             seed=None if seed is None else seed + len(mlp_sites(backbone)),
-            dtype=backbone.dtype_policy, name="feature_masks",
+            dtype=backbone.dtype_policy,
+            name="feature_masks",
         )
         self.output_dropout, self.head = task_head(
             backbone, dropout, keras.layers.Dense, num_classes
@@ -172,8 +182,11 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
             factor = _factors(mask_layer, member)
             mlp.dense_2.kernel.assign(_np(mlp.dense_2.kernel) * factor[:, None])
         model = keras_hub.models.ViTImageClassifier(
-            backbone=plain, num_classes=self.num_classes, pooling=self.pooling,
-            activation=None, dropout=self.dropout,
+            backbone=plain,
+            num_classes=self.num_classes,
+            pooling=self.pooling,
+            activation=None,
+            dropout=self.dropout,
         )
         factor = _factors(self.feature_mask, member)
         model.output_dense.kernel.assign(_np(self.head.kernel) * factor[:, None])

@@ -54,7 +54,9 @@ class MIMOBatches(keras.utils.PyDataset):
         seed: optional int.
     """
 
-    def __init__(self, x, y, num_members, input_repetition, batch_repetition, batch_size=32, seed=None):
+    def __init__(
+        self, x, y, num_members, input_repetition, batch_repetition, batch_size=32, seed=None
+    ):
         super().__init__()
         self.num_members = check_positive_int(num_members, "num_members")
         self.input_repetition = check_rate(input_repetition, "input_repetition")
@@ -86,15 +88,19 @@ class MIMOBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index):
         if self.arrays:
-            rows = self.order[index * self.batch_size:(index + 1) * self.batch_size]
+            rows = self.order[index * self.batch_size : (index + 1) * self.batch_size]
             images, labels = self.x[rows], self.y[rows]
         else:
             if self.iterator is None:
                 self.iterator = iter(self.dataset)
             images, labels = (np.asarray(v) for v in next(self.iterator))
         return mimo_batch(
-            images, labels, self.num_members, self.input_repetition,
-            self.batch_repetition, self.rng,
+            images,
+            labels,
+            self.num_members,
+            self.input_repetition,
+            self.batch_repetition,
+            self.rng,
         )
 
     def on_epoch_end(self):

@@ -4,22 +4,21 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.loop_checks import is_tf_dataset
+from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.head_reuse import resolve_head
-from ensemble_zoo.models.mimo.mimo_backbone import MIMOViTBackbone
-from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
+from ensemble_zoo.models.loop_checks import is_tf_dataset
 from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
+from ensemble_zoo.models.mimo.mimo_backbone import MIMOViTBackbone
+from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
+from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.models.task_head import task_head
-
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -174,7 +173,10 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
             data = x
         else:
             self._check_loop_call(
-                x, y, batch_size=batch_size, epochs=epochs,
+                x,
+                y,
+                batch_size=batch_size,
+                epochs=epochs,
                 sample_weight=kwargs.get("sample_weight"),
             )
             x = self._preprocessed(x)
@@ -184,8 +186,13 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
                 EnsembleClassifier._check_inputs(self, x)
             self._check_data(x)
             data = MIMOBatches(
-                x, y, self.num_members, self.input_repetition, self.batch_repetition,
-                batch_size=batch_size or 32, seed=self.seed,
+                x,
+                y,
+                self.num_members,
+                self.input_repetition,
+                self.batch_repetition,
+                batch_size=batch_size or 32,
+                seed=self.seed,
             )
         kwargs.pop("shuffle", None)
         return keras.Model.fit(self, data, epochs=epochs, **kwargs)
@@ -204,10 +211,12 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
             return x.map(
                 lambda images, labels: (self.preprocessor(tf.cast(images, "float32")), labels)
             )
-        return np.concatenate([
-            ops.convert_to_numpy(self.preprocessor(np.asarray(x[i : i + 256], "float32")))
-            for i in range(0, len(x), 256)
-        ])
+        return np.concatenate(
+            [
+                ops.convert_to_numpy(self.preprocessor(np.asarray(x[i : i + 256], "float32")))
+                for i in range(0, len(x), 256)
+            ]
+        )
 
     def get_config(self):
         config = super().get_config()
@@ -241,11 +250,16 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         for target, source in zip(plain.weights, self.backbone.weights, strict=True):
             value = _np(source)
             if tuple(target.shape) != value.shape:  # the patch kernel
-                value = value.reshape(value.shape[:2] + (self.num_members, channels, -1)).sum(axis=2)
+                value = value.reshape(value.shape[:2] + (self.num_members, channels, -1)).sum(
+                    axis=2
+                )
             target.assign(value)
         model = keras_hub.models.ViTImageClassifier(
-            backbone=plain, num_classes=self.num_classes, pooling=self.pooling,
-            activation=None, dropout=self.dropout,
+            backbone=plain,
+            num_classes=self.num_classes,
+            pooling=self.pooling,
+            activation=None,
+            dropout=self.dropout,
         )
         kernel = _np(self.head.kernel).reshape(-1, self.num_members, self.num_classes)
         model.output_dense.kernel.assign(kernel[:, member])

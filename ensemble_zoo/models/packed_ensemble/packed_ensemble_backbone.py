@@ -2,17 +2,15 @@ import keras
 import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
-from ensemble_zoo.models.vit_geometry import vit_config
-from ensemble_zoo.layers.grouped_layer_normalization import (
-    GroupedLayerNormalization,
-)
+from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 
 
 def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma):
@@ -152,7 +150,8 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             num_channels=image_shape[2],
             use_class_token=use_class_token,
             use_patch_bias=use_patch_bias,
-            dtype=dtype, name="vit_patching_and_embedding",
+            dtype=dtype,
+            name="vit_patching_and_embedding",
         )
         embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
         split = keras.layers.Reshape((tokens, num_members, width), dtype=dtype, name="member_split")
@@ -171,7 +170,8 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 use_mlp_bias=use_mlp_bias,
                 attention_implementation=attention_implementation,
                 groups=int(gamma),
-                dtype=dtype, name=f"transformer_block_{layer + 1}",
+                dtype=dtype,
+                name=f"transformer_block_{layer + 1}",
             )
             for layer in range(num_layers)
         ]
@@ -225,4 +225,3 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             }
         )
         return config
-

@@ -12,9 +12,7 @@ formulas of `ensemble_zoo.models.vit_cost` (as `hydra_cost` is), its
 projections split into `gamma` groups.
 """
 
-from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
-    packed_member_geometry,
-)
+from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import packed_member_geometry
 from ensemble_zoo.models.vit_cost import encoder_block_multiply_adds
 from ensemble_zoo.models.vit_cost import encoder_block_parameter_count
 from ensemble_zoo.models.vit_cost import layer_norm_parameter_count

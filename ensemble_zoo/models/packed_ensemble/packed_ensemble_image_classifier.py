@@ -1,14 +1,10 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import (
-    PackedEnsembleBackbone,
-)
-from ensemble_zoo.models.packed_ensemble.packed_member_weights import (
-    load_member_into_keras_hub,
-)
+from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import PackedEnsembleBackbone
+from ensemble_zoo.models.packed_ensemble.packed_member_weights import load_member_into_keras_hub
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -77,15 +73,23 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
         config = {
             key: getattr(backbone, key)
             for key in (
-                "image_shape", "patch_size", "num_layers", "num_heads", "hidden_dim",
-                "mlp_dim", "dropout_rate", "attention_dropout", "layer_norm_epsilon",
-                "use_mha_bias", "use_mlp_bias", "use_class_token", "use_patch_bias",
+                "image_shape",
+                "patch_size",
+                "num_layers",
+                "num_heads",
+                "hidden_dim",
+                "mlp_dim",
+                "dropout_rate",
+                "attention_dropout",
+                "layer_norm_epsilon",
+                "use_mha_bias",
+                "use_mlp_bias",
+                "use_class_token",
+                "use_patch_bias",
             )
         }
         config.update(kwargs)
-        packed = PackedEnsembleBackbone(
-            num_members=num_members, alpha=alpha, gamma=gamma, **config
-        )
+        packed = PackedEnsembleBackbone(num_members=num_members, alpha=alpha, gamma=gamma, **config)
         return cls(packed, num_classes, **head_kwargs)
 
     def member_model(self, member):
@@ -114,8 +118,11 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
             use_patch_bias=b.use_patch_bias,
         )
         classifier = keras_hub.models.ViTImageClassifier(
-            backbone=vit, num_classes=self.num_classes, pooling=self.pooling,
-            activation=None, dropout=self.dropout,
+            backbone=vit,
+            num_classes=self.num_classes,
+            pooling=self.pooling,
+            activation=None,
+            dropout=self.dropout,
         )
         load_member_into_keras_hub(self, classifier, member)
         return classifier

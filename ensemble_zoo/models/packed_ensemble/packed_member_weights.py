@@ -78,7 +78,10 @@ def load_member_into_keras_hub(model, vit_classifier, member):
         _assign(out.kernel, block_diagonal(_groups(attention.output_kernel, member, gamma), 0, 2))
         if attention.output_bias is not None:
             _assign(out.bias, _concat(attention.output_bias, member, gamma))
-        for target, source in ((block.mlp.dense_1, packed.dense_1), (block.mlp.dense_2, packed.dense_2)):
+        for target, source in (
+            (block.mlp.dense_1, packed.dense_1),
+            (block.mlp.dense_2, packed.dense_2),
+        ):
             _assign(target.kernel, block_diagonal(_groups(source.kernel, member, gamma), 0, 1))
             if source.bias is not None:
                 _assign(target.bias, _concat(source.bias, member, gamma))

@@ -1,6 +1,9 @@
 """V-MoE sparse mixtures of experts and E³ ensembles of experts (the E³
 paper, "Sparse MoEs meet Efficient Ensembles")."""
 
+from ensemble_zoo.models.vit_moe.expert_parallel import check_expert_parallel
+from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_distribution
+from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_layout_map
 from ensemble_zoo.models.vit_moe.moe_configs import soft_moe_config
 from ensemble_zoo.models.vit_moe.moe_configs import vit_moe_config
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
@@ -8,6 +11,3 @@ from ensemble_zoo.models.vit_moe.moe_cost import vit_moe_flops
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
 from ensemble_zoo.models.vit_moe.vit_moe_image_classifier import ViTMoEImageClassifier
-from ensemble_zoo.models.vit_moe.expert_parallel import check_expert_parallel
-from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_distribution
-from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_layout_map

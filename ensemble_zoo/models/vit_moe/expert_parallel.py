@@ -28,9 +28,7 @@ _EXPERT_VARIABLES = {"kernel": 3, "bias": 2}
 
 def _check_axis_name(name, argument):
     if not isinstance(name, str) or not name:
-        raise ValueError(
-            f"`{argument}` must be a non-empty string; got {name!r}."
-        )
+        raise ValueError(f"`{argument}` must be a non-empty string; got {name!r}.")
     return name
 
 
@@ -52,7 +50,9 @@ def _expert_patterns(moe_layer_name):
 
 
 def expert_parallel_layout_map(
-    device_mesh, expert_axis="experts", num_experts=None,
+    device_mesh,
+    expert_axis="experts",
+    num_experts=None,
     moe_layer_name=DEFAULT_MOE_LAYER_NAME,
 ):
     """A `LayoutMap` that shards every `SparseMoE`'s experts over a mesh axis.
@@ -126,10 +126,7 @@ def expert_parallel_layout_map(
         num_experts = check_positive_int(num_experts, "num_experts")
         _check_divisible(num_experts, axis_size, expert_axis)
     if not isinstance(moe_layer_name, str) or not moe_layer_name:
-        raise ValueError(
-            "`moe_layer_name` must be a non-empty regex; got "
-            f"{moe_layer_name!r}."
-        )
+        raise ValueError(f"`moe_layer_name` must be a non-empty regex; got {moe_layer_name!r}.")
     layout_map = keras.distribution.LayoutMap(device_mesh)
     for pattern, rank in _expert_patterns(moe_layer_name).items():
         layout_map[pattern] = (expert_axis,) + (None,) * (rank - 1)
@@ -137,8 +134,11 @@ def expert_parallel_layout_map(
 
 
 def expert_parallel_distribution(
-    num_devices=None, num_experts=None, batch_axis="batch",
-    expert_axis="experts", devices=None,
+    num_devices=None,
+    num_experts=None,
+    batch_axis="batch",
+    expert_axis="experts",
+    devices=None,
     moe_layer_name=DEFAULT_MOE_LAYER_NAME,
 ):
     """A `keras.distribution.ModelParallel` for expert-parallel V-MoE / E³.
@@ -231,12 +231,12 @@ def expert_parallel_distribution(
         shape, axis_names = (n // experts, experts), [batch_axis, expert_axis]
     mesh = keras.distribution.DeviceMesh(shape, axis_names, devices=devices)
     layout_map = expert_parallel_layout_map(
-        mesh, expert_axis, num_experts=num_experts,
+        mesh,
+        expert_axis,
+        num_experts=num_experts,
         moe_layer_name=moe_layer_name,
     )
-    return keras.distribution.ModelParallel(
-        layout_map=layout_map, batch_dim_name=batch_axis
-    )
+    return keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name=batch_axis)
 
 
 def check_expert_parallel(model, distribution):

@@ -51,8 +51,7 @@ def vit_moe_config(
     family, _, patch = str(model).partition("/")
     if family not in VIT_FAMILIES or not patch.isdigit():
         raise ValueError(
-            f"`model` must look like 'B/16' with a family in "
-            f"{tuple(VIT_FAMILIES)}; got {model!r}."
+            f"`model` must look like 'B/16' with a family in {tuple(VIT_FAMILIES)}; got {model!r}."
         )
     hidden_dim, mlp_dim, num_layers, num_moe = VIT_FAMILIES[family]
     config = dict(
@@ -142,17 +141,31 @@ def soft_moe_config(model, num_experts=128, num_slots=1, image_size=224, num_cla
     moe_layers = list(range(num_layers - num_moe, num_layers))
     tokens = (image_size // patch) ** 2
     backbone = dict(
-        image_shape=(image_size, image_size, 3), patch_size=patch,
-        num_layers=num_layers, num_heads=num_heads, hidden_dim=hidden_dim,
-        mlp_dim=mlp_dim, num_experts=num_experts, moe_layers=moe_layers,
-        router="soft", num_slots=num_slots, eval_capacity_factor=None,
+        image_shape=(image_size, image_size, 3),
+        patch_size=patch,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        hidden_dim=hidden_dim,
+        mlp_dim=mlp_dim,
+        num_experts=num_experts,
+        moe_layers=moe_layers,
+        router="soft",
+        num_slots=num_slots,
+        eval_capacity_factor=None,
         use_class_token=False,
     )
     flops = dict(
-        image_size=image_size, patch_size=patch, hidden_dim=hidden_dim,
-        num_layers=num_layers, mlp_dim=mlp_dim, num_classes=num_classes,
-        moe_layers=tuple(moe_layers), num_experts=num_experts,
-        router="soft", num_slots=num_slots, group_size=tokens,
+        image_size=image_size,
+        patch_size=patch,
+        hidden_dim=hidden_dim,
+        num_layers=num_layers,
+        mlp_dim=mlp_dim,
+        num_classes=num_classes,
+        moe_layers=tuple(moe_layers),
+        num_experts=num_experts,
+        router="soft",
+        num_slots=num_slots,
+        group_size=tokens,
         use_class_token=False,
     )
     return {"backbone": backbone, "flops": flops}

@@ -94,9 +94,7 @@ def last_n_moe_layers(num_layers, n):
     """
     odd = tuple(range(1, num_layers, 2))
     if not 1 <= n <= len(odd):
-        raise ValueError(
-            f"`n` must be in [1, {len(odd)}] for {num_layers} blocks; got {n}."
-        )
+        raise ValueError(f"`n` must be in [1, {len(odd)}] for {num_layers} blocks; got {n}.")
     return odd[-n:]
 
 
@@ -279,8 +277,7 @@ def vit_moe_flops(
     check_choice(router, "router", ("top_k", "experts_choice", "soft"))
     if router != "top_k" and num_selected_experts != 1:
         raise ValueError(
-            f"`num_selected_experts` must be 1 for router={router!r}; got "
-            f"{num_selected_experts}."
+            f"`num_selected_experts` must be 1 for router={router!r}; got {num_selected_experts}."
         )
     if num_slots is not None:
         if router != "soft":
@@ -293,9 +290,7 @@ def vit_moe_flops(
     image_shape = (height, width, num_channels)
     _, patches = patch_grid(image_shape, patch_size)
     if patches == 0:
-        raise ValueError(
-            f"`patch_size` {patch_size} is larger than the image {image_size}."
-        )
+        raise ValueError(f"`patch_size` {patch_size} is larger than the image {image_size}.")
     tokens = patches + (1 if use_class_token else 0)
 
     moe_layers = tuple(moe_layers)
@@ -326,9 +321,7 @@ def vit_moe_flops(
                 f"{num_experts}/{members})."
             )
         if not capacity_factor > 0:
-            raise ValueError(
-                f"`capacity_factor` must be > 0; got {capacity_factor}."
-            )
+            raise ValueError(f"`capacity_factor` must be > 0; got {capacity_factor}.")
         if group_size is None:
             group_size = IMAGES_PER_GROUP * tokens
         check_positive_int(group_size, "group_size")
@@ -336,8 +329,12 @@ def vit_moe_flops(
             capacity = num_slots
         else:
             capacity = compute_capacity(
-                group_size, experts, num_selected_experts, capacity_factor,
-                multiple_of=max(1, capacity_multiple_of), rounding=rounding,
+                group_size,
+                experts,
+                num_selected_experts,
+                capacity_factor,
+                multiple_of=max(1, capacity_multiple_of),
+                rounding=rounding,
             )
     elif members > 1 and tile_at != "input":
         raise ValueError(
@@ -352,19 +349,22 @@ def vit_moe_flops(
     d, f = hidden_dim, mlp_dim
     cost = dict.fromkeys(
         (
-            "patch_embedding", "attention_projections", "attention_scores",
-            "mlp", "expert_mlp", "router", "dispatch", "combine",
-            "pre_logits", "head",
+            "patch_embedding",
+            "attention_projections",
+            "attention_scores",
+            "mlp",
+            "expert_mlp",
+            "router",
+            "dispatch",
+            "combine",
+            "pre_logits",
+            "head",
         ),
         0.0,
     )
-    cost["patch_embedding"] = float(
-        patch_embedding_multiply_adds(image_shape, patch_size, d)
-    )
+    cost["patch_embedding"] = float(patch_embedding_multiply_adds(image_shape, patch_size, d))
     for layer in range(num_layers):
-        tiled = layer > first_tiled or (
-            layer == first_tiled and tile_at != "first_moe_mlp"
-        )
+        tiled = layer > first_tiled or (layer == first_tiled and tile_at != "first_moe_mlp")
         copies = members if tiled else 1
         cost["attention_projections"] += copies * attention_projection_multiply_adds(tokens, d)
         cost["attention_scores"] += copies * attention_score_multiply_adds(tokens, d)
@@ -386,8 +386,11 @@ def vit_moe_flops(
             if routing == "block_diagonal":
                 # vmoe: one group of M * S tokens over all E experts.
                 slots = num_experts * _capacity(
-                    members * group_size, num_experts, num_selected_experts,
-                    capacity_factor, capacity_multiple_of,
+                    members * group_size,
+                    num_experts,
+                    num_selected_experts,
+                    capacity_factor,
+                    capacity_multiple_of,
                 )
             else:
                 slots = experts * capacity

@@ -3,17 +3,17 @@ import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTEncoderBlock
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
-from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
-from ensemble_zoo.models.vit_geometry import check_vit_geometry
-from ensemble_zoo.utils.validation import check_real
-from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.utils.validation import check_real
 
 
 def check_moe_layers(moe_layers, num_layers):
@@ -206,9 +206,7 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         moe_layers = check_moe_layers(moe_layers, num_layers)
         gelu_activation(mlp_activation, "mlp_activation")
         dense_block_cls = (
-            ViTEncoderBlock
-            if mlp_activation == "gelu"
-            else ApproximateGELUViTEncoderBlock
+            ViTEncoderBlock if mlp_activation == "gelu" else ApproximateGELUViTEncoderBlock
         )
 
         # === Layers === (locals first: the torch backend forbids setting
@@ -220,7 +218,8 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             num_channels=image_shape[2],
             use_class_token=use_class_token,
             use_patch_bias=use_patch_bias,
-            dtype=dtype, name="vit_patching_and_embedding",
+            dtype=dtype,
+            name="vit_patching_and_embedding",
         )
         embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
         encoder_blocks = []
@@ -234,7 +233,8 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 dropout_rate=dropout_rate,
                 attention_dropout=attention_dropout,
                 layer_norm_epsilon=layer_norm_epsilon,
-                dtype=dtype, name=f"transformer_block_{i + 1}",
+                dtype=dtype,
+                name=f"transformer_block_{i + 1}",
             )
             if i in moe_layers:
                 block = ViTMoEEncoderBlock(
@@ -262,7 +262,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 block = dense_block_cls(**common)
             encoder_blocks.append(block)
         tile = TileMembers(ensemble_size, dtype=dtype, name="tile_members")
-        layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="ln")
+        layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name="ln"
+        )
         untile = UntileMembers(ensemble_size, dtype=dtype, name="untile_members")
 
         # === Functional model ===
@@ -349,4 +351,3 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             }
         )
         return config
-

@@ -83,8 +83,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         super().__init__(**kwargs)
         if hidden_dim % num_heads:
             raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
             )
         # === Layers ===
         self.layer_norm_1 = keras.layers.LayerNormalization(
@@ -98,9 +97,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="mha",
         )
-        self.dropout = keras.layers.Dropout(
-            dropout_rate, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.layer_norm_2 = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )

@@ -80,8 +80,12 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
             intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.intermediate_dim = intermediate_dim
         super().__init__(
-            backbone, num_classes, preprocessor=preprocessor, pooling=pooling,
-            dropout=dropout, **kwargs,
+            backbone,
+            num_classes,
+            preprocessor=preprocessor,
+            pooling=pooling,
+            dropout=dropout,
+            **kwargs,
         )
 
     def _pre_logits(self, x):
@@ -104,8 +108,14 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
 
     @classmethod
     def from_keras_hub(
-        cls, classifier, num_experts, num_selected_experts=1, moe_layers=None,
-        ensemble_size=1, expert_noise=0.0, **backbone_kwargs,
+        cls,
+        classifier,
+        num_experts,
+        num_selected_experts=1,
+        moe_layers=None,
+        ensemble_size=1,
+        expert_noise=0.0,
+        **backbone_kwargs,
     ):
         """Upcycles a dense keras-hub `ViTImageClassifier` into V-MoE / E³.
 
@@ -173,27 +183,41 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
             raise ValueError(f"`expert_noise` must be >= 0; got {expert_noise!r}.")
         upcycle_backbone(vit, backbone, expert_noise, backbone_kwargs.get("seed"))
         model = cls(
-            backbone, classifier.num_classes, pooling=classifier.pooling,
-            dropout=classifier.dropout, preprocessor=classifier.preprocessor,
+            backbone,
+            classifier.num_classes,
+            pooling=classifier.pooling,
+            dropout=classifier.dropout,
+            preprocessor=classifier.preprocessor,
             intermediate_dim=classifier.intermediate_dim,
         )
         if classifier.intermediate_dim is not None:
-            model.intermediate_layer.set_weights(
-                classifier.intermediate_layer.get_weights()
-            )
+            model.intermediate_layer.set_weights(classifier.intermediate_layer.get_weights())
         model.head.set_weights(classifier.output_dense.get_weights())
         return model
 
     @classmethod
     def from_vmoe_checkpoint(
-        cls, path, *, num_selected_experts=None, router=None,
-        capacity_rounding=None, group_size=None,
-        capacity_factor=1.5, eval_capacity_factor=None, capacity_multiple_of=4,
-        batch_priority=False, bfloat16_dispatch=True,
-        mlp_activation="gelu_approximate", noise_std=None,
-        importance_loss_weight=0.005, load_loss_weight=0.005,
-        ensemble_size=None, image_shape=None, preprocessor="vmoe",
-        pooling=None, **backbone_kwargs,
+        cls,
+        path,
+        *,
+        num_selected_experts=None,
+        router=None,
+        capacity_rounding=None,
+        group_size=None,
+        capacity_factor=1.5,
+        eval_capacity_factor=None,
+        capacity_multiple_of=4,
+        batch_priority=False,
+        bfloat16_dispatch=True,
+        mlp_activation="gelu_approximate",
+        noise_std=None,
+        importance_loss_weight=0.005,
+        load_loss_weight=0.005,
+        ensemble_size=None,
+        image_shape=None,
+        preprocessor="vmoe",
+        pooling=None,
+        **backbone_kwargs,
     ):
         """Loads a V-MoE / E³ checkpoint released with the E³ paper.
 
@@ -315,11 +339,11 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         """
         from ensemble_zoo.models.vit_moe import vmoe_checkpoint
 
-        params = vmoe_checkpoint.strip_params_prefix(
-            vmoe_checkpoint.read_vmoe_checkpoint(path)
-        )
+        params = vmoe_checkpoint.strip_params_prefix(vmoe_checkpoint.read_vmoe_checkpoint(path))
         architecture, head = vmoe_checkpoint.vmoe_architecture(
-            params, image_shape=image_shape, ensemble_size=ensemble_size,
+            params,
+            image_shape=image_shape,
+            ensemble_size=ensemble_size,
             pooling=pooling,
         )
         router, num_selected_experts = vmoe_checkpoint.resolve_router(
@@ -390,8 +414,11 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
             config["num_selected_experts"] = num_selected_experts
         backbone = ViTMoEBackbone.from_config(config)
         new = cls(
-            backbone, model.num_classes, pooling=model.pooling,
-            dropout=model.dropout, intermediate_dim=model.intermediate_dim,
+            backbone,
+            model.num_classes,
+            pooling=model.pooling,
+            dropout=model.dropout,
+            intermediate_dim=model.intermediate_dim,
         )
         new.set_weights(model.get_weights())
         return new
@@ -413,7 +440,10 @@ def upcycle_backbone(vit, backbone, expert_noise=0.0, seed=None):
             continue
         for name in ("layer_norm_1", "mha", "layer_norm_2"):
             getattr(block, name).set_weights(getattr(dense, name).get_weights())
-        for source, target in ((dense.mlp.dense_1, block.moe.dense_1), (dense.mlp.dense_2, block.moe.dense_2)):
+        for source, target in (
+            (dense.mlp.dense_1, block.moe.dense_1),
+            (dense.mlp.dense_2, block.moe.dense_2),
+        ):
             for variable in ("kernel", "bias"):
                 if getattr(source, variable, None) is None:
                     continue

@@ -76,7 +76,7 @@ def _require(params, name, ndim=None):
 def strip_params_prefix(params):
     """Drops a leading `params/` (a TrainState's tree) from every key."""
     if params and all(k.startswith("params/") for k in params):
-        return {k[len("params/"):]: v for k, v in params.items()}
+        return {k[len("params/") :]: v for k, v in params.items()}
     return params
 
 
@@ -265,8 +265,7 @@ def resolve_router(architecture, router, num_selected_experts):
     stored = architecture.get("router")
     if router not in (None, "top_k", "experts_choice", "soft"):
         raise ValueError(
-            "`router` must be None, 'top_k', 'experts_choice' or 'soft'; "
-            f"got {router!r}."
+            f"`router` must be None, 'top_k', 'experts_choice' or 'soft'; got {router!r}."
         )
     if stored == "soft":
         if router not in (None, "soft"):
@@ -335,12 +334,18 @@ def load_vmoe_params(classifier, params):
     _assign(embedding.position_embedding.embeddings, take(name)[0], name)
     for i, block in enumerate(backbone.encoder_blocks):
         base = f"Encoder/encoderblock_{i}/"
-        for layer, source in ((block.layer_norm_1, "LayerNorm_0"), (block.layer_norm_2, "LayerNorm_1")):
+        for layer, source in (
+            (block.layer_norm_1, "LayerNorm_0"),
+            (block.layer_norm_2, "LayerNorm_1"),
+        ):
             _assign(layer.gamma, take(base + source + "/scale"), base + source + "/scale")
             _assign(layer.beta, take(base + source + "/bias"), base + source + "/bias")
         attention = []
         for part in ("query", "key", "value", "out"):
-            attention += [take(f"{base}SelfAttention/{part}/kernel"), take(f"{base}SelfAttention/{part}/bias")]
+            attention += [
+                take(f"{base}SelfAttention/{part}/kernel"),
+                take(f"{base}SelfAttention/{part}/bias"),
+            ]
         try:
             block.mha.set_weights(attention)
         except ValueError as error:
@@ -363,8 +368,12 @@ def load_vmoe_params(classifier, params):
         for layer, source in pairs:
             _assign(layer.kernel, take(prefix + source + "/kernel"), prefix + source + "/kernel")
             _assign(layer.bias, take(prefix + source + "/bias"), prefix + source + "/bias")
-    _assign(backbone.layer_norm.gamma, take("Encoder/encoder_norm/scale"), "Encoder/encoder_norm/scale")
-    _assign(backbone.layer_norm.beta, take("Encoder/encoder_norm/bias"), "Encoder/encoder_norm/bias")
+    _assign(
+        backbone.layer_norm.gamma, take("Encoder/encoder_norm/scale"), "Encoder/encoder_norm/scale"
+    )
+    _assign(
+        backbone.layer_norm.beta, take("Encoder/encoder_norm/bias"), "Encoder/encoder_norm/bias"
+    )
     if classifier.intermediate_dim is not None:
         for variable in ("kernel", "bias"):
             name = "pre_logits/" + variable

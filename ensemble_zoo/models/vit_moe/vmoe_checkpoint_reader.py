@@ -190,16 +190,14 @@ def _read_shard(filename, leaves, arrays, filled):
     document = _decode_file(filename)
     if not isinstance(document, dict) or document.get(CHUNK_MAGIC) is not True:
         raise VMoECheckpointError(
-            f"{filename!r} is not a vmoe checkpoint data file (no "
-            f"{CHUNK_MAGIC!r} marker)."
+            f"{filename!r} is not a vmoe checkpoint data file (no {CHUNK_MAGIC!r} marker)."
         )
     for key, chunks in document.items():
         if key == CHUNK_MAGIC:
             continue
         if not (isinstance(key, str) and key.isdigit() and int(key) < len(leaves)):
             raise VMoECheckpointError(
-                f"{filename!r} holds chunks of leaf {key!r}; the index has "
-                f"{len(leaves)} leaves."
+                f"{filename!r} holds chunks of leaf {key!r}; the index has {len(leaves)} leaves."
             )
         name = leaves[int(key)][0]
         target, mask = arrays[name], filled[name]

@@ -3,17 +3,17 @@ import os
 import keras
 import numpy as np
 import pytest
+from conftest import jit_compile
 from keras import ops
 from scipy.special import erf
+from test_top_k_router import reference_routing
+from zoo_testing import to_np
 
-from conftest import jit_compile
 from ensemble_zoo.layers import SparseMoE
 from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.ops import tile_members
 from ensemble_zoo.ops import untile_members
-from test_top_k_router import reference_routing
-from zoo_testing import to_np
 
 
 def gelu(x):
@@ -49,15 +49,20 @@ def reference_moe(layer, x, group_size=None):
     weights = [
         to_np(w)
         for w in (
-            layer.dense_1.kernel, layer.dense_1.bias,
-            layer.dense_2.kernel, layer.dense_2.bias,
+            layer.dense_1.kernel,
+            layer.dense_1.bias,
+            layer.dense_2.kernel,
+            layer.dense_2.bias,
         )
     ]
     m, e_m = layer.num_members, layer.num_experts // layer.num_members
     rows, tokens, d = x.shape
     s = group_size or tokens
     capacity = compute_capacity(
-        s, e_m, layer.top_k, layer.router.capacity_factor,
+        s,
+        e_m,
+        layer.top_k,
+        layer.router.capacity_factor,
         layer.router.capacity_multiple_of,
     )
     dispatch, combine, _ = reference_routing(
@@ -117,13 +122,21 @@ def test_matches_numpy_expert_loop(
     extra = {}
     if vmoe:
         extra = dict(
-            activation="gelu_approximate", bfloat16_dispatch=True,
+            activation="gelu_approximate",
+            bfloat16_dispatch=True,
             capacity_multiple_of=4,
         )
     layer = random_layer(
-        rng, shape, num_experts=8, mlp_dim=5, top_k=top_k,
-        num_members=num_members, group_size=group_size,
-        capacity_factor=factor, batch_priority=bpr, dispatcher=dispatcher,
+        rng,
+        shape,
+        num_experts=8,
+        mlp_dim=5,
+        top_k=top_k,
+        num_members=num_members,
+        group_size=group_size,
+        capacity_factor=factor,
+        batch_priority=bpr,
+        dispatcher=dispatcher,
         **extra,
     )
     x = rng.normal(size=shape).astype("float32")
@@ -145,13 +158,13 @@ def test_matches_numpy_expert_loop(
 
 def test_dropped_tokens_give_zero_output():
     # Hand-made: 4 tokens whose top-1 expert is expert 0; C = 2.
-    gates = np.array(
-        [[0.6, 0.4], [0.9, 0.1], [0.7, 0.3], [0.8, 0.2]], "float32"
-    )
+    gates = np.array([[0.6, 0.4], [0.9, 0.1], [0.7, 0.3], [0.8, 0.2]], "float32")
     x = np.log(gates)[None]
     for bpr, kept in ((False, [0, 1]), (True, [1, 3])):
         layer = SparseMoE(
-            num_experts=2, mlp_dim=3, batch_priority=bpr,
+            num_experts=2,
+            mlp_dim=3,
+            batch_priority=bpr,
             bias_initializer="ones",
         )
         layer.build(x.shape)
@@ -171,8 +184,7 @@ def test_e3_equals_per_member_vmoe(rng, num_members, bpr):
     e_m = num_experts // num_members
     x = rng.normal(size=(num_members * batch, tokens, d)).astype("float32")
     kwargs = dict(mlp_dim=5, top_k=1, capacity_factor=0.75, batch_priority=bpr)
-    e3 = random_layer(rng, x.shape, num_experts=num_experts,
-                      num_members=num_members, **kwargs)
+    e3 = random_layer(rng, x.shape, num_experts=num_experts, num_members=num_members, **kwargs)
     got = to_np(e3(x))
     router = to_np(e3.router.kernel)
     experts = [to_np(w) for w in e3.dense_1.weights + e3.dense_2.weights]
@@ -181,14 +193,10 @@ def test_e3_equals_per_member_vmoe(rng, num_members, bpr):
         vmoe = SparseMoE(num_experts=e_m, **kwargs)
         vmoe.build((batch, tokens, d))
         vmoe.router.kernel.assign(router[:, own])
-        for var, value in zip(
-            vmoe.dense_1.weights + vmoe.dense_2.weights, experts
-        ):
+        for var, value in zip(vmoe.dense_1.weights + vmoe.dense_2.weights, experts):
             var.assign(value[own])
         rows = slice(m * batch, (m + 1) * batch)
-        np.testing.assert_allclose(
-            got[rows], to_np(vmoe(x[rows])), rtol=1e-5, atol=1e-6
-        )
+        np.testing.assert_allclose(got[rows], to_np(vmoe(x[rows])), rtol=1e-5, atol=1e-6)
 
 
 def test_upcycled_experts_equal_the_dense_keras_hub_mlp(rng):
@@ -204,9 +212,7 @@ def test_upcycled_experts_equal_the_dense_keras_hub_mlp(rng):
     def upcycle(**kwargs):
         layer = SparseMoE(num_experts=num_experts, mlp_dim=f, **kwargs)
         layer.build(x.shape)
-        for var, value in zip(
-            layer.dense_1.weights + layer.dense_2.weights, (w1, b1, w2, b2)
-        ):
+        for var, value in zip(layer.dense_1.weights + layer.dense_2.weights, (w1, b1, w2, b2)):
             var.assign(np.stack([value] * num_experts))
         return layer
 
@@ -216,15 +222,15 @@ def test_upcycled_experts_equal_the_dense_keras_hub_mlp(rng):
     # E³ with K = E / M: each member's gates sum to 1.
     e3 = upcycle(top_k=2, num_members=2)
     np.testing.assert_allclose(
-        to_np(e3(tile_members(x, 2))), np.concatenate([dense_out] * 2),
-        rtol=1e-5, atol=1e-6,
+        to_np(e3(tile_members(x, 2))),
+        np.concatenate([dense_out] * 2),
+        rtol=1e-5,
+        atol=1e-6,
     )
     # K = 1: the output is scaled by the un-renormalised top gate p_max.
     top1 = upcycle(top_k=1, capacity_factor=4.0)
     p_max = to_np(top1.route(x)["gates"]).max(-1).reshape(2, 5, 1)
-    np.testing.assert_allclose(
-        to_np(top1(x)), p_max * dense_out, rtol=1e-5, atol=1e-6
-    )
+    np.testing.assert_allclose(to_np(top1(x)), p_max * dense_out, rtol=1e-5, atol=1e-6)
     assert np.all(p_max < 1.0)
 
 
@@ -253,8 +259,12 @@ class TinyE3Classifier(keras.Model):
         self.num_members = num_members
         self.embed = keras.layers.Dense(8)
         self.moe = SparseMoE(
-            num_experts=4, mlp_dim=16, num_members=num_members, seed=0,
-            capacity_factor=1.5, eval_capacity_factor=4.0,
+            num_experts=4,
+            mlp_dim=16,
+            num_members=num_members,
+            seed=0,
+            capacity_factor=1.5,
+            eval_capacity_factor=4.0,
             dispatcher=dispatcher,
         )
         self.head = keras.layers.Dense(3)
@@ -272,9 +282,16 @@ def test_index_dispatch_equals_one_hot_dispatch_and_gradients(rng):
     shape = (2 * 3, 5, 6)
     layers = {
         d: random_layer(
-            np.random.default_rng(1), shape, num_experts=8, mlp_dim=5,
-            top_k=2, num_members=2, capacity_factor=0.6, batch_priority=True,
-            dispatcher=d, seed=0,
+            np.random.default_rng(1),
+            shape,
+            num_experts=8,
+            mlp_dim=5,
+            top_k=2,
+            num_members=2,
+            capacity_factor=0.6,
+            batch_priority=True,
+            dispatcher=d,
+            seed=0,
         )
         for d in ("einsum", "indices")
     }
@@ -291,12 +308,8 @@ def test_index_dispatch_equals_one_hot_dispatch_and_gradients(rng):
     token_slot, weight = to_np(index["token_slot"]), to_np(index["token_weight"])
     for mm, gg, k, t in zip(*np.nonzero(weight)):
         combine[mm, gg, t, token_slot[mm, gg, k, t]] += weight[mm, gg, k, t]
-    np.testing.assert_array_equal(
-        rebuilt, to_np(one_hot["dispatch"]).reshape(m, g, s, -1)
-    )
-    np.testing.assert_allclose(
-        combine, to_np(one_hot["combine"]).reshape(m, g, s, -1), atol=1e-7
-    )
+    np.testing.assert_array_equal(rebuilt, to_np(one_hot["dispatch"]).reshape(m, g, s, -1))
+    np.testing.assert_allclose(combine, to_np(one_hot["combine"]).reshape(m, g, s, -1), atol=1e-7)
     assert rebuilt.sum() < 2 * m * g * s  # some choices were dropped
     from ensemble_zoo.utils.gradients import loss_gradients
 
@@ -305,7 +318,10 @@ def test_index_dispatch_equals_one_hot_dispatch_and_gradients(rng):
     for d, layer in layers.items():
         model = keras.Sequential([keras.Input(shape[1:]), layer])
         grads[d] = loss_gradients(
-            model, lambda y, p: ops.mean(ops.square(ops.subtract(p, y))), x, target,
+            model,
+            lambda y, p: ops.mean(ops.square(ops.subtract(p, y))),
+            x,
+            target,
             model.trainable_variables,
         )
         outputs[d] = to_np(layer(x))
@@ -338,8 +354,10 @@ def test_trains_under_jit_with_aux_losses(rng, dispatcher):
     assert not np.allclose(to_np(model.moe.router.kernel), router_before)
     # Compiled prediction matches the eager inference call.
     np.testing.assert_allclose(
-        model.predict(x, batch_size=8, verbose=0), to_np(model(x)),
-        rtol=1e-4, atol=1e-5,
+        model.predict(x, batch_size=8, verbose=0),
+        to_np(model(x)),
+        rtol=1e-4,
+        atol=1e-5,
     )
     model(x, training=True)
     assert len(model.losses) == 1
@@ -351,13 +369,24 @@ def test_trains_under_jit_with_aux_losses(rng, dispatcher):
 def test_config_and_saving_round_trip(tmp_path, rng):
     inputs = keras.Input((4, 6))
     layer = SparseMoE(
-        num_experts=4, mlp_dim=5, top_k=2, num_members=2, group_size=8,
-        capacity_factor=0.75, eval_capacity_factor=1.0, capacity_multiple_of=2,
-        batch_priority=True, noise_std=0.1, importance_loss_weight=0.01,
-        load_loss_weight=0.02, dropout_rate=0.1,
-        activation="gelu_approximate", bfloat16_dispatch=True,
+        num_experts=4,
+        mlp_dim=5,
+        top_k=2,
+        num_members=2,
+        group_size=8,
+        capacity_factor=0.75,
+        eval_capacity_factor=1.0,
+        capacity_multiple_of=2,
+        batch_priority=True,
+        noise_std=0.1,
+        importance_loss_weight=0.01,
+        load_loss_weight=0.02,
+        dropout_rate=0.1,
+        activation="gelu_approximate",
+        bfloat16_dispatch=True,
         bias_initializer="random_normal",
-        seed=3, dispatcher="indices",
+        seed=3,
+        dispatcher="indices",
     )
     model = keras.Model(inputs, layer(inputs))
     assert tuple(model.output.shape) == (None, 4, 6)
@@ -395,6 +424,4 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="8 features"):
         layer(np.zeros((4, 2, 6), "float32"))
     with pytest.raises(ValueError, match="group_size"):
-        SparseMoE(num_experts=4, mlp_dim=4, group_size=3)(
-            np.zeros((1, 2, 8), "float32")
-        )
+        SparseMoE(num_experts=4, mlp_dim=4, group_size=3)(np.zeros((1, 2, 8), "float32"))

@@ -4,12 +4,12 @@ import keras
 import numpy as np
 import pytest
 from scipy.stats import norm
+from zoo_testing import np_softmax
+from zoo_testing import to_np
 
 from ensemble_zoo.layers import TopKRouter
 from ensemble_zoo.layers.moe.top_k_router import compute_capacity
 from ensemble_zoo.ops import tile_members
-from zoo_testing import np_softmax
-from zoo_testing import to_np
 
 
 def reference_group_routing(gates, k, capacity, batch_priority):
@@ -45,9 +45,7 @@ def reference_routing(x, kernel, num_members, k, group_size, capacity, bpr):
     e_m = e // num_members
     member_rows = rows // num_members
     groups = member_rows * tokens // group_size
-    dispatch = np.zeros(
-        (num_members, groups, group_size, e_m, capacity), "float32"
-    )
+    dispatch = np.zeros((num_members, groups, group_size, e_m, capacity), "float32")
     combine = np.zeros_like(dispatch)
     token_dispatch = np.zeros((rows, tokens, e, capacity), "float32")
     for m in range(num_members):
@@ -87,7 +85,10 @@ def test_capacity_formula():
     assert compute_capacity(10, 2, 1, 0.01) == 1  # at least one slot
     assert compute_capacity(10, 2, 2, 8.0) == 10  # never above group_size
     router = TopKRouter(
-        num_experts=8, top_k=2, num_members=2, capacity_factor=1.5,
+        num_experts=8,
+        top_k=2,
+        num_members=2,
+        capacity_factor=1.5,
         eval_capacity_factor=8.0,
     )
     assert router.capacity(16, training=True) == math.ceil(1.5 * 2 * 16 / 4)
@@ -100,12 +101,8 @@ def test_capacity_formula():
 def test_hand_made_overflow(batch_priority):
     # Gates of 4 tokens over 2 experts; every top-1 choice is expert 0 and
     # C = ceil(1.0 * 1 * 4 / 2) = 2 slots.
-    gates = np.array(
-        [[0.6, 0.4], [0.9, 0.1], [0.7, 0.3], [0.8, 0.2]], "float32"
-    )
-    router = router_with_kernel(
-        np.eye(2, dtype="float32"), top_k=1, batch_priority=batch_priority
-    )
+    gates = np.array([[0.6, 0.4], [0.9, 0.1], [0.7, 0.3], [0.8, 0.2]], "float32")
+    router = router_with_kernel(np.eye(2, dtype="float32"), top_k=1, batch_priority=batch_priority)
     x = np.log(gates)[None]  # (1 example, 4 tokens, 2): logits = log gates
     routing = router.route(x)
     assert routing["capacity"] == 2
@@ -126,9 +123,7 @@ def test_hand_made_overflow(batch_priority):
 def test_top1_choices_fill_buffers_before_top2_choices():
     # Token 0 prefers expert 1, tokens 1 and 2 prefer expert 0; C = 2.
     gates = np.array([[0.3, 0.7], [0.8, 0.2], [0.6, 0.4]], "float32")
-    router = router_with_kernel(
-        np.eye(2, dtype="float32"), top_k=2, capacity_factor=2 / 3
-    )
+    router = router_with_kernel(np.eye(2, dtype="float32"), top_k=2, capacity_factor=2 / 3)
     routing = router.route(np.log(gates)[None])
     assert routing["capacity"] == 2
     expected = np.zeros((3, 2, 2), "float32")
@@ -152,14 +147,16 @@ def test_top1_choices_fill_buffers_before_top2_choices():
         (4, 8, 2, None, 8.0, False),
     ],
 )
-def test_matches_numpy_reference(
-    rng, num_members, num_experts, top_k, group_size, factor, bpr
-):
+def test_matches_numpy_reference(rng, num_members, num_experts, top_k, group_size, factor, bpr):
     batch, tokens, d = 4, 6, 5
     kernel = rng.normal(size=(d, num_experts)).astype("float32")
     router = router_with_kernel(
-        kernel, top_k=top_k, num_members=num_members, group_size=group_size,
-        capacity_factor=factor, batch_priority=bpr,
+        kernel,
+        top_k=top_k,
+        num_members=num_members,
+        group_size=group_size,
+        capacity_factor=factor,
+        batch_priority=bpr,
     )
     x = rng.normal(size=(num_members * batch, tokens, d)).astype("float32")
     routing = router.route(x)
@@ -173,9 +170,7 @@ def test_matches_numpy_reference(
         assert dispatch.sum() < num_members * batch * tokens * top_k  # drops
     np.testing.assert_array_equal(to_np(routing["dispatch"]), dispatch)
     np.testing.assert_allclose(to_np(routing["combine"]), combine, atol=1e-6)
-    np.testing.assert_array_equal(
-        to_np(routing["token_dispatch"]), token_dispatch
-    )
+    np.testing.assert_array_equal(to_np(routing["token_dispatch"]), token_dispatch)
     outputs = router(x)
     np.testing.assert_array_equal(to_np(outputs["dispatch"]), dispatch)
 
@@ -195,8 +190,12 @@ def test_members_reach_only_their_own_experts(rng, num_members, training):
     x = to_np(tile_members(tokens_, num_members))
     for seed in (0, 1):
         router = router_with_kernel(
-            kernel, top_k=2, num_members=num_members, capacity_factor=4.0,
-            noise_std=1.0, seed=seed,
+            kernel,
+            top_k=2,
+            num_members=num_members,
+            capacity_factor=4.0,
+            noise_std=1.0,
+            seed=seed,
         )
         routing = router.route(x, training=training)
         token_dispatch = to_np(routing["token_dispatch"])
@@ -210,14 +209,10 @@ def test_members_reach_only_their_own_experts(rng, num_members, training):
             np.testing.assert_array_equal(rows[..., own].sum(-1), 2.0)
     if not training:
         # Each token's experts are the top 2 of its member's logits.
-        own_logits = np.einsum(
-            "btd,dme->mbte", tokens_, kernel.reshape(d, num_members, e_m)
-        )
+        own_logits = np.einsum("btd,dme->mbte", tokens_, kernel.reshape(d, num_members, e_m))
         top2 = np.argsort(-own_logits, axis=-1)[..., :2]
         for m in range(num_members):
-            chosen = per_expert[
-                m * batch : (m + 1) * batch, :, m * e_m : (m + 1) * e_m
-            ]
+            chosen = per_expert[m * batch : (m + 1) * batch, :, m * e_m : (m + 1) * e_m]
             expected = np.zeros_like(chosen)
             np.put_along_axis(expected, top2[m], 1.0, axis=-1)
             np.testing.assert_array_equal(chosen, expected)
@@ -229,9 +224,7 @@ def test_importance_loss_uniform_and_collapsed(num_members):
     e_m = num_experts // num_members
     x = np.random.default_rng(1).normal(size=(num_members * 2, 5, d))
     x = x.astype("float32")
-    uniform = router_with_kernel(
-        np.zeros((d, num_experts), "float32"), num_members=num_members
-    )
+    uniform = router_with_kernel(np.zeros((d, num_experts), "float32"), num_members=num_members)
     for training in (False, True):  # computed on the clean logits
         loss = to_np(uniform.route(x, training=training)["importance_loss"])
         np.testing.assert_allclose(loss, 0.0, atol=1e-10)
@@ -261,9 +254,7 @@ def numpy_importance_loss(logits):
 def test_load_loss_matches_numpy_formula(rng, num_members, top_k):
     num_experts, d = 8, 4
     kernel = rng.normal(size=(d, num_experts)).astype("float32")
-    router = router_with_kernel(
-        kernel, num_members=num_members, top_k=top_k, group_size=10, seed=3
-    )
+    router = router_with_kernel(kernel, num_members=num_members, top_k=top_k, group_size=10, seed=3)
     x = rng.normal(size=(num_members * 4, 5, d)).astype("float32")
     routing = router.route(x, training=True)
     logits = to_np(routing["logits"])
@@ -277,9 +268,7 @@ def test_load_loss_matches_numpy_formula(rng, num_members, top_k):
     )
     np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-5)
     assert not np.allclose(noisy, logits)
-    np.testing.assert_allclose(
-        to_np(routing["gates"]), np_softmax(noisy), atol=1e-6
-    )
+    np.testing.assert_allclose(to_np(routing["gates"]), np_softmax(noisy), atol=1e-6)
     sigma = 1.0 / num_experts
     np.testing.assert_allclose(
         to_np(routing["load_loss"]),
@@ -293,12 +282,12 @@ def test_load_loss_matches_numpy_formula(rng, num_members, top_k):
     )
     # The load loss is 0 for a zero kernel, whatever the noise.
     zero = router_with_kernel(
-        np.zeros((d, num_experts), "float32"), num_members=num_members,
-        top_k=top_k, seed=4,
+        np.zeros((d, num_experts), "float32"),
+        num_members=num_members,
+        top_k=top_k,
+        seed=4,
     )
-    np.testing.assert_allclose(
-        to_np(zero.route(x, training=True)["load_loss"]), 0.0, atol=1e-10
-    )
+    np.testing.assert_allclose(to_np(zero.route(x, training=True)["load_loss"]), 0.0, atol=1e-10)
     assert router.route(x, training=False)["load_loss"] is None
 
 
@@ -306,8 +295,7 @@ def test_aux_loss_is_added_in_training_only(rng):
     d, num_experts = 4, 4
     kernel = rng.normal(size=(d, num_experts)).astype("float32")
     x = rng.normal(size=(2 * 3, 5, d)).astype("float32")
-    kwargs = dict(num_members=2, top_k=1, seed=7, importance_loss_weight=0.3,
-                  load_loss_weight=0.7)
+    kwargs = dict(num_members=2, top_k=1, seed=7, importance_loss_weight=0.3, load_loss_weight=0.7)
     inspected = router_with_kernel(kernel, **kwargs).route(x, training=True)
     router = router_with_kernel(kernel, **kwargs)  # same seed, same noise
     router(x, training=False)
@@ -316,9 +304,7 @@ def test_aux_loss_is_added_in_training_only(rng):
     assert len(router.losses) == 1
     sigma = 1.0 / num_experts
     logits, noisy = to_np(inspected["logits"]), to_np(inspected["noisy_logits"])
-    expected = 0.3 * numpy_importance_loss(logits) + 0.7 * numpy_load_loss(
-        logits, noisy, sigma, 1
-    )
+    expected = 0.3 * numpy_importance_loss(logits) + 0.7 * numpy_load_loss(logits, noisy, sigma, 1)
     np.testing.assert_allclose(to_np(router.losses[0]), expected, rtol=1e-4)
     # Without noise, only the importance loss is added.
     quiet = router_with_kernel(kernel, noise_std=0.0, **kwargs)
@@ -335,35 +321,35 @@ def test_noise_only_in_training_and_seeded(rng):
     router = router_with_kernel(kernel, noise_std=0.5, seed=1)
     first = router.route(x)
     second = router.route(x)
-    np.testing.assert_array_equal(
-        to_np(first["noisy_logits"]), to_np(first["logits"])
-    )
-    np.testing.assert_array_equal(
-        to_np(first["combine"]), to_np(second["combine"])
-    )
+    np.testing.assert_array_equal(to_np(first["noisy_logits"]), to_np(first["logits"]))
+    np.testing.assert_array_equal(to_np(first["combine"]), to_np(second["combine"]))
     train = router.route(x, training=True)
     noise = to_np(train["noisy_logits"]) - to_np(train["logits"])
     assert abs(noise.std() - 0.5) < 0.02 and abs(noise.mean()) < 0.02
     again = router_with_kernel(kernel, noise_std=0.5, seed=1)
     again = again.route(x, training=True)
-    np.testing.assert_array_equal(
-        to_np(again["combine"]), to_np(train["combine"])
-    )
+    np.testing.assert_array_equal(to_np(again["combine"]), to_np(train["combine"]))
     other = router_with_kernel(kernel, noise_std=0.5, seed=2)
     other = other.route(x, training=True)
-    assert not np.array_equal(
-        to_np(other["dispatch"]), to_np(train["dispatch"])
-    )
+    assert not np.array_equal(to_np(other["dispatch"]), to_np(train["dispatch"]))
     # The default noise is 1 / num_experts, the paper's sigma.
     assert TopKRouter(num_experts=16).sigma == 1 / 16
 
 
 def test_config_round_trip_and_symbolic_shapes(rng):
     router = TopKRouter(
-        num_experts=8, top_k=2, num_members=2, group_size=10,
-        capacity_factor=1.5, eval_capacity_factor=4.0, capacity_multiple_of=4,
-        batch_priority=True, noise_std=0.2, importance_loss_weight=0.01,
-        load_loss_weight=0.02, seed=5,
+        num_experts=8,
+        top_k=2,
+        num_members=2,
+        group_size=10,
+        capacity_factor=1.5,
+        eval_capacity_factor=4.0,
+        capacity_multiple_of=4,
+        batch_priority=True,
+        noise_std=0.2,
+        importance_loss_weight=0.01,
+        load_loss_weight=0.02,
+        seed=5,
     )
     x = rng.normal(size=(4, 5, 3)).astype("float32")
     expected = router(x)

@@ -15,18 +15,16 @@ import os
 import keras
 import numpy as np
 import pytest
-
 from conftest import REPO_ROOT
 from conftest import jit_compile
+from zoo_testing import to_np
+
 from ensemble_zoo.layers import ExpertsChoiceRouter
 from ensemble_zoo.layers import SoftRouter
 from ensemble_zoo.layers import SparseMoE
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
-from zoo_testing import to_np
 
-FIXTURE = np.load(
-    os.path.join(REPO_ROOT, "tests", "fixtures", "vmoe", "routers.npz")
-)
+FIXTURE = np.load(os.path.join(REPO_ROOT, "tests", "fixtures", "vmoe", "routers.npz"))
 META = json.loads(str(FIXTURE["config_json"]))
 X = FIXTURE["router_x"]  # (3 groups, 10 tokens, 8)
 ROUNDING = {"ceil": "ceil", "round": "round"}
@@ -85,9 +83,7 @@ def test_soft_router_equals_vmoes(name):
     router.scale.assign(meta["scale"])
     routing = router.route(X)
     for key in ("dispatch", "combine"):
-        np.testing.assert_allclose(
-            to_np(routing[key])[0], FIXTURE[f"soft_{name}_{key}"], atol=1e-6
-        )
+        np.testing.assert_allclose(to_np(routing[key])[0], FIXTURE[f"soft_{name}_{key}"], atol=1e-6)
     check_metrics(routing["metrics"], meta["metrics"])
 
 
@@ -137,9 +133,9 @@ def test_moe_layer_equals_vmoes_mlp_moe_block(kind):
             to_np(layer(X)), FIXTURE[f"layer_{kind}_{key}"], atol=1e-5, rtol=0
         )
     # The two references differ by far more than the tolerance.
-    assert np.abs(
-        FIXTURE[f"layer_{kind}_output"] - FIXTURE[f"layer_{kind}_output_f32"]
-    ).max() > 1e-3
+    assert (
+        np.abs(FIXTURE[f"layer_{kind}_output"] - FIXTURE[f"layer_{kind}_output_f32"]).max() > 1e-3
+    )
 
 
 def test_experts_choice_index_dispatch_equals_one_hot(rng):
@@ -151,8 +147,13 @@ def test_experts_choice_index_dispatch_equals_one_hot(rng):
     layers = {}
     for dispatcher in ("einsum", "indices"):
         layer = SparseMoE(
-            num_experts=4, mlp_dim=7, num_members=2, group_size=12,
-            router="experts_choice", capacity_factor=1.5, dispatcher=dispatcher,
+            num_experts=4,
+            mlp_dim=7,
+            num_members=2,
+            group_size=12,
+            router="experts_choice",
+            capacity_factor=1.5,
+            dispatcher=dispatcher,
             bias_initializer="random_normal",
         )
         layer.build(x.shape)
@@ -166,7 +167,10 @@ def test_experts_choice_index_dispatch_equals_one_hot(rng):
         model = keras.Sequential([keras.Input(x.shape[1:]), layer])
         outputs[name] = to_np(layer(x))
         grads[name] = loss_gradients(
-            model, lambda y, p: keras.ops.mean(keras.ops.square(keras.ops.subtract(p, y))), x, target,
+            model,
+            lambda y, p: keras.ops.mean(keras.ops.square(keras.ops.subtract(p, y))),
+            x,
+            target,
             model.trainable_variables,
         )
     np.testing.assert_allclose(outputs["indices"], outputs["einsum"], atol=1e-5)
@@ -212,8 +216,7 @@ def test_noise_only_in_training_and_seeded(rng, router):
     x = rng.normal(size=(2, 6, 4)).astype("float32")
     extra = {"num_slots": 2} if router == "soft" else {}
     layers = [
-        SparseMoE(num_experts=4, mlp_dim=3, router=router, noise_std=0.5,
-                  seed=7, **extra)
+        SparseMoE(num_experts=4, mlp_dim=3, router=router, noise_std=0.5, seed=7, **extra)
         for _ in range(2)
     ]
     layers[0].build(x.shape)
@@ -233,12 +236,14 @@ class TinyRoutedClassifier(keras.Model):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.experts_choice = SparseMoE(
-            num_experts=4, mlp_dim=8, num_members=2, router="experts_choice",
-            capacity_factor=1.0, eval_capacity_factor=2.0,
+            num_experts=4,
+            mlp_dim=8,
+            num_members=2,
+            router="experts_choice",
+            capacity_factor=1.0,
+            eval_capacity_factor=2.0,
         )
-        self.soft = SparseMoE(
-            num_experts=4, mlp_dim=8, num_members=2, router="soft", num_slots=2
-        )
+        self.soft = SparseMoE(num_experts=4, mlp_dim=8, num_members=2, router="soft", num_slots=2)
         self.head = keras.layers.Dense(3)
 
     def call(self, x, training=None):
@@ -274,16 +279,23 @@ def test_trains_compiled_and_routers_learn(rng):
     for old, new in zip(before_weights, routers):
         assert not np.allclose(old, to_np(new))
     np.testing.assert_allclose(
-        model.predict(x, batch_size=8, verbose=0), to_np(model(x)),
-        rtol=1e-4, atol=1e-5,
+        model.predict(x, batch_size=8, verbose=0),
+        to_np(model(x)),
+        rtol=1e-4,
+        atol=1e-5,
     )
 
 
 def test_config_round_trips_and_bad_arguments():
     for router, extra in (("experts_choice", {}), ("soft", {"num_slots": 3})):
         layer = SparseMoE(
-            num_experts=4, mlp_dim=5, router=router, capacity_rounding="round",
-            noise_std=0.1, seed=2, **extra,
+            num_experts=4,
+            mlp_dim=5,
+            router=router,
+            capacity_rounding="round",
+            noise_std=0.1,
+            seed=2,
+            **extra,
         )
         config = layer.get_config()
         clone = SparseMoE.from_config(config)

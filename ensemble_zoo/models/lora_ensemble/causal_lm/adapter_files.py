@@ -74,9 +74,7 @@ def load_adapters(model, filepath):
             if _normalized(saved.get(key)) != _normalized(expected[key])
         ]
         if f.attrs["backbone_class"] != base_name:
-            differences.insert(
-                0, f"backbone: file {f.attrs['backbone_class']}, model {base_name}"
-            )
+            differences.insert(0, f"backbone: file {f.attrs['backbone_class']}, model {base_name}")
         count = len(f["adapters"]) if "adapters" in f else 0
         if count != len(adapters):
             differences.append(f"adapters: file {count}, model {len(adapters)}")
@@ -85,7 +83,10 @@ def load_adapters(model, filepath):
             for i, adapter in enumerate(adapters):
                 group = f[f"adapters/{i}"]
                 a, b = group["lora_a"][()], group["lora_b"][()]
-                for name, array, variable in (("lora_a", a, adapter.lora_a), ("lora_b", b, adapter.lora_b)):
+                for name, array, variable in (
+                    ("lora_a", a, adapter.lora_a),
+                    ("lora_b", b, adapter.lora_b),
+                ):
                     if tuple(array.shape) != tuple(variable.shape):
                         differences.append(
                             f"adapters/{i}/{name} ({group.attrs['base_layer']}): "
@@ -95,7 +96,8 @@ def load_adapters(model, filepath):
         if differences:
             raise ValueError(
                 f"The adapters in '{filepath}' do not fit this model: "
-                + "; ".join(differences) + "."
+                + "; ".join(differences)
+                + "."
             )
     for adapter, (a, b) in zip(adapters, arrays):
         adapter.lora_a.assign(a)

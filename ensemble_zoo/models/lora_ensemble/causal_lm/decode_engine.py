@@ -20,22 +20,7 @@ length, figures)` loop variable. Nothing on the model is swapped
 or flagged while it runs: two generations, or one inside another's
 callback, share no mutable state but the sampler's seed.
 
-Compilation, per backend (`decode_function`):
-
-- JAX: the whole generation (prefill and loop) is one `jax.jit` program
-  per input shape and prefill length, with the model's and the sampler's
-  variables as arguments (as keras-hub compiles `generate`).
-- TensorFlow: one `tf.function(jit_compile=True)` program per shape and
-  prefill length.
-- PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
-  PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`,
-  static shapes) when the model is compiled with `jit_compile=True`;
-  eager otherwise, the reference the tests compare with. On a CUDA device
-  `mode="reduce-overhead"` captures the step once as a CUDA graph and
-  replays it. On a CPU inductor freezes the weights into the graph and
-  autotunes its matrix products (`TORCH_CPU_INDUCTOR`), and the step is
-  compiled again whenever a weight has changed. Checked with Keras
-  3.15.1, keras-hub 0.32.0 and torch 2.13 (CPU).
+Each backend compiles the generation its own way (`decode_compilation`).
 
 Samplers: greedy, random, top-k and top-p only choose the next token
 from a distribution, so the loop here runs them and records the figures
@@ -46,9 +31,6 @@ candidates; they get the ensemble's log-probabilities through
 the result.
 """
 
-import contextlib
-import itertools
-
 import keras
 import keras_hub
 import numpy as np
@@ -56,11 +38,11 @@ from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_equal
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.ops.member_tiling import fold_members
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
-from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.utils.workarounds import zoo_workarounds
 
 #: Samplers that only choose the next token (keras-hub's base loop): their
@@ -122,6 +104,7 @@ def prefill(model, token_ids, padding_mask, length=None):
         model, repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
     )
     if short:
+
         def pad(x):
             widths = [(0, 0)] * len(ops.shape(x))
             widths[family.cache_length_axis] = (0, full - length)
@@ -210,16 +193,16 @@ def loop_step(model, sampler):
                 model, token, cache, index - 1, prompt_mask
             )
             member_logits = member_logits[:, :, 0]
-            probabilities = sampler.compute_probabilities(
-                ensemble_log_probabilities(member_logits)
-            )
+            probabilities = sampler.compute_probabilities(ensemble_log_probabilities(member_logits))
             next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
             next_token = ops.where(
                 ops.take(prompt_mask, index, axis=1), ops.take(prompt, index, axis=1), next_token
             )
             prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
             row = model._figures(
-                member_logits, next_token, member_hidden[:, :, 0],
+                member_logits,
+                next_token,
+                member_hidden[:, :, 0],
                 _prefix_log_likelihoods(figures, index, prompt_mask, model.num_members),
             )
             figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
@@ -236,9 +219,7 @@ def _prefix_log_likelihoods(figures, index, prompt_mask, num_members):
     start = len(FIGURES)
     member = figures[:, :, start : start + num_members]  # (batch, length, members)
     positions = ops.arange(ops.shape(figures)[1])
-    before = ops.logical_and(
-        ops.expand_dims(positions < index, 0), ops.logical_not(prompt_mask)
-    )
+    before = ops.logical_and(ops.expand_dims(positions < index, 0), ops.logical_not(prompt_mask))
     return ops.sum(ops.where(ops.expand_dims(before, -1), member, 0.0), axis=1)
 
 
@@ -317,181 +298,3 @@ def generate_batch(model, sampler, inputs, stop_token_ids, step=None, prefill_to
         "padding_mask": output_padding_mask(token_ids, prompt_mask, stop_token_ids),
         "figures": figures,
     }
-
-
-def _variables(model, sampler):
-    """The variables a generation reads: the sampler's seed, then the
-    model's and the attached loss predictor's head's."""
-    predictor = model.loss_predictor
-    head = [] if predictor is None else list(predictor.head.variables)
-    return (
-        list(sampler.variables),
-        list(model.trainable_variables) + list(model.non_trainable_variables) + head,
-    )
-
-
-def _jax_function(model, sampler, stop_token_ids):
-    import jax
-
-    sampler_variables, variables = _variables(model, sampler)
-
-    def compiled(inputs, sampler_values, values, prefill_to):
-        mapping = itertools.chain(
-            zip(sampler_variables, sampler_values), zip(variables, values)
-        )
-        with keras.StatelessScope(state_mapping=mapping) as scope:
-            outputs = generate_batch(
-                model, sampler, inputs, stop_token_ids, prefill_to=prefill_to
-            )
-        updated = [scope.get_current_value(v) for v in sampler_variables]
-        return outputs, [
-            new if new is not None else old for new, old in zip(updated, sampler_values)
-        ]
-
-    compiled = jax.jit(compiled, static_argnums=3)
-
-    def run(inputs):
-        outputs, sampler_values = compiled(
-            inputs, [v.value for v in sampler_variables], [v.value for v in variables],
-            prefill_length(sampler, inputs["padding_mask"]),
-        )
-        for variable, value in zip(sampler_variables, sampler_values):
-            variable.assign(value)
-        return outputs
-
-    return run
-
-
-#: Compiled variants of one decode step (its code object) that dynamo
-#: keeps: one per input shape. Dynamo's default (8 per code object, torch
-#: 2.13) failed with `fullgraph=True` once a process had decoded 3 models
-#: at 3 lengths; raised only around the zoo's own compiled steps
-#: (`torch._dynamo.config.patch`).
-TORCH_RECOMPILE_LIMIT = 64
-
-#: Inductor's configuration for the decode step on a CPU. MKL's
-#: single-precision GEMM multiplies the members' 8 rows by a 2048 x 16,384
-#: kernel in about 4x the time of one row on the AMD EPYC this was
-#: measured on (18.8 against 5.2 ms; `benchmarks/cpu_matmul.py`), where
-#: reading the kernel bounds both; inductor's C++ GEMM template takes 5.2
-#: ms for 8 rows. Autotuning (`max_autotune`) picks it, and it needs the
-#: weights as constants of the graph (`freezing`, which also packs them),
-#: so the step is rebuilt whenever a weight changes (`_FrozenStep`).
-#: Freezing is read from inductor's configuration when the graph is
-#: compiled, not from `torch.compile(options=...)` (torch 2.13), so it is
-#: patched around the zoo's own step calls only. Checked with torch 2.13
-#: (CPU).
-TORCH_CPU_INDUCTOR = {
-    "freezing": True,
-    "max_autotune": True,
-    "max_autotune_gemm_backends": "CPP,ATEN",
-    "max_autotune_report_choices_stats": False,
-}
-
-
-@contextlib.contextmanager
-def _cpu_inductor():
-    """`TORCH_CPU_INDUCTOR` while the zoo's step runs (and compiles), and
-    autotuning's per-GEMM table off (inductor writes it to stderr unless
-    `select_algorithm.PRINT_AUTOTUNE` is false; torch 2.13)."""
-    import torch._inductor.config
-    from torch._inductor import select_algorithm
-
-    printing = select_algorithm.PRINT_AUTOTUNE
-    select_algorithm.PRINT_AUTOTUNE = False
-    try:
-        with torch._inductor.config.patch(TORCH_CPU_INDUCTOR):
-            yield
-    finally:
-        select_algorithm.PRINT_AUTOTUNE = printing
-
-
-def _with_own_code(function):
-    """`function` with a code object of its own: dynamo keeps compiled
-    variants per code object, so each decode function, and each rebuild of
-    a frozen one, compiles afresh instead of finding another model's (or
-    older weights') variant whose guards still pass."""
-    import types
-
-    return types.FunctionType(
-        function.__code__.replace(), function.__globals__, function.__name__,
-        function.__defaults__, function.__closure__,
-    )
-
-
-class _FrozenStep:
-    """The decode step compiled with the weights frozen into it
-    (`TORCH_CPU_INDUCTOR`), compiled again when a weight has changed since:
-    a new tensor (`id`) or an in-place write (torch's `_version` counter,
-    which `Variable.assign` and optimizers bump). Only the model's and the
-    loss predictor's weights are frozen; the sampler's seed stays an input.
-    """
-
-    def __init__(self, model, sampler):
-        # The variables are those of the decode function this step belongs
-        # to: `compile` and `attach_loss_predictor` build new ones.
-        self.model, self.sampler = model, sampler
-        self.variables = _variables(model, sampler)[1]
-        self.key, self.compiled = None, None
-
-    def __call__(self, *args):
-        import torch
-
-        key = tuple((id(v.value), v.value._version) for v in self.variables)
-        if key != self.key:
-            self.compiled = None  # frees the old frozen constants first
-            self.compiled = torch.compile(
-                _with_own_code(loop_step(self.model, self.sampler)),
-                fullgraph=True, dynamic=False,
-            )
-            self.key = key
-        with _cpu_inductor():
-            return self.compiled(*args)
-
-
-def _torch_function(model, sampler, stop_token_ids, compiled):
-    import torch
-
-    step = loop_step(model, sampler)
-    if compiled:
-        cuda = any(getattr(v.value, "is_cuda", False) for v in model.weights[:1])
-        if cuda:
-            compiled_step = torch.compile(
-                _with_own_code(step), fullgraph=True, dynamic=False, mode="reduce-overhead"
-            )
-        else:
-            compiled_step = _FrozenStep(model, sampler)
-
-        def step(*args):
-            with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
-                return compiled_step(*args)
-
-    def run(inputs):
-        with torch.no_grad():
-            return generate_batch(
-                model, sampler, inputs, stop_token_ids, step=step,
-                prefill_to=prefill_length(sampler, inputs["padding_mask"]),
-            )
-
-    return run
-
-
-def decode_function(model, sampler, stop_token_ids):
-    """`inputs -> outputs` of `generate_batch`, compiled for the backend
-    (see the module docstring) unless the model runs eagerly; the prompts'
-    pass runs over `prefill_length` positions, read on the host first."""
-    backend = keras.config.backend()
-    if backend == "torch":
-        return _torch_function(model, sampler, stop_token_ids, bool(model.jit_compile))
-    if backend == "jax" and not model.run_eagerly:
-        return _jax_function(model, sampler, stop_token_ids)
-
-    def generation(inputs, prefill_to):
-        return generate_batch(model, sampler, inputs, stop_token_ids, prefill_to=prefill_to)
-
-    if not model.run_eagerly:
-        import tensorflow as tf
-
-        # A Python int argument: one traced program per prefill length.
-        generation = tf.function(generation, jit_compile=bool(getattr(model, "jit_compile", True)))
-    return lambda inputs: generation(inputs, prefill_length(sampler, inputs["padding_mask"]))

@@ -5,21 +5,22 @@ decode loop (`decode_engine`), teacher-forced `score_uncertainty`,
 sampling-based `sample_uncertainty`, an attached loss predictor, and the
 members' training loss."""
 
-import numpy as np
 import keras
 import keras_hub
+import numpy as np
 from keras import ops
 
+from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
+from ensemble_zoo.models.causal_lm_inputs import check_token_batch
+from ensemble_zoo.models.lora_ensemble.causal_lm import decode_compilation
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import generation
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
-from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
-from ensemble_zoo.models.causal_lm_inputs import check_token_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
-from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
+from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -34,7 +35,6 @@ def member_token_cross_entropy(y_true, y_pred):
         labels, ops.cast(y_pred, "float32"), from_logits=True
     )
     return ops.mean(losses, axis=1)
-
 
 
 class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
@@ -57,9 +57,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
             loss = member_token_cross_entropy
         if weighted_metrics == "auto":
             weighted_metrics = None
-        super().compile(
-            optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs
-        )
+        super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs)
         self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
 
     # === Decoding (see `decode_engine`) ===
@@ -84,7 +82,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         decoders = self.__dict__.setdefault("_decoders", {})
         key = (id(sampler), stop_token_ids)
         if key not in decoders:
-            function = decode_engine.decode_function(self, sampler, stop_token_ids)
+            function = decode_compilation.decode_function(self, sampler, stop_token_ids)
             decoders[key] = (sampler, function)  # the sampler keeps its id
         return decoders[key][1]
 
@@ -210,18 +208,26 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         Returns:
             As described for `return_uncertainty`.
         """
-        return self._generate(
-            inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty
-        )
+        return self._generate(inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty)
 
     def _generate(
-        self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
+        self,
+        inputs,
+        max_length,
+        stop_token_ids,
+        strip_prompt,
+        return_uncertainty,
         sampler=None,
     ):
         """`generate` with `sampler` in place of the compiled one (`None`:
         the compiled one)."""
         return generation.generate(
-            self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty,
+            self,
+            inputs,
+            max_length,
+            stop_token_ids,
+            strip_prompt,
+            return_uncertainty,
             sampler,
         )
 
@@ -325,8 +331,14 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         ```
         """
         return sample_uncertainty(
-            self, prompts, num_samples, equivalence, max_length, stop_token_ids,
-            sampler, similarity,
+            self,
+            prompts,
+            num_samples,
+            equivalence,
+            max_length,
+            stop_token_ids,
+            sampler,
+            similarity,
         )
 
     def get_config(self):

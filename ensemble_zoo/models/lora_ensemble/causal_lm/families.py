@@ -102,8 +102,14 @@ class Family:
     """
 
     def __init__(
-        self, name, causal_lm_cls, backbone_cls, sites, description,
-        seed_cache=seed_stacked_cache, step_arguments=no_step_arguments,
+        self,
+        name,
+        causal_lm_cls,
+        backbone_cls,
+        sites,
+        description,
+        seed_cache=seed_stacked_cache,
+        step_arguments=no_step_arguments,
         cache_length_axis=3,
     ):
         self.name = name
@@ -121,33 +127,55 @@ class Family:
 
 FAMILIES = (
     Family(
-        "Gemma", keras_hub.models.GemmaCausalLM, keras_hub.models.GemmaBackbone,
-        GEMMA_SITES, "Gemma, Gemma 2",
+        "Gemma",
+        keras_hub.models.GemmaCausalLM,
+        keras_hub.models.GemmaBackbone,
+        GEMMA_SITES,
+        "Gemma, Gemma 2",
     ),
     Family(
-        "Gemma3", keras_hub.models.Gemma3CausalLM, keras_hub.models.Gemma3Backbone,
-        GEMMA_SITES, "Gemma 3, text only: `vision_encoder=None`",
-        seed_cache=seed_gemma3_cache, step_arguments=gemma3_step_arguments,
+        "Gemma3",
+        keras_hub.models.Gemma3CausalLM,
+        keras_hub.models.Gemma3Backbone,
+        GEMMA_SITES,
+        "Gemma 3, text only: `vision_encoder=None`",
+        seed_cache=seed_gemma3_cache,
+        step_arguments=gemma3_step_arguments,
         cache_length_axis=1,
     ),
     Family(
-        "Llama", keras_hub.models.LlamaCausalLM, keras_hub.models.LlamaBackbone,
-        LLAMA_SITES, "Llama 2",
+        "Llama",
+        keras_hub.models.LlamaCausalLM,
+        keras_hub.models.LlamaBackbone,
+        LLAMA_SITES,
+        "Llama 2",
     ),
     Family(
-        "Llama3", keras_hub.models.Llama3CausalLM, keras_hub.models.Llama3Backbone,
-        LLAMA_SITES, "Llama 3",
+        "Llama3",
+        keras_hub.models.Llama3CausalLM,
+        keras_hub.models.Llama3Backbone,
+        LLAMA_SITES,
+        "Llama 3",
     ),
     Family(
-        "Mistral", keras_hub.models.MistralCausalLM, keras_hub.models.MistralBackbone,
-        LLAMA_SITES, "Mistral",
+        "Mistral",
+        keras_hub.models.MistralCausalLM,
+        keras_hub.models.MistralBackbone,
+        LLAMA_SITES,
+        "Mistral",
     ),
     Family(
-        "Qwen", keras_hub.models.QwenCausalLM, keras_hub.models.QwenBackbone,
-        LLAMA_SITES, "Qwen 2",
+        "Qwen",
+        keras_hub.models.QwenCausalLM,
+        keras_hub.models.QwenBackbone,
+        LLAMA_SITES,
+        "Qwen 2",
     ),
     Family(
-        "Qwen3", keras_hub.models.Qwen3CausalLM, keras_hub.models.Qwen3Backbone,
-        LLAMA_SITES, "Qwen 3",
+        "Qwen3",
+        keras_hub.models.Qwen3CausalLM,
+        keras_hub.models.Qwen3Backbone,
+        LLAMA_SITES,
+        "Qwen 3",
     ),
 )

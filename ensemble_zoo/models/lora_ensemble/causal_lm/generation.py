@@ -4,9 +4,11 @@ handling around the decode engine (`decode_engine`)."""
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import strip_prompt as strip_prompt_rows
-from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import uncertainty_outputs
 from ensemble_zoo.models.causal_lm_inputs import check_generate_call
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import (
+    strip_prompt as strip_prompt_rows,
+)
+from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import uncertainty_outputs
 from ensemble_zoo.utils.validation import check_bool
 
 
@@ -23,7 +25,7 @@ def generate(
     if stop_token_ids == "auto":
         if model.preprocessor is None:
             raise ValueError(
-                'A `preprocessor` must be attached to the model if '
+                "A `preprocessor` must be attached to the model if "
                 '`stop_token_ids="auto"`. Pass `stop_token_ids=None` to '
                 "generate up to the inputs' length, or a tuple of token ids."
             )
@@ -67,9 +69,7 @@ def generate(
     output = model._normalize_generate_outputs(outputs, input_is_scalar)
     if not return_uncertainty:
         return output
-    merged = {
-        key: np.concatenate([r[key] for r in records], axis=0) for key in records[0]
-    }
+    merged = {key: np.concatenate([r[key] for r in records], axis=0) for key in records[0]}
     return {"output": output, **uncertainty_outputs(merged, model.num_members)}
 
 
@@ -79,8 +79,13 @@ def is_out_of_memory(error):
     OutOfMemoryError or a failed CPU allocation)."""
     text = f"{type(error).__name__}: {error}"
     return isinstance(error, MemoryError) or any(
-        marker in text for marker in (
-            "RESOURCE_EXHAUSTED", "ResourceExhausted", "OutOfMemory",
-            "out of memory", "Out of memory", "can't allocate memory",
+        marker in text
+        for marker in (
+            "RESOURCE_EXHAUSTED",
+            "ResourceExhausted",
+            "OutOfMemory",
+            "out of memory",
+            "Out of memory",
+            "can't allocate memory",
         )
     )

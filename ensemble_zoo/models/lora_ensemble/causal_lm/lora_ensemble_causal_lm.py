@@ -21,19 +21,19 @@ it returns `generation_outputs`', the teacher-forced figures
 `member_models`', sampling-based estimators `sample_uncertainty`'s.
 """
 
-import numpy as np
 import keras
 import keras_hub
+import numpy as np
 
+from ensemble_zoo.layers.member_tiling import TileMembers
+from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
 from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
+from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
 from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
-from ensemble_zoo.layers.member_tiling import TileMembers
-from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.utils.model_copies import copy_preprocessor
-from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 
 
 class LoRAEnsembleCausalLM(EnsembleCausalLM):
@@ -133,7 +133,12 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
 
     @classmethod
     def from_preset(
-        cls, preset, load_weights=True, dtype=None, preprocessor="auto", base=None,
+        cls,
+        preset,
+        load_weights=True,
+        dtype=None,
+        preprocessor="auto",
+        base=None,
         **kwargs,
     ):
         """Loads a LoRA-Ensemble causal-LM preset: a shipped name (e.g.
@@ -167,8 +172,13 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset, cls=cls, load_weights=load_weights, dtype=dtype,
-            preprocessor=preprocessor, base=base, **kwargs,
+            preset,
+            cls=cls,
+            load_weights=load_weights,
+            dtype=dtype,
+            preprocessor=preprocessor,
+            base=base,
+            **kwargs,
         )
 
     @staticmethod
@@ -296,12 +306,12 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
             A new `keras_hub.models.<Family>CausalLM`; this ensemble is not
             changed.
         """
-        if not isinstance(member, (int, np.integer)) or isinstance(member, bool) or not (
-            0 <= member < self.num_members
+        if (
+            not isinstance(member, (int, np.integer))
+            or isinstance(member, bool)
+            or not (0 <= member < self.num_members)
         ):
-            raise ValueError(
-                f"`member` must be an int in [0, {self.num_members}); got {member!r}."
-            )
+            raise ValueError(f"`member` must be an int in [0, {self.num_members}); got {member!r}.")
         return member_models.plain_causal_lm(self, member)
 
     def base_causal_lm(self):
@@ -331,6 +341,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
     def adapters(self):
         """The backbone's `LoRAEnsembleAdapter`s."""
         return self.backbone.adapters
+
 
 def _task_class(causal_lm):
     """The LoRA-Ensemble task class for a keras-hub causal LM."""

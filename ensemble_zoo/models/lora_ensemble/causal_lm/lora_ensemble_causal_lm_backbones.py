@@ -13,14 +13,15 @@ the batch on axis 0, and its KV cache work unchanged). Build one through
 
 import keras
 
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import TARGETS
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import target_site
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.validation import check_positive_int
+
 
 def check_ranks(rank, targets):
     """`rank` (an int, or a dict target -> int over exactly `targets`) as a

@@ -15,14 +15,17 @@ def plain_causal_lm(ensemble, member):
     base_cls = ensemble.backbone.family.causal_lm_cls
     base_backbone = type(ensemble.backbone).base_cls()
     config = {
-        k: v for k, v in ensemble.backbone.get_config().items()
+        k: v
+        for k, v in ensemble.backbone.get_config().items()
         if k not in ensemble.backbone.method_config
     }
     backbone = base_backbone.from_config(config)
     sources = dict(zip(_relative_paths(ensemble.backbone.weights), ensemble.backbone.weights))
     for path, target in zip(_relative_paths(backbone.weights), backbone.weights):
         target.assign(sources[path])
-    for block, source_block in zip(backbone.transformer_layers, ensemble.backbone.transformer_layers):
+    for block, source_block in zip(
+        backbone.transformer_layers, ensemble.backbone.transformer_layers
+    ):
         for target in ensemble.backbone.targets:
             parent, attribute = target_site(block, ensemble.backbone.sites[target])
             source_parent, _ = target_site(source_block, ensemble.backbone.sites[target])
@@ -52,8 +55,7 @@ def keras_hub_lora_factors(causal_lm, filepaths, sites):
         raise ValueError("`filepaths` must name at least one `.lora.h5` file.")
     files = [adapter_files.read_keras_hub_lora(path) for path in filepaths]
     layers = [
-        layer for layer in causal_lm.backbone._flatten_layers(include_self=False)
-        if layer.weights
+        layer for layer in causal_lm.backbone._flatten_layers(include_self=False) if layer.weights
     ]  # keras-hub's indexing of adapted layers
     blocks = causal_lm.backbone.transformer_layers
     where = {}

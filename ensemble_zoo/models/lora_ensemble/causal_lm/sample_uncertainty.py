@@ -58,6 +58,7 @@ def equivalence_matrix(answers, equivalence="exact"):
     of prompt `p` is equivalent to answer `j` (see the module docstring);
     the diagonal is true."""
     if equivalence == "exact":
+
         def equivalence(first, second):
             return normalize_answer(first) == normalize_answer(second)
     elif not callable(equivalence):
@@ -94,9 +95,7 @@ def _repeat_prompts(prompts, num_samples):
             )
         count = arrays["token_ids"].shape[0]
         return {k: np.repeat(v, num_samples, axis=0) for k, v in arrays.items()}, count
-    if isinstance(prompts, (list, tuple)) and prompts and all(
-        isinstance(p, str) for p in prompts
-    ):
+    if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(p, str) for p in prompts):
         return [p for p in prompts for _ in range(num_samples)], len(prompts)
     raise TypeError(
         "`prompts` must be a string, a non-empty list of strings (with a "
@@ -189,9 +188,7 @@ def sample_uncertainty(
         stops = (tokenizer.end_token_id,)
     else:
         stops = None if stop_token_ids == "auto" else stop_token_ids
-    outputs = model._generate(
-        repeated, max_length, stop_token_ids, True, True, sampler=sampler
-    )
+    outputs = model._generate(repeated, max_length, stop_token_ids, True, True, sampler=sampler)
     flat = answers_of(outputs, stops)
     answers = [flat[p * num_samples : (p + 1) * num_samples] for p in range(count)]
     shape = (count, num_samples)

@@ -46,9 +46,6 @@ def chunked_figures(model, token_ids, padding_mask, chunk_size=128, prompt_mask=
         before = ops.expand_dims(prefix, -1) + ops.cumsum(taken, axis=-1) - taken
         prefix = prefix + ops.sum(taken, axis=-1)
         chunks.append(
-            model._figures(
-                member_logits, tokens, split_members(part, model.num_members), before
-            )
+            model._figures(member_logits, tokens, split_members(part, model.num_members), before)
         )
     return ops.concatenate(chunks, axis=1)
-

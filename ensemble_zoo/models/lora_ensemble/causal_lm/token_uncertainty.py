@@ -26,7 +26,13 @@ from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 #: weighted by their likelihood of the prefix).
 EP_FIGURES = tuple(
     "ep_" + name
-    for name in ("total", "aleatoric", "epistemic", "expected_pairwise_kl", "reverse_mutual_information")
+    for name in (
+        "total",
+        "aleatoric",
+        "epistemic",
+        "expected_pairwise_kl",
+        "reverse_mutual_information",
+    )
 )
 #: The per-token figures, in the order of `token_figures`' last axis
 #: (then one log-probability per member, then one entropy per member).
@@ -55,7 +61,7 @@ def token_figures(member_logits, tokens, prefix_log_likelihoods):
     weights = ops.log_softmax(ops.cast(prefix_log_likelihoods, "float32"), axis=1)
     weighted = token_figures_from_log_probs(log_p, weights)
     for name in EP_FIGURES:
-        figures[name] = weighted[name[len("ep_"):]]
+        figures[name] = weighted[name[len("ep_") :]]
     figures.update(token_log_probs(log_p, tokens))
     scalars = ops.stack([figures[name] for name in FIGURES], axis=-1)
     per_member = [

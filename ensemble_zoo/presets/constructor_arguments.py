@@ -1,0 +1,48 @@
+"""The check that a preset's model config only gives its class arguments
+its constructor takes."""
+
+import inspect
+
+import keras
+
+from ensemble_zoo.presets.preset_error import PresetError
+
+#: Keyword arguments every `keras.Model` takes.
+MODEL_KEYWORDS = ("name", "trainable", "dtype", "compile")
+
+
+def check_constructor_arguments(cls, arguments, path):
+    """A `PresetError` for a key of `arguments` (`task.json`'s `"config"`)
+    that `cls`'s constructor does not take: Keras' functional models drop
+    unknown keyword arguments without a word, so a misspelt or stale
+    argument would load as the default. The accepted names are those of
+    the constructors up the class's MRO while they pass `**kwargs` on
+    (a superset where a class calls a grandparent's constructor)."""
+    if not isinstance(arguments, dict):
+        raise PresetError(
+            f"Damaged preset: {path} holds a {type(arguments).__name__} as the "
+            'model\'s "config"; expected a dict of constructor arguments.'
+        )
+    skipped = {keras.Model, keras.layers.Layer, object}
+    skipped |= {k for k in cls.__mro__ if k.__name__ in ("Functional", "Function")}
+    accepted = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass in skipped:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        accepted |= {
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        }
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break  # this constructor passes nothing further up
+    accepted |= set(MODEL_KEYWORDS)
+    unknown = sorted(set(arguments) - accepted)
+    if unknown:
+        raise PresetError(
+            f"Damaged preset: {path} gives {cls.__name__} the argument(s) "
+            f"{unknown}, which its constructor does not take (it takes "
+            f"{sorted(accepted - set(MODEL_KEYWORDS))}); remove or correct them."
+        )
