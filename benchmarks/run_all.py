@@ -526,31 +526,22 @@ def lora_section(size):
 
 
 def baselines_section(size):
+    """The single ViT, an explicit ensemble of 3 and every method that
+    registers a benchmark case (`ensemble_zoo.models.method_registry`)."""
     single = single_vit(size)
-    kwargs = dict(num_members=3, reuse_head=False, num_classes=size["classes"])
-    variants = {
-        "single": [single],
-        "explicit ensemble of 3": [single],
-        "BatchEnsemble 3": [
-            ez.models.BatchEnsembleImageClassifier.from_keras_hub(single, seed=0, **kwargs)
-        ],
-        f"Packed-Ensembles 3 (alpha {size['packed_alpha']})": [
-            ez.models.PackedEnsembleImageClassifier.like_keras_hub(
-                single, num_members=3, alpha=size["packed_alpha"], gamma=1
-            )
-        ],
-        "MIMO 3": [ez.models.MIMOImageClassifier.from_keras_hub(single, **kwargs)],
-        "Masksembles 3": [
-            ez.models.MasksemblesImageClassifier.from_keras_hub(single, scale=2.0, seed=0, **kwargs)
-        ],
-    }
-    copies = {
-        # 3 members; BatchEnsemble keeps every projection's input and
-        # output scaled per member (half as much again).
-        "BatchEnsemble 3": 4.5,
-        "Masksembles 3": 3,
-        f"Packed-Ensembles 3 (alpha {size['packed_alpha']})": size["packed_alpha"],
-    }
+    variants = {"single": [single], "explicit ensemble of 3": [single]}
+    copies = {}
+    for method in ez.models.method_registry.registered_methods().values():
+        case = method.benchmark
+        if case is None:
+            continue
+        label = case.label.format(**size)
+        variants[label] = [case.build(single, size)]
+        copies[label] = (
+            case.activation_copies(size)
+            if callable(case.activation_copies)
+            else case.activation_copies
+        )
     return Section(
         "baselines",
         variants,

@@ -16,6 +16,7 @@ import pytest
 from conftest import BACKEND
 
 import ensemble_zoo as ez
+from ensemble_zoo.models.method_registry import registered_methods
 
 KEYS = ("probabilities", "member_logits", "total", "aleatoric", "epistemic")
 SUFFIX = {
@@ -25,14 +26,9 @@ SUFFIX = {
     "torch": ".pt2",
     "openvino": ".xml",
 }
-# One preset per format, so that the formats cover several methods.
-PRESET = {
-    "tf_saved_model": "hydra_circuit_vit_tiny_digits",
-    "onnx": "deep_ensemble_vit_tiny_digits",
-    "litert": "lora_ensemble_vit_tiny_digits",
-    "torch": "masksembles_vit_tiny_digits",
-    "openvino": "packed_ensemble_vit_tiny_digits",
-}
+# One preset per format, so that the formats cover several methods: each
+# registers the format its preset is exported to (`Method.export`).
+PRESET = dict(method.export for method in registered_methods().values() if method.export)
 SUPPORTED = {
     "jax": ("tf_saved_model", "onnx", "openvino"),
     "tensorflow": ("tf_saved_model", "onnx", "litert", "openvino"),

@@ -15,24 +15,16 @@ import pathlib
 import pytest
 from conftest import BACKEND
 
+from ensemble_zoo.models.method_registry import registered_methods
+
 pytestmark = pytest.mark.skipif(BACKEND != "jax", reason="backend-independent")
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ensemble_zoo"
 
-# Packages of the methods: none imports another's private (`_`) names.
-METHOD_PACKAGES = (
-    "baselines",
-    "batch_ensemble",
-    "deep_ensemble",
-    "hydra",
-    "implicit",
-    "lora_ensemble",
-    "loss_prediction",
-    "masksembles",
-    "mimo",
-    "packed_ensemble",
-    "vit_moe",
-)
+# Packages of the methods (those registered in
+# `ensemble_zoo.models.method_registry`): none imports another's private
+# (`_`) names.
+METHOD_PACKAGES = tuple(registered_methods())
 
 
 def _modules():

@@ -20,26 +20,8 @@ from absl.testing import parameterized
 from conftest import ALL_BACKENDS
 from keras_hub_testcase import ZooTestCase
 
-from ensemble_zoo.models import BatchEnsembleBertBackbone
-from ensemble_zoo.models import BatchEnsembleImageClassifier
-from ensemble_zoo.models import BatchEnsembleTextClassifier
-from ensemble_zoo.models import BatchEnsembleViTBackbone
-from ensemble_zoo.models import HydraBackbone
-from ensemble_zoo.models import HydraImageClassifier
-from ensemble_zoo.models import HydraTextBackbone
-from ensemble_zoo.models import HydraTextClassifier
-from ensemble_zoo.models import LoRAEnsembleBertBackbone
-from ensemble_zoo.models import LoRAEnsembleImageClassifier
-from ensemble_zoo.models import LoRAEnsembleTextClassifier
-from ensemble_zoo.models import LoRAEnsembleViTBackbone
-from ensemble_zoo.models import MasksemblesImageClassifier
-from ensemble_zoo.models import MasksemblesViTBackbone
-from ensemble_zoo.models import MIMOImageClassifier
-from ensemble_zoo.models import MIMOViTBackbone
-from ensemble_zoo.models import PackedEnsembleBackbone
-from ensemble_zoo.models import PackedEnsembleImageClassifier
-from ensemble_zoo.models import ViTMoEBackbone
 from ensemble_zoo.models import ViTMoEImageClassifier
+from ensemble_zoo.models.method_registry import registered_methods
 
 
 @pytest.fixture(autouse=True)
@@ -57,94 +39,22 @@ def _under_one_backend(request):
 VIT = dict(image_shape=(8, 8, 1), patch_size=4, num_layers=2, hidden_dim=8, mlp_dim=16)
 TOKENS = 5  # 2 x 2 patches + the class token
 
-# (backbone class, its arguments, task class, members, member width,
-#  a shipped preset of the task and its number of members). Backbones of
-#  methods applied to a keras-hub ViT take member-major batches
-#  (members * batch) and return the ViT's (members * batch, tokens, dim);
-#  MIMO's takes the members' images stacked on channels.
+# The methods' registered harness cases (`HarnessCase`), by name: the
+# method's for its image model, `<method>_text` for its text model.
+_CASES = [case for method in registered_methods().values() for case in method.harness]
 MODELS = {
-    "hydra": (
-        HydraBackbone,
-        dict(VIT, num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
-        HydraImageClassifier,
-        3,
-        8,
-        ("hydra_circuit_vit_tiny_digits", 3),
-    ),
-    "packed": (
-        PackedEnsembleBackbone,
-        dict(VIT, num_heads=2, num_members=2, alpha=2),
-        PackedEnsembleImageClassifier,
-        2,
-        8,
-        ("packed_ensemble_vit_tiny_digits", 3),
-    ),
-    "e3": (
-        ViTMoEBackbone,
-        dict(
-            VIT,
-            num_heads=2,
-            num_experts=4,
-            num_selected_experts=1,
-            moe_layers=[1],
-            ensemble_size=2,
-            seed=0,
-        ),
-        ViTMoEImageClassifier,
-        2,
-        8,
-        ("e3_vit_tiny_digits", 2),
-    ),
-    "lora": (
-        LoRAEnsembleViTBackbone,
-        dict(
-            VIT,
-            num_heads=2,
-            num_members=2,
-            rank=2,
-            targets=["query", "value"],
-            lora_alpha=None,
-            a_gain=1.0,
-            seed=0,
-        ),
-        LoRAEnsembleImageClassifier,
-        2,
-        8,
-        ("lora_ensemble_vit_tiny_digits", 8),
-    ),
-    "batch_ensemble": (
-        BatchEnsembleViTBackbone,
-        dict(
-            VIT,
-            num_heads=2,
-            num_members=2,
-            fast_weight_initializer="normal",
-            fast_weight_stddev=0.5,
-            seed=0,
-        ),
-        BatchEnsembleImageClassifier,
-        2,
-        8,
-        ("batch_ensemble_vit_tiny_digits", 4),
-    ),
-    "masksembles": (
-        MasksemblesViTBackbone,
-        dict(VIT, num_heads=2, num_members=2, scale=2.0, seed=0),
-        MasksemblesImageClassifier,
-        2,
-        8,
-        ("masksembles_vit_tiny_digits", 4),
-    ),
-    "mimo": (
-        MIMOViTBackbone,
-        dict(VIT, image_shape=(8, 8, 2), num_heads=2, num_members=2),
-        MIMOImageClassifier,
-        2,
-        8,
-        ("mimo_vit_tiny_digits", 3),
-    ),
+    case.task_cls.__module__.split(".")[2]: case for case in _CASES if case.modality == "image"
 }
-MEMBER_MAJOR = ("lora", "batch_ensemble", "masksembles")
+TEXT_MODELS = {
+    case.task_cls.__module__.split(".")[2] + "_text": case
+    for case in _CASES
+    if case.modality == "text"
+}
+
+
+def _backbone(case):
+    base = VIT if case.modality == "image" else BERT
+    return case.backbone_cls(**dict(base, **case.backbone_kwargs))
 
 
 def _preprocessor():
@@ -158,50 +68,49 @@ CASES = [(name, name) for name in sorted(MODELS)]
 class TestKerasHubHarness(ZooTestCase):
     @parameterized.named_parameters(*CASES)
     def test_backbone(self, name):
-        backbone_cls, kwargs, _, members, width, _ = MODELS[name]
-        if name in MEMBER_MAJOR:
-            images, shape = (members * 2, 8, 8, 1), (members * 2, TOKENS, width)
-        elif name == "mimo":
-            images, shape = (2, 8, 8, members), (2, TOKENS, width)
+        case = MODELS[name]
+        members = case.num_members
+        if case.layout == "member_major":
+            images, shape = (members * 2, 8, 8, 1), (members * 2, TOKENS, 8)
+        elif case.layout == "stacked_channels":
+            images, shape = (2, 8, 8, members), (2, TOKENS, 8)
         else:
-            images, shape = (2, 8, 8, 1), (2, members, TOKENS, width)
+            images, shape = (2, 8, 8, 1), (2, members, TOKENS, 8)
         self.run_backbone_test(
-            cls=backbone_cls,
-            init_kwargs=kwargs,
+            cls=case.backbone_cls,
+            init_kwargs=dict(VIT, **case.backbone_kwargs),
             input_data=keras.ops.ones(images),
             expected_output_shape=shape,
         )
 
     @parameterized.named_parameters(*CASES)
     def test_task(self, name):
-        backbone_cls, kwargs, task_cls, members, _, _ = MODELS[name]
+        case = MODELS[name]
         images = np.arange(2 * 64, dtype="float32").reshape(2, 8, 8, 1) % 17
         self.run_task_test(
-            cls=task_cls,
-            init_kwargs=dict(
-                backbone=backbone_cls(**kwargs), num_classes=4, preprocessor=_preprocessor()
-            ),
+            cls=case.task_cls,
+            init_kwargs=dict(backbone=_backbone(case), num_classes=4, preprocessor=_preprocessor()),
             train_data=(images, np.array([0, 3])),
-            expected_output_shape=(2, members, 4),
+            expected_output_shape=(2, case.num_members, 4),
         )
 
     @parameterized.named_parameters(*CASES)
     def test_saving(self, name):
-        backbone_cls, kwargs, task_cls, _, _, _ = MODELS[name]
+        case = MODELS[name]
         self.run_model_saving_test(
-            cls=task_cls,
-            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=4),
+            cls=case.task_cls,
+            init_kwargs=dict(backbone=_backbone(case), num_classes=4),
             input_data=keras.ops.ones((2, 8, 8, 1)),
         )
 
     @parameterized.named_parameters(*CASES)
     def test_preset(self, name):
-        _, _, task_cls, _, _, (preset, members) = MODELS[name]
+        case = MODELS[name]
         self.run_preset_test(
-            cls=task_cls,
-            preset=preset,
+            cls=case.task_cls,
+            preset=case.preset,
             input_data=keras.ops.ones((2, 8, 8, 1)),
-            expected_output_shape=(2, members, 8),
+            expected_output_shape=(2, case.preset_members, 8),
         )
 
 
@@ -251,38 +160,6 @@ BERT = dict(
 )
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox"]
 
-# (backbone class, its arguments, task class, members, member-major batch)
-TEXT_MODELS = {
-    "hydra_text": (
-        HydraTextBackbone,
-        dict(BERT, num_members=2, member_num_heads=[[2, 1]]),
-        HydraTextClassifier,
-        2,
-        False,
-    ),
-    "lora_text": (
-        LoRAEnsembleBertBackbone,
-        dict(
-            BERT,
-            num_members=2,
-            rank=1,
-            targets=["query", "value"],
-            lora_alpha=None,
-            a_gain=1.0,
-            seed=0,
-        ),
-        LoRAEnsembleTextClassifier,
-        2,
-        True,
-    ),
-    "batch_ensemble_text": (
-        BatchEnsembleBertBackbone,
-        dict(BERT, num_members=2, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=0),
-        BatchEnsembleTextClassifier,
-        2,
-        True,
-    ),
-}
 TEXT_CASES = [(name, name) for name in sorted(TEXT_MODELS)]
 
 
@@ -297,40 +174,39 @@ def _text_inputs(batch):
 class TestKerasHubHarnessText(ZooTestCase):
     @parameterized.named_parameters(*TEXT_CASES)
     def test_backbone(self, name):
-        backbone_cls, kwargs, _, members, member_major = TEXT_MODELS[name]
-        if member_major:
+        case = TEXT_MODELS[name]
+        members = case.num_members
+        if case.layout == "member_major":
             batch = members * 2
             shape = {"sequence_output": (batch, 6, 8), "pooled_output": (batch, 8)}
         else:
             batch = 2
             shape = {"sequence_output": (2, members, 6, 8), "pooled_output": (2, members, 8)}
         self.run_backbone_test(
-            cls=backbone_cls,
-            init_kwargs=kwargs,
+            cls=case.backbone_cls,
+            init_kwargs=dict(BERT, **case.backbone_kwargs),
             input_data=_text_inputs(batch),
             expected_output_shape=shape,
         )
 
     @parameterized.named_parameters(*TEXT_CASES)
     def test_task(self, name):
-        backbone_cls, kwargs, task_cls, members, _ = TEXT_MODELS[name]
+        case = TEXT_MODELS[name]
         tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCABULARY)
         preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=6)
         self.run_task_test(
-            cls=task_cls,
-            init_kwargs=dict(
-                backbone=backbone_cls(**kwargs), num_classes=3, preprocessor=preprocessor
-            ),
+            cls=case.task_cls,
+            init_kwargs=dict(backbone=_backbone(case), num_classes=3, preprocessor=preprocessor),
             train_data=(["the quick brown fox.", "the slow brown fox."], np.array([0, 2])),
-            expected_output_shape=(2, members, 3),
+            expected_output_shape=(2, case.num_members, 3),
         )
 
     @parameterized.named_parameters(*TEXT_CASES)
     def test_saving(self, name):
-        backbone_cls, kwargs, task_cls, _, _ = TEXT_MODELS[name]
+        case = TEXT_MODELS[name]
         self.run_model_saving_test(
-            cls=task_cls,
-            init_kwargs=dict(backbone=backbone_cls(**kwargs), num_classes=3),
+            cls=case.task_cls,
+            init_kwargs=dict(backbone=_backbone(case), num_classes=3),
             input_data=_text_inputs(2),
         )
 

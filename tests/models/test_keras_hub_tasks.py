@@ -10,25 +10,10 @@ from zoo_testing import tiny_vit
 from zoo_testing import to_np
 
 import ensemble_zoo as ez
+from ensemble_zoo.models.method_registry import registered_methods
 
-IMAGE_CLASSIFIERS = (
-    "BatchEnsembleImageClassifier",
-    "DeepEnsembleClassifier",
-    "HydraImageClassifier",
-    "LoRAEnsembleImageClassifier",
-    "MasksemblesImageClassifier",
-    "MCDropoutClassifier",
-    "MIMOImageClassifier",
-    "PackedEnsembleImageClassifier",
-    "SubnetworkEnsembleClassifier",
-    "TileEnsembleClassifier",
-    "ViTMoEImageClassifier",
-)
-TEXT_CLASSIFIERS = (
-    "BatchEnsembleTextClassifier",
-    "HydraTextClassifier",
-    "LoRAEnsembleTextClassifier",
-)
+#: Every registered method's tasks (`ensemble_zoo.models.method_registry`).
+TASKS = [task for method in registered_methods().values() for task in method.tasks]
 
 
 def vit_with_preprocessor(seed=0, pooling="token"):
@@ -59,11 +44,22 @@ def raw_images():
     return np.random.default_rng(0).integers(0, 256, (6, 16, 12, 1)).astype("uint8")
 
 
-def test_every_classifier_is_a_keras_hub_task_of_its_kind():
-    for name in IMAGE_CLASSIFIERS:
-        assert issubclass(getattr(ez.models, name), keras_hub.models.ImageClassifier), name
-    for name in TEXT_CLASSIFIERS:
-        assert issubclass(getattr(ez.models, name), keras_hub.models.TextClassifier), name
+def test_every_task_is_a_keras_hub_task_of_its_kind():
+    """Named `...TextClassifier` / `...CausalLM`: that keras-hub task; a
+    loss predictor on a causal LM (`...Predictor`): a keras-hub task; any
+    other classifier (images, or models that take images): an image
+    classifier."""
+    kinds = {
+        "TextClassifier": keras_hub.models.TextClassifier,
+        "CausalLM": keras_hub.models.CausalLM,
+        "Predictor": keras_hub.models.Task,
+    }
+    assert len(TASKS) >= 15
+    for task in TASKS:
+        assert getattr(ez.models, task.__name__) is task, task
+        kind = next((k for k in kinds if task.__name__.endswith(k)), None)
+        expected = kinds.get(kind, keras_hub.models.ImageClassifier)
+        assert issubclass(task, expected), task
 
 
 def test_deep_ensemble_is_a_functional_task_of_copies():

@@ -16,12 +16,14 @@ from zoo_testing import to_np
 
 import ensemble_zoo as ez
 from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.models.method_registry import registered_methods
 
+# The methods registered as applicable to a keras-hub ViT
+# (`Method.keras_hub_kwargs`), with their image task and tiny arguments.
 METHODS = {
-    "lora_ensemble": (ez.models.LoRAEnsembleImageClassifier, dict(num_members=2, rank=1, seed=0)),
-    "batch_ensemble": (ez.models.BatchEnsembleImageClassifier, dict(num_members=2, seed=0)),
-    "masksembles": (ez.models.MasksemblesImageClassifier, dict(num_members=2, seed=0)),
-    "loss_prediction": (ez.models.LossPredictionImageClassifier, dict(head_hidden_units=(4,))),
+    name: (method.tasks[0], method.keras_hub_kwargs)
+    for name, method in registered_methods().items()
+    if method.keras_hub_kwargs is not None
 }
 
 

@@ -1,3 +1,4 @@
+from ensemble_zoo.models.batch_ensemble import batch_ensemble_presets
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_ensemble
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
@@ -7,4 +8,49 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_image_classifier import (
 )
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_text_classifier import (
     BatchEnsembleTextClassifier,
+)
+from ensemble_zoo.models.method_registry import BenchmarkCase
+from ensemble_zoo.models.method_registry import HarnessCase
+from ensemble_zoo.models.method_registry import Method
+from ensemble_zoo.models.method_registry import register_method
+
+_FAST_WEIGHTS = dict(
+    num_members=2, fast_weight_initializer="normal", fast_weight_stddev=0.5, seed=0
+)
+
+register_method(
+    Method(
+        name="batch_ensemble",
+        tasks=(BatchEnsembleImageClassifier, BatchEnsembleTextClassifier),
+        presets=tuple(batch_ensemble_presets.PRESETS),
+        harness=(
+            HarnessCase(
+                BatchEnsembleViTBackbone,
+                dict(_FAST_WEIGHTS, num_heads=2),
+                BatchEnsembleImageClassifier,
+                num_members=2,
+                layout="member_major",
+                preset="batch_ensemble_vit_tiny_digits",
+                preset_members=4,
+            ),
+            HarnessCase(
+                BatchEnsembleBertBackbone,
+                _FAST_WEIGHTS,
+                BatchEnsembleTextClassifier,
+                num_members=2,
+                layout="member_major",
+                modality="text",
+            ),
+        ),
+        keras_hub_kwargs=dict(num_members=2, seed=0),
+        benchmark=BenchmarkCase(
+            "BatchEnsemble 3",
+            lambda single, size: BatchEnsembleImageClassifier.from_keras_hub(
+                single, num_members=3, reuse_head=False, num_classes=size["classes"], seed=0
+            ),
+            # 3 members; every projection's input and output is also kept
+            # scaled per member (half as much again).
+            activation_copies=4.5,
+        ),
+    )
 )

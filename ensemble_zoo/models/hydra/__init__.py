@@ -1,5 +1,37 @@
+from ensemble_zoo.models.hydra import hydra_presets
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_image_classifier import HydraImageClassifier
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.hydra.hydra_text_classifier import HydraTextClassifier
+from ensemble_zoo.models.method_registry import HarnessCase
+from ensemble_zoo.models.method_registry import Method
+from ensemble_zoo.models.method_registry import register_method
+
+register_method(
+    Method(
+        name="hydra",
+        tasks=(HydraImageClassifier, HydraTextClassifier),
+        presets=tuple(hydra_presets.PRESETS),
+        harness=(
+            HarnessCase(
+                HydraBackbone,
+                dict(num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
+                HydraImageClassifier,
+                num_members=3,
+                layout="member_axis",
+                preset="hydra_circuit_vit_tiny_digits",
+                preset_members=3,
+            ),
+            HarnessCase(
+                HydraTextBackbone,
+                dict(num_members=2, member_num_heads=[[2, 1]]),
+                HydraTextClassifier,
+                num_members=2,
+                layout="member_axis",
+                modality="text",
+            ),
+        ),
+        export=("tf_saved_model", "hydra_circuit_vit_tiny_digits"),
+    )
+)

@@ -1,4 +1,6 @@
+from ensemble_zoo.models.lora_ensemble import lora_ensemble_presets
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
+from ensemble_zoo.models.lora_ensemble.causal_lm import lora_ensemble_causal_lm
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_image_classifier import (
@@ -6,4 +8,42 @@ from ensemble_zoo.models.lora_ensemble.lora_ensemble_image_classifier import (
 )
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_text_classifier import (
     LoRAEnsembleTextClassifier,
+)
+from ensemble_zoo.models.method_registry import HarnessCase
+from ensemble_zoo.models.method_registry import Method
+from ensemble_zoo.models.method_registry import register_method
+
+_ADAPTERS = dict(num_members=2, targets=["query", "value"], lora_alpha=None, a_gain=1.0, seed=0)
+
+register_method(
+    Method(
+        name="lora_ensemble",
+        tasks=(
+            LoRAEnsembleImageClassifier,
+            LoRAEnsembleTextClassifier,
+            *lora_ensemble_causal_lm.TASKS.values(),  # one per causal-LM family
+        ),
+        presets=tuple(lora_ensemble_presets.PRESETS),
+        harness=(
+            HarnessCase(
+                LoRAEnsembleViTBackbone,
+                dict(_ADAPTERS, num_heads=2, rank=2),
+                LoRAEnsembleImageClassifier,
+                num_members=2,
+                layout="member_major",
+                preset="lora_ensemble_vit_tiny_digits",
+                preset_members=8,
+            ),
+            HarnessCase(
+                LoRAEnsembleBertBackbone,
+                dict(_ADAPTERS, rank=1),
+                LoRAEnsembleTextClassifier,
+                num_members=2,
+                layout="member_major",
+                modality="text",
+            ),
+        ),
+        keras_hub_kwargs=dict(num_members=2, rank=1, seed=0),
+        export=("litert", "lora_ensemble_vit_tiny_digits"),
+    )
 )

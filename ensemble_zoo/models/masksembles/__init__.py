@@ -1,3 +1,41 @@
+from ensemble_zoo.models.masksembles import masksembles_presets
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
 from ensemble_zoo.models.masksembles.masksembles_image_classifier import MasksemblesImageClassifier
+from ensemble_zoo.models.method_registry import BenchmarkCase
+from ensemble_zoo.models.method_registry import HarnessCase
+from ensemble_zoo.models.method_registry import Method
+from ensemble_zoo.models.method_registry import register_method
+
+register_method(
+    Method(
+        name="masksembles",
+        tasks=(MasksemblesImageClassifier,),
+        presets=tuple(masksembles_presets.PRESETS),
+        harness=(
+            HarnessCase(
+                MasksemblesViTBackbone,
+                dict(num_heads=2, num_members=2, scale=2.0, seed=0),
+                MasksemblesImageClassifier,
+                num_members=2,
+                layout="member_major",
+                preset="masksembles_vit_tiny_digits",
+                preset_members=4,
+            ),
+        ),
+        keras_hub_kwargs=dict(num_members=2, seed=0),
+        export=("torch", "masksembles_vit_tiny_digits"),
+        benchmark=BenchmarkCase(
+            "Masksembles 3",
+            lambda single, size: MasksemblesImageClassifier.from_keras_hub(
+                single,
+                num_members=3,
+                reuse_head=False,
+                num_classes=size["classes"],
+                scale=2.0,
+                seed=0,
+            ),
+            activation_copies=3,
+        ),
+    )
+)
