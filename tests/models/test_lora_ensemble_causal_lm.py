@@ -756,7 +756,7 @@ def test_token_ranking_loss_equals_a_loop_over_pairs():
 def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
     """Keras writes bfloat16 variables as tagged 2-byte opaque data; the
     keras-hub LoRA reader and the ensemble's own files give their values."""
-    from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
+    from ensemble_zoo.models.lora_ensemble.causal_lm import keras_hub_lora
 
     keras.utils.set_random_seed(0)
     lm = keras_hub.models.GemmaCausalLM(
@@ -768,7 +768,7 @@ def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
         variable.assign(np.random.default_rng(0).normal(size=variable.shape))
     path = str(tmp_path / "bf16.lora.h5")
     lm.backbone.save_lora_weights(path)
-    rank, layers = adapter_files.read_keras_hub_lora(path)
+    rank, layers = keras_hub_lora.read_keras_hub_lora(path)
     first = lm.backbone.trainable_weights[0]
     a = next(a for a, _ in layers.values() if a.shape == tuple(first.shape))
     assert rank == 2 and a.dtype == np.float32

@@ -141,7 +141,7 @@ def test_preset_and_adapter_weights_round_trip(tmp_path):
     np.testing.assert_allclose(fresh.predict(x, verbose=0), expected, atol=1e-6)
 
     other = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=3, rank=4)
-    with pytest.raises(ValueError, match="rank=2"):
+    with pytest.raises(ValueError, match="rank: file 2, model 4"):
         other.load_adapter_weights(path)
     fewer = LoRAEnsembleImageClassifier.from_keras_hub(
         tiny_vit(), num_members=3, rank=2, targets=("query", "value")
@@ -151,6 +151,31 @@ def test_preset_and_adapter_weights_round_trip(tmp_path):
     (tmp_path / "bad.h5").write_text("not hdf5")
     with pytest.raises(ValueError, match="bad.h5"):
         model.load_adapter_weights(str(tmp_path / "bad.h5"))
+
+
+def test_adapter_weights_of_the_earlier_classifier_layout_still_load(tmp_path):
+    """Classifier adapter files from before the one adapter format (groups
+    `adapters/<index>_<name>`, `num_members` and `rank` attributes), written
+    here by hand from the layout, load into the same model."""
+    import h5py
+
+    model = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=2, rank=2, seed=0)
+    randomize_adapters(model)
+    path = str(tmp_path / "earlier.h5")
+    with h5py.File(path, "w") as f:
+        f.attrs["num_members"], f.attrs["rank"] = 2, 2
+        for index, adapter in enumerate(model.adapters):
+            group = f"adapters/{index:03d}_{adapter.name}"
+            f[f"{group}/lora_a"] = to_np(adapter.lora_a)
+            f[f"{group}/lora_b"] = to_np(adapter.lora_b)
+        f["head/kernel"], f["head/bias"] = to_np(model.head.kernel), to_np(model.head.bias)
+    fresh = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=2, rank=2, seed=5)
+    fresh.load_adapter_weights(path)
+    for a, b in zip(model.weights, fresh.weights, strict=True):
+        np.testing.assert_array_equal(to_np(a), to_np(b))
+    other = LoRAEnsembleImageClassifier.from_keras_hub(tiny_vit(), num_members=3, rank=2)
+    with pytest.raises(ValueError, match="num_members=2"):
+        other.load_adapter_weights(path)
 
 
 def test_bad_arguments_are_clear_errors():

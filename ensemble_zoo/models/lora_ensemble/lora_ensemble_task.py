@@ -5,7 +5,7 @@ import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.head_reuse import resolve_head
-from ensemble_zoo.models.lora_ensemble import adapter_weights
+from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
@@ -106,9 +106,10 @@ class LoRAEnsembleTask:
 
         A few MB instead of the whole backbone; reload them with
         `load_adapter_weights` into a model built on the same frozen
-        backbone. The file is HDF5 (`.h5`), readable under every backend.
+        backbone. The file is HDF5 (`.h5`), readable under every backend,
+        in the causal LMs' adapter format (`adapter_files`) with the heads.
         """
-        adapter_weights.save(self, filepath)
+        adapter_files.save_adapters(self, filepath, suffix=".h5", head=self.head)
 
     def load_adapter_weights(self, filepath):
         """Loads weights written by `save_adapter_weights`.
@@ -116,7 +117,7 @@ class LoRAEnsembleTask:
         Raises a `ValueError` naming the file and the first variable that
         is missing or has the wrong shape.
         """
-        adapter_weights.load(self, filepath)
+        adapter_files.load_adapters(self, filepath, suffix=".h5", head=self.head)
 
     # === keras-hub conversions ===
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
-from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
+from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
 from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
@@ -268,7 +268,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         one member; member `m` then equals `causal_lm` with file `m`'s
         adapter loaded (`backbone.load_lora_weights`), exactly. keras-hub
         factors each head of an attention projection separately (see
-        `adapter_files`), so an imported adapter has rank `heads * rank`
+        `keras_hub_lora`), so an imported adapter has rank `heads * rank`
         on those projections (`rank` on `Dense` ones).
 
         Args:

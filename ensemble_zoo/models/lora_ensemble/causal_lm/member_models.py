@@ -2,7 +2,7 @@
 from keras-hub's LoRA files: one member's merged model, the frozen base
 model, and the factors of keras-hub `.lora.h5` adapters."""
 
-from ensemble_zoo.models.lora_ensemble.causal_lm import adapter_files
+from ensemble_zoo.models.lora_ensemble.causal_lm import keras_hub_lora
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import TARGETS
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import target_site
 from ensemble_zoo.models.method_backbone import _relative_paths
@@ -53,7 +53,7 @@ def keras_hub_lora_factors(causal_lm, filepaths, sites):
     filepaths = [filepaths] if isinstance(filepaths, str) else list(filepaths)
     if not filepaths:
         raise ValueError("`filepaths` must name at least one `.lora.h5` file.")
-    files = [adapter_files.read_keras_hub_lora(path) for path in filepaths]
+    files = [keras_hub_lora.read_keras_hub_lora(path) for path in filepaths]
     layers = [
         layer for layer in causal_lm.backbone._flatten_layers(include_self=False) if layer.weights
     ]  # keras-hub's indexing of adapted layers
@@ -88,7 +88,7 @@ def keras_hub_lora_factors(causal_lm, filepaths, sites):
         )
     factors = {
         site: [
-            adapter_files.keras_hub_lora_factors(layer, *file_layers[layers.index(layer)])
+            keras_hub_lora.keras_hub_lora_factors(layer, *file_layers[layers.index(layer)])
             for _, file_layers in files
         ]
         for site, layer in adapted.items()
