@@ -112,13 +112,7 @@ def fine_tune(base, args):
     start = time.time()
     try:
         history = ensemble.fit(
-            x,
-            y,
-            sample_weight=weights,
-            batch_size=16,
-            epochs=args.epochs,
-            shuffle=True,
-            verbose=2,
+            x, y, sample_weight=weights, batch_size=16, epochs=args.epochs, shuffle=True, verbose=2
         )
     finally:
         ensemble.preprocessor = preprocessor

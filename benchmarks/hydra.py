@@ -52,9 +52,7 @@ def vit_s16():
         mlp_dim=1536,
     )
     vit = keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**config),
-        num_classes=1000,
-        preprocessor=None,
+        backbone=keras_hub.models.ViTBackbone(**config), num_classes=1000, preprocessor=None
     )
     masks = np.ones((3, 12, 6), bool)
     for m in range(3):

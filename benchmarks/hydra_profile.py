@@ -61,12 +61,7 @@ SIZES = {
         mlp_dim=3072,
     ),
     "tiny": dict(
-        image_shape=(32, 32, 3),
-        patch_size=8,
-        num_layers=2,
-        num_heads=6,
-        hidden_dim=48,
-        mlp_dim=96,
+        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=6, hidden_dim=48, mlp_dim=96
     ),
 }
 MEMBERS = 3
@@ -78,9 +73,7 @@ def models(size, attention):
     from it, every member keeping a different random two thirds."""
     keras.utils.set_random_seed(0)
     single = keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**size),
-        num_classes=CLASSES,
-        preprocessor=None,
+        backbone=keras_hub.models.ViTBackbone(**size), num_classes=CLASSES, preprocessor=None
     )
     heads, layers = size["num_heads"], size["num_layers"]
     rng = np.random.default_rng(0)

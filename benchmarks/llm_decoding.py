@@ -78,18 +78,10 @@ def _imports():
 
 MIB = 2**20
 GEMMA_2B = dict(
-    num_query_heads=8,
-    num_key_value_heads=1,
-    hidden_dim=2048,
-    intermediate_dim=32768,
-    head_dim=256,
+    num_query_heads=8, num_key_value_heads=1, hidden_dim=2048, intermediate_dim=32768, head_dim=256
 )
 QUICK = dict(
-    num_query_heads=2,
-    num_key_value_heads=1,
-    hidden_dim=32,
-    intermediate_dim=64,
-    head_dim=16,
+    num_query_heads=2, num_key_value_heads=1, hidden_dim=32, intermediate_dim=64, head_dim=16
 )
 
 

@@ -49,12 +49,7 @@ CONFIGS = {
         mlp_dim=1536,
     ),
     "tiny": dict(
-        image_shape=(8, 8, 1),
-        patch_size=2,
-        num_layers=4,
-        num_heads=6,
-        hidden_dim=48,
-        mlp_dim=96,
+        image_shape=(8, 8, 1), patch_size=2, num_layers=4, num_heads=6, hidden_dim=48, mlp_dim=96
     ),
 }
 NUM_CLASSES = 100
@@ -67,9 +62,7 @@ def jit_compile():
 def single_model(config):
     keras.utils.set_random_seed(0)
     return keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**config),
-        num_classes=NUM_CLASSES,
-        preprocessor=None,
+        backbone=keras_hub.models.ViTBackbone(**config), num_classes=NUM_CLASSES, preprocessor=None
     )
 
 
@@ -104,12 +97,7 @@ def main():
         config = CONFIGS[name]
         single = single_model(config)
         lora = ez.models.LoRAEnsembleImageClassifier.from_keras_hub(
-            single,
-            num_members=m,
-            rank=args.rank,
-            reuse_head=False,
-            num_classes=NUM_CLASSES,
-            seed=0,
+            single, num_members=m, rank=args.rank, reuse_head=False, num_classes=NUM_CLASSES, seed=0
         )
         rows = []
         single_call, lora_call = compiled_call(single), compiled_call(lora)

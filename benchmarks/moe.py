@@ -133,10 +133,7 @@ def moe_throughput(args, tokens, width, mlp_dim, batch):
     the same active multiply-adds, and their analytic MAC ratio."""
     keras.utils.set_random_seed(1)
     moe = SparseMoE(
-        num_experts=args.experts,
-        mlp_dim=mlp_dim,
-        top_k=1,
-        capacity_factor=args.moe_capacity_factor,
+        num_experts=args.experts, mlp_dim=mlp_dim, top_k=1, capacity_factor=args.moe_capacity_factor
     )
     layers = {
         "SparseMoE": [moe],
@@ -192,9 +189,7 @@ def main():
 
     keras.utils.set_random_seed(0)
     dense = keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**config),
-        num_classes=NUM_CLASSES,
-        preprocessor=None,
+        backbone=keras_hub.models.ViTBackbone(**config), num_classes=NUM_CLASSES, preprocessor=None
     )
     moe_kwargs = dict(moe_layers=moe_layers, eval_capacity_factor=args.eval_capacity_factor)
     upcycle = ViTMoEImageClassifier.from_keras_hub

@@ -597,13 +597,7 @@ def moe_section(size):
             "E³ K=1 M=2 (indices)": [e3["indices"]],
             **{name: [model] for name, model in routers.items()},
         },
-        train=(
-            "dense ViT",
-            "V-MoE K=1",
-            "E³ K=1 M=2 (one-hot)",
-            "E³ K=1 M=2 (indices)",
-            *routers,
-        ),
+        train=("dense ViT", "V-MoE K=1", "E³ K=1 M=2 (one-hot)", "E³ K=1 M=2 (indices)", *routers),
         activation=vit_activations(size, {"E³ K=1 M=2 (one-hot)": 2, "E³ K=1 M=2 (indices)": 2}),
     )
 
@@ -1185,8 +1179,7 @@ def main(argv=None):
     missing = [r for r in records if r["status"] != "ok"]
     if missing:
         print(
-            "not run: " + ", ".join(f"{r['section']} ({r['status']})" for r in missing),
-            flush=True,
+            "not run: " + ", ".join(f"{r['section']} ({r['status']})" for r in missing), flush=True
         )
         raise SystemExit(1)
     return rows

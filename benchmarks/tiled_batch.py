@@ -49,12 +49,7 @@ VIT = {
         mlp_dim=3072,
     ),
     "quick": dict(
-        image_shape=(16, 16, 3),
-        patch_size=4,
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=32,
-        mlp_dim=64,
+        image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64
     ),
 }
 
@@ -62,9 +57,7 @@ VIT = {
 def single_vit(vit, classes=10):
     keras.utils.set_random_seed(0)
     return keras_hub.models.ViTImageClassifier(
-        backbone=keras_hub.models.ViTBackbone(**vit),
-        num_classes=classes,
-        preprocessor=None,
+        backbone=keras_hub.models.ViTBackbone(**vit), num_classes=classes, preprocessor=None
     )
 
 

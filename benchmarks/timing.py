@@ -80,10 +80,7 @@ def torch_compile_counts():
     process (PyTorch); every recompilation is one more graph."""
     from torch._dynamo.utils import counters
 
-    return (
-        int(counters["stats"]["unique_graphs"]),
-        int(sum(counters["graph_break"].values())),
-    )
+    return (int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values())))
 
 
 def interleaved_ms(groups, x, repeats, *args):

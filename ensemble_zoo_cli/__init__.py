@@ -219,8 +219,7 @@ def dataset_names():
 
 def _parser():
     parser = argparse.ArgumentParser(
-        prog="ensemble-zoo",
-        description="Efficient ensembles and uncertainty for Keras 3.",
+        prog="ensemble-zoo", description="Efficient ensembles and uncertainty for Keras 3."
     )
     parser.add_argument("--version", action="version", version=f"ensemble-zoo {_version()}")
     datasets = dataset_names()
@@ -249,10 +248,7 @@ def _parser():
         help="a trained preset, one of: " + ", ".join(trained),
     )
     evaluate.add_argument(
-        "--output",
-        default=None,
-        metavar="DIR",
-        help="write report.json, report.md and plots here",
+        "--output", default=None, metavar="DIR", help="write report.json, report.md and plots here"
     )
     evaluate.add_argument(
         "--base",

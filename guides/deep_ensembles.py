@@ -63,12 +63,7 @@ cross-entropy.
 """
 
 backbone = keras_hub.models.ViTBackbone(
-    image_shape=(8, 8, 1),
-    patch_size=2,
-    num_layers=2,
-    num_heads=4,
-    hidden_dim=32,
-    mlp_dim=64,
+    image_shape=(8, 8, 1), patch_size=2, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64
 )
 classifier = keras_hub.models.ViTImageClassifier(
     backbone=backbone, num_classes=8, preprocessor=None
@@ -138,9 +133,7 @@ serving `probabilities`, `member_logits`, `total`, `aleatoric` and
 ensemble.save_to_preset("my_deep_ensemble")
 restored = ez.models.EnsembleClassifier.from_preset("my_deep_ensemble")
 np.testing.assert_allclose(
-    restored.predict(x_test, verbose=0),
-    ensemble.predict(x_test, verbose=0),
-    atol=1e-5,
+    restored.predict(x_test, verbose=0), ensemble.predict(x_test, verbose=0), atol=1e-5
 )
 
 restored.export("my_deep_ensemble.onnx", format="onnx")

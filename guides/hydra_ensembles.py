@@ -76,12 +76,7 @@ members differ.
 """
 
 taylor = ez.pruning.taylor_member_masks(
-    full,
-    (x_train, y_train),
-    heads_to_prune=2,
-    num_members=3,
-    calibration_size=256,
-    seed=0,
+    full, (x_train, y_train), heads_to_prune=2, num_members=3, calibration_size=256, seed=0
 )
 print("Taylor members keep per layer:", taylor.sum(axis=2).tolist())
 

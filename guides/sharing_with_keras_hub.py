@@ -68,9 +68,7 @@ print(type(lora).__name__, type(lora.backbone).__name__)
 probs = lora.predict_uncertainty(raw_test)["probabilities"]
 print(f"LoRA-Ensemble test accuracy {ez.metrics.accuracy(probs, y_test):.4f}")
 np.testing.assert_allclose(
-    lora.predict(raw_test[:8], verbose=0),
-    keras.ops.convert_to_numpy(lora(x_test[:8])),
-    atol=1e-5,
+    lora.predict(raw_test[:8], verbose=0), keras.ops.convert_to_numpy(lora(x_test[:8])), atol=1e-5
 )
 
 """

@@ -88,11 +88,7 @@ one:
 
 vit = ez.models.EnsembleClassifier.from_preset("vit_tiny_digits").members[0]
 check = ViTMoEImageClassifier.from_keras_hub(
-    vit,
-    num_experts=4,
-    num_selected_experts=4,
-    capacity_factor=1.0,
-    eval_capacity_factor=1.0,
+    vit, num_experts=4, num_selected_experts=4, capacity_factor=1.0, eval_capacity_factor=1.0
 )
 difference = np.abs(check.predict(x_test, verbose=0)[:, 0] - vit.predict(x_test, verbose=0)).max()
 print(f"upcycled (K = E) vs dense ViT: max |difference| {difference:.1e}")
@@ -126,12 +122,7 @@ from the start.
 
 keras.utils.set_random_seed(0)
 vmoe_k2 = ViTMoEImageClassifier.from_keras_hub(
-    vit,
-    num_experts=4,
-    num_selected_experts=2,
-    dropout_rate=0.1,
-    seed=0,
-    expert_noise=0.1,
+    vit, num_experts=4, num_selected_experts=2, dropout_rate=0.1, seed=0, expert_noise=0.1
 )
 
 

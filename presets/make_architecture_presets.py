@@ -111,11 +111,7 @@ def main():
     print(name, ez.presets.preset_metadata(name)["parameter_count"], macs)
 
     bert = dict(
-        vocabulary_size=30522,
-        num_layers=12,
-        num_heads=12,
-        hidden_dim=768,
-        intermediate_dim=3072,
+        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072
     )
     heads = [[6, 6, 6]] * 12
     backbone = ez.models.HydraTextBackbone(
@@ -197,10 +193,7 @@ def moe_presets(image_size=384, num_classes=1000, num_experts=32):
     for family, vit in MOE_FAMILIES.items():
         moe_layers = [vit["num_layers"] - 3, vit["num_layers"] - 1]
         tokens = num_tokens((image_size, image_size), vit["patch_size"])
-        for name, members, k in (
-            (f"vmoe_{family}_e32_k2", 1, 2),
-            (f"e3_{family}_e32_k1_m2", 2, 1),
-        ):
+        for name, members, k in ((f"vmoe_{family}_e32_k2", 1, 2), (f"e3_{family}_e32_k1_m2", 2, 1)):
             backbone = ez.models.ViTMoEBackbone(
                 image_shape=(image_size, image_size, 3),
                 **vit,

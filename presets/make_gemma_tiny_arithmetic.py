@@ -121,12 +121,7 @@ def main():
     # 2. The LoRA-Ensemble, fine-tuned on every training pair.
     targets = ("query", "key", "value", "attention_output", "mlp_gate", "mlp_up", "mlp_down")
     ensemble = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
-        base,
-        num_members=args.members,
-        rank=args.rank,
-        targets=targets,
-        a_gain=args.a_gain,
-        seed=0,
+        base, num_members=args.members, rank=args.rank, targets=targets, a_gain=args.a_gain, seed=0
     )
     loss = fit(ensemble, train, args.epochs, 64, args.learning_rate)
     print(ENSEMBLE, "final training loss", loss)
@@ -138,13 +133,7 @@ def main():
     predictor.compile(optimizer=optimizer(steps, 0.001))
     predictor.preprocessor = None
     predictor.fit(  # ranked among the answer tokens (sample_weight)
-        x,
-        y,
-        sample_weight=weights,
-        batch_size=64,
-        epochs=args.loss_epochs,
-        shuffle=True,
-        verbose=0,
+        x, y, sample_weight=weights, batch_size=64, epochs=args.loss_epochs, shuffle=True, verbose=0
     )
     predictor.preprocessor = preprocessor
 

@@ -77,11 +77,7 @@ def circuit_masks(full):
         score = ez.pruning.head_ablation_scorer(full, (x_val, y_val), ood, criterion)
         rankings.append(
             ez.pruning.circuit_head_ranking(
-                score,
-                backbone.num_layers,
-                backbone.num_heads,
-                HEADS_TO_PRUNE,
-                progress=True,
+                score, backbone.num_layers, backbone.num_heads, HEADS_TO_PRUNE, progress=True
             )
         )
         print(criterion, "removes", rankings[-1])
@@ -121,14 +117,7 @@ def build(name, masks, args):
     print(name, "zero-shot", test_metrics(hydra), hydra.backbone.member_num_heads)
     members = hydra.split_members(trainable_embedding=False)
     members = [
-        fine_tune(
-            member,
-            seed,
-            args.epochs,
-            args.batch_size,
-            args.freeze_mlp,
-            args.learning_rate,
-        )
+        fine_tune(member, seed, args.epochs, args.batch_size, args.freeze_mlp, args.learning_rate)
         for seed, member in enumerate(members)
     ]
     for m, member in enumerate(members):

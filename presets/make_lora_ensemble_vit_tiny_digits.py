@@ -42,10 +42,7 @@ def train(model, epochs, batch_size, learning_rate, seed):
     steps = epochs * int(np.ceil(len(x) / batch_size))
     warmup = max(1, steps // 20)
     schedule = keras.optimizers.schedules.CosineDecay(
-        0.0,
-        decay_steps=steps - warmup,
-        warmup_target=learning_rate,
-        warmup_steps=warmup,
+        0.0, decay_steps=steps - warmup, warmup_target=learning_rate, warmup_steps=warmup
     )
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, global_clipnorm=1.0),

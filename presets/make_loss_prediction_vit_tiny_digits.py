@@ -88,10 +88,7 @@ def main():
         steps = written["batches"]
         warmup = max(1, steps // 20)
         schedule = keras.optimizers.schedules.CosineDecay(
-            0.0,
-            decay_steps=steps - warmup,
-            warmup_target=args.learning_rate,
-            warmup_steps=warmup,
+            0.0, decay_steps=steps - warmup, warmup_target=args.learning_rate, warmup_steps=warmup
         )
         optimizer = keras.optimizers.AdamW(schedule, beta_1=0.8, beta_2=0.95, weight_decay=1e-4)
         train_head_from_cache(model, path, optimizer=optimizer, verbose=2)

@@ -39,9 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 ROUTERS = {
     "experts_choice_vit_tiny_digits": dict(
-        router="experts_choice",
-        capacity_factor=2.0,
-        eval_capacity_factor=2.0,
+        router="experts_choice", capacity_factor=2.0, eval_capacity_factor=2.0
     ),
     "soft_moe_vit_tiny_digits": dict(router="soft", num_slots=8),
 }
@@ -67,12 +65,7 @@ def main():
             continue
         keras.utils.set_random_seed(seed)
         model = ez.models.ViTMoEImageClassifier.from_keras_hub(
-            base,
-            num_experts=args.experts,
-            moe_layers=[1, 3],
-            dropout_rate=0.1,
-            seed=seed,
-            **router,
+            base, num_experts=args.experts, moe_layers=[1, 3], dropout_rate=0.1, seed=seed, **router
         )
         train(model, args.upstream_epochs, args.batch_size, args.learning_rate, seed=seed)
         print(name, "upstream", test_metrics(model))

@@ -12,10 +12,7 @@ import tempfile
 #: with the shared cache below, on 2 cores: the JAX run 1,228 s -> 789 s,
 #: TensorFlow's 913 s -> 730 s, the guides kept on XLA's defaults). Set
 #: `ENSEMBLE_ZOO_TEST_XLA_DEFAULTS=1` to test with XLA's own defaults.
-TEST_XLA_FLAGS = (
-    "--xla_cpu_use_fusion_emitters=false",
-    "--xla_backend_optimization_level=0",
-)
+TEST_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
 _CACHE_MARKER = "ENSEMBLE_ZOO_TEST_JAX_CACHE"
 _JAX_CACHE_VARIABLES = (
     "JAX_COMPILATION_CACHE_DIR",
@@ -105,8 +102,7 @@ def jit_compile():
 
 
 requires_jit = pytest.mark.skipif(
-    BACKEND not in JIT_BACKENDS,
-    reason="jit_compile=True means XLA only on JAX and TensorFlow",
+    BACKEND not in JIT_BACKENDS, reason="jit_compile=True means XLA only on JAX and TensorFlow"
 )
 requires_saved_model = pytest.mark.skipif(
     BACKEND == "torch", reason="no SavedModel export under PyTorch"
@@ -133,12 +129,7 @@ def run_python(
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = [script] if script is not None else ["-c", code]
     result = subprocess.run(
-        [sys.executable] + args,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
+        [sys.executable] + args, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd
     )
     if result.returncode != 0:
         raise AssertionError(

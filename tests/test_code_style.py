@@ -22,11 +22,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 def _ruff(*args):
     pytest.importorskip("ruff", reason="ruff is in the `test` extra")
     return subprocess.run(
-        [sys.executable, "-m", "ruff", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+        [sys.executable, "-m", "ruff", *args], cwd=REPO, capture_output=True, text=True, check=False
     )
 
 

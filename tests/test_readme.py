@@ -157,13 +157,7 @@ def test_main_command_runs_in_a_fresh_copy(tmp_path):
         {
             k: v
             for k, v in os.environ.items()
-            if k
-            not in (
-                "PYTHONPATH",
-                "VIRTUAL_ENV",
-                "TF_CPP_MIN_LOG_LEVEL",
-                "OMP_NUM_THREADS",
-            )
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS")
         }
     )
     # Test budget: pip skips byte-compiling every installed package (13 s

@@ -188,10 +188,7 @@ def load(
             )
         ds = _load_tfds(name, split, image_shape, data_dir=data_dir, download=download)
     if preprocessor is not None:
-        ds = ds.map(
-            lambda x, y: (preprocessor(x), y),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
+        ds = ds.map(lambda x, y: (preprocessor(x), y), num_parallel_calls=tf.data.AUTOTUNE)
     if shuffle:
         ds = ds.shuffle(4096, seed=seed, reshuffle_each_iteration=True)
     if batch_size is not None:

@@ -125,9 +125,7 @@ def image_converter(image_size=(8, 8)):
     import keras_hub
 
     return keras_hub.layers.ViTImageConverter(
-        image_size=tuple(image_size),
-        scale=1.0 / RAW_SCALE,
-        name="digits_image_converter",
+        image_size=tuple(image_size), scale=1.0 / RAW_SCALE, name="digits_image_converter"
     )
 
 
@@ -138,6 +136,5 @@ def image_preprocessor(image_size=(8, 8)):
     import keras_hub
 
     return keras_hub.models.ViTImageClassifierPreprocessor(
-        image_converter=image_converter(image_size),
-        name="digits_preprocessor",
+        image_converter=image_converter(image_size), name="digits_preprocessor"
     )

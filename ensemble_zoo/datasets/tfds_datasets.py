@@ -96,8 +96,5 @@ def load_tfds(name, split, image_shape=None, data_dir=None, download=True):
     if split.endswith("_ood"):
         ds = ds.map(lambda x, y: (x, tf.constant(OOD_LABEL, tf.int64)))
     if spec["kind"] == "image":
-        ds = ds.map(
-            _image_preprocessing(image_shape),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
+        ds = ds.map(_image_preprocessing(image_shape), num_parallel_calls=tf.data.AUTOTUNE)
     return ds

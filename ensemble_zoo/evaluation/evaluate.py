@@ -177,12 +177,7 @@ def evaluate(
     temperature_scaled = None
     if validation_data is not None:
         val_logits, val_labels = _labelled(
-            model,
-            validation_data,
-            batch_size,
-            "validation_data",
-            progress,
-            num_classes,
+            model, validation_data, batch_size, "validation_data", progress, num_classes
         )
         scaler = TemperatureScaling().fit(val_logits, val_labels)
         scaled = scaler.predict_probabilities(id_logits)
@@ -216,12 +211,7 @@ def evaluate(
     shift = {}
     for set_name, data in shift_data.items():
         logits, labels = _labelled(
-            model,
-            data,
-            batch_size,
-            f"shift_data['{set_name}']",
-            progress,
-            num_classes,
+            model, data, batch_size, f"shift_data['{set_name}']", progress, num_classes
         )
         member_logits[set_name] = logits
         probs = as_member_probabilities(logits, from_logits=True).mean(axis=1)

@@ -117,12 +117,7 @@ def evaluate_preset(preset, dataset=None, batch_size=256, progress=True, data_di
             raise ValueError(f"Preset {preset!r} is evaluated on {own!r}, not {dataset!r}.")
         return _evaluate_answers_preset(preset, progress, base)
     return _evaluate_model(
-        _load_model(preset, dataset, base),
-        preset,
-        dataset,
-        batch_size,
-        progress,
-        data_dir,
+        _load_model(preset, dataset, base), preset, dataset, batch_size, progress, data_dir
     )
 
 
@@ -187,9 +182,7 @@ def _load_model(preset, dataset, base=None):
             f"only trained presets are evaluated. Trained presets: {', '.join(trained)}."
         )
     return preset_registry.load_preset(
-        preset,
-        preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None,
-        base=base,
+        preset, preprocessor="auto" if dataset in ("digits", ARITHMETIC) else None, base=base
     )
 
 
@@ -233,10 +226,7 @@ LEADERBOARD_COLUMNS = [
     ("accuracy", lambda m, b: m["in_distribution"]["accuracy"]),
     ("NLL", lambda m, b: m["in_distribution"]["nll"]),
     ("ECE", lambda m, b: m["in_distribution"]["ece"]),
-    (
-        "ECE (TS)",
-        lambda m, b: (m["temperature_scaled"] or {}).get("ece"),
-    ),
+    ("ECE (TS)", lambda m, b: (m["temperature_scaled"] or {}).get("ece")),
     ("AUROC near", lambda m, b: _ood(m, "near", "auroc")),
     ("AUROC far", lambda m, b: _ood(m, "far", "auroc")),
     ("FPR95 near", lambda m, b: _ood(m, "near", "fpr95")),
@@ -346,12 +336,7 @@ class Leaderboard:
 
 
 def compare_presets(
-    presets=None,
-    dataset="digits",
-    output_dir=None,
-    batch_size=256,
-    progress=True,
-    data_dir=None,
+    presets=None, dataset="digits", output_dir=None, batch_size=256, progress=True, data_dir=None
 ):
     """Evaluates presets on the same data and returns a `Leaderboard`.
 
@@ -386,13 +371,7 @@ def compare_presets(
         models[name] = _load_model(name, dataset)
         reports.append(
             _evaluate_model(
-                models[name],
-                name,
-                dataset,
-                batch_size,
-                progress,
-                data_dir,
-                time_latency=False,
+                models[name], name, dataset, batch_size, progress, data_dir, time_latency=False
             )
         )
     x_timing = reports[0].arrays["timing_inputs"]

@@ -19,11 +19,7 @@ _CLASSIFICATION = [
     ("mce", "MCE"),
     ("aurc", "AURC"),
 ]
-_SCORES = [
-    ("msp", "1 - MSP"),
-    ("mutual_information", "MI"),
-    ("predicted_loss", "predicted loss"),
-]
+_SCORES = [("msp", "1 - MSP"), ("mutual_information", "MI"), ("predicted_loss", "predicted loss")]
 
 
 class EvaluationReport:
@@ -180,8 +176,7 @@ class EvaluationReport:
         )
         paths["accuracy_rejection"] = os.path.join(directory, "accuracy_rejection.png")
         plots.accuracy_rejection_curves(
-            {self.name: (a["id_probabilities"], a["id_labels"])},
-            paths["accuracy_rejection"],
+            {self.name: (a["id_probabilities"], a["id_labels"])}, paths["accuracy_rejection"]
         )
         for score, label in _SCORES:
             if not a["ood_scores"] or score not in a["id_scores"]:

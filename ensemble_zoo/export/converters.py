@@ -216,8 +216,7 @@ def _onnx_from_jax(serving, filepath, input_signature, opset):
     symbols = dict(zip(names, jax.export.symbolic_shape(",".join(names)))) if names else {}
     shapes = [
         jax.ShapeDtypeStruct(
-            tuple(symbols.get(d, d) if isinstance(d, str) else d for d in symbolic_dims(s)),
-            s.dtype,
+            tuple(symbols.get(d, d) if isinstance(d, str) else d for d in symbolic_dims(s)), s.dtype
         )
         for s in specs
     ]

@@ -163,11 +163,7 @@ def _with_dtype(spec):
 
 def _respec(spec, **changes):
     """A `keras.InputSpec` like `spec`, with `changes` (shape, dtype, name)."""
-    fields = {
-        "shape": spec.shape,
-        "dtype": spec.dtype,
-        "name": getattr(spec, "name", None),
-    }
+    fields = {"shape": spec.shape, "dtype": spec.dtype, "name": getattr(spec, "name", None)}
     return keras.InputSpec(**{**fields, **changes})
 
 

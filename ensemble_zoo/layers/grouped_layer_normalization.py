@@ -73,15 +73,11 @@ class GroupedLayerNormalization(keras.layers.Layer):
         self.beta = None
         if self.scale:
             self.gamma = self.add_weight(
-                name="gamma",
-                shape=(self.num_members, dim),
-                initializer=self.gamma_initializer,
+                name="gamma", shape=(self.num_members, dim), initializer=self.gamma_initializer
             )
         if self.center:
             self.beta = self.add_weight(
-                name="beta",
-                shape=(self.num_members, dim),
-                initializer=self.beta_initializer,
+                name="beta", shape=(self.num_members, dim), initializer=self.beta_initializer
             )
 
     def call(self, inputs):

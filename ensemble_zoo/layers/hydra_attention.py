@@ -253,11 +253,7 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
             return ops.reshape(y, (-1, ops.shape(y)[1], m * h, k))
 
         z = ops.dot_product_attention(
-            project("query"),
-            project("key"),
-            project("value"),
-            mask=mask,
-            scale=1.0 / math.sqrt(k),
+            project("query"), project("key"), project("value"), mask=mask, scale=1.0 / math.sqrt(k)
         )  # (b, t, m * h, k)
         z = ops.reshape(z, (-1, ops.shape(z)[1], m, h, k))
         return z * ops.cast(self.head_mask, z.dtype)[None, None, :, :, None]

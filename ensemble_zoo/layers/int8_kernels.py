@@ -89,10 +89,7 @@ class Int8KernelsMixin:
         mode = self.quantization_mode
         if mode is None:
             return self.add_weight(
-                name=name,
-                shape=shape,
-                initializer=initializer,
-                regularizer=regularizer,
+                name=name, shape=shape, initializer=initializer, regularizer=regularizer
             )
         if mode not in SUPPORTED_MODES:
             raise unsupported_mode_error(self, mode)
@@ -113,17 +110,10 @@ class Int8KernelsMixin:
         axes = self.int8_kernels[name]
         scale_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
         kernel = self.add_weight(
-            name=name,
-            shape=shape,
-            initializer="zeros",
-            dtype="int8",
-            trainable=False,
+            name=name, shape=shape, initializer="zeros", dtype="int8", trainable=False
         )
         scale = self.add_weight(
-            name=f"{name}_scale",
-            shape=scale_shape,
-            initializer="ones",
-            trainable=False,
+            name=f"{name}_scale", shape=scale_shape, initializer="ones", trainable=False
         )
         if values is not None:
             quantized, scales = int8_quantize(values, axes)

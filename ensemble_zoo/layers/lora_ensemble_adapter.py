@@ -210,10 +210,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             self.base_layer
         )
         a_init = keras.initializers.VarianceScaling(
-            scale=self.a_gain**2,
-            mode="fan_avg",
-            distribution="uniform",
-            seed=self.seed,
+            scale=self.a_gain**2, mode="fan_avg", distribution="uniform", seed=self.seed
         )
         # Member by member: a (M, d_in, r) variance scaling would count M in
         # its fans.
@@ -223,9 +220,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             initializer=MemberInitializer(a_init),
         )
         self.lora_b = self.add_weight(
-            name="lora_b",
-            shape=(self.num_members, self.rank, self.d_out),
-            initializer="zeros",
+            name="lora_b", shape=(self.num_members, self.rank, self.d_out), initializer="zeros"
         )
         self.built = True
 

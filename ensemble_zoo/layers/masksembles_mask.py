@@ -51,8 +51,7 @@ def masksembles_masks(num_channels, num_masks, scale, seed=None):
     used_fraction = 1.0 - (1.0 - 1.0 / scale) ** num_masks
     estimate = num_channels / (scale * used_fraction)
     candidates = sorted(
-        {max(1, int(round(estimate)) + k) for k in range(-3, 4)},
-        key=lambda m: abs(m - estimate),
+        {max(1, int(round(estimate)) + k) for k in range(-3, 4)}, key=lambda m: abs(m - estimate)
     )
     for _ in range(MAX_DRAWS):
         for m in candidates:

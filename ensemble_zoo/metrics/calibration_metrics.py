@@ -200,19 +200,14 @@ class ExpectedCalibrationError(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         _check(self, y_true, y_pred)
         log_probs, labels = log_probabilities_and_labels(
-            "ExpectedCalibrationError",
-            y_true,
-            y_pred,
-            _LOG_FLOOR,
-            self.from_logits,
+            "ExpectedCalibrationError", y_true, y_pred, _LOG_FLOOR, self.from_logits
         )
         weights = sample_weights(sample_weight, labels, self.dtype)
         confidence = ops.cast(ops.exp(ops.max(log_probs, axis=-1)), self.dtype)
         predicted = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
         correct = ops.cast(ops.equal(predicted, labels), self.dtype)
         bins = ops.minimum(
-            ops.cast(ops.floor(confidence * self.num_bins), "int32"),
-            self.num_bins - 1,
+            ops.cast(ops.floor(confidence * self.num_bins), "int32"), self.num_bins - 1
         )
         one_hot = ops.one_hot(bins, self.num_bins, dtype=self.dtype)
         one_hot = one_hot * weights[:, None]
@@ -229,8 +224,4 @@ class ExpectedCalibrationError(keras.metrics.Metric):
             variable.assign(ops.zeros(variable.shape, dtype=variable.dtype))
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_bins": self.num_bins,
-            "from_logits": self.from_logits,
-        }
+        return {**super().get_config(), "num_bins": self.num_bins, "from_logits": self.from_logits}

@@ -108,11 +108,7 @@ def calibration_bins(probs, labels, num_bins=15, binning="equal_width"):
     conf_sum = np.bincount(bins, weights=confidence, minlength=num_bins)
     acc_sum = np.bincount(bins, weights=correct, minlength=num_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return {
-            "count": count,
-            "confidence": conf_sum / count,
-            "accuracy": acc_sum / count,
-        }
+        return {"count": count, "confidence": conf_sum / count, "accuracy": acc_sum / count}
 
 
 def _gaps(stats):

@@ -72,8 +72,7 @@ class EnsembleAccuracy(keras.metrics.Metric):
             y_true = ops.reshape(y_true, (-1,))
             predicted = ops.argmax(scores, axis=-1)
             matches = ops.cast(
-                ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")),
-                self.dtype,
+                ops.equal(ops.cast(y_true, "int32"), ops.cast(predicted, "int32")), self.dtype
             )
         weight = sample_weights(sample_weight, matches, self.dtype)
         matches = matches * weight

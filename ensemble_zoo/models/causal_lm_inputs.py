@@ -192,8 +192,7 @@ def _takes_prompts_and_responses(model):
     import keras_hub
 
     return isinstance(
-        getattr(model, "preprocessor", None),
-        keras_hub.models.Gemma3CausalLMPreprocessor,
+        getattr(model, "preprocessor", None), keras_hub.models.Gemma3CausalLMPreprocessor
     )
 
 

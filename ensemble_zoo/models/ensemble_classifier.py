@@ -183,20 +183,12 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
         """The exports' input signature; text models override it."""
         return [
             keras.InputSpec(
-                shape=(None,) + tuple(self.member_input_shape),
-                dtype="float32",
-                name="images",
+                shape=(None,) + tuple(self.member_input_shape), dtype="float32", name="images"
             )
         ]
 
     # The outputs of every exported format, in this order.
-    _serving_output_names = (
-        "probabilities",
-        "member_logits",
-        "total",
-        "aleatoric",
-        "epistemic",
-    )
+    _serving_output_names = ("probabilities", "member_logits", "total", "aleatoric", "epistemic")
 
     def _serving_outputs(self, inputs):
         """What an export serves for `inputs` (what calling the model takes)."""

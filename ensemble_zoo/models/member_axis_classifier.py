@@ -53,13 +53,7 @@ class MemberAxisClassifier(EnsembleClassifier):
     uses_pooled_output = False
 
     def __init__(
-        self,
-        backbone,
-        num_classes,
-        preprocessor=None,
-        pooling="token",
-        dropout=0.0,
-        **kwargs,
+        self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0, **kwargs
     ):
         if not isinstance(backbone, self.backbone_cls):
             raise TypeError(

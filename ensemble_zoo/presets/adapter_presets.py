@@ -100,10 +100,7 @@ def save_adapter_preset(model, preset_dir, base, metadata=None):
             "class_name": type(model).__name__,
             "registered_name": keras.saving.get_registered_name(type(model)),
             "method": "lora_ensemble",
-            "base_model": {
-                "preset": base,
-                "class_name": backbone.family.causal_lm_cls.__name__,
-            },
+            "base_model": {"preset": base, "class_name": backbone.family.causal_lm_cls.__name__},
             "num_members": model.num_members,
             "rank": backbone.method_config["rank"],
             "targets": list(backbone.targets),

@@ -29,12 +29,7 @@ TASK_CONFIG_FILE = "task.json"
 WEIGHTS_FILE = "model.weights.h5"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 METADATA_FILE = "metadata.json"
-PREPROCESSOR_FILES = (
-    "preprocessor.json",
-    "image_converter.json",
-    "tokenizer.json",
-    "assets",
-)
+PREPROCESSOR_FILES = ("preprocessor.json", "image_converter.json", "tokenizer.json", "assets")
 
 
 def uses_keras_hub_layout(model):

@@ -163,13 +163,7 @@ AUTO = "auto"
 
 
 def load_preset(
-    preset,
-    cls=None,
-    load_weights=True,
-    dtype=None,
-    preprocessor=AUTO,
-    base=None,
-    **kwargs,
+    preset, cls=None, load_weights=True, dtype=None, preprocessor=AUTO, base=None, **kwargs
 ):
     """Builds the model of a preset and loads its weights.
 

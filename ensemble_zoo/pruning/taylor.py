@@ -83,13 +83,7 @@ def _as_arrays(data):
 
 
 def taylor_member_masks(
-    model,
-    data,
-    heads_to_prune,
-    num_members=1,
-    seed=0,
-    calibration_size=None,
-    batch_size=64,
+    model, data, heads_to_prune, num_members=1, seed=0, calibration_size=None, batch_size=64
 ):
     """Member head masks by Taylor importance, pruned layer by layer.
 

@@ -33,10 +33,7 @@ def loss_gradients(model, loss_fn, x, y, variables):
         trainable = model.trainable_variables
         positions = [_index_of(trainable, v) for v in variables]
         grads = _jax_gradient_function(model, loss_fn)(
-            [v.value for v in trainable],
-            [v.value for v in model.non_trainable_variables],
-            x,
-            y,
+            [v.value for v in trainable], [v.value for v in model.non_trainable_variables], x, y
         )
         return [np.asarray(grads[p]) for p in positions]
     if backend == "tensorflow":

@@ -17,11 +17,7 @@ class MsgpackError(ValueError):
     """The bytes are not one well-formed MessagePack document."""
 
 
-_FIXED = {
-    0xC0: None,
-    0xC2: False,
-    0xC3: True,
-}
+_FIXED = {0xC0: None, 0xC2: False, 0xC3: True}
 # Marker -> (struct format of the length / value, kind).
 _SIZED = {
     0xC4: (">B", "bin"),

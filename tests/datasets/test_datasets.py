@@ -112,10 +112,7 @@ def test_tfds_image_path_with_mock_data(name):
 def test_tfds_text_path_with_mock_data():
     with tfds.testing.mock_data(num_examples=10):
         ds = ez.datasets.load(
-            "glue/sst2",
-            "test",
-            batch_size=5,
-            preprocessor=lambda s: tf.strings.length(s),
+            "glue/sst2", "test", batch_size=5, preprocessor=lambda s: tf.strings.length(s)
         )
         x, y = next(iter(ds))
         assert x.dtype == tf.int32 and x.shape == (5,)

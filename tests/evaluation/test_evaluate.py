@@ -117,11 +117,7 @@ def test_tf_data_gives_the_same_numbers(ensemble, digits, report):
     batched = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
     unbatched_ood = tf.data.Dataset.from_tensor_slices(digits["near_ood"][0])
     other = ez.evaluation.evaluate(
-        ensemble,
-        batched,
-        ood_data={"near": unbatched_ood},
-        batch_size=50,
-        progress=False,
+        ensemble, batched, ood_data={"near": unbatched_ood}, batch_size=50, progress=False
     )
     for key in ("accuracy", "nll", "ece", "aece", "aurc"):
         assert other.metrics["in_distribution"][key] == pytest.approx(

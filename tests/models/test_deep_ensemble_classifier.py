@@ -136,8 +136,7 @@ def test_from_keras_hub_can_keep_pretrained_backbone(rng):
     assert not np.allclose(heads[0], heads[1])
     fresh = DeepEnsembleClassifier.from_keras_hub(source, num_members=1)
     assert not np.allclose(
-        to_np(fresh.members[0].backbone.weights[0]),
-        to_np(source.backbone.weights[0]),
+        to_np(fresh.members[0].backbone.weights[0]), to_np(source.backbone.weights[0])
     )
     with pytest.raises(ValueError, match="from_model"):
         DeepEnsembleClassifier.from_keras_hub(mlp_member(0), num_members=2)

@@ -603,11 +603,7 @@ def test_keras_hub_lora_files_import_as_members_and_adapters_round_trip(pair, tm
     path = str(tmp_path / "ensemble.lora_ensemble.h5")
     ensemble.save_adapters(path)
     fresh = LoRAEnsembleCausalLM.from_keras_hub(
-        base,
-        num_members=2,
-        rank=ensemble.backbone.method_config["rank"],
-        targets=targets,
-        seed=5,
+        base, num_members=2, rank=ensemble.backbone.method_config["rank"], targets=targets, seed=5
     )
     fresh.load_adapters(path)
     np.testing.assert_array_equal(to_np(fresh(inputs)), logits)

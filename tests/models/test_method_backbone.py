@@ -76,13 +76,7 @@ def test_from_backbone_refuses_other_classes_and_keeps_dtype():
     config = {**source.get_config(), "dtype": "bfloat16"}
     half = keras_hub.models.ViTBackbone.from_config(config)
     lora = ez.models.LoRAEnsembleViTBackbone.from_backbone(
-        half,
-        num_members=2,
-        rank=1,
-        targets=["query"],
-        lora_alpha=None,
-        a_gain=1.0,
-        seed=0,
+        half, num_members=2, rank=1, targets=["query"], lora_alpha=None, a_gain=1.0, seed=0
     )
     # Adapters follow the backbone's dtype (they were float32 before).
     layers = [

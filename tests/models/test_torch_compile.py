@@ -51,12 +51,7 @@ def lora_ensemble():
 
 def e3_with_router_noise():
     return ez.models.ViTMoEImageClassifier.from_keras_hub(
-        tiny_vit(),
-        num_experts=4,
-        num_selected_experts=1,
-        moe_layers=[0],
-        ensemble_size=2,
-        seed=0,
+        tiny_vit(), num_experts=4, num_selected_experts=1, moe_layers=[0], ensemble_size=2, seed=0
     )
 
 
@@ -72,12 +67,7 @@ def experts_choice_then_soft_moe():
     x = ez.layers.TileMembers(2)(x)
     for router, extra in (("experts_choice", {}), ("soft", {"num_slots": 2})):
         moe = ez.layers.SparseMoE(
-            num_experts=4,
-            mlp_dim=16,
-            num_members=2,
-            router=router,
-            noise_std=0.0,
-            **extra,
+            num_experts=4, mlp_dim=16, num_members=2, router=router, noise_std=0.0, **extra
         )
         x = keras.layers.Add()([x, moe(x)])
     logits = keras.layers.Dense(8)(keras.layers.GlobalAveragePooling1D()(x))
@@ -86,10 +76,7 @@ def experts_choice_then_soft_moe():
 
 def loss_prediction():
     return ez.models.LossPredictionImageClassifier.from_keras_hub(
-        tiny_vit(),
-        head_hidden_units=(8, 8),
-        freeze_backbone=True,
-        freeze_classifier=True,
+        tiny_vit(), head_hidden_units=(8, 8), freeze_backbone=True, freeze_classifier=True
     )
 
 

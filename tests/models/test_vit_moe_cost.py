@@ -139,12 +139,7 @@ def _jaxpr_multiply_adds(jaxpr):
 
 
 TINY_VIT = dict(
-    image_size=(8, 12),
-    patch_size=2,
-    hidden_dim=8,
-    num_layers=2,
-    mlp_dim=12,
-    num_classes=5,
+    image_size=(8, 12), patch_size=2, hidden_dim=8, num_layers=2, mlp_dim=12, num_classes=5
 )
 
 
@@ -152,12 +147,7 @@ def _keras_hub_classifier():
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 12, 3),
-        patch_size=2,
-        num_layers=2,
-        num_heads=2,
-        hidden_dim=8,
-        mlp_dim=12,
+        image_shape=(8, 12, 3), patch_size=2, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=12
     )
     return keras_hub.models.ViTImageClassifier(backbone, num_classes=5, intermediate_dim=8)
 
@@ -402,8 +392,7 @@ def test_float_noise_adds_no_slot(group, experts, k, factor, multiple, capacity)
 
 
 @pytest.mark.skipif(
-    keras.config.backend() != "jax",
-    reason="pure Python arithmetic: checked under one backend",
+    keras.config.backend() != "jax", reason="pure Python arithmetic: checked under one backend"
 )
 def test_cost_capacity_is_the_router_capacity():
     """For a sweep of routings, the buffers the cost counts are the ones a

@@ -183,12 +183,7 @@ def test_auxiliary_losses_are_added_in_training_only():
 @requires_jit
 def test_trains_with_jit_compile():
     model = ViTMoEImageClassifier.from_keras_hub(
-        vit(),
-        num_experts=4,
-        num_selected_experts=1,
-        moe_layers=[1, 3],
-        ensemble_size=2,
-        seed=0,
+        vit(), num_experts=4, num_selected_experts=1, moe_layers=[1, 3], ensemble_size=2, seed=0
     )
     perturb_experts(model)
     model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit_compile())
@@ -260,12 +255,7 @@ def test_config_and_preset_round_trip(tmp_path):
 
 def test_bad_arguments_are_clear_errors():
     kwargs = dict(
-        image_shape=(8, 8, 1),
-        patch_size=2,
-        num_layers=4,
-        num_heads=2,
-        hidden_dim=16,
-        mlp_dim=32,
+        image_shape=(8, 8, 1), patch_size=2, num_layers=4, num_heads=2, hidden_dim=16, mlp_dim=32
     )
     with pytest.raises(ValueError, match="divisible by `ensemble_size`"):
         ViTMoEBackbone(num_experts=6, ensemble_size=4, **kwargs)

@@ -36,9 +36,7 @@ def test_figures_equal_the_papers_definitions_and_their_identities(rng):
     assert got["member_entropy"].shape == (3, 4, 5) and got["total"].shape == (3, 5)
     # EPKL = MI + RMI, total = aleatoric + MI (Malinin & Gales, section 3).
     np.testing.assert_allclose(
-        got["expected_pairwise_kl"],
-        got["epistemic"] + got["reverse_mutual_information"],
-        atol=1e-5,
+        got["expected_pairwise_kl"], got["epistemic"] + got["reverse_mutual_information"], atol=1e-5
     )
     np.testing.assert_allclose(got["total"], got["aleatoric"] + got["epistemic"], atol=1e-5)
     for name in ("epistemic", "expected_pairwise_kl", "reverse_mutual_information"):

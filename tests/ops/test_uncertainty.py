@@ -76,9 +76,7 @@ def test_epistemic_is_zero_when_members_agree(rng):
     parts = {k: to_np(v) for k, v in uncertainty_decomposition(logits).items()}
     np.testing.assert_allclose(parts["epistemic"], 0.0, atol=1e-6)
     np.testing.assert_allclose(
-        parts["total"],
-        np_entropy(np_softmax(one[:, 0].astype("f8"))),
-        atol=1e-5,
+        parts["total"], np_entropy(np_softmax(one[:, 0].astype("f8"))), atol=1e-5
     )
 
 
@@ -109,9 +107,7 @@ def test_entropy_helpers():
     np.testing.assert_allclose(to_np(entropy(p)), np_entropy(p), atol=1e-6)
     logits = np.log(np.array([[0.2, 0.3, 0.5]], "float32"))
     np.testing.assert_allclose(
-        to_np(entropy_from_logits(logits)),
-        np_entropy(np.array([[0.2, 0.3, 0.5]])),
-        atol=1e-6,
+        to_np(entropy_from_logits(logits)), np_entropy(np.array([[0.2, 0.3, 0.5]])), atol=1e-6
     )
 
 

@@ -282,8 +282,7 @@ def test_weights_of_the_wrong_shape_are_named(saved, tmp_path):
     other_path = str(tmp_path / "other")
     other.save_to_preset(other_path)
     shutil.copy(
-        os.path.join(other_path, "model.weights.h5"),
-        os.path.join(path, "model.weights.h5"),
+        os.path.join(other_path, "model.weights.h5"), os.path.join(path, "model.weights.h5")
     )
     _edit_metadata(path, lambda m: m.pop("weights_sha256"))  # past the checksum
     with pytest.raises(PresetError, match=r"model.weights.h5.*shape \(64, 32\)"):

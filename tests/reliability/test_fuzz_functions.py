@@ -89,10 +89,7 @@ def bad_member_logits(logits):
 
 def bad_member_probabilities(probs):
     cases = bad_member_logits(probs)
-    cases.update(
-        negative=_with(probs, (0, 0, 0), -0.1),
-        not_normalised=probs * 0.5,
-    )
+    cases.update(negative=_with(probs, (0, 0, 0), -0.1), not_normalised=probs * 0.5)
     return cases
 
 

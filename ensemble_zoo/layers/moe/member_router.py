@@ -32,12 +32,7 @@ def check_non_negative(value, name):
 
 
 def compute_capacity(
-    group_size,
-    num_experts,
-    top_k,
-    capacity_factor,
-    multiple_of=1,
-    rounding="ceil",
+    group_size, num_experts, top_k, capacity_factor, multiple_of=1, rounding="ceil"
 ):
     """Expert buffer size per routing group (a static Python int).
 
@@ -123,13 +118,7 @@ class MemberRouter(keras.layers.Layer):
     """
 
     def __init__(
-        self,
-        num_experts,
-        num_members=1,
-        group_size=None,
-        noise_std=None,
-        seed=None,
-        **kwargs,
+        self, num_experts, num_members=1, group_size=None, noise_std=None, seed=None, **kwargs
     ):
         super().__init__(**kwargs)
         self.num_experts = check_positive_int(num_experts, "num_experts")
@@ -246,15 +235,11 @@ class MemberRouter(keras.layers.Layer):
         m, e_m = self.num_members, self.experts_per_member
         capacity = static_shape(dispatch)[-1]
         # blocks[m, e, f] = 1 when member m's expert e is global expert f.
-        blocks = ops.reshape(
-            ops.eye(self.num_experts, dtype="float32"),
-            (m, e_m, self.num_experts),
-        )
+        blocks = ops.reshape(ops.eye(self.num_experts, dtype="float32"), (m, e_m, self.num_experts))
         dispatch = ops.reshape(ops.cast(dispatch, "float32"), (m, -1, e_m, capacity))
         token_dispatch = ops.einsum("mtec,mef->mtfc", dispatch, blocks)
         return ops.reshape(
-            token_dispatch,
-            (-1,) + tuple(input_shape[1:-1]) + (self.num_experts, capacity),
+            token_dispatch, (-1,) + tuple(input_shape[1:-1]) + (self.num_experts, capacity)
         )
 
     def get_config(self):

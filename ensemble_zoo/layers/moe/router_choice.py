@@ -10,13 +10,7 @@ ROUTERS = ("top_k", "experts_choice", "soft")
 
 
 def check_router_arguments(
-    router,
-    top_k,
-    batch_priority,
-    dispatcher,
-    num_slots,
-    capacity_factor,
-    eval_capacity_factor,
+    router, top_k, batch_priority, dispatcher, num_slots, capacity_factor, eval_capacity_factor
 ):
     """Refuses arguments that the chosen router cannot honour."""
     if router not in ROUTERS:

@@ -272,8 +272,7 @@ class SoftRouter(MemberRouter):
         x = l2_normalize(ops.cast(self.group_tokens(x), "float32"), -1)
         mu_unit = l2_normalize(ops.cast(self.mu, "float32"), 0)  # (D, E, P)
         scaled = ops.reshape(
-            mu_unit * ops.cast(self.scale, "float32"),
-            (self.input_dim, m, e_m, slots),
+            mu_unit * ops.cast(self.scale, "float32"), (self.input_dim, m, e_m, slots)
         )
         logits = ops.einsum("mgsd,dmep->mgsep", x, scaled)
         if training and self.sigma > 0:

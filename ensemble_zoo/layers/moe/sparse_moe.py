@@ -322,15 +322,12 @@ class SparseMoE(keras.layers.Layer):
         outputs = ops.reshape(outputs, (m, e_m, -1, capacity, self.hidden_dim))
         if self.dispatcher == "indices":
             outputs = ops.reshape(
-                ops.transpose(outputs, (0, 2, 1, 3, 4)),
-                (m, -1, e_m * capacity, self.hidden_dim),
+                ops.transpose(outputs, (0, 2, 1, 3, 4)), (m, -1, e_m * capacity, self.hidden_dim)
             )
             token_slot = routing["token_slot"]  # (M, G, K, S)
             k, group_size = static_shape(token_slot)[2:]
             gathered = ops.take_along_axis(
-                outputs,
-                ops.reshape(token_slot, (m, -1, k * group_size, 1)),
-                axis=2,
+                outputs, ops.reshape(token_slot, (m, -1, k * group_size, 1)), axis=2
             )
             gathered = ops.reshape(gathered, (m, -1, k, group_size, self.hidden_dim))
             weight = ops.cast(routing["token_weight"], self.compute_dtype)

@@ -268,8 +268,7 @@ class TopKRouter(GatedRouter):
             order = ops.cast(ops.argsort(-top1, axis=-1), "int32")
             # perm[..., t, s] = 1 when sorted position t holds token s.
             perm = ops.cast(
-                ops.equal(order[..., None], ops.arange(group_size, dtype="int32")),
-                "float32",
+                ops.equal(order[..., None], ops.arange(group_size, dtype="int32")), "float32"
             )
             chosen = ops.einsum("mgts,mgkse->mgkte", perm, chosen)
 

@@ -12,5 +12,5 @@ PRESETS = {
             "MC dropout: 8 seeded dropout samples of vit_tiny_digits at its "
             "training rates (0.1), run as one tiled batch; no training."
         ),
-    },
+    }
 }

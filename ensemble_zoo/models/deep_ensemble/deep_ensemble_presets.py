@@ -12,5 +12,5 @@ PRESETS = {
             "Deep ensemble of three independently seeded and trained copies "
             "of vit_tiny_digits (member 0 is vit_tiny_digits itself)."
         ),
-    },
+    }
 }

@@ -170,13 +170,7 @@ def hydra_text_multiply_adds(
     `sequence_length` tokens (embedding lookups cost none)."""
     d = hidden_dim
     total = _encoder_multiply_adds(
-        sequence_length,
-        d,
-        intermediate_dim,
-        num_layers,
-        num_heads,
-        num_members,
-        member_num_heads,
+        sequence_length, d, intermediate_dim, num_layers, num_heads, num_members, member_num_heads
     )
     total += num_members * (d * d + d * num_classes)
     return int(total)

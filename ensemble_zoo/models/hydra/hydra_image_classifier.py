@@ -112,10 +112,7 @@ class HydraImageClassifier(
         specs = member_weights.specs_from_keras_hub(classifier, head_masks)
         return cls._from_specs(
             specs,
-            dict(
-                _backbone_kwargs(backbone),
-                attention_implementation=attention_implementation,
-            ),
+            dict(_backbone_kwargs(backbone), attention_implementation=attention_implementation),
             classifier.output_dense.units,
             mlp,
             pooling=classifier.pooling,

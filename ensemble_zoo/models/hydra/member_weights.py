@@ -26,14 +26,8 @@ def _mha_heads(mha, keep):
         ("value", mha._value_dense),
     ):
         bias = to_numpy(dense.bias)
-        out[name] = (
-            to_numpy(dense.kernel)[:, keep],
-            None if bias is None else bias[keep],
-        )
-    out["output"] = (
-        to_numpy(mha._output_dense.kernel)[keep],
-        to_numpy(mha._output_dense.bias),
-    )
+        out[name] = (to_numpy(dense.kernel)[:, keep], None if bias is None else bias[keep])
+    out["output"] = (to_numpy(mha._output_dense.kernel)[keep], to_numpy(mha._output_dense.bias))
     return out
 
 

@@ -66,14 +66,7 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     wrapped = ("model",)
 
     def __init__(
-        self,
-        model,
-        num_members=10,
-        logit_mean=2.0,
-        logit_std=1.0,
-        seed=None,
-        dtype=None,
-        **kwargs,
+        self, model, num_members=10, logit_mean=2.0, logit_std=1.0, seed=None, dtype=None, **kwargs
     ):
         input_shape, num_classes = member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")

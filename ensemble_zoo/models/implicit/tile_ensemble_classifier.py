@@ -218,10 +218,7 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         backbone = classifier.backbone
         patch = backbone.patch_size
         patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
-        grid = (
-            backbone.image_shape[0] // patch[0],
-            backbone.image_shape[1] // patch[1],
-        )
+        grid = (backbone.image_shape[0] // patch[0], backbone.image_shape[1] // patch[1])
         kwargs.setdefault("preprocessor", classifier.preprocessor)
         return cls(
             classifier.backbone,

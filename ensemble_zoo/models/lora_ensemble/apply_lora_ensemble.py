@@ -53,13 +53,7 @@ def check_targets(targets, allowed=tuple(ATTENTION_PROJECTIONS)):
 
 
 def apply_lora_ensemble(
-    backbone,
-    num_members,
-    rank,
-    targets=DEFAULT_TARGETS,
-    lora_alpha=None,
-    a_gain=10.0,
-    seed=None,
+    backbone, num_members, rank, targets=DEFAULT_TARGETS, lora_alpha=None, a_gain=10.0, seed=None
 ):
     """Freezes a keras-hub backbone and gives it M LoRA adapters per projection.
 

@@ -4,13 +4,7 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 
 def lora_ensemble_multiply_adds(
-    single_multiply_adds,
-    num_members,
-    tokens,
-    num_layers,
-    hidden_dim,
-    rank,
-    num_projections=4,
+    single_multiply_adds, num_members, tokens, num_layers, hidden_dim, rank, num_projections=4
 ):
     """Multiply-adds of one LoRA-Ensemble forward pass of one input.
 

@@ -60,11 +60,7 @@ class LoRAEnsembleTask:
 
     def _make_head(self, backbone, num_classes, dropout):
         self.output_dropout, self.head = task_head(
-            backbone,
-            dropout,
-            GroupedDense,
-            num_classes,
-            backbone.method_config["num_members"],
+            backbone, dropout, GroupedDense, num_classes, backbone.method_config["num_members"]
         )
 
     def _member_outputs(self, features):

@@ -20,13 +20,7 @@ POOLINGS = ("token", "gap", None)
 
 
 def loss_prediction_objective(
-    labels,
-    logits,
-    uncertainty,
-    classification_weight,
-    uncertainty_weight,
-    uncertainty_loss,
-    margin,
+    labels, logits, uncertainty, classification_weight, uncertainty_weight, uncertainty_loss, margin
 ):
     """`w_c * mean CE + w_u * L_u(stop_gradient(CE per sample), u)`.
 
@@ -364,11 +358,7 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         from ensemble_zoo.presets import load_preset
 
         return load_preset(
-            preset,
-            cls=cls,
-            load_weights=load_weights,
-            dtype=dtype,
-            preprocessor=preprocessor,
+            preset, cls=cls, load_weights=load_weights, dtype=dtype, preprocessor=preprocessor
         )
 
     def save_to_preset(self, preset_dir, metadata=None, include_weights=True):

@@ -123,9 +123,7 @@ class TokenLossPredictor(
         self.margin = margin
         self.hidden_units = tuple(self.head.hidden_units)
         super().__init__(
-            inputs=inputs,
-            outputs={"predicted_loss": predicted, "token_loss": token_loss},
-            **kwargs,
+            inputs=inputs, outputs={"predicted_loss": predicted, "token_loss": token_loss}, **kwargs
         )
 
     @classmethod

@@ -95,12 +95,7 @@ class MIMOBatches(keras.utils.PyDataset):
                 self.iterator = iter(self.dataset)
             images, labels = (np.asarray(v) for v in next(self.iterator))
         return mimo_batch(
-            images,
-            labels,
-            self.num_members,
-            self.input_repetition,
-            self.batch_repetition,
-            self.rng,
+            images, labels, self.num_members, self.input_repetition, self.batch_repetition, self.rng
         )
 
     def on_epoch_end(self):

@@ -50,10 +50,7 @@ def _expert_patterns(moe_layer_name):
 
 
 def expert_parallel_layout_map(
-    device_mesh,
-    expert_axis="experts",
-    num_experts=None,
-    moe_layer_name=DEFAULT_MOE_LAYER_NAME,
+    device_mesh, expert_axis="experts", num_experts=None, moe_layer_name=DEFAULT_MOE_LAYER_NAME
 ):
     """A `LayoutMap` that shards every `SparseMoE`'s experts over a mesh axis.
 
@@ -231,10 +228,7 @@ def expert_parallel_distribution(
         shape, axis_names = (n // experts, experts), [batch_axis, expert_axis]
     mesh = keras.distribution.DeviceMesh(shape, axis_names, devices=devices)
     layout_map = expert_parallel_layout_map(
-        mesh,
-        expert_axis,
-        num_experts=num_experts,
-        moe_layer_name=moe_layer_name,
+        mesh, expert_axis, num_experts=num_experts, moe_layer_name=moe_layer_name
     )
     return keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name=batch_axis)
 

@@ -341,10 +341,7 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
 
         params = vmoe_checkpoint.strip_params_prefix(vmoe_checkpoint.read_vmoe_checkpoint(path))
         architecture, head = vmoe_checkpoint.vmoe_architecture(
-            params,
-            image_shape=image_shape,
-            ensemble_size=ensemble_size,
-            pooling=pooling,
+            params, image_shape=image_shape, ensemble_size=ensemble_size, pooling=pooling
         )
         router, num_selected_experts = vmoe_checkpoint.resolve_router(
             architecture, router, num_selected_experts
@@ -377,9 +374,7 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
                 )
             preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(
                 image_converter=keras_hub.layers.ViTImageConverter(
-                    image_size=tuple(backbone.image_shape[:2]),
-                    scale=1.0 / 127.5,
-                    offset=-1.0,
+                    image_size=tuple(backbone.image_shape[:2]), scale=1.0 / 127.5, offset=-1.0
                 )
             )
         model = cls(backbone, preprocessor=preprocessor, **head)

@@ -59,11 +59,7 @@ def reference_moe(layer, x, group_size=None):
     rows, tokens, d = x.shape
     s = group_size or tokens
     capacity = compute_capacity(
-        s,
-        e_m,
-        layer.top_k,
-        layer.router.capacity_factor,
-        layer.router.capacity_multiple_of,
+        s, e_m, layer.top_k, layer.router.capacity_factor, layer.router.capacity_multiple_of
     )
     dispatch, combine, _ = reference_routing(
         x, kernel, m, layer.top_k, s, capacity, layer.router.batch_priority
@@ -90,9 +86,7 @@ def reference_moe(layer, x, group_size=None):
 
 def random_layer(rng, x_shape, **kwargs):
     layer = SparseMoE(
-        bias_initializer="random_normal",
-        router_kernel_initializer="random_normal",
-        **kwargs,
+        bias_initializer="random_normal", router_kernel_initializer="random_normal", **kwargs
     )
     layer.build(x_shape)
     # A router scale that gives varied, non-tied gates.
@@ -121,11 +115,7 @@ def test_matches_numpy_expert_loop(
     shape = (num_members * batch, tokens, d)
     extra = {}
     if vmoe:
-        extra = dict(
-            activation="gelu_approximate",
-            bfloat16_dispatch=True,
-            capacity_multiple_of=4,
-        )
+        extra = dict(activation="gelu_approximate", bfloat16_dispatch=True, capacity_multiple_of=4)
     layer = random_layer(
         rng,
         shape,
@@ -161,12 +151,7 @@ def test_dropped_tokens_give_zero_output():
     gates = np.array([[0.6, 0.4], [0.9, 0.1], [0.7, 0.3], [0.8, 0.2]], "float32")
     x = np.log(gates)[None]
     for bpr, kept in ((False, [0, 1]), (True, [1, 3])):
-        layer = SparseMoE(
-            num_experts=2,
-            mlp_dim=3,
-            batch_priority=bpr,
-            bias_initializer="ones",
-        )
+        layer = SparseMoE(num_experts=2, mlp_dim=3, batch_priority=bpr, bias_initializer="ones")
         layer.build(x.shape)
         layer.router.kernel.assign(np.eye(2, dtype="float32"))
         out = to_np(layer(x))[0]
@@ -222,10 +207,7 @@ def test_upcycled_experts_equal_the_dense_keras_hub_mlp(rng):
     # E³ with K = E / M: each member's gates sum to 1.
     e3 = upcycle(top_k=2, num_members=2)
     np.testing.assert_allclose(
-        to_np(e3(tile_members(x, 2))),
-        np.concatenate([dense_out] * 2),
-        rtol=1e-5,
-        atol=1e-6,
+        to_np(e3(tile_members(x, 2))), np.concatenate([dense_out] * 2), rtol=1e-5, atol=1e-6
     )
     # K = 1: the output is scaled by the un-renormalised top gate p_max.
     top1 = upcycle(top_k=1, capacity_factor=4.0)
@@ -354,10 +336,7 @@ def test_trains_under_jit_with_aux_losses(rng, dispatcher):
     assert not np.allclose(to_np(model.moe.router.kernel), router_before)
     # Compiled prediction matches the eager inference call.
     np.testing.assert_allclose(
-        model.predict(x, batch_size=8, verbose=0),
-        to_np(model(x)),
-        rtol=1e-4,
-        atol=1e-5,
+        model.predict(x, batch_size=8, verbose=0), to_np(model(x)), rtol=1e-4, atol=1e-5
     )
     model(x, training=True)
     assert len(model.losses) == 1

@@ -85,11 +85,7 @@ def test_capacity_formula():
     assert compute_capacity(10, 2, 1, 0.01) == 1  # at least one slot
     assert compute_capacity(10, 2, 2, 8.0) == 10  # never above group_size
     router = TopKRouter(
-        num_experts=8,
-        top_k=2,
-        num_members=2,
-        capacity_factor=1.5,
-        eval_capacity_factor=8.0,
+        num_experts=8, top_k=2, num_members=2, capacity_factor=1.5, eval_capacity_factor=8.0
     )
     assert router.capacity(16, training=True) == math.ceil(1.5 * 2 * 16 / 4)
     assert router.capacity(16, training=False) == 16
@@ -190,12 +186,7 @@ def test_members_reach_only_their_own_experts(rng, num_members, training):
     x = to_np(tile_members(tokens_, num_members))
     for seed in (0, 1):
         router = router_with_kernel(
-            kernel,
-            top_k=2,
-            num_members=num_members,
-            capacity_factor=4.0,
-            noise_std=1.0,
-            seed=seed,
+            kernel, top_k=2, num_members=num_members, capacity_factor=4.0, noise_std=1.0, seed=seed
         )
         routing = router.route(x, training=training)
         token_dispatch = to_np(routing["token_dispatch"])
@@ -262,30 +253,21 @@ def test_load_loss_matches_numpy_formula(rng, num_members, top_k):
     # Clean logits are the member's slice of x @ kernel.
     e_m = num_experts // num_members
     expected_logits = np.einsum(
-        "mgsd,dme->mgse",
-        x.reshape(num_members, -1, 10, d),
-        kernel.reshape(d, num_members, e_m),
+        "mgsd,dme->mgse", x.reshape(num_members, -1, 10, d), kernel.reshape(d, num_members, e_m)
     )
     np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-5)
     assert not np.allclose(noisy, logits)
     np.testing.assert_allclose(to_np(routing["gates"]), np_softmax(noisy), atol=1e-6)
     sigma = 1.0 / num_experts
     np.testing.assert_allclose(
-        to_np(routing["load_loss"]),
-        numpy_load_loss(logits, noisy, sigma, top_k),
-        rtol=1e-4,
+        to_np(routing["load_loss"]), numpy_load_loss(logits, noisy, sigma, top_k), rtol=1e-4
     )
     np.testing.assert_allclose(
-        to_np(routing["importance_loss"]),
-        numpy_importance_loss(logits),
-        rtol=1e-5,
+        to_np(routing["importance_loss"]), numpy_importance_loss(logits), rtol=1e-5
     )
     # The load loss is 0 for a zero kernel, whatever the noise.
     zero = router_with_kernel(
-        np.zeros((d, num_experts), "float32"),
-        num_members=num_members,
-        top_k=top_k,
-        seed=4,
+        np.zeros((d, num_experts), "float32"), num_members=num_members, top_k=top_k, seed=4
     )
     np.testing.assert_allclose(to_np(zero.route(x, training=True)["load_loss"]), 0.0, atol=1e-10)
     assert router.route(x, training=False)["load_loss"] is None

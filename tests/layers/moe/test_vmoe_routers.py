@@ -279,10 +279,7 @@ def test_trains_compiled_and_routers_learn(rng):
     for old, new in zip(before_weights, routers):
         assert not np.allclose(old, to_np(new))
     np.testing.assert_allclose(
-        model.predict(x, batch_size=8, verbose=0),
-        to_np(model(x)),
-        rtol=1e-4,
-        atol=1e-5,
+        model.predict(x, batch_size=8, verbose=0), to_np(model(x)), rtol=1e-4, atol=1e-5
     )
 
 

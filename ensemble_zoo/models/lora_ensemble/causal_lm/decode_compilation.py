@@ -150,9 +150,7 @@ class _FrozenStep:
         if key != self.key:
             self.compiled = None  # frees the old frozen constants first
             self.compiled = torch.compile(
-                _with_own_code(loop_step(self.model, self.sampler)),
-                fullgraph=True,
-                dynamic=False,
+                _with_own_code(loop_step(self.model, self.sampler)), fullgraph=True, dynamic=False
             )
             self.key = key
         with _cpu_inductor():

@@ -211,24 +211,12 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         return self._generate(inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty)
 
     def _generate(
-        self,
-        inputs,
-        max_length,
-        stop_token_ids,
-        strip_prompt,
-        return_uncertainty,
-        sampler=None,
+        self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty, sampler=None
     ):
         """`generate` with `sampler` in place of the compiled one (`None`:
         the compiled one)."""
         return generation.generate(
-            self,
-            inputs,
-            max_length,
-            stop_token_ids,
-            strip_prompt,
-            return_uncertainty,
-            sampler,
+            self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty, sampler
         )
 
     def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128, prompt_mask=None):
@@ -331,14 +319,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         ```
         """
         return sample_uncertainty(
-            self,
-            prompts,
-            num_samples,
-            equivalence,
-            max_length,
-            stop_token_ids,
-            sampler,
-            similarity,
+            self, prompts, num_samples, equivalence, max_length, stop_token_ids, sampler, similarity
         )
 
     def get_config(self):

@@ -165,11 +165,7 @@ FAMILIES = (
         "Mistral",
     ),
     Family(
-        "Qwen",
-        keras_hub.models.QwenCausalLM,
-        keras_hub.models.QwenBackbone,
-        LLAMA_SITES,
-        "Qwen 2",
+        "Qwen", keras_hub.models.QwenCausalLM, keras_hub.models.QwenBackbone, LLAMA_SITES, "Qwen 2"
     ),
     Family(
         "Qwen3",

@@ -49,8 +49,7 @@ def strip_prompt(outputs, prompt_mask):
     return {
         "token_ids": np.take_along_axis(token_ids, index, axis=1),
         "padding_mask": np.logical_xor(
-            np.take_along_axis(prompt_mask, index, axis=1),
-            np.take_along_axis(mask, index, axis=1),
+            np.take_along_axis(prompt_mask, index, axis=1), np.take_along_axis(mask, index, axis=1)
         ),
     }
 

@@ -133,13 +133,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
 
     @classmethod
     def from_preset(
-        cls,
-        preset,
-        load_weights=True,
-        dtype=None,
-        preprocessor="auto",
-        base=None,
-        **kwargs,
+        cls, preset, load_weights=True, dtype=None, preprocessor="auto", base=None, **kwargs
     ):
         """Loads a LoRA-Ensemble causal-LM preset: a shipped name (e.g.
         `"lora_ensemble_gemma_tiny_arithmetic"`), a directory written by
