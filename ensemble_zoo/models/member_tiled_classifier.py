@@ -5,6 +5,7 @@ import keras
 import keras_hub
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.member_passes import check_member_batching
@@ -27,17 +28,24 @@ class MemberTiledClassifier(EnsembleClassifier):
 
     Like `EnsembleClassifier`, the class holds behaviour only: a task lists
     it (after its method's shared class, if any) before its keras-hub task
-    class. A subclass converts its backbone (a `MethodBackbone` whose
-    `method_config` holds `num_members`) before calling this constructor,
+    class. A subclass passes its method's arguments (`method_arguments`)
     and implements:
 
+    - `method_backbone(backbone, **method_arguments)`: the method's
+      backbone (a `MethodBackbone` whose `method_config` holds
+      `num_members`) built from a keras-hub backbone, or the given one when
+      it is the method's already;
+    - `_set_method_config()`: sets the method's config attributes from
+      `backbone.method_config` once the model is built;
     - `_make_head(backbone, num_classes, dropout)`: creates the layers
       after the backbone (`output_dropout`, `head`, ...);
     - `_member_outputs(features)`: member-major pooled features
       `(members * batch, dim)` -> member logits.
 
     Args:
-        backbone: the converted backbone.
+        backbone: a keras-hub backbone of the task's kind
+            (`check_backbone`: an image backbone, or BERT for a text task)
+            or the method's backbone.
         num_classes: int.
         preprocessor: optional keras-hub preprocessor run by `fit`,
             `predict` and `evaluate` on raw inputs.
@@ -47,6 +55,9 @@ class MemberTiledClassifier(EnsembleClassifier):
         dropout: float, dropout before the head.
         member_batching: `"auto"`, `"tiled"` or `"sequential"`
             (`ensemble_zoo.models.member_passes`).
+        method_arguments: dict, the method's arguments for
+            `method_backbone` (those left `None` are the backbone's or the
+            method's defaults).
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
     """
@@ -55,6 +66,8 @@ class MemberTiledClassifier(EnsembleClassifier):
     # set its own (keras-hub's harness compares `dir` of revived models).
     _member_batching = "auto"
     uses_pooled_output = False
+    #: Checks the backbone the constructor is given (text tasks: BERT's).
+    check_backbone = staticmethod(check_image_backbone)
 
     def __init__(
         self,
@@ -64,8 +77,11 @@ class MemberTiledClassifier(EnsembleClassifier):
         pooling="token",
         dropout=0.0,
         member_batching="auto",
+        method_arguments=None,
         **kwargs,
     ):
+        self.check_backbone(backbone)
+        backbone = self.method_backbone(backbone, **(method_arguments or {}))
         member_batching = check_member_batching(member_batching)
         # Text tasks (`TextInputsMixin`) read BERT's pooled output.
         pooling = None if self.uses_pooled_output else check_pooling(pooling)
@@ -91,6 +107,7 @@ class MemberTiledClassifier(EnsembleClassifier):
         self.num_members = int(num_members)
         self.num_classes = num_classes
         self.dropout = dropout
+        self._set_method_config()
 
     def _member_features(self, x, training=None):
         """The backbone on member-major rows, pooled: `(rows, dim)`."""

@@ -3,11 +3,44 @@
 import keras
 import numpy as np
 
+from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import static_shape
 
 #: The keys of a `keras_hub.models.BertTextClassifierPreprocessor` output.
 TEXT_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+
+
+def check_bert_backbone(backbone):
+    """A `TypeError` unless `backbone` is a `keras_hub.models.BertBackbone`."""
+    import keras_hub
+
+    if not isinstance(backbone, keras_hub.models.BertBackbone):
+        raise TypeError(
+            f"`backbone` must be a keras_hub.models.BertBackbone; got {type(backbone).__name__}."
+        )
+
+
+def bert_parts(model, kwargs):
+    """`(backbone, head, num_classes)` of a keras-hub `BertTextClassifier`
+    (its `Dense` head and class count) or `BertBackbone` (`None`, `None`).
+
+    For a classifier, `kwargs` gets its `dropout` and `preprocessor` unless
+    set.
+    """
+    import keras_hub
+
+    if isinstance(model, keras_hub.models.BertTextClassifier):
+        check_logits_head(model)
+        kwargs.setdefault("dropout", float(model.dropout))
+        kwargs.setdefault("preprocessor", model.preprocessor)
+        return model.backbone, model.output_dense, model.num_classes
+    if isinstance(model, keras_hub.models.BertBackbone):
+        return model, None, None
+    raise TypeError(
+        "`model` must be a keras_hub.models.BertTextClassifier or "
+        f"BertBackbone; got {type(model).__name__}."
+    )
 
 
 class TextInputsMixin:
@@ -22,6 +55,8 @@ class TextInputsMixin:
     member_input_shape = None
     #: The task reads the backbone's `pooled_output` (no token pooling).
     uses_pooled_output = True
+    #: A member-tiled text task converts a keras-hub BERT.
+    check_backbone = staticmethod(check_bert_backbone)
 
     def _build_text_inputs(self):
         # Recording the dict structure lets TensorFlow trace its default

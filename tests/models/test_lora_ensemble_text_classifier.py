@@ -75,7 +75,7 @@ def test_preset_round_trip_and_errors(tmp_path):
         model(x["token_ids"])
     with pytest.raises(ValueError, match="max_sequence_length"):
         model({k: np.concatenate([v, v], 1) for k, v in x.items()})
-    with pytest.raises(ValueError, match="BertTextClassifier"):
+    with pytest.raises(TypeError, match="BertTextClassifier"):
         LoRAEnsembleTextClassifier.from_keras_hub(keras.layers.Dense(2))
     with pytest.raises(ValueError, match="num_classes"):
         LoRAEnsembleTextClassifier.from_keras_hub(tiny_bert().backbone)

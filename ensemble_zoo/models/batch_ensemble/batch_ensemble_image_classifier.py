@@ -3,8 +3,6 @@ import keras_hub
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
-from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
-from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 
@@ -81,9 +79,7 @@ class BatchEnsembleImageClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        check_image_backbone(backbone)
-        backbone = batch_ensemble_backbone(
-            backbone,
+        method = dict(
             num_members=num_members,
             fast_weight_initializer=fast_weight_initializer,
             fast_weight_stddev=fast_weight_stddev,
@@ -91,15 +87,8 @@ class BatchEnsembleImageClassifier(
         )
         # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
         super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=pooling,
-            dropout=dropout,
-            member_batching=member_batching,
-            **kwargs,
+            backbone, num_classes, preprocessor, pooling, dropout, member_batching, method, **kwargs
         )
-        self._set_method_config()
 
     def _plain_task(self, backbone):
         import keras_hub

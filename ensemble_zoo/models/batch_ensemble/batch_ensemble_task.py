@@ -51,10 +51,12 @@ class BatchEnsembleTask:
     """Behaviour shared by the BatchEnsemble image and text classifiers (no
     Keras base; listed before `MemberTiledClassifier`).
 
-    A subclass converts its backbone (`batch_ensemble_backbone`) before
-    `MemberTiledClassifier.__init__` builds the graph, and implements
+    `MemberTiledClassifier.__init__` converts the backbone
+    (`batch_ensemble_backbone`); a subclass implements
     `_plain_task(backbone)` (the keras-hub task of one member).
     """
+
+    method_backbone = staticmethod(batch_ensemble_backbone)
 
     def _make_head(self, backbone, num_classes, dropout):
         config = backbone.method_config

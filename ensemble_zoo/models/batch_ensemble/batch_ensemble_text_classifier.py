@@ -3,10 +3,9 @@ import keras_hub
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
-from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
-from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.models.text_inputs import bert_parts
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -85,28 +84,15 @@ class BatchEnsembleTextClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        if not isinstance(backbone, keras_hub.models.BertBackbone):
-            raise TypeError(
-                "`backbone` must be a keras_hub.models.BertBackbone; got "
-                f"{type(backbone).__name__}."
-            )
-        backbone = batch_ensemble_backbone(
-            backbone,
+        method = dict(
             num_members=num_members,
             fast_weight_initializer=fast_weight_initializer,
             fast_weight_stddev=fast_weight_stddev,
             seed=seed,
         )
         super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=None,
-            dropout=dropout,
-            member_batching=member_batching,
-            **kwargs,
+            backbone, num_classes, preprocessor, None, dropout, member_batching, method, **kwargs
         )
-        self._set_method_config()
 
     def _plain_task(self, backbone):
         import keras_hub
@@ -136,21 +122,8 @@ class BatchEnsembleTextClassifier(
             reuse_head: bool or `None`, as for images.
             **kwargs: other constructor arguments.
         """
-        import keras_hub
 
-        head = classes = None
-        if isinstance(model, keras_hub.models.BertTextClassifier):
-            check_logits_head(model)
-            kwargs.setdefault("dropout", float(model.dropout))
-            kwargs.setdefault("preprocessor", model.preprocessor)
-            backbone, head, classes = model.backbone, model.output_dense, model.num_classes
-        elif isinstance(model, keras_hub.models.BertBackbone):
-            backbone = model
-        else:
-            raise TypeError(
-                "`model` must be a keras_hub.models.BertTextClassifier or "
-                f"BertBackbone; got {type(model).__name__}."
-            )
+        backbone, head, classes = bert_parts(model, kwargs)
         return cls._from_keras_hub_parts(
             backbone, head, classes, num_members, num_classes, reuse_head, kwargs
         )

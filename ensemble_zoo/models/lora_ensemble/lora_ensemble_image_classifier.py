@@ -1,11 +1,9 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 
 
@@ -93,9 +91,7 @@ class LoRAEnsembleImageClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        check_image_backbone(backbone)
-        backbone = lora_ensemble_backbone(
-            backbone,
+        method = dict(
             num_members=num_members,
             rank=rank,
             targets=targets,
@@ -104,15 +100,8 @@ class LoRAEnsembleImageClassifier(
             seed=seed,
         )
         super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=pooling,
-            dropout=dropout,
-            member_batching=member_batching,
-            **kwargs,
+            backbone, num_classes, preprocessor, pooling, dropout, member_batching, method, **kwargs
         )
-        self._set_method_config()
 
     @classmethod
     def from_keras_hub(

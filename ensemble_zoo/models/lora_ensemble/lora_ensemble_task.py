@@ -58,6 +58,8 @@ class LoRAEnsembleTask:
     member, the adapters, config, adapter saving and the keras-hub
     conversions' head copy."""
 
+    method_backbone = staticmethod(lora_ensemble_backbone)
+
     def _make_head(self, backbone, num_classes, dropout):
         self.output_dropout, self.head = task_head(
             backbone, dropout, GroupedDense, num_classes, backbone.method_config["num_members"]

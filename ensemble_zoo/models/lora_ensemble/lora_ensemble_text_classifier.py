@@ -1,12 +1,11 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.keras_hub_vit import check_logits_head
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.models.text_inputs import bert_parts
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -88,13 +87,7 @@ class LoRAEnsembleTextClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        if not isinstance(backbone, keras_hub.models.BertBackbone):
-            raise TypeError(
-                "`backbone` must be a keras_hub.models.BertBackbone; got "
-                f"{type(backbone).__name__}."
-            )
-        backbone = lora_ensemble_backbone(
-            backbone,
+        method = dict(
             num_members=num_members,
             rank=rank,
             targets=targets,
@@ -103,15 +96,8 @@ class LoRAEnsembleTextClassifier(
             seed=seed,
         )
         super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=None,
-            dropout=dropout,
-            member_batching=member_batching,
-            **kwargs,
+            backbone, num_classes, preprocessor, None, dropout, member_batching, method, **kwargs
         )
-        self._set_method_config()
 
     @classmethod
     def from_keras_hub(
@@ -130,22 +116,7 @@ class LoRAEnsembleTextClassifier(
                 `LoRAEnsembleImageClassifier.from_keras_hub`.
             **kwargs: other constructor arguments.
         """
-
-        head = None
-        if isinstance(model, keras_hub.models.BertTextClassifier):
-            check_logits_head(model)
-            kwargs.setdefault("dropout", float(model.dropout))
-            kwargs.setdefault("preprocessor", model.preprocessor)
-            head = model.output_dense
-            backbone = model.backbone
-            classes = model.num_classes
-        elif isinstance(model, keras_hub.models.BertBackbone):
-            backbone, classes = model, None
-        else:
-            raise ValueError(
-                "`model` must be a keras_hub.models.BertTextClassifier or "
-                f"BertBackbone; got {type(model).__name__}."
-            )
+        backbone, head, classes = bert_parts(model, kwargs)
         return cls._from_keras_hub_parts(
             backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
         )

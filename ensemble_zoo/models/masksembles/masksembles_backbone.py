@@ -5,8 +5,12 @@ import keras_hub
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
 from ensemble_zoo.models.method_backbone import MethodBackbone
+from ensemble_zoo.models.method_backbone import method_arguments
+from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import replace_sublayer
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_real
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -82,3 +86,34 @@ class MasksemblesViTBackbone(MethodBackbone, keras_hub.models.ViTBackbone):
 
     def apply_method(self, **method_config):
         apply_masksembles(self, **method_config)
+
+
+def masksembles_backbone(backbone, num_members=None, scale=None, seed=None):
+    """The Masksembles backbone a classifier runs.
+
+    Arguments left `None` are the backbone's (a `MasksemblesViTBackbone`)
+    or the defaults (4 members, scale 2, no seed). Returns `backbone`
+    itself when it is a Masksembles backbone built with these arguments,
+    else a new one built from `backbone`'s config and weights
+    (`method_backbone`); `backbone` is never changed.
+    """
+    config = method_arguments(
+        backbone,
+        (MasksemblesViTBackbone,),
+        {"num_members": 4, "scale": 2.0, "seed": None},
+        num_members=num_members,
+        scale=scale,
+        seed=seed,
+    )
+    config["num_members"] = check_positive_int(config["num_members"], "num_members")
+    config["scale"] = float(check_real(config["scale"], "scale", low=1.0))
+    if not isinstance(backbone, MethodBackbone) and any(
+        isinstance(mlp.dense_1, MaskedOutput) for mlp in mlp_sites(backbone)
+    ):
+        raise ValueError(
+            f"`backbone` '{backbone.name}' already has Masksembles masks; "
+            "pass a plain keras-hub ViT (the classifier applies them)."
+        )
+    return method_backbone(
+        backbone, (MasksemblesViTBackbone,), config, lambda b: apply_masksembles(b, **config)
+    )

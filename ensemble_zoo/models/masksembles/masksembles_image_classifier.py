@@ -5,22 +5,15 @@ from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
 from ensemble_zoo.models.head_reuse import resolve_head
-from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedOutput
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
-from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
+from ensemble_zoo.models.masksembles.masksembles_backbone import masksembles_backbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
-from ensemble_zoo.models.method_backbone import MethodBackbone
-from ensemble_zoo.models.method_backbone import method_arguments
-from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.ops.member_tiling import untile_members
-from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_real
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -91,44 +84,17 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         member_batching="auto",
         **kwargs,
     ):
-        check_image_backbone(backbone)
-        method_config = method_arguments(
-            backbone,
-            (MasksemblesViTBackbone,),
-            {"num_members": 4, "scale": 2.0, "seed": None},
-            num_members=num_members,
-            scale=scale,
-            seed=seed,
-        )
-        method_config["num_members"] = check_positive_int(
-            method_config["num_members"], "num_members"
-        )
-        method_config["scale"] = float(check_real(method_config["scale"], "scale", low=1.0))
-        if not isinstance(backbone, MethodBackbone) and any(
-            isinstance(mlp.dense_1, MaskedOutput) for mlp in mlp_sites(backbone)
-        ):
-            raise ValueError(
-                f"`backbone` '{backbone.name}' already has Masksembles masks; "
-                "pass a plain keras-hub ViT (the classifier applies them)."
-            )
-        backbone = method_backbone(
-            backbone,
-            (MasksemblesViTBackbone,),
-            method_config,
-            lambda b: apply_masksembles(b, **method_config),
-        )
+        method = dict(num_members=num_members, scale=scale, seed=seed)
         # Rows of member m pass its mask in every MLP and before the head.
         super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=pooling,
-            dropout=dropout,
-            member_batching=member_batching,
-            **kwargs,
+            backbone, num_classes, preprocessor, pooling, dropout, member_batching, method, **kwargs
         )
-        self.scale = method_config["scale"]
-        self.seed = method_config["seed"]
+
+    method_backbone = staticmethod(masksembles_backbone)
+
+    def _set_method_config(self):
+        self.scale = self.backbone.method_config["scale"]
+        self.seed = self.backbone.method_config["seed"]
 
     def _make_head(self, backbone, num_classes, dropout):
         config = backbone.method_config
