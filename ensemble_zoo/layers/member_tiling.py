@@ -20,8 +20,20 @@ def _times(dim, factor):
     return None if dim is None else dim * factor
 
 
+class _MemberRows(keras.layers.Layer):
+    """The arguments and config of `TileMembers` and `UntileMembers`."""
+
+    def __init__(self, num_members, order="member_major", **kwargs):
+        super().__init__(**kwargs)
+        self.num_members = check_positive_int(num_members, "num_members")
+        self.order = check_choice(order, "order", ORDERS)
+
+    def get_config(self):
+        return {**super().get_config(), "num_members": self.num_members, "order": self.order}
+
+
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TileMembers(keras.layers.Layer):
+class TileMembers(_MemberRows):
     """`(batch, ...)` -> `(num_members * batch, ...)` member rows
     (`ensemble_zoo.ops.tile_members`).
 
@@ -41,23 +53,15 @@ class TileMembers(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, num_members, order="member_major", **kwargs):
-        super().__init__(**kwargs)
-        self.num_members = check_positive_int(num_members, "num_members")
-        self.order = check_choice(order, "order", ORDERS)
-
     def call(self, inputs):
         return tile_members(inputs, self.num_members, self.order)
 
     def compute_output_shape(self, input_shape):
         return (_times(input_shape[0], self.num_members),) + tuple(input_shape[1:])
 
-    def get_config(self):
-        return {**super().get_config(), "num_members": self.num_members, "order": self.order}
-
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class UntileMembers(keras.layers.Layer):
+class UntileMembers(_MemberRows):
     """`(num_members * batch, ...)` member rows -> `(batch, num_members,
     ...)` (`ensemble_zoo.ops.untile_members`).
 
@@ -77,11 +81,6 @@ class UntileMembers(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, num_members, order="member_major", **kwargs):
-        super().__init__(**kwargs)
-        self.num_members = check_positive_int(num_members, "num_members")
-        self.order = check_choice(order, "order", ORDERS)
-
     def call(self, inputs):
         return untile_members(inputs, self.num_members, self.order)
 
@@ -95,6 +94,3 @@ class UntileMembers(keras.layers.Layer):
                 )
             batch //= self.num_members
         return (batch, self.num_members) + tuple(input_shape[1:])
-
-    def get_config(self):
-        return {**super().get_config(), "num_members": self.num_members, "order": self.order}

@@ -10,16 +10,8 @@ from ensemble_zoo.models.method_backbone import MethodBackbone
 class _LoRAEnsembleBackbone(MethodBackbone):
     method_keys = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed")
 
-    def apply_method(self, num_members, rank, targets, lora_alpha, a_gain, seed):
-        apply_lora_ensemble(
-            self,
-            num_members=num_members,
-            rank=rank,
-            targets=targets,
-            lora_alpha=lora_alpha,
-            a_gain=a_gain,
-            seed=seed,
-        )
+    def apply_method(self, **method_config):
+        apply_lora_ensemble(self, **method_config)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
