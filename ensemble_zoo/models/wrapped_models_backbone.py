@@ -18,7 +18,10 @@ import copy
 import keras
 import keras_hub
 
+from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.naming import path_scope
 
 _ADOPT = contextvars.ContextVar("ensemble_zoo_adopt_wrapped", default=False)
@@ -191,6 +194,27 @@ def wrapping_backbone(backbone_cls, backbone, dtype=None, method_config=None, **
     if method_config:
         check_method_arguments(backbone, method_config)
     return backbone
+
+
+def build_member_rows_task(task, backbone, preprocessor, num_members, **kwargs):
+    """Builds `task`'s functional graph (keras-hub's `Task.__init__`): its
+    wrapping `backbone` runs once on the member-major tiled batch (member
+    `m`'s rows take its own dropout samples or masks) and returns member
+    logits `(batch, members, classes)`. Sets `backbone`, `preprocessor`,
+    `num_members` and `num_classes`."""
+    # === Layers ===
+    task.backbone = backbone
+    task.preprocessor = preprocessor
+
+    # === Functional Model ===
+    inputs = backbone.input
+    logits = backbone(tile_members(inputs, num_members))
+    outputs = member_logits(untile_members(logits, num_members))
+    keras_hub.models.Task.__init__(task, inputs=inputs, outputs=outputs, **kwargs)
+
+    # === Config ===
+    task.num_members = num_members
+    task.num_classes = backbone.num_classes
 
 
 def check_method_arguments(backbone, method_config):

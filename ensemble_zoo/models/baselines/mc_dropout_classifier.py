@@ -4,10 +4,8 @@ import keras_hub
 from ensemble_zoo.models.baselines.mc_dropout_backbone import MCDropoutBackbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
-from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.wrapped_models_backbone import build_member_rows_task
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
-from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -114,20 +112,8 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
             model=model,
         )
         num_members = check_positive_int(num_members, "num_members")
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-
-        # === Functional Model ===
         # The M samples are one batched call on the member-major tiled batch.
-        inputs = backbone.input
-        logits = backbone(tile_members(inputs, num_members))
-        outputs = member_logits(untile_members(logits, num_members))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-
-        # === Config ===
-        self.num_members = num_members
-        self.num_classes = backbone.num_classes
+        build_member_rows_task(self, backbone, preprocessor, num_members, **kwargs)
         self.rate = backbone.rate
         self.seed = backbone.seed
 

@@ -6,11 +6,9 @@ from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.models.implicit.subnetwork_ensemble_backbone import SubnetworkEnsembleBackbone
-from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.method_backbone import method_arguments
+from ensemble_zoo.models.wrapped_models_backbone import build_member_rows_task
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
-from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.ops.member_tiling import untile_members
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -100,21 +98,9 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
             model=model,
         )
         num_members = backbone.num_members
-        # === Layers ===
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-
-        # === Functional Model ===
-        # One pass over the member-major batch: member m's rows go through
-        # its masks in every masked layer.
-        inputs = backbone.input
-        logits = backbone(tile_members(inputs, num_members))
-        outputs = member_logits(untile_members(logits, num_members))
-        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
-
-        # === Config ===
-        self.num_members = num_members
-        self.num_classes = backbone.num_classes
+        # One pass over the member-major batch: member m's rows go through its masks in
+        # every masked layer.
+        build_member_rows_task(self, backbone, preprocessor, num_members, **kwargs)
         self.diversity_weight = float(diversity_weight)
         self.logit_mean = backbone.logit_mean
         self.logit_std = backbone.logit_std
