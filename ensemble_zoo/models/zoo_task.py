@@ -21,7 +21,7 @@ from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 
-class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixin):
+class ZooTask(backend_utils.TorchTaskAdapter):
     """The behaviour every zoo classifier task shares, in one place (no
     Keras base: a task lists it, or `EnsembleClassifier`, before its
     keras-hub task class). keras-hub overrides the loops once, in its
@@ -58,7 +58,7 @@ class ZooTask(backend_utils.TorchCompileMixin, backend_utils.TorchParametersMixi
     export serves for what calling the task takes) and
     `_export_input_signature(format)`.
 
-    **PyTorch.** `TorchCompileMixin` and `TorchParametersMixin`
+    **PyTorch.** One adapter, `TorchTaskAdapter`
     (`ensemble_zoo.utils.backend`): one compiled step per shape under
     `torch.compile`, every variable a `torch` parameter.
     """

@@ -178,66 +178,6 @@ def _in_zoo_workarounds(step):
     return step_in_zoo_workarounds
 
 
-class TorchCompileMixin:
-    """Makes `compile(jit_compile=True)` compile once per step and shape
-    under PyTorch, and runs the step functions inside `zoo_workarounds()`
-    under JAX and PyTorch (a no-op under TensorFlow, which needs none).
-
-    With `zoo_workarounds()` around the steps and the zoo models' `call`
-    (no graph break in attention or random ops; see
-    `ensemble_zoo.utils.workarounds`), what is left is Python-side state
-    that Keras and its optimizers set on the first call or the first
-    update, or keep from one step to the next, and that dynamo guards on:
-    each step function was traced on the first batch, again on the second,
-    and (with auxiliary losses) on every step until dynamo's limit of 8.
-    This mixin (before `keras.Model` in the bases) sets that state first
-    and clears what a step leaves behind: see
-    `_prepare_torch_compiled_training`, `_after_one_eager_call` and
-    `compute_loss`. A step still compiles again for a new batch shape (an
-    odd last batch), as `torch.compile` does for any function.
-    """
-
-    def _torch_compiles(self):
-        return backend() == "torch" and self._should_torch_compile()
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        loss = super().compute_loss(
-            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
-        )
-        if self._torch_compiles():
-            # Layers' `add_loss` tensors (the MoE auxiliary losses) stay in
-            # their lists until the next call clears them, and dynamo
-            # guards on those lists: every step saw the previous step's
-            # tensor and compiled again. They are summed into `loss` now.
-            self._clear_losses()
-        return loss
-
-    def _make_step_function(self, kind, force, train=False):
-        make = getattr(super(), f"make_{kind}_function")
-        if not workarounds_for():  # TensorFlow: Keras' own step functions
-            return make(force=force)
-        attribute = f"{kind}_function"
-        if getattr(self, attribute) is not None and not force:
-            return getattr(self, attribute)
-        make(force=force)
-        step = getattr(self, attribute)
-        if self._torch_compiles():
-            if train:
-                _prepare_torch_compiled_training(self)
-            step = _with_tracing_depth(_after_one_eager_call(self, step))
-        setattr(self, attribute, _in_zoo_workarounds(step))
-        return getattr(self, attribute)
-
-    def make_train_function(self, force=False):
-        return self._make_step_function("train", force, train=True)
-
-    def make_test_function(self, force=False):
-        return self._make_step_function("test", force)
-
-    def make_predict_function(self, force=False):
-        return self._make_step_function("predict", force)
-
-
 _TRACING_RECURSION_LIMIT = 5000
 
 
@@ -297,6 +237,67 @@ class TorchParametersMixin:
         if not torch.compiler.is_compiling():
             self._track_variables()
         return super().named_parameters(*args, **kwargs)
+
+
+class TorchTaskAdapter(TorchParametersMixin):
+    """The zoo tasks' one backend adapter: every variable a PyTorch
+    parameter (`TorchParametersMixin`), `compile(jit_compile=True)`
+    compiling once per step and shape under PyTorch, and runs the step functions inside `zoo_workarounds()`
+    under JAX and PyTorch (a no-op under TensorFlow, which needs none).
+
+    With `zoo_workarounds()` around the steps and the zoo models' `call`
+    (no graph break in attention or random ops; see
+    `ensemble_zoo.utils.workarounds`), what is left is Python-side state
+    that Keras and its optimizers set on the first call or the first
+    update, or keep from one step to the next, and that dynamo guards on:
+    each step function was traced on the first batch, again on the second,
+    and (with auxiliary losses) on every step until dynamo's limit of 8.
+    This class (before `keras.Model` in the bases) sets that state first
+    and clears what a step leaves behind: see
+    `_prepare_torch_compiled_training`, `_after_one_eager_call` and
+    `compute_loss`. A step still compiles again for a new batch shape (an
+    odd last batch), as `torch.compile` does for any function.
+    """
+
+    def _torch_compiles(self):
+        return backend() == "torch" and self._should_torch_compile()
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
+        )
+        if self._torch_compiles():
+            # Layers' `add_loss` tensors (the MoE auxiliary losses) stay in
+            # their lists until the next call clears them, and dynamo
+            # guards on those lists: every step saw the previous step's
+            # tensor and compiled again. They are summed into `loss` now.
+            self._clear_losses()
+        return loss
+
+    def _make_step_function(self, kind, force, train=False):
+        make = getattr(super(), f"make_{kind}_function")
+        if not workarounds_for():  # TensorFlow: Keras' own step functions
+            return make(force=force)
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        make(force=force)
+        step = getattr(self, attribute)
+        if self._torch_compiles():
+            if train:
+                _prepare_torch_compiled_training(self)
+            step = _with_tracing_depth(_after_one_eager_call(self, step))
+        setattr(self, attribute, _in_zoo_workarounds(step))
+        return getattr(self, attribute)
+
+    def make_train_function(self, force=False):
+        return self._make_step_function("train", force, train=True)
+
+    def make_test_function(self, force=False):
+        return self._make_step_function("test", force)
+
+    def make_predict_function(self, force=False):
+        return self._make_step_function("predict", force)
 
 
 def concrete_value(x):
