@@ -1,8 +1,9 @@
 """The code keeps one style: `ruff format` and ruff's import sorting (the
 settings in `pyproject.toml`: 100 columns, one import a line) leave every
 Python file of the repository unchanged (fix a failure with
-`ruff check --select I --fix . && ruff format .`), and no module of the
-package grows past 500 lines (one concept a file, as in keras-hub).
+`ruff check --select I --fix . && ruff format .`), the package's lines
+(docstrings too) fit in 100 columns, and no module of the package grows
+past 500 lines (one concept a file, as in keras-hub).
 
 Pure Python: runs under one backend only.
 """
@@ -33,6 +34,12 @@ def test_ruff_format_leaves_every_file_unchanged():
 
 def test_imports_are_sorted():
     result = _ruff("check", "--select", "I", "--output-format", "concise", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_package_lines_fit_in_100_columns():
+    """Docstrings and strings too, which `ruff format` leaves as they are."""
+    result = _ruff("check", "--select", "E501", "--output-format", "concise", "ensemble_zoo")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -45,7 +45,8 @@ def export_model(
             its own runtime on two inputs of batch sizes 1 and 3 and must
             match the model within 1e-4 (within 5e-2 + 2% of the value for
             a model that computes in int8, bfloat16 or float16, which each
-            converter rounds at slightly different points), else an `ExportError` is raised (the runtime must be
+            converter rounds at slightly different points), else an `ExportError` is raised
+            (the runtime must be
             installed).
         verbose: unused by most formats; accepted as `keras.Model.export`
             takes it.

@@ -173,7 +173,8 @@ def _checked_relation(equivalent):
     relation = np.asarray(equivalent)
     if relation.dtype != bool:
         raise TypeError(
-            f"`equivalent` must be a bool array (prompts, answers, answers); got dtype {relation.dtype}."
+            "`equivalent` must be a bool array (prompts, answers, answers); got dtype "
+            f"{relation.dtype}."
         )
     if relation.ndim != 3 or relation.shape[1] != relation.shape[2] or relation.shape[1] == 0:
         raise ValueError(

@@ -265,7 +265,8 @@ class ZooTask(backend_utils.TorchTaskAdapter):
         `(batch, members, classes)`, `total`, `aleatoric` and `epistemic`
         `(batch,)` (nats); for loss prediction `logits`, `probabilities`
         and `uncertainty`. They are named where the format has names (the
-        SavedModel's `serve(images)` returns a dict), for any batch size. The formats each backend writes
+        SavedModel's `serve(images)` returns a dict), for any batch size. The formats each
+        backend writes
         (`ensemble_zoo.export.supported_formats()`):
 
         - `"tf_saved_model"` (a directory): TensorFlow, JAX;

@@ -242,7 +242,8 @@ class TorchParametersMixin:
 class TorchTaskAdapter(TorchParametersMixin):
     """The zoo tasks' one backend adapter: every variable a PyTorch
     parameter (`TorchParametersMixin`), `compile(jit_compile=True)`
-    compiling once per step and shape under PyTorch, and runs the step functions inside `zoo_workarounds()`
+    compiling once per step and shape under PyTorch, and runs the step functions inside
+    `zoo_workarounds()`
     under JAX and PyTorch (a no-op under TensorFlow, which needs none).
 
     With `zoo_workarounds()` around the steps and the zoo models' `call`

@@ -1,5 +1,6 @@
-"""The old path of `ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones`, which the configs of
-presets saved before the move name: this module is that one (an alias kept
+"""The old path of
+`ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones`,
+which the configs of presets saved before the move name: this module is that one (an alias kept
 for one release)."""
 
 import sys

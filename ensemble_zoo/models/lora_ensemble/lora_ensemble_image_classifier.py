@@ -30,7 +30,8 @@ class LoRAEnsembleImageClassifier(
 
     Args:
         backbone: a `LoRAEnsembleViTBackbone` (its adapters' arguments
-            are the defaults of the method arguments below), or a built `keras_hub.models.ViTBackbone` (or any
+            are the defaults of the method arguments below), or a built
+            `keras_hub.models.ViTBackbone` (or any
             keras-hub image backbone with `MultiHeadAttention` blocks that
             returns `(batch, tokens, dim)`): the classifier then runs a new
             backbone with its config and weights plus the adapters

@@ -26,7 +26,8 @@ class LoRAEnsembleTextClassifier(
 
     Args:
         backbone: a `LoRAEnsembleBertBackbone` (its adapters' arguments
-            are the defaults of the method arguments below), or a built `keras_hub.models.BertBackbone`: the
+            are the defaults of the method arguments below), or a built
+            `keras_hub.models.BertBackbone`: the
             classifier then runs a new backbone with its config and
             weights plus the adapters; `backbone` is not changed.
         num_classes: int.

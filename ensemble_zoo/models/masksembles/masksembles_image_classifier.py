@@ -131,7 +131,8 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
     def member_model(self, member):
         """Member `member` as a plain `keras_hub.models.ViTImageClassifier`:
         its masks (rescaled) folded into the kernel rows of every MLP's
-        second layer and of the classifier, which read the masked units. Running the members one by one
+        second layer and of the classifier, which read the masked units. Running the members
+        one by one
         gives this model's logits (tested)."""
         import keras_hub
 

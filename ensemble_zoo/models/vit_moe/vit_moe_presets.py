@@ -72,15 +72,17 @@ PRESETS = {
     "vmoe_s32_e32_k2": {
         "path": "vmoe_s32_e32_k2",
         "description": (
-            "Architecture only (random weights): V-MoE the V-MoE paper's 8-block S/32 at 384 px, 32 experts "
-            "in the last two odd blocks, 2 experts per token, 1000 classes."
+            "Architecture only (random weights): V-MoE in the V-MoE paper's 8-block "
+            "S/32 at 384 px, 32 experts in the last two odd blocks, 2 experts per "
+            "token, 1000 classes."
         ),
     },
     "e3_s32_e32_k1_m2": {
         "path": "e3_s32_e32_k1_m2",
         "description": (
-            "Architecture only (random weights): E3 the V-MoE paper's 8-block S/32 at 384 px, 32 experts in "
-            "the last two odd blocks split between 2 members, 1 expert per "
+            "Architecture only (random weights): E3 on the V-MoE paper's 8-block "
+            "S/32 at 384 px, 32 experts in the last two odd blocks split between "
+            "2 members, 1 expert per "
             "token, 1000 classes; the same parameters as the V-MoE."
         ),
     },
