@@ -60,12 +60,13 @@ def _imports():
         return
     os.environ.setdefault("KERAS_BACKEND", "jax")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import ensemble_zoo  # first: keras and TensorFlow without start-up lines
+
+    # isort: split
     import keras as keras_module
     import keras_hub as keras_hub_module
     import numpy
     import timing as timing_module
-
-    import ensemble_zoo  # first: keras and TensorFlow without start-up lines
 
     keras, keras_hub, np, ez, timing = (
         keras_module,

@@ -161,6 +161,9 @@ def _import_backend():
     global np, keras, keras_hub, ez, timing
     if timing is not None:
         return
+    import ensemble_zoo  # first: Keras and TensorFlow without their start-up lines
+
+    # isort: split
     import keras as keras_module
     import keras_hub as keras_hub_module
     import numpy
@@ -168,7 +171,6 @@ def _import_backend():
 
     # First: imports keras and keras-hub (hence TensorFlow) without
     # TensorFlow's C++ start-up lines.
-    import ensemble_zoo
 
     np, keras, keras_hub, ez, timing = (
         numpy,

@@ -31,11 +31,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
-
-import ensemble_zoo as ez
 
 """
 ## Data

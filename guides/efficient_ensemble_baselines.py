@@ -47,10 +47,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import numpy as np
 
-import ensemble_zoo as ez
 from ensemble_zoo.utils.parameters import parameter_count
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")

@@ -40,10 +40,9 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import numpy as np
-
-import ensemble_zoo as ez
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_val, y_val = ez.datasets.load_arrays("digits", "validation")

@@ -36,9 +36,8 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import keras
-
 import ensemble_zoo as ez
+import keras
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_test, y_test = ez.datasets.load_arrays("digits", "test")

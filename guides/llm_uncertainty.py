@@ -45,12 +45,12 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
 import sentencepiece
 
-import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
 from ensemble_zoo.evaluation.answer_evaluation import evaluate_answers
 

@@ -40,11 +40,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
-
-import ensemble_zoo as ez
 
 x_train, y_train = ez.datasets.load_arrays("digits", "train")
 x_test, y_test = ez.datasets.load_arrays("digits", "test")

@@ -42,12 +42,12 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import numpy as np
 import tensorflow as tf
 from scipy.stats import spearmanr
 
-import ensemble_zoo as ez
 from ensemble_zoo.models.loss_prediction import cache_embeddings
 from ensemble_zoo.models.loss_prediction import train_head_from_cache
 

@@ -36,11 +36,10 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import keras_hub
 import numpy as np
-
-import ensemble_zoo as ez
 
 x_test, y_test = ez.datasets.load_arrays("digits", "test")
 # The digits on their raw pixel scale (ink counts 0-16), what the shipped

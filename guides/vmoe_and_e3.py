@@ -39,10 +39,10 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+import ensemble_zoo as ez
 import keras
 import numpy as np
 
-import ensemble_zoo as ez
 from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.vit_moe import vit_moe_flops
 

@@ -25,11 +25,12 @@ Run from the repository root (a few minutes on 2 CPU cores under JAX):
 import argparse
 import os
 
+import ensemble_zoo as ez  # first: Keras and TensorFlow without their start-up lines
+
+# isort: split
 import keras
 from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
 from make_vit_tiny_digits import test_metrics  # noqa: E402
-
-import ensemble_zoo as ez
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "batch_ensemble_vit_tiny_digits"

@@ -82,11 +82,12 @@ def with_xla_defaults(env):
     return env
 
 
+import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up lines)
+
+# isort: split
 import keras
 import numpy as np
 import pytest
-
-import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up lines)
 
 BACKEND = keras.config.backend()
 ALL_BACKENDS = ("jax", "tensorflow", "torch")
