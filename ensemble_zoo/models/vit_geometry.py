@@ -1,8 +1,24 @@
-"""Argument checks and config entries shared by the zoo's hand-written ViT
-backbones (Hydra, Packed-Ensembles, ViT-MoE)."""
+"""Argument checks, the patch-embedding stem and config entries shared by
+the zoo's hand-written ViT backbones (Hydra, Packed-Ensembles, ViT-MoE)."""
+
+import collections
+
+import keras
+from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
+from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import is_integer
+
+
+def check_heads_divide(hidden_dim, num_heads):
+    """Raises a `ValueError` unless `num_heads` divides `hidden_dim` (a
+    transformer's heads split its width)."""
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
+        )
 
 
 def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_dim):
@@ -20,11 +36,7 @@ def check_vit_geometry(image_shape, patch_size, num_layers, num_heads, hidden_di
     """
     num_layers = check_positive_int(num_layers, "num_layers")
     num_heads = check_positive_int(num_heads, "num_heads")
-    hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
-        )
+    check_heads_divide(check_positive_int(hidden_dim, "hidden_dim"), num_heads)
     if (
         isinstance(image_shape, (str, bytes))
         or not hasattr(image_shape, "__len__")
@@ -67,6 +79,102 @@ VIT_ARGUMENTS = (
     "use_class_token",
     "use_patch_bias",
 )
+
+#: The `VIT_ARGUMENTS` of one backbone, checked (see `check_vit_arguments`).
+ViTArguments = collections.namedtuple("ViTArguments", VIT_ARGUMENTS)
+
+
+def check_vit_arguments(arguments):
+    """Checks the `VIT_ARGUMENTS` of a ViT backbone's constructor.
+
+    Args:
+        arguments: a mapping holding (at least) every name of
+            `VIT_ARGUMENTS`, e.g. the constructor's `locals()`.
+
+    Returns:
+        A `ViTArguments`: the image shape as a 3-tuple of ints, the patch
+        size as a `(height, width)` tuple, the layer and head counts and
+        `mlp_dim` as ints, the dropout rates and `layer_norm_epsilon` as
+        floats; `hidden_dim` and the `use_*` flags as given.
+
+    Raises:
+        ValueError: see `check_vit_geometry`, or for an `mlp_dim` below 1,
+            a dropout rate outside [0, 1) or a `layer_norm_epsilon` that is
+            not positive.
+        TypeError: for a dropout rate or `layer_norm_epsilon` that is not a
+            number.
+
+    Example:
+
+    ```python
+    from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS, check_vit_arguments
+
+    arguments = {name: 1 for name in VIT_ARGUMENTS}
+    arguments.update(image_shape=(8, 8, 1), patch_size=2, dropout_rate=0.0)
+    arguments.update(attention_dropout=0.0, layer_norm_epsilon=1e-6)
+    check_vit_arguments(arguments).patch_size  # (2, 2)
+    ```
+    """
+    vit = {name: arguments[name] for name in VIT_ARGUMENTS}
+    geometry = ("image_shape", "patch_size", "num_layers", "num_heads")
+    checked = check_vit_geometry(*(vit[name] for name in geometry), vit["hidden_dim"])
+    vit.update(zip(geometry, checked))
+    vit["mlp_dim"] = check_positive_int(vit["mlp_dim"], "mlp_dim")
+    vit["dropout_rate"] = check_rate(vit["dropout_rate"], "dropout_rate")
+    vit["attention_dropout"] = check_rate(vit["attention_dropout"], "attention_dropout")
+    vit["layer_norm_epsilon"] = check_real(
+        vit["layer_norm_epsilon"], "layer_norm_epsilon", low=0.0, low_open=True
+    )
+    return ViTArguments(**vit)
+
+
+def vit_block_arguments(vit):
+    """The arguments that every encoder block of a ViT backbone takes
+    unchanged from its `ViTArguments` `vit`: dropout rates, layer norm
+    epsilon and bias flags (keyword arguments of keras-hub's
+    `ViTEncoderBlock` and of the zoo's blocks)."""
+    return {
+        "dropout_rate": vit.dropout_rate,
+        "attention_dropout": vit.attention_dropout,
+        "layer_norm_epsilon": vit.layer_norm_epsilon,
+        "use_mha_bias": vit.use_mha_bias,
+        "use_mlp_bias": vit.use_mlp_bias,
+    }
+
+
+def vit_embedding_layers(vit, width=None, dtype=None):
+    """keras-hub ViT's stem for `ViTArguments` `vit`: the patch embedding
+    (`"vit_patching_and_embedding"`, to `width` channels, default
+    `vit.hidden_dim`) and the dropout after it (`"dropout"`), created in
+    that order.
+
+    Returns:
+        `(embedding, dropout)`.
+    """
+    embedding = ViTPatchingAndEmbedding(
+        image_size=vit.image_shape[:2],
+        patch_size=vit.patch_size,
+        hidden_dim=vit.hidden_dim if width is None else width,
+        num_channels=vit.image_shape[2],
+        use_class_token=vit.use_class_token,
+        use_patch_bias=vit.use_patch_bias,
+        dtype=dtype,
+        name="vit_patching_and_embedding",
+    )
+    dropout = keras.layers.Dropout(vit.dropout_rate, dtype=dtype, name="dropout")
+    return embedding, dropout
+
+
+def set_vit_attributes(backbone, vit, embedding, encoder_blocks, layer_norm):
+    """Sets a ViT backbone's main layers and its `ViTArguments` `vit` as
+    attributes (`vit_config` reads the latter back). Call it after
+    `keras.Model.__init__` (the torch backend forbids layer attributes
+    before)."""
+    backbone.embedding = embedding
+    backbone.encoder_blocks = encoder_blocks
+    backbone.layer_norm = layer_norm
+    for name, value in vit._asdict().items():
+        setattr(backbone, name, value)
 
 
 def vit_config(backbone):

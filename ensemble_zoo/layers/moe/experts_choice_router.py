@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from ensemble_zoo.layers.moe.member_router import GatedRouter
-from ensemble_zoo.layers.moe.top_k_router import check_dispatcher
+from ensemble_zoo.layers.moe.member_router import check_dispatcher
 from ensemble_zoo.utils.validation import static_shape
 
 
@@ -118,49 +118,8 @@ class ExpertsChoiceRouter(GatedRouter):
     ```
     """
 
-    def __init__(
-        self,
-        num_experts,
-        num_members=1,
-        group_size=None,
-        capacity_factor=1.0,
-        eval_capacity_factor=None,
-        capacity_multiple_of=1,
-        capacity_rounding="ceil",
-        noise_std=None,
-        kernel_initializer="glorot_uniform",
-        seed=None,
-        **kwargs,
-    ):
-        super().__init__(
-            num_experts=num_experts,
-            num_members=num_members,
-            group_size=group_size,
-            noise_std=noise_std,
-            seed=seed,
-            capacity_factor=capacity_factor,
-            eval_capacity_factor=eval_capacity_factor,
-            capacity_multiple_of=capacity_multiple_of,
-            capacity_rounding=capacity_rounding,
-            kernel_initializer=kernel_initializer,
-            **kwargs,
-        )
-
-    def compute_output_spec(self, inputs, training=None, dispatcher="einsum", **kwargs):
-        shape = self._output_shape(inputs.shape, training=bool(training))
-        if check_dispatcher(dispatcher) == "einsum":
-            return {
-                "dispatch": keras.KerasTensor(shape, dtype="float32"),
-                "combine": keras.KerasTensor(shape, dtype="float32"),
-            }
-        m, g, s, e_m, c = shape
-        slots, choices = (m, g, e_m * c), (m, g, e_m, s)
-        return {
-            "slot_token": keras.KerasTensor(slots, dtype="int32"),
-            "slot_valid": keras.KerasTensor(slots, dtype="bool"),
-            "token_slot": keras.KerasTensor(choices, dtype="int32"),
-            "token_weight": keras.KerasTensor(choices, dtype="float32"),
-        }
+    def _index_choices(self):
+        return self.experts_per_member
 
     def _route(self, x, training):
         _, _, group_size = self._check_input_shape(static_shape(x))
@@ -236,12 +195,11 @@ class ExpertsChoiceRouter(GatedRouter):
         num_experts, C)`, global expert ids) and `metrics` (vmoe's, see
         `experts_choice_metrics`).
         """
-        x = ops.convert_to_tensor(x)
-        if not self.built:
-            self.build(static_shape(x))
-        result = self._route(x, bool(training))
+        return self._inspect(x, training)
+
+    def _inspect_route(self, x, training):
+        result = self._route(x, training)
         result["metrics"] = experts_choice_metrics(
             result["dispatch"], result["top_gates"], self.experts_per_member
         )
-        result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
         return result

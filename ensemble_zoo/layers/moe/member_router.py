@@ -7,28 +7,28 @@ from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
 
-def check_capacity_factor(value, name):
-    """A finite float > 0, or a `ValueError` naming the argument."""
+def _check_finite_number(value, name, strict):
+    """A finite float > 0 (`strict`) or >= 0, or a `ValueError` naming the
+    argument."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
-        or not value > 0
+        or not (value > 0 if strict else value >= 0)
         or math.isinf(value)
     ):
-        raise ValueError(f"`{name}` must be a finite number > 0; got {value!r}.")
+        bound = "> 0" if strict else ">= 0"
+        raise ValueError(f"`{name}` must be a finite number {bound}; got {value!r}.")
     return float(value)
+
+
+def check_capacity_factor(value, name):
+    """A finite float > 0, or a `ValueError` naming the argument."""
+    return _check_finite_number(value, name, strict=True)
 
 
 def check_non_negative(value, name):
     """A finite float >= 0, or a `ValueError` naming the argument."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not value >= 0
-        or math.isinf(value)
-    ):
-        raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}.")
-    return float(value)
+    return _check_finite_number(value, name, strict=False)
 
 
 def compute_capacity(
@@ -89,6 +89,29 @@ def check_capacity_rounding(rounding):
     if rounding not in ("ceil", "round"):
         raise ValueError(f"`capacity_rounding` must be 'ceil' or 'round'; got {rounding!r}.")
     return rounding
+
+
+#: What a router's `call` returns for each dispatcher.
+DISPATCH_KEYS = {
+    "einsum": ("dispatch", "combine"),
+    "indices": ("slot_token", "slot_valid", "token_slot", "token_weight"),
+}
+
+
+def check_dispatcher(dispatcher):
+    """Validates a `dispatcher` argument (`"einsum"` or `"indices"`)."""
+    if dispatcher not in DISPATCH_KEYS:
+        raise ValueError(f"`dispatcher` must be one of {tuple(DISPATCH_KEYS)}; got {dispatcher!r}.")
+    return dispatcher
+
+
+def build_on(layer, x):
+    """`x` as a tensor, with `layer` built for its shape if it is not yet
+    (the start of the layers' `route`)."""
+    x = ops.convert_to_tensor(x)
+    if not layer.built:
+        layer.build(static_shape(x))
+    return x
 
 
 class MemberRouter(keras.layers.Layer):
@@ -206,6 +229,23 @@ class MemberRouter(keras.layers.Layer):
         """The slots per expert and routing group (a static int)."""
         raise NotImplementedError
 
+    def _set_capacity_rule(self, capacity_multiple_of, capacity_rounding):
+        """Validates and sets how capacity factors become slot counts."""
+        self.capacity_multiple_of = check_positive_int(capacity_multiple_of, "capacity_multiple_of")
+        self.capacity_rounding = check_capacity_rounding(capacity_rounding)
+
+    def _compute_capacity(self, group_size, capacity_factor, choices_per_token=1):
+        """`compute_capacity` over the member's experts, with the router's
+        `capacity_multiple_of` and `capacity_rounding`."""
+        return compute_capacity(
+            group_size,
+            self.experts_per_member,
+            choices_per_token,
+            capacity_factor,
+            self.capacity_multiple_of,
+            rounding=self.capacity_rounding,
+        )
+
     def _output_shape(self, input_shape, training=False):
         shape, tokens, group_size = self._check_input_shape(input_shape)
         groups = None
@@ -228,6 +268,20 @@ class MemberRouter(keras.layers.Layer):
         return logits + keras.random.normal(
             ops.shape(logits), stddev=sigma, seed=self.seed_generator
         )
+
+    def _inspect(self, x, training, **route_kwargs):
+        """The dict of `route`: builds the layer on `x` if needed, routes
+        it with `_inspect_route` and adds `token_dispatch` when the routing
+        has a `dispatch` tensor."""
+        x = build_on(self, x)
+        result = self._inspect_route(x, bool(training), **route_kwargs)
+        if "dispatch" in result:
+            result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
+        return result
+
+    def _inspect_route(self, x, training, **route_kwargs):
+        """The routing of `x` with the metrics `route` reports."""
+        raise NotImplementedError
 
     def token_dispatch(self, dispatch, input_shape):
         """`(M, G, S, E/M, C)` dispatch in the input's row order with
@@ -266,14 +320,17 @@ class GatedRouter(MemberRouter):
     token).
 
     Args:
+        num_experts, num_members, group_size, seed: see `MemberRouter`.
         capacity_factor: float > 0, the capacity factor in training.
         eval_capacity_factor: float > 0 or `None`, the capacity factor when
             not training; `None` uses `capacity_factor`.
         capacity_multiple_of: int, round capacities up to a multiple of
             this.
         capacity_rounding: `"ceil"` or `"round"` (half to even).
+        noise_std: float >= 0 or `None` (`1 / num_experts`), the training
+            noise on the logits.
         kernel_initializer: initializer of the `(dim, num_experts)` kernel.
-        **kwargs: `MemberRouter` arguments.
+        **kwargs: other `keras.layers.Layer` arguments.
     """
 
     #: Choices per token in the capacity formula (`top_k` for top-K).
@@ -281,22 +338,26 @@ class GatedRouter(MemberRouter):
 
     def __init__(
         self,
+        num_experts,
+        num_members=1,
+        group_size=None,
         capacity_factor=1.0,
         eval_capacity_factor=None,
         capacity_multiple_of=1,
         capacity_rounding="ceil",
+        noise_std=None,
         kernel_initializer="glorot_uniform",
+        seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(num_experts, num_members, group_size, noise_std, seed, **kwargs)
         self.capacity_factor = check_capacity_factor(capacity_factor, "capacity_factor")
         if eval_capacity_factor is not None:
             eval_capacity_factor = check_capacity_factor(
                 eval_capacity_factor, "eval_capacity_factor"
             )
         self.eval_capacity_factor = eval_capacity_factor
-        self.capacity_multiple_of = check_positive_int(capacity_multiple_of, "capacity_multiple_of")
-        self.capacity_rounding = check_capacity_rounding(capacity_rounding)
+        self._set_capacity_rule(capacity_multiple_of, capacity_rounding)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     @property
@@ -311,14 +372,27 @@ class GatedRouter(MemberRouter):
         factor = self.capacity_factor
         if not training and self.eval_capacity_factor is not None:
             factor = self.eval_capacity_factor
-        return compute_capacity(
-            group_size,
-            self.experts_per_member,
-            self.choices_per_token,
-            factor,
-            self.capacity_multiple_of,
-            rounding=self.capacity_rounding,
-        )
+        return self._compute_capacity(group_size, factor, self.choices_per_token)
+
+    def _index_choices(self):
+        """Entries per token in the index form (`token_slot`'s axis 2)."""
+        raise NotImplementedError
+
+    def compute_output_spec(self, inputs, training=None, dispatcher="einsum", **kwargs):
+        shape = self._output_shape(inputs.shape, training=bool(training))
+        if check_dispatcher(dispatcher) == "einsum":
+            return {
+                "dispatch": keras.KerasTensor(shape, dtype="float32"),
+                "combine": keras.KerasTensor(shape, dtype="float32"),
+            }
+        m, g, s, e_m, c = shape
+        slots, choices = (m, g, e_m * c), (m, g, self._index_choices(), s)
+        return {
+            "slot_token": keras.KerasTensor(slots, dtype="int32"),
+            "slot_valid": keras.KerasTensor(slots, dtype="bool"),
+            "token_slot": keras.KerasTensor(choices, dtype="int32"),
+            "token_weight": keras.KerasTensor(choices, dtype="float32"),
+        }
 
     def build(self, input_shape):
         shape = self._check_build_shape(input_shape)

@@ -85,6 +85,8 @@ def make_router(
         num_experts=num_experts,
         num_members=num_members,
         group_size=group_size,
+        capacity_factor=capacity_factor,
+        capacity_multiple_of=capacity_multiple_of,
         noise_std=noise_std,
         seed=seed,
         dtype="float32",
@@ -93,31 +95,23 @@ def make_router(
     if router == "soft":
         return SoftRouter(
             num_slots=num_slots,
-            capacity_factor=capacity_factor,
-            capacity_multiple_of=capacity_multiple_of,
             capacity_rounding=capacity_rounding or "round",
             mu_initializer=kernel_initializer,
             compute_similarity_metrics=False,
             **common,
         )
-    if router == "experts_choice":
-        return ExpertsChoiceRouter(
-            capacity_factor=capacity_factor,
-            eval_capacity_factor=eval_capacity_factor,
-            capacity_multiple_of=capacity_multiple_of,
-            capacity_rounding=capacity_rounding or "ceil",
-            kernel_initializer=kernel_initializer,
-            **common,
-        )
-    return TopKRouter(
-        capacity_rounding=capacity_rounding or "ceil",
-        top_k=top_k,
-        capacity_factor=capacity_factor,
+    gated = dict(
         eval_capacity_factor=eval_capacity_factor,
-        capacity_multiple_of=capacity_multiple_of,
+        capacity_rounding=capacity_rounding or "ceil",
+        kernel_initializer=kernel_initializer,
+        **common,
+    )
+    if router == "experts_choice":
+        return ExpertsChoiceRouter(**gated)
+    return TopKRouter(
+        top_k=top_k,
         batch_priority=batch_priority,
         importance_loss_weight=importance_loss_weight,
         load_loss_weight=load_loss_weight,
-        kernel_initializer=kernel_initializer,
-        **common,
+        **gated,
     )

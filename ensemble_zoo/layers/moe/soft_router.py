@@ -3,8 +3,6 @@ from keras import ops
 
 from ensemble_zoo.layers.moe.member_router import MemberRouter
 from ensemble_zoo.layers.moe.member_router import check_capacity_factor
-from ensemble_zoo.layers.moe.member_router import check_capacity_rounding
-from ensemble_zoo.layers.moe.member_router import compute_capacity
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
@@ -114,7 +112,8 @@ class SoftRouter(MemberRouter):
     **Slots.** `P = num_slots`, or, when `num_slots` is `None`,
     `round(capacity_factor * group_size / experts_per_member)` (Python's
     round half to even, or `ceil` with `capacity_rounding="ceil"`, then up
-    to a multiple of `capacity_multiple_of`), vmoe's rule. `mu` is a weight, so `P` is fixed when the layer is built
+    to a multiple of `capacity_multiple_of`), vmoe's rule. `mu` is a weight, so `P` is fixed
+    when the layer is built
     and one count serves training and inference (no evaluation capacity
     factor). vmoe's Soft MoE S/16 and B/16 use 128 experts with 1 slot.
 
@@ -199,20 +198,12 @@ class SoftRouter(MemberRouter):
         seed=None,
         **kwargs,
     ):
-        super().__init__(
-            num_experts=num_experts,
-            num_members=num_members,
-            group_size=group_size,
-            noise_std=noise_std,
-            seed=seed,
-            **kwargs,
-        )
+        super().__init__(num_experts, num_members, group_size, noise_std, seed, **kwargs)
         if num_slots is not None:
             num_slots = check_positive_int(num_slots, "num_slots")
         self.num_slots = num_slots
         self.capacity_factor = check_capacity_factor(capacity_factor, "capacity_factor")
-        self.capacity_multiple_of = check_positive_int(capacity_multiple_of, "capacity_multiple_of")
-        self.capacity_rounding = check_capacity_rounding(capacity_rounding)
+        self._set_capacity_rule(capacity_multiple_of, capacity_rounding)
         if not isinstance(compute_similarity_metrics, bool):
             raise ValueError(
                 f"`compute_similarity_metrics` must be a bool; got {compute_similarity_metrics!r}."
@@ -232,14 +223,7 @@ class SoftRouter(MemberRouter):
             return int(self.mu.shape[-1])
         if self.num_slots is not None:
             return self.num_slots
-        return compute_capacity(
-            group_size,
-            self.experts_per_member,
-            1,
-            self.capacity_factor,
-            self.capacity_multiple_of,
-            rounding=self.capacity_rounding,
-        )
+        return self._compute_capacity(group_size, self.capacity_factor)
 
     def compute_output_spec(self, inputs, training=None, **kwargs):
         shape = self._output_shape(inputs.shape, training=bool(training))
@@ -304,17 +288,16 @@ class SoftRouter(MemberRouter):
         weights `(num_members * batch, ..., num_experts, P)`, global expert
         ids) and `metrics` (vmoe's, see `soft_moe_metrics`).
         """
-        x = ops.convert_to_tensor(x)
-        if not self.built:
-            self.build(static_shape(x))
-        result = self._route(x, bool(training))
+        return self._inspect(x, training)
+
+    def _inspect_route(self, x, training):
+        result = self._route(x, training)
         result["metrics"] = soft_moe_metrics(
             result["combine"],
             result["dispatch"],
             result["mu_unit"],
             similarity=self.compute_similarity_metrics,
         )
-        result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
         return result
 
     def get_config(self):

@@ -3,6 +3,7 @@ from keras import ops
 
 from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.layers.moe.member_router import build_on
 from ensemble_zoo.layers.moe.router_choice import check_router_arguments
 from ensemble_zoo.layers.moe.router_choice import make_router
 from ensemble_zoo.layers.moe.top_k_router import _check_non_negative
@@ -74,7 +75,8 @@ class SparseMoE(keras.layers.Layer):
     bfloat16 (round to nearest even) before the dispatch, and each expert
     output is rounded to bfloat16 before the combine; dispatch and combine
     weights stay in the compute dtype (for Soft MoE a slot is then the
-    float32 mix of rounded tokens, as in vmoe). The experts themselves run in the compute dtype. The rounding
+    float32 mix of rounded tokens, as in vmoe). The experts themselves run in the compute
+    dtype. The rounding
     moves logits by about 1e-3, so it matters only for matching vmoe's
     checkpoints to 1e-4 (`ViTMoEImageClassifier.from_vmoe_checkpoint`).
 
@@ -216,24 +218,6 @@ class SparseMoE(keras.layers.Layer):
         self.bfloat16_dispatch = bfloat16_dispatch
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.router = make_router(
-            router,
-            num_experts=num_experts,
-            top_k=top_k,
-            num_members=num_members,
-            group_size=group_size,
-            capacity_factor=capacity_factor,
-            eval_capacity_factor=eval_capacity_factor,
-            capacity_multiple_of=capacity_multiple_of,
-            capacity_rounding=capacity_rounding,
-            batch_priority=batch_priority,
-            noise_std=noise_std,
-            importance_loss_weight=importance_loss_weight,
-            load_loss_weight=load_loss_weight,
-            num_slots=num_slots,
-            kernel_initializer=router_kernel_initializer,
-            seed=seed,
-        )
         self._router_arguments = dict(
             top_k=top_k,
             capacity_factor=capacity_factor,
@@ -243,6 +227,17 @@ class SparseMoE(keras.layers.Layer):
             noise_std=noise_std,
             importance_loss_weight=importance_loss_weight,
             load_loss_weight=load_loss_weight,
+        )
+        self.router = make_router(
+            router,
+            num_experts=num_experts,
+            num_members=num_members,
+            group_size=group_size,
+            capacity_rounding=capacity_rounding,
+            num_slots=num_slots,
+            kernel_initializer=router_kernel_initializer,
+            seed=seed,
+            **self._router_arguments,
         )
         self.seed = seed
         self.dense_1 = GroupedDense(
@@ -345,10 +340,7 @@ class SparseMoE(keras.layers.Layer):
 
     def route(self, x, training=False):
         """The routing of `x` (see the router's `route`); adds no losses."""
-        x = ops.convert_to_tensor(x)
-        if not self.built:
-            self.build(static_shape(x))
-        return self.router.route(x, training=training)
+        return self.router.route(build_on(self, x), training=training)
 
     def compute_output_shape(self, input_shape):
         shape, _, _ = self.router._check_input_shape(input_shape)

@@ -3,9 +3,11 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.moe.member_router import DISPATCH_KEYS
 from ensemble_zoo.layers.moe.member_router import GatedRouter
 from ensemble_zoo.layers.moe.member_router import check_capacity_factor
 from ensemble_zoo.layers.moe.member_router import check_capacity_rounding  # noqa: F401
+from ensemble_zoo.layers.moe.member_router import check_dispatcher
 from ensemble_zoo.layers.moe.member_router import check_non_negative
 from ensemble_zoo.layers.moe.member_router import compute_capacity  # noqa: F401
 from ensemble_zoo.utils import backend as backend_utils
@@ -13,20 +15,6 @@ from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
 _SQRT_HALF = math.sqrt(0.5)
-
-
-#: What `TopKRouter.call` returns for each dispatcher.
-DISPATCH_KEYS = {
-    "einsum": ("dispatch", "combine"),
-    "indices": ("slot_token", "slot_valid", "token_slot", "token_weight"),
-}
-
-
-def check_dispatcher(dispatcher):
-    """Validates a `dispatcher` argument (`"einsum"` or `"indices"`)."""
-    if dispatcher not in DISPATCH_KEYS:
-        raise ValueError(f"`dispatcher` must be one of {tuple(DISPATCH_KEYS)}; got {dispatcher!r}.")
-    return dispatcher
 
 
 _check_capacity_factor = check_capacity_factor
@@ -219,25 +207,8 @@ class TopKRouter(GatedRouter):
     def choices_per_token(self):
         return self.top_k
 
-    # ----------------------------------------------------------- shapes
-
-    def compute_output_spec(self, inputs, training=None, dispatcher="einsum", **kwargs):
-        shape = self._output_shape(inputs.shape, training=bool(training))
-        if check_dispatcher(dispatcher) == "einsum":
-            return {
-                "dispatch": keras.KerasTensor(shape, dtype="float32"),
-                "combine": keras.KerasTensor(shape, dtype="float32"),
-            }
-        m, g, s, e_m, c = shape
-        slots, choices = (m, g, e_m * c), (m, g, self.top_k, s)
-        return {
-            "slot_token": keras.KerasTensor(slots, dtype="int32"),
-            "slot_valid": keras.KerasTensor(slots, dtype="bool"),
-            "token_slot": keras.KerasTensor(choices, dtype="int32"),
-            "token_weight": keras.KerasTensor(choices, dtype="float32"),
-        }
-
-    # ---------------------------------------------------------- weights
+    def _index_choices(self):
+        return self.top_k
 
     # ---------------------------------------------------------- routing
 
@@ -371,15 +342,12 @@ class TopKRouter(GatedRouter):
         `token_dispatch`: `(num_members * batch, ..., num_experts, C)` in the
         input's row order with global expert indices.
         """
-        x = ops.convert_to_tensor(x)
-        if not self.built:
-            self.build(static_shape(x))
+        return self._inspect(x, training, dispatcher=dispatcher)
+
+    def _inspect_route(self, x, training, dispatcher="einsum"):
         dispatcher = check_dispatcher(dispatcher)
-        result = self._route(x, bool(training), with_metrics=True, dispatcher=dispatcher)
+        result = self._route(x, training, with_metrics=True, dispatcher=dispatcher)
         result["aux_loss"] = self._aux_loss(result)
-        if dispatcher == "indices":
-            return result
-        result["token_dispatch"] = self.token_dispatch(result["dispatch"], static_shape(x))
         return result
 
     def get_config(self):

@@ -1,18 +1,18 @@
 import keras
 import keras_hub
-from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
 from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
-from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
+from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_encoder_blocks
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
-from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.models.vit_geometry import check_vit_arguments
+from ensemble_zoo.models.vit_geometry import set_vit_attributes
+from ensemble_zoo.models.vit_geometry import vit_block_arguments
 from ensemble_zoo.models.vit_geometry import vit_config
+from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.utils.validation import check_real
 
 
 def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads):
@@ -121,57 +121,33 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         check_attention_implementation(attention_implementation)
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
-        image_shape, patch, num_layers, num_heads = check_vit_geometry(
-            image_shape, patch_size, num_layers, num_heads, hidden_dim
+        vit = check_vit_arguments(locals())
+        counts = check_member_num_heads(
+            member_num_heads, vit.num_layers, num_members, vit.num_heads
         )
-        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        attention_dropout = check_rate(attention_dropout, "attention_dropout")
-        layer_norm_epsilon = check_real(
-            layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
-        )
-        counts = check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
-        key_dim = hidden_dim // num_heads
+        key_dim = hidden_dim // vit.num_heads
 
         # === Layers === (locals first: the torch backend forbids setting
         # layer attributes before keras.Model.__init__)
-        embedding = ViTPatchingAndEmbedding(
-            image_size=image_shape[:2],
-            patch_size=patch,
-            hidden_dim=hidden_dim,
-            num_channels=image_shape[2],
-            use_class_token=use_class_token,
-            use_patch_bias=use_patch_bias,
-            dtype=dtype,
-            name="vit_patching_and_embedding",
-        )
-        embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
+        embedding, embedding_dropout = vit_embedding_layers(vit, dtype=dtype)
         broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
-        encoder_blocks = [
-            HydraEncoderBlock(
-                num_members,
-                num_heads=max(1, max(counts[layer])),
-                key_dim=key_dim,
-                mlp_dim=mlp_dim,
-                member_num_heads=counts[layer],
-                mlp=mlp,
-                dropout_rate=dropout_rate,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                use_mha_bias=use_mha_bias,
-                use_mlp_bias=use_mlp_bias,
-                attention_implementation=attention_implementation,
-                dtype=dtype,
-                name=f"transformer_block_{layer + 1}",
-            )
-            for layer in range(num_layers)
-        ]
+        encoder_blocks = hydra_encoder_blocks(
+            num_members,
+            counts,
+            [f"transformer_block_{layer + 1}" for layer in range(vit.num_layers)],
+            key_dim=key_dim,
+            mlp_dim=vit.mlp_dim,
+            mlp=mlp,
+            attention_implementation=attention_implementation,
+            dtype=dtype,
+            **vit_block_arguments(vit),
+        )
         layer_norm = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, dtype=dtype, name="ln"
+            num_members, epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
         )
 
         # === Functional model ===
-        inputs = keras.Input(shape=image_shape, name="images")
+        inputs = keras.Input(shape=vit.image_shape, name="images")
         x = embedding(inputs)
         x = embedding_dropout(x)
         x = broadcast(x)
@@ -179,28 +155,13 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             x = block(x)
         outputs = layer_norm(x)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        self.embedding = embedding
-        self.encoder_blocks = encoder_blocks
-        self.layer_norm = layer_norm
+        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
 
         # === Config ===
-        self.image_shape = image_shape
-        self.patch_size = patch
-        self.num_layers = num_layers
-        self.num_heads = num_heads
         self.key_dim = key_dim
-        self.hidden_dim = hidden_dim
-        self.mlp_dim = mlp_dim
         self.num_members = num_members
         self.member_num_heads = counts
         self.mlp = mlp
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_mha_bias = use_mha_bias
-        self.use_mlp_bias = use_mlp_bias
-        self.use_class_token = use_class_token
-        self.use_patch_bias = use_patch_bias
         self.attention_implementation = attention_implementation
 
     def get_config(self):

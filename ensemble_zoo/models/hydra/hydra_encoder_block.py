@@ -268,3 +268,25 @@ class HydraEncoderBlock(keras.layers.Layer):
             }
         )
         return config
+
+
+def hydra_encoder_blocks(num_members, member_num_heads, names, **kwargs):
+    """One `HydraEncoderBlock` per layer of a Hydra model.
+
+    Block `l` has `max_m member_num_heads[l][m]` head slots (at least 1),
+    so heads that no member keeps cost nothing.
+
+    Args:
+        num_members: int.
+        member_num_heads: `(num_layers, num_members)` nested list of
+            kept-head counts.
+        names: the blocks' names, one per layer.
+        **kwargs: the other `HydraEncoderBlock` arguments, the same for
+            every block.
+    """
+    return [
+        HydraEncoderBlock(
+            num_members, num_heads=max(1, max(counts)), member_num_heads=counts, name=name, **kwargs
+        )
+        for counts, name in zip(member_num_heads, names, strict=True)
+    ]

@@ -6,10 +6,11 @@ from keras_hub.src.layers.modeling.reversible_embedding import ReversibleEmbeddi
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_backbone import check_member_num_heads
-from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
+from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_encoder_blocks
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.models.text_inputs import TEXT_INPUTS
+from ensemble_zoo.models.vit_geometry import check_heads_divide
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -75,10 +76,7 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         num_heads = check_positive_int(num_heads, "num_heads")
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
-            )
+        check_heads_divide(hidden_dim, num_heads)
         counts = check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         # === Layers === (locals first for the torch backend)
@@ -108,26 +106,22 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         )
         embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
-        blocks = [
-            HydraEncoderBlock(
-                num_members,
-                num_heads=max(1, max(counts[layer])),
-                key_dim=hidden_dim // num_heads,
-                mlp_dim=intermediate_dim,
-                member_num_heads=counts[layer],
-                mlp=mlp,
-                dropout_rate=dropout,
-                attention_dropout=dropout,
-                layer_norm_epsilon=1e-12,
-                normalize_first=False,
-                activation="gelu_approximate",
-                intermediate_dropout=False,
-                attention_implementation=attention_implementation,
-                dtype=dtype,
-                name=f"transformer_layer_{layer}",
-            )
-            for layer in range(num_layers)
-        ]
+        blocks = hydra_encoder_blocks(
+            num_members,
+            counts,
+            [f"transformer_layer_{layer}" for layer in range(num_layers)],
+            key_dim=hidden_dim // num_heads,
+            mlp_dim=intermediate_dim,
+            mlp=mlp,
+            dropout_rate=dropout,
+            attention_dropout=dropout,
+            layer_norm_epsilon=1e-12,
+            normalize_first=False,
+            activation="gelu_approximate",
+            intermediate_dropout=False,
+            attention_implementation=attention_implementation,
+            dtype=dtype,
+        )
         pooled_dense = GroupedDense(
             hidden_dim, num_members, activation="tanh", dtype=dtype, name="pooled_dense"
         )

@@ -39,6 +39,10 @@ def _dense(layer):
     return (to_numpy(layer.kernel), to_numpy(layer.bias))
 
 
+def _embedding_weights(layers):
+    return [to_numpy(w) for layer in layers for w in layer.weights]
+
+
 def check_head_masks(head_masks, num_layers, num_heads):
     """`(members, layers, heads)` 0/1 masks as a bool array, or raises."""
     masks = np.asarray(head_masks)
@@ -54,30 +58,50 @@ def check_head_masks(head_masks, num_layers, num_heads):
     return masks.astype(bool)
 
 
+def _pruned_specs(masks, blocks, embedding, key, weights, head):
+    """Member specs of a keras-hub model pruned by `masks`.
+
+    Args:
+        masks: `(members, layers, heads)` bool head masks.
+        blocks: per layer, its `(attention, ln_1, ln_2, dense_1, dense_2)`
+            layers (a keras `MultiHeadAttention`, the two layer norms and
+            the two MLP layers).
+        embedding: the embedding weights, shared by every member.
+        key, weights: the spec entry for the layer after the blocks (`"ln"`,
+            the final layer norm, or `"pooler"`) and its weights.
+        head: the classifier's weights.
+    """
+    specs = []
+    for member_mask in masks:
+        layers = []
+        for (attention, ln_1, ln_2, dense_1, dense_2), keep in zip(blocks, member_mask):
+            layer = _mha_heads(attention, np.flatnonzero(keep))
+            layer["ln_1"] = _norm(ln_1)
+            layer["ln_2"] = _norm(ln_2)
+            layer["mlp"] = _dense(dense_1) + _dense(dense_2)
+            layers.append(layer)
+        specs.append({"embedding": embedding, "layers": layers, key: weights, "head": head})
+    return specs
+
+
 def specs_from_keras_hub(classifier, head_masks):
     """Member specs of a keras-hub `ViTImageClassifier` pruned by masks."""
     backbone = classifier.backbone
     encoder = backbone.get_layer("vit_encoder")
     embedding = backbone.get_layer("vit_patching_and_embedding")
     masks = check_head_masks(head_masks, backbone.num_layers, backbone.num_heads)
-    specs = []
-    for member_mask in masks:
-        layers = []
-        for block, keep in zip(encoder.encoder_layers, member_mask):
-            layer = _mha_heads(block.mha, np.flatnonzero(keep))
-            layer["ln_1"] = _norm(block.layer_norm_1)
-            layer["ln_2"] = _norm(block.layer_norm_2)
-            layer["mlp"] = _dense(block.mlp.dense_1) + _dense(block.mlp.dense_2)
-            layers.append(layer)
-        specs.append(
-            {
-                "embedding": [to_numpy(w) for w in embedding.weights],
-                "layers": layers,
-                "ln": _norm(encoder.layer_norm),
-                "head": _dense(classifier.output_dense),
-            }
-        )
-    return specs
+    blocks = [
+        (block.mha, block.layer_norm_1, block.layer_norm_2, block.mlp.dense_1, block.mlp.dense_2)
+        for block in encoder.encoder_layers
+    ]
+    return _pruned_specs(
+        masks,
+        blocks,
+        _embedding_weights([embedding]),
+        "ln",
+        _norm(encoder.layer_norm),
+        _dense(classifier.output_dense),
+    )
 
 
 def _block_spec(block, m):
@@ -111,19 +135,28 @@ def _block_spec(block, m):
     return layer
 
 
-def specs_from_hydra(model):
-    """Member specs of a `HydraImageClassifier` (one per member)."""
+def _member_specs(model, embedding_layers, key, member_weights):
+    """Member specs of a Hydra classifier: the shared embedding, member
+    `m`'s blocks, its slice of the per-member `member_weights` (stored
+    under `key`) and of the head."""
     backbone = model.backbone
-    embedding = [to_numpy(w) for w in backbone.embedding.weights]
+    embedding = _embedding_weights(embedding_layers)
+    head = _dense(model.head)
     return [
         {
             "embedding": embedding,
             "layers": [_block_spec(block, m) for block in backbone.encoder_blocks],
-            "ln": tuple(w[m] for w in _norm(backbone.layer_norm)),
-            "head": tuple(w[m] for w in _dense(model.head)),
+            key: tuple(w[m] for w in member_weights),
+            "head": tuple(w[m] for w in head),
         }
         for m in range(model.num_members)
     ]
+
+
+def specs_from_hydra(model):
+    """Member specs of a `HydraImageClassifier` (one per member)."""
+    backbone = model.backbone
+    return _member_specs(model, [backbone.embedding], "ln", _norm(backbone.layer_norm))
 
 
 def _stack_into(variable, values):
@@ -206,19 +239,25 @@ def load_block_specs(blocks, specs):
                 _stack_into(variable, values)
 
 
+def _load_member_specs(model, specs, embedding_layers, key, member_variables):
+    """Writes member specs into a built Hydra classifier: the shared
+    embedding, the blocks, the per-member `member_variables` (from each
+    spec's `key` entry) and the head."""
+    backbone = model.backbone
+    _load_shared_embedding([w for layer in embedding_layers for w in layer.weights], specs)
+    load_block_specs(backbone.encoder_blocks, specs)
+    for name, variables in (
+        (key, member_variables),
+        ("head", (model.head.kernel, model.head.bias)),
+    ):
+        for index, variable in enumerate(variables):
+            _stack_into(variable, [s[name][index] for s in specs])
+
+
 def load_specs(model, specs):
     """Writes member specs into a built `HydraImageClassifier`."""
-    backbone = model.backbone
-    _load_shared_embedding(backbone.embedding.weights, specs)
-    load_block_specs(backbone.encoder_blocks, specs)
-    _stack_into(backbone.layer_norm.gamma, [s["ln"][0] for s in specs])
-    _stack_into(backbone.layer_norm.beta, [s["ln"][1] for s in specs])
-    _stack_into(model.head.kernel, [s["head"][0] for s in specs])
-    _stack_into(model.head.bias, [s["head"][1] for s in specs])
-
-
-def _embedding_weights(layers):
-    return [to_numpy(w) for layer in layers for w in layer.weights]
+    norm = model.backbone.layer_norm
+    _load_member_specs(model, specs, [model.backbone.embedding], "ln", (norm.gamma, norm.beta))
 
 
 def text_specs_from_keras_hub(classifier, head_masks):
@@ -236,50 +275,35 @@ def text_specs_from_keras_hub(classifier, head_masks):
             )
         ]
     )
-    specs = []
-    for member_mask in masks:
-        layers = []
-        for block, keep in zip(backbone.transformer_layers, member_mask):
-            layer = _mha_heads(block._self_attention_layer, np.flatnonzero(keep))
-            layer["ln_1"] = _norm(block._self_attention_layer_norm)
-            layer["ln_2"] = _norm(block._feedforward_layer_norm)
-            layer["mlp"] = _dense(block._feedforward_intermediate_dense) + _dense(
-                block._feedforward_output_dense
-            )
-            layers.append(layer)
-        specs.append(
-            {
-                "embedding": embedding,
-                "layers": layers,
-                "pooler": _dense(backbone.get_layer("pooled_dense")),
-                "head": _dense(classifier.output_dense),
-            }
+    blocks = [
+        (
+            block._self_attention_layer,
+            block._self_attention_layer_norm,
+            block._feedforward_layer_norm,
+            block._feedforward_intermediate_dense,
+            block._feedforward_output_dense,
         )
-    return specs
+        for block in backbone.transformer_layers
+    ]
+    return _pruned_specs(
+        masks,
+        blocks,
+        embedding,
+        "pooler",
+        _dense(backbone.get_layer("pooled_dense")),
+        _dense(classifier.output_dense),
+    )
 
 
 def text_specs_from_hydra(model):
     """Member specs of a `HydraTextClassifier` (one per member)."""
     backbone = model.backbone
-    embedding = _embedding_weights(backbone.embedding_layers)
-    return [
-        {
-            "embedding": embedding,
-            "layers": [_block_spec(block, m) for block in backbone.encoder_blocks],
-            "pooler": tuple(w[m] for w in _dense(backbone.pooled_dense)),
-            "head": tuple(w[m] for w in _dense(model.head)),
-        }
-        for m in range(model.num_members)
-    ]
+    pooler = _dense(backbone.pooled_dense)
+    return _member_specs(model, backbone.embedding_layers, "pooler", pooler)
 
 
 def load_text_specs(model, specs):
     """Writes member specs into a built `HydraTextClassifier`."""
     backbone = model.backbone
-    variables = [w for layer in backbone.embedding_layers for w in layer.weights]
-    _load_shared_embedding(variables, specs)
-    load_block_specs(backbone.encoder_blocks, specs)
-    _stack_into(backbone.pooled_dense.kernel, [s["pooler"][0] for s in specs])
-    _stack_into(backbone.pooled_dense.bias, [s["pooler"][1] for s in specs])
-    _stack_into(model.head.kernel, [s["head"][0] for s in specs])
-    _stack_into(model.head.bias, [s["head"][1] for s in specs])
+    pooler = (backbone.pooled_dense.kernel, backbone.pooled_dense.bias)
+    _load_member_specs(model, specs, backbone.embedding_layers, "pooler", pooler)

@@ -1,15 +1,17 @@
 import keras
 import keras_hub
-from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
 from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
-from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.models.vit_cost import num_tokens
+from ensemble_zoo.models.vit_geometry import check_vit_arguments
+from ensemble_zoo.models.vit_geometry import set_vit_attributes
+from ensemble_zoo.models.vit_geometry import vit_block_arguments
 from ensemble_zoo.models.vit_geometry import vit_config
+from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
 
 
@@ -127,90 +129,54 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     ):
         check_attention_implementation(attention_implementation)
         num_members = check_positive_int(num_members, "num_members")
-        image_shape, patch, num_layers, num_heads = check_vit_geometry(
-            image_shape, patch_size, num_layers, num_heads, hidden_dim
-        )
-        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        vit = check_vit_arguments(locals())
         width, heads, member_mlp = packed_member_geometry(
-            hidden_dim, num_heads, mlp_dim, num_members, alpha, gamma
+            hidden_dim, vit.num_heads, vit.mlp_dim, num_members, alpha, gamma
         )
-        dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        attention_dropout = check_rate(attention_dropout, "attention_dropout")
-        layer_norm_epsilon = check_real(
-            layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
-        )
-        tokens = (image_shape[0] // patch[0]) * (image_shape[1] // patch[1])
-        tokens += int(bool(use_class_token))
+        tokens = num_tokens(vit.image_shape, vit.patch_size, use_class_token)
 
         # === Layers ===
-        embedding = ViTPatchingAndEmbedding(
-            image_size=image_shape[:2],
-            patch_size=patch,
-            hidden_dim=num_members * width,
-            num_channels=image_shape[2],
-            use_class_token=use_class_token,
-            use_patch_bias=use_patch_bias,
-            dtype=dtype,
-            name="vit_patching_and_embedding",
+        embedding, embedding_dropout = vit_embedding_layers(
+            vit, width=num_members * width, dtype=dtype
         )
-        embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
         split = keras.layers.Reshape((tokens, num_members, width), dtype=dtype, name="member_split")
         members_first = keras.layers.Permute((2, 1, 3), dtype=dtype, name="members_first")
         encoder_blocks = [
             HydraEncoderBlock(
                 num_members,
                 num_heads=heads,
-                key_dim=hidden_dim // num_heads,
+                key_dim=hidden_dim // vit.num_heads,
                 mlp_dim=member_mlp,
                 mlp="grouped",
-                dropout_rate=dropout_rate,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                use_mha_bias=use_mha_bias,
-                use_mlp_bias=use_mlp_bias,
                 attention_implementation=attention_implementation,
                 groups=int(gamma),
                 dtype=dtype,
                 name=f"transformer_block_{layer + 1}",
+                **vit_block_arguments(vit),
             )
-            for layer in range(num_layers)
+            for layer in range(vit.num_layers)
         ]
         layer_norm = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, dtype=dtype, name="ln"
+            num_members, epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
         )
 
         # === Functional model ===
-        inputs = keras.Input(shape=image_shape, name="images")
+        inputs = keras.Input(shape=vit.image_shape, name="images")
         x = embedding_dropout(embedding(inputs))
         x = members_first(split(x))
         for block in encoder_blocks:
             x = block(x)
         outputs = layer_norm(x)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        self.embedding = embedding
-        self.encoder_blocks = encoder_blocks
-        self.layer_norm = layer_norm
+        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
 
         # === Config ===
-        self.image_shape = image_shape
-        self.patch_size = patch
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.mlp_dim = mlp_dim
         self.num_members = num_members
         self.alpha = alpha
         self.gamma = int(gamma)
         self.member_hidden_dim = width
         self.member_num_heads = heads
         self.member_mlp_dim = member_mlp
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_mha_bias = use_mha_bias
-        self.use_mlp_bias = use_mlp_bias
-        self.use_class_token = use_class_token
-        self.use_patch_bias = use_patch_bias
         self.attention_implementation = attention_implementation
 
     def get_config(self):

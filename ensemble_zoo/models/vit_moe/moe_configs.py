@@ -140,32 +140,29 @@ def soft_moe_config(model, num_experts=128, num_slots=1, image_size=224, num_cla
     patch = int(patch)
     moe_layers = list(range(num_layers - num_moe, num_layers))
     tokens = (image_size // patch) ** 2
-    backbone = dict(
-        image_shape=(image_size, image_size, 3),
+    # What the backbone and the cost count share.
+    model = dict(
         patch_size=patch,
         num_layers=num_layers,
-        num_heads=num_heads,
         hidden_dim=hidden_dim,
         mlp_dim=mlp_dim,
         num_experts=num_experts,
-        moe_layers=moe_layers,
         router="soft",
         num_slots=num_slots,
-        eval_capacity_factor=None,
         use_class_token=False,
     )
+    backbone = dict(
+        model,
+        image_shape=(image_size, image_size, 3),
+        num_heads=num_heads,
+        moe_layers=moe_layers,
+        eval_capacity_factor=None,
+    )
     flops = dict(
+        model,
         image_size=image_size,
-        patch_size=patch,
-        hidden_dim=hidden_dim,
-        num_layers=num_layers,
-        mlp_dim=mlp_dim,
         num_classes=num_classes,
         moe_layers=tuple(moe_layers),
-        num_experts=num_experts,
-        router="soft",
-        num_slots=num_slots,
         group_size=tokens,
-        use_class_token=False,
     )
     return {"backbone": backbone, "flops": flops}

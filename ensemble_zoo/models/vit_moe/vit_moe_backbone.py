@@ -1,19 +1,19 @@
 import keras
 import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTEncoderBlock
-from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
 from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
-from ensemble_zoo.models.vit_geometry import check_vit_geometry
+from ensemble_zoo.models.vit_geometry import check_vit_arguments
+from ensemble_zoo.models.vit_geometry import set_vit_attributes
+from ensemble_zoo.models.vit_geometry import vit_block_arguments
 from ensemble_zoo.models.vit_geometry import vit_config
+from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
 from ensemble_zoo.utils.validation import check_positive_int
-from ensemble_zoo.utils.validation import check_rate
-from ensemble_zoo.utils.validation import check_real
 
 
 def check_moe_layers(moe_layers, num_layers):
@@ -194,16 +194,8 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 f"`ensemble_size` ({ensemble_size}): each member routes to its "
                 "own equal share of the experts."
             )
-        image_shape, patch, num_layers, num_heads = check_vit_geometry(
-            image_shape, patch_size, num_layers, num_heads, hidden_dim
-        )
-        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        attention_dropout = check_rate(attention_dropout, "attention_dropout")
-        layer_norm_epsilon = check_real(
-            layer_norm_epsilon, "layer_norm_epsilon", low=0.0, low_open=True
-        )
-        moe_layers = check_moe_layers(moe_layers, num_layers)
+        vit = check_vit_arguments(locals())
+        moe_layers = check_moe_layers(moe_layers, vit.num_layers)
         gelu_activation(mlp_activation, "mlp_activation")
         dense_block_cls = (
             ViTEncoderBlock if mlp_activation == "gelu" else ApproximateGELUViTEncoderBlock
@@ -211,30 +203,16 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
         # === Layers === (locals first: the torch backend forbids setting
         # layer attributes before keras.Model.__init__)
-        embedding = ViTPatchingAndEmbedding(
-            image_size=image_shape[:2],
-            patch_size=patch,
-            hidden_dim=hidden_dim,
-            num_channels=image_shape[2],
-            use_class_token=use_class_token,
-            use_patch_bias=use_patch_bias,
-            dtype=dtype,
-            name="vit_patching_and_embedding",
-        )
-        embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")
+        embedding, embedding_dropout = vit_embedding_layers(vit, dtype=dtype)
         encoder_blocks = []
-        for i in range(num_layers):
+        for i in range(vit.num_layers):
             common = dict(
-                num_heads=num_heads,
+                num_heads=vit.num_heads,
                 hidden_dim=hidden_dim,
-                mlp_dim=mlp_dim,
-                use_mha_bias=use_mha_bias,
-                use_mlp_bias=use_mlp_bias,
-                dropout_rate=dropout_rate,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
+                mlp_dim=vit.mlp_dim,
                 dtype=dtype,
                 name=f"transformer_block_{i + 1}",
+                **vit_block_arguments(vit),
             )
             if i in moe_layers:
                 block = ViTMoEEncoderBlock(
@@ -263,12 +241,12 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             encoder_blocks.append(block)
         tile = TileMembers(ensemble_size, dtype=dtype, name="tile_members")
         layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="ln"
+            epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
         )
         untile = UntileMembers(ensemble_size, dtype=dtype, name="untile_members")
 
         # === Functional model ===
-        inputs = keras.Input(shape=image_shape, name="images")
+        inputs = keras.Input(shape=vit.image_shape, name="images")
         x = embedding_dropout(embedding(inputs))
         for i, block in enumerate(encoder_blocks):
             if i == moe_layers[0]:
@@ -276,17 +254,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             x = block(x)
         outputs = untile(layer_norm(x))
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        self.embedding = embedding
-        self.encoder_blocks = encoder_blocks
-        self.layer_norm = layer_norm
+        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
 
         # === Config ===
-        self.image_shape = image_shape
-        self.patch_size = patch
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.mlp_dim = mlp_dim
         self.num_experts = num_experts
         self.num_selected_experts = num_selected_experts
         self.moe_layers = moe_layers
@@ -301,13 +271,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         self.load_loss_weight = load_loss_weight
         self.mlp_activation = mlp_activation
         self.bfloat16_dispatch = bfloat16_dispatch
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_mha_bias = use_mha_bias
-        self.use_mlp_bias = use_mlp_bias
-        self.use_class_token = use_class_token
-        self.use_patch_bias = use_patch_bias
         self.seed = seed
         self.dispatcher = dispatcher
         self.router = router

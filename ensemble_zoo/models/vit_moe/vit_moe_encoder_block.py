@@ -2,6 +2,37 @@ import keras
 
 from ensemble_zoo.layers.moe.sparse_moe import SparseMoE
 
+#: The arguments in `ViTMoEEncoderBlock.get_config`, each kept as the
+#: attribute of that name.
+_CONFIG_KEYS = (
+    "num_heads",
+    "hidden_dim",
+    "mlp_dim",
+    "num_experts",
+    "num_selected_experts",
+    "num_members",
+    "capacity_factor",
+    "eval_capacity_factor",
+    "group_size",
+    "batch_priority",
+    "noise_std",
+    "capacity_multiple_of",
+    "importance_loss_weight",
+    "load_loss_weight",
+    "mlp_activation",
+    "bfloat16_dispatch",
+    "dispatcher",
+    "router",
+    "num_slots",
+    "capacity_rounding",
+    "use_mha_bias",
+    "use_mlp_bias",
+    "dropout_rate",
+    "attention_dropout",
+    "layer_norm_epsilon",
+    "seed",
+)
+
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class ViTMoEEncoderBlock(keras.layers.Layer):
@@ -172,34 +203,5 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "mlp_dim": self.mlp_dim,
-                "num_experts": self.num_experts,
-                "num_selected_experts": self.num_selected_experts,
-                "num_members": self.num_members,
-                "capacity_factor": self.capacity_factor,
-                "eval_capacity_factor": self.eval_capacity_factor,
-                "group_size": self.group_size,
-                "batch_priority": self.batch_priority,
-                "noise_std": self.noise_std,
-                "capacity_multiple_of": self.capacity_multiple_of,
-                "importance_loss_weight": self.importance_loss_weight,
-                "load_loss_weight": self.load_loss_weight,
-                "mlp_activation": self.mlp_activation,
-                "bfloat16_dispatch": self.bfloat16_dispatch,
-                "dispatcher": self.dispatcher,
-                "router": self.router,
-                "num_slots": self.num_slots,
-                "capacity_rounding": self.capacity_rounding,
-                "use_mha_bias": self.use_mha_bias,
-                "use_mlp_bias": self.use_mlp_bias,
-                "dropout_rate": self.dropout_rate,
-                "attention_dropout": self.attention_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "seed": self.seed,
-            }
-        )
+        config.update({name: getattr(self, name) for name in _CONFIG_KEYS})
         return config

@@ -107,6 +107,20 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
     # === Conversions ===
 
     @classmethod
+    def _with_head_of(cls, classifier, backbone, **kwargs):
+        """A classifier on `backbone` with the class count, pooling,
+        dropout and `intermediate_dim` of `classifier` (ours or a keras-hub
+        `ViTImageClassifier`)."""
+        return cls(
+            backbone,
+            classifier.num_classes,
+            pooling=classifier.pooling,
+            dropout=classifier.dropout,
+            intermediate_dim=classifier.intermediate_dim,
+            **kwargs,
+        )
+
+    @classmethod
     def from_keras_hub(
         cls,
         classifier,
@@ -182,14 +196,7 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         if not expert_noise >= 0:
             raise ValueError(f"`expert_noise` must be >= 0; got {expert_noise!r}.")
         upcycle_backbone(vit, backbone, expert_noise, backbone_kwargs.get("seed"))
-        model = cls(
-            backbone,
-            classifier.num_classes,
-            pooling=classifier.pooling,
-            dropout=classifier.dropout,
-            preprocessor=classifier.preprocessor,
-            intermediate_dim=classifier.intermediate_dim,
-        )
+        model = cls._with_head_of(classifier, backbone, preprocessor=classifier.preprocessor)
         if classifier.intermediate_dim is not None:
             model.intermediate_layer.set_weights(classifier.intermediate_layer.get_weights())
         model.head.set_weights(classifier.output_dense.get_weights())
@@ -408,13 +415,7 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         if num_selected_experts is not None:
             config["num_selected_experts"] = num_selected_experts
         backbone = ViTMoEBackbone.from_config(config)
-        new = cls(
-            backbone,
-            model.num_classes,
-            pooling=model.pooling,
-            dropout=model.dropout,
-            intermediate_dim=model.intermediate_dim,
-        )
+        new = cls._with_head_of(model, backbone)
         new.set_weights(model.get_weights())
         return new
 
