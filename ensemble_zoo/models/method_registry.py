@@ -40,16 +40,17 @@ LAYOUTS = ("member_axis", "member_major", "stacked_channels")
 class HarnessCase:
     """keras-hub's conformance harness on a tiny model of a method.
 
-    An image backbone is built as `backbone_cls(image_shape=(8, 8, 1),
-    patch_size=4, num_layers=2, hidden_dim=8, mlp_dim=16, **backbone_kwargs)`
-    (the harness's tiny ViT), a text backbone on the harness's tiny BERT
+    The task's backbone (`task_cls.backbone_cls`) is built, for an image
+    task, as `backbone_cls(image_shape=(8, 8, 1), patch_size=4,
+    num_layers=2, hidden_dim=8, mlp_dim=16, **backbone_kwargs)` (the
+    harness's tiny ViT), for a text task on the harness's tiny BERT
     arguments (12 words, 1 layer, hidden size 8, 6 tokens); the task is
     `task_cls(backbone=..., num_classes=...)`.
 
     Args:
-        backbone_cls: the method's backbone class.
-        backbone_kwargs: dict, its arguments beyond the tiny ViT's.
-        task_cls: the task class built on it.
+        task_cls: the task class.
+        backbone_kwargs: dict, its backbone's arguments beyond the tiny
+            ViT's or BERT's.
         num_members: int, the members the tiny model has.
         layout: how the backbone takes and returns its members:
             `"member_axis"` (inputs in, `(batch, members, tokens, dim)`
@@ -58,18 +59,20 @@ class HarnessCase:
             members' images stacked on channels).
         modality: `"image"` (the default) or `"text"`.
         preset: optional shipped preset of an image task, loaded by the
-            preset test.
-        preset_members: int, that preset's number of members.
+            preset test (its metadata gives its number of members).
     """
 
-    backbone_cls: type
-    backbone_kwargs: dict
     task_cls: type
+    backbone_kwargs: dict
     num_members: int
     layout: str
     modality: str = "image"
     preset: str = None
-    preset_members: int = None
+
+    @property
+    def backbone_cls(self):
+        """The task's backbone class."""
+        return self.task_cls.backbone_cls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +102,8 @@ class Method:
     Args:
         name: str, the method package's name (`ensemble_zoo.models.<name>`).
         tasks: tuple of the method's task classes.
-        presets: tuple of its shipped preset names.
+        presets: its shipped preset names (a tuple, or the `PRESETS`
+            dict of its `<method>_presets.py`).
         harness: tuple of `HarnessCase`s (image and text models).
         keras_hub_kwargs: optional dict of tiny arguments with which
             `tasks[0](keras_hub_vit_backbone, num_classes=3, **kwargs)`
@@ -137,7 +141,7 @@ class Method:
         ):
             raise ValueError(f"`export` must be a (format, preset) pair; got {self.export!r}.")
         object.__setattr__(self, "tasks", tuple(self.tasks))
-        object.__setattr__(self, "presets", tuple(self.presets))
+        object.__setattr__(self, "presets", tuple(self.presets))  # a dict's keys
         object.__setattr__(self, "harness", tuple(self.harness))
 
 

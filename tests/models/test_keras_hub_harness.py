@@ -20,6 +20,7 @@ from absl.testing import parameterized
 from conftest import ALL_BACKENDS
 from keras_hub_testcase import ZooTestCase
 
+import ensemble_zoo as ez
 from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.method_registry import registered_methods
 
@@ -110,7 +111,7 @@ class TestKerasHubHarness(ZooTestCase):
             cls=case.task_cls,
             preset=case.preset,
             input_data=keras.ops.ones((2, 8, 8, 1)),
-            expected_output_shape=(2, case.preset_members, 8),
+            expected_output_shape=(2, ez.presets.preset_metadata(case.preset)["num_members"], 8),
         )
 
 
@@ -126,8 +127,6 @@ def _policies(model):
 def test_keras_hub_loaders_take_task_arguments_and_dtype():
     """`compile=False` was an unrecognized keyword, and keras-hub's loader
     `dtype=` stopped at the backbone's top level (inner layers float32)."""
-    import ensemble_zoo as ez
-
     path = ez.presets.get_preset_path("e3_vit_tiny_digits")
     task = keras_hub.models.ImageClassifier.from_preset(path, compile=False)
     assert type(task) is ViTMoEImageClassifier and not task.compiled

@@ -5,5 +5,5 @@ from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
 
 register_method(
-    Method(name="baselines", tasks=(MCDropoutClassifier,), presets=tuple(baselines_presets.PRESETS))
+    Method(name="baselines", tasks=(MCDropoutClassifier,), presets=baselines_presets.PRESETS)
 )

@@ -22,21 +22,18 @@ register_method(
     Method(
         name="batch_ensemble",
         tasks=(BatchEnsembleImageClassifier, BatchEnsembleTextClassifier),
-        presets=tuple(batch_ensemble_presets.PRESETS),
+        presets=batch_ensemble_presets.PRESETS,
         harness=(
             HarnessCase(
-                BatchEnsembleViTBackbone,
-                dict(_FAST_WEIGHTS, num_heads=2),
                 BatchEnsembleImageClassifier,
+                dict(_FAST_WEIGHTS, num_heads=2),
                 num_members=2,
                 layout="member_major",
                 preset="batch_ensemble_vit_tiny_digits",
-                preset_members=4,
             ),
             HarnessCase(
-                BatchEnsembleBertBackbone,
-                _FAST_WEIGHTS,
                 BatchEnsembleTextClassifier,
+                _FAST_WEIGHTS,
                 num_members=2,
                 layout="member_major",
                 modality="text",

@@ -8,7 +8,7 @@ register_method(
     Method(
         name="deep_ensemble",
         tasks=(DeepEnsembleClassifier,),
-        presets=tuple(deep_ensemble_presets.PRESETS),
+        presets=deep_ensemble_presets.PRESETS,
         export=("onnx", "deep_ensemble_vit_tiny_digits"),
     )
 )

@@ -12,21 +12,18 @@ register_method(
     Method(
         name="hydra",
         tasks=(HydraImageClassifier, HydraTextClassifier),
-        presets=tuple(hydra_presets.PRESETS),
+        presets=hydra_presets.PRESETS,
         harness=(
             HarnessCase(
-                HydraBackbone,
-                dict(num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
                 HydraImageClassifier,
+                dict(num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
                 num_members=3,
                 layout="member_axis",
                 preset="hydra_circuit_vit_tiny_digits",
-                preset_members=3,
             ),
             HarnessCase(
-                HydraTextBackbone,
-                dict(num_members=2, member_num_heads=[[2, 1]]),
                 HydraTextClassifier,
+                dict(num_members=2, member_num_heads=[[2, 1]]),
                 num_members=2,
                 layout="member_axis",
                 modality="text",

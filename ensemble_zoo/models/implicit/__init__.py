@@ -10,6 +10,6 @@ register_method(
     Method(
         name="implicit",
         tasks=(SubnetworkEnsembleClassifier, TileEnsembleClassifier),
-        presets=tuple(implicit_presets.PRESETS),
+        presets=implicit_presets.PRESETS,
     )
 )

@@ -23,21 +23,18 @@ register_method(
             LoRAEnsembleTextClassifier,
             *lora_ensemble_causal_lm.TASKS.values(),  # one per causal-LM family
         ),
-        presets=tuple(lora_ensemble_presets.PRESETS),
+        presets=lora_ensemble_presets.PRESETS,
         harness=(
             HarnessCase(
-                LoRAEnsembleViTBackbone,
-                dict(_ADAPTERS, num_heads=2, rank=2),
                 LoRAEnsembleImageClassifier,
+                dict(_ADAPTERS, num_heads=2, rank=2),
                 num_members=2,
                 layout="member_major",
                 preset="lora_ensemble_vit_tiny_digits",
-                preset_members=8,
             ),
             HarnessCase(
-                LoRAEnsembleBertBackbone,
-                dict(_ADAPTERS, rank=1),
                 LoRAEnsembleTextClassifier,
+                dict(_ADAPTERS, rank=1),
                 num_members=2,
                 layout="member_major",
                 modality="text",

@@ -13,7 +13,7 @@ register_method(
     Method(
         name="loss_prediction",
         tasks=(LossPredictionImageClassifier, TokenLossPredictor),
-        presets=tuple(loss_prediction_presets.PRESETS),
+        presets=loss_prediction_presets.PRESETS,
         keras_hub_kwargs=dict(head_hidden_units=(4,)),
     )
 )

@@ -11,16 +11,14 @@ register_method(
     Method(
         name="masksembles",
         tasks=(MasksemblesImageClassifier,),
-        presets=tuple(masksembles_presets.PRESETS),
+        presets=masksembles_presets.PRESETS,
         harness=(
             HarnessCase(
-                MasksemblesViTBackbone,
-                dict(num_heads=2, num_members=2, scale=2.0, seed=0),
                 MasksemblesImageClassifier,
+                dict(num_heads=2, num_members=2, scale=2.0, seed=0),
                 num_members=2,
                 layout="member_major",
                 preset="masksembles_vit_tiny_digits",
-                preset_members=4,
             ),
         ),
         keras_hub_kwargs=dict(num_members=2, seed=0),

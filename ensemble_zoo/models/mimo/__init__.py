@@ -12,16 +12,14 @@ register_method(
     Method(
         name="mimo",
         tasks=(MIMOImageClassifier,),
-        presets=tuple(mimo_presets.PRESETS),
+        presets=mimo_presets.PRESETS,
         harness=(
             HarnessCase(
-                MIMOViTBackbone,
-                dict(image_shape=(8, 8, 2), num_heads=2, num_members=2),
                 MIMOImageClassifier,
+                dict(image_shape=(8, 8, 2), num_heads=2, num_members=2),
                 num_members=2,
                 layout="stacked_channels",
                 preset="mimo_vit_tiny_digits",
-                preset_members=3,
             ),
         ),
         benchmark=BenchmarkCase(

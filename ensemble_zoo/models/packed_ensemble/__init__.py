@@ -12,16 +12,14 @@ register_method(
     Method(
         name="packed_ensemble",
         tasks=(PackedEnsembleImageClassifier,),
-        presets=tuple(packed_ensemble_presets.PRESETS),
+        presets=packed_ensemble_presets.PRESETS,
         harness=(
             HarnessCase(
-                PackedEnsembleBackbone,
-                dict(num_heads=2, num_members=2, alpha=2),
                 PackedEnsembleImageClassifier,
+                dict(num_heads=2, num_members=2, alpha=2),
                 num_members=2,
                 layout="member_axis",
                 preset="packed_ensemble_vit_tiny_digits",
-                preset_members=3,
             ),
         ),
         export=("openvino", "packed_ensemble_vit_tiny_digits"),

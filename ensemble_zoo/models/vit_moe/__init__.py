@@ -20,10 +20,10 @@ register_method(
     Method(
         name="vit_moe",
         tasks=(ViTMoEImageClassifier,),
-        presets=tuple(vit_moe_presets.PRESETS),
+        presets=vit_moe_presets.PRESETS,
         harness=(
             HarnessCase(
-                ViTMoEBackbone,
+                ViTMoEImageClassifier,
                 dict(
                     num_heads=2,
                     num_experts=4,
@@ -32,11 +32,9 @@ register_method(
                     ensemble_size=2,
                     seed=0,
                 ),
-                ViTMoEImageClassifier,
                 num_members=2,
                 layout="member_axis",
                 preset="e3_vit_tiny_digits",
-                preset_members=2,
             ),
         ),
     )
