@@ -5,6 +5,7 @@ from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import PackedEnsembleBackbone
 from ensemble_zoo.models.packed_ensemble.packed_member_weights import load_member_into_keras_hub
+from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -70,24 +71,7 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
         num_classes = classes if num_classes is None else num_classes
         if num_classes is None:
             raise ValueError("`num_classes` is required when `model` is a backbone.")
-        config = {
-            key: getattr(backbone, key)
-            for key in (
-                "image_shape",
-                "patch_size",
-                "num_layers",
-                "num_heads",
-                "hidden_dim",
-                "mlp_dim",
-                "dropout_rate",
-                "attention_dropout",
-                "layer_norm_epsilon",
-                "use_mha_bias",
-                "use_mlp_bias",
-                "use_class_token",
-                "use_patch_bias",
-            )
-        }
+        config = {key: getattr(backbone, key) for key in VIT_ARGUMENTS}
         config.update(kwargs)
         packed = PackedEnsembleBackbone(num_members=num_members, alpha=alpha, gamma=gamma, **config)
         return cls(packed, num_classes, **head_kwargs)
