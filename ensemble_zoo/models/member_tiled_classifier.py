@@ -109,6 +109,16 @@ class MemberTiledClassifier(EnsembleClassifier):
         self.dropout = dropout
         self._set_method_config()
 
+    def method_backbone(self, backbone, **method_arguments):
+        """The method's backbone built from `backbone` (see the class
+        docstring); every subclass sets its method's function."""
+        raise NotImplementedError(f"{type(self).__name__} must set `method_backbone`.")
+
+    def _set_method_config(self):
+        """Sets the method's config attributes from
+        `backbone.method_config`; every subclass defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define `_set_method_config`.")
+
     def _member_features(self, x, training=None):
         """The backbone on member-major rows, pooled: `(rows, dim)`."""
         outputs = self.backbone(x, training=training)
