@@ -32,6 +32,10 @@ method.presets  # ('masksembles_vit_tiny_digits', 'masksembles_vit_b16_4')
 import dataclasses
 from typing import Callable
 
+import keras_hub
+
+from ensemble_zoo.presets.registry import method_presets
+
 #: How a harness backbone takes and returns its members (see `HarnessCase`).
 LAYOUTS = ("member_axis", "member_major", "stacked_channels")
 
@@ -51,23 +55,59 @@ class HarnessCase:
         task_cls: the task class.
         backbone_kwargs: dict, its backbone's arguments beyond the tiny
             ViT's or BERT's.
-        num_members: int, the members the tiny model has.
+        num_members: int, the members the tiny model has. Defaults to
+            `backbone_kwargs`' `num_members` (or `ensemble_size`).
         layout: how the backbone takes and returns its members:
             `"member_axis"` (inputs in, `(batch, members, tokens, dim)`
             out), `"member_major"` (a keras-hub backbone applied to
             `members * batch` rows) or `"stacked_channels"` (MIMO: the
-            members' images stacked on channels).
-        modality: `"image"` (the default) or `"text"`.
+            members' images stacked on channels). Defaults to the task's
+            base: `"member_major"` for a `MemberTiledClassifier`,
+            `"member_axis"` for a `MemberAxisClassifier`.
+        modality: `"image"` or `"text"`. Defaults to `"text"` for a
+            `keras_hub.models.TextClassifier`, else `"image"`.
         preset: optional shipped preset of an image task, loaded by the
             preset test (its metadata gives its number of members).
+
+    Example:
+
+    ```python
+    import ensemble_zoo as ez
+    from ensemble_zoo.models.method_registry import HarnessCase
+
+    case = HarnessCase(ez.models.LoRAEnsembleTextClassifier, dict(num_members=2))
+    case.num_members, case.layout, case.modality  # (2, 'member_major', 'text')
+    ```
     """
 
     task_cls: type
     backbone_kwargs: dict
-    num_members: int
-    layout: str
-    modality: str = "image"
+    num_members: int = None
+    layout: str = None
+    modality: str = None
     preset: str = None
+
+    def __post_init__(self):
+        # The task's bases are imported by the time its package registers.
+        from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+        from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
+
+        kwargs = self.backbone_kwargs
+        if self.num_members is None:
+            members = kwargs.get("num_members", kwargs.get("ensemble_size"))
+            object.__setattr__(self, "num_members", members)
+        if self.layout is None:
+            bases = {MemberTiledClassifier: "member_major", MemberAxisClassifier: "member_axis"}
+            layouts = [v for base, v in bases.items() if issubclass(self.task_cls, base)]
+            object.__setattr__(self, "layout", layouts[0] if layouts else None)
+        if self.modality is None:
+            text = issubclass(self.task_cls, keras_hub.models.TextClassifier)
+            object.__setattr__(self, "modality", "text" if text else "image")
+        if not isinstance(self.num_members, int):
+            raise ValueError(
+                "A harness case's `num_members` must be an int (or in its "
+                f"`backbone_kwargs`); got {self.num_members!r}."
+            )
 
     @property
     def backbone_cls(self):
@@ -102,8 +142,8 @@ class Method:
     Args:
         name: str, the method package's name (`ensemble_zoo.models.<name>`).
         tasks: tuple of the method's task classes.
-        presets: its shipped preset names (a tuple, or the `PRESETS`
-            dict of its `<method>_presets.py`).
+        presets: its shipped preset names. Defaults to those of its
+            `<method>_presets.py`.
         harness: tuple of `HarnessCase`s (image and text models).
         keras_hub_kwargs: optional dict of tiny arguments with which
             `tasks[0](keras_hub_vit_backbone, num_classes=3, **kwargs)`
@@ -115,7 +155,7 @@ class Method:
 
     name: str
     tasks: tuple
-    presets: tuple = ()
+    presets: tuple = None
     harness: tuple = ()
     keras_hub_kwargs: dict = None
     export: tuple = None
@@ -141,6 +181,8 @@ class Method:
         ):
             raise ValueError(f"`export` must be a (format, preset) pair; got {self.export!r}.")
         object.__setattr__(self, "tasks", tuple(self.tasks))
+        if self.presets is None:
+            object.__setattr__(self, "presets", method_presets(self.name))
         object.__setattr__(self, "presets", tuple(self.presets))  # a dict's keys
         object.__setattr__(self, "harness", tuple(self.harness))
 

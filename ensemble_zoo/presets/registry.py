@@ -62,6 +62,13 @@ def method_preset_files():
     )
 
 
+def method_presets(method):
+    """The `PRESETS` of the method package `method`'s
+    `<method>_presets.py` (`{}` when it has none)."""
+    path = os.path.join(MODELS_DIRECTORY, method, f"{method}_presets.py")
+    return runpy.run_path(path)["PRESETS"] if os.path.exists(path) else {}
+
+
 def _all_presets():
     presets = dict(BASE_PRESETS)
     for path in method_preset_files():

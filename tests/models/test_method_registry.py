@@ -79,6 +79,8 @@ def test_bad_registrations_are_named_errors():
         Method(
             name="x", tasks=(task,), harness=(HarnessCase(task, {}, num_members=2, layout="rows"),)
         )
+    with pytest.raises(ValueError, match="`num_members`"):
+        HarnessCase(task, {"num_heads": 2})
     with pytest.raises(ValueError, match="`export`"):
         Method(name="x", tasks=(task,), export="onnx")
     with pytest.raises(TypeError, match="Method"):
@@ -89,3 +91,17 @@ def test_bad_registrations_are_named_errors():
     again = registered_methods()["masksembles"]
     assert register_method(again) is again
     assert isinstance(again.benchmark, BenchmarkCase)
+
+
+def test_registration_defaults_are_read_from_the_method():
+    """A method's presets default to its `<method>_presets.py`; a harness
+    case's members, layout and modality to its arguments and task."""
+    assert Method(name="mimo", tasks=(ez.models.MIMOImageClassifier,)).presets == (
+        "mimo_vit_tiny_digits",
+        "mimo_vit_b16_3",
+    )
+    packed = HarnessCase(ez.models.PackedEnsembleImageClassifier, {"num_members": 3})
+    assert (packed.num_members, packed.layout, packed.modality) == (3, "member_axis", "image")
+    e3 = HarnessCase(ez.models.ViTMoEImageClassifier, {"ensemble_size": 2})
+    assert e3.num_members == 2
+    assert HarnessCase(ez.models.HydraTextClassifier, {"num_members": 2}).modality == "text"

@@ -1,9 +1,6 @@
-from ensemble_zoo.models.baselines import baselines_presets
 from ensemble_zoo.models.baselines.mc_dropout_backbone import MCDropoutBackbone
 from ensemble_zoo.models.baselines.mc_dropout_classifier import MCDropoutClassifier
 from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
 
-register_method(
-    Method(name="baselines", tasks=(MCDropoutClassifier,), presets=baselines_presets.PRESETS)
-)
+register_method(Method(name="baselines", tasks=(MCDropoutClassifier,)))

@@ -1,4 +1,3 @@
-from ensemble_zoo.models.batch_ensemble import batch_ensemble_presets
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_ensemble
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
@@ -22,22 +21,13 @@ register_method(
     Method(
         name="batch_ensemble",
         tasks=(BatchEnsembleImageClassifier, BatchEnsembleTextClassifier),
-        presets=batch_ensemble_presets.PRESETS,
         harness=(
             HarnessCase(
                 BatchEnsembleImageClassifier,
                 dict(_FAST_WEIGHTS, num_heads=2),
-                num_members=2,
-                layout="member_major",
                 preset="batch_ensemble_vit_tiny_digits",
             ),
-            HarnessCase(
-                BatchEnsembleTextClassifier,
-                _FAST_WEIGHTS,
-                num_members=2,
-                layout="member_major",
-                modality="text",
-            ),
+            HarnessCase(BatchEnsembleTextClassifier, _FAST_WEIGHTS),
         ),
         keras_hub_kwargs=dict(num_members=2, seed=0),
         benchmark=BenchmarkCase(

@@ -1,4 +1,3 @@
-from ensemble_zoo.models.deep_ensemble import deep_ensemble_presets
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_backbone import DeepEnsembleBackbone
 from ensemble_zoo.models.deep_ensemble.deep_ensemble_classifier import DeepEnsembleClassifier
 from ensemble_zoo.models.method_registry import Method
@@ -8,7 +7,6 @@ register_method(
     Method(
         name="deep_ensemble",
         tasks=(DeepEnsembleClassifier,),
-        presets=deep_ensemble_presets.PRESETS,
         export=("onnx", "deep_ensemble_vit_tiny_digits"),
     )
 )

@@ -1,4 +1,3 @@
-from ensemble_zoo.models.hydra import hydra_presets
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_image_classifier import HydraImageClassifier
@@ -12,22 +11,13 @@ register_method(
     Method(
         name="hydra",
         tasks=(HydraImageClassifier, HydraTextClassifier),
-        presets=hydra_presets.PRESETS,
         harness=(
             HarnessCase(
                 HydraImageClassifier,
                 dict(num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
-                num_members=3,
-                layout="member_axis",
                 preset="hydra_circuit_vit_tiny_digits",
             ),
-            HarnessCase(
-                HydraTextClassifier,
-                dict(num_members=2, member_num_heads=[[2, 1]]),
-                num_members=2,
-                layout="member_axis",
-                modality="text",
-            ),
+            HarnessCase(HydraTextClassifier, dict(num_members=2, member_num_heads=[[2, 1]])),
         ),
         export=("tf_saved_model", "hydra_circuit_vit_tiny_digits"),
     )

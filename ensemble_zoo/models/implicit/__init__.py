@@ -1,4 +1,3 @@
-from ensemble_zoo.models.implicit import implicit_presets
 from ensemble_zoo.models.implicit.subnetwork_ensemble_backbone import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.implicit.subnetwork_ensemble_classifier import SubnetworkEnsembleClassifier
 from ensemble_zoo.models.implicit.tile_ensemble_backbone import TileEnsembleBackbone
@@ -7,9 +6,5 @@ from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
 
 register_method(
-    Method(
-        name="implicit",
-        tasks=(SubnetworkEnsembleClassifier, TileEnsembleClassifier),
-        presets=implicit_presets.PRESETS,
-    )
+    Method(name="implicit", tasks=(SubnetworkEnsembleClassifier, TileEnsembleClassifier))
 )

@@ -1,4 +1,3 @@
-from ensemble_zoo.models.lora_ensemble import lora_ensemble_presets
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.causal_lm import lora_ensemble_causal_lm
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
@@ -23,22 +22,13 @@ register_method(
             LoRAEnsembleTextClassifier,
             *lora_ensemble_causal_lm.TASKS.values(),  # one per causal-LM family
         ),
-        presets=lora_ensemble_presets.PRESETS,
         harness=(
             HarnessCase(
                 LoRAEnsembleImageClassifier,
                 dict(_ADAPTERS, num_heads=2, rank=2),
-                num_members=2,
-                layout="member_major",
                 preset="lora_ensemble_vit_tiny_digits",
             ),
-            HarnessCase(
-                LoRAEnsembleTextClassifier,
-                dict(_ADAPTERS, rank=1),
-                num_members=2,
-                layout="member_major",
-                modality="text",
-            ),
+            HarnessCase(LoRAEnsembleTextClassifier, dict(_ADAPTERS, rank=1)),
         ),
         keras_hub_kwargs=dict(num_members=2, rank=1, seed=0),
         export=("litert", "lora_ensemble_vit_tiny_digits"),

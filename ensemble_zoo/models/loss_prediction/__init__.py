@@ -1,4 +1,3 @@
-from ensemble_zoo.models.loss_prediction import loss_prediction_presets
 from ensemble_zoo.models.loss_prediction.embedding_cache import cache_embeddings
 from ensemble_zoo.models.loss_prediction.embedding_cache import train_head_from_cache
 from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
@@ -13,7 +12,6 @@ register_method(
     Method(
         name="loss_prediction",
         tasks=(LossPredictionImageClassifier, TokenLossPredictor),
-        presets=loss_prediction_presets.PRESETS,
         keras_hub_kwargs=dict(head_hidden_units=(4,)),
     )
 )

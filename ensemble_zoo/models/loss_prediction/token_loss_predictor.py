@@ -83,25 +83,14 @@ class TokenLossPredictor(
 
     ```python
     import keras_hub
-    import numpy as np
     import ensemble_zoo as ez
 
-    gemma = keras_hub.models.GemmaCausalLM(
-        backbone=keras_hub.models.GemmaBackbone(
-            vocabulary_size=50, num_layers=2, num_query_heads=4,
-            num_key_value_heads=2, hidden_dim=32, intermediate_dim=64,
-            head_dim=8,
-        ),
-        preprocessor=None,
-    )
-    predictor = ez.models.TokenLossPredictor.from_keras_hub(
-        gemma, hidden_units=(32,)
-    )
-    tokens = np.random.default_rng(0).integers(1, 50, size=(4, 8))
-    x = {"token_ids": tokens, "padding_mask": np.ones((4, 8), bool)}
+    path = ez.presets.get_preset_path("gemma_tiny_arithmetic")
+    gemma = keras_hub.models.CausalLM.from_preset(path)
+    predictor = ez.models.TokenLossPredictor.from_keras_hub(gemma, hidden_units=(32,))
     predictor.compile(optimizer="adam")
-    predictor.fit(x, epochs=1, verbose=0)
-    predictor.predict(x, verbose=0)["predicted_loss"].shape  # (4, 8)
+    predictor.fit(["12+7=19", "30+4=34"], epochs=1, batch_size=2, verbose=0)
+    predictor.predict(["1+1=2"], verbose=0)["predicted_loss"].shape  # (1, 12)
     ```
     """
 
@@ -136,14 +125,7 @@ class TokenLossPredictor(
         backbone (`GemmaBackbone`) and finds keras-hub's, not this one."""
         from ensemble_zoo.presets import load_preset
 
-        return load_preset(
-            preset,
-            cls=cls,
-            load_weights=load_weights,
-            dtype=dtype,
-            preprocessor=preprocessor,
-            **kwargs,
-        )
+        return load_preset(preset, cls, load_weights, dtype, preprocessor, **kwargs)
 
     @classmethod
     def from_keras_hub(cls, causal_lm, hidden_units=(512, 512), margin=0.1):

@@ -1,4 +1,3 @@
-from ensemble_zoo.models.masksembles import masksembles_presets
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
 from ensemble_zoo.models.masksembles.masksembles_image_classifier import MasksemblesImageClassifier
@@ -11,13 +10,10 @@ register_method(
     Method(
         name="masksembles",
         tasks=(MasksemblesImageClassifier,),
-        presets=masksembles_presets.PRESETS,
         harness=(
             HarnessCase(
                 MasksemblesImageClassifier,
                 dict(num_heads=2, num_members=2, scale=2.0, seed=0),
-                num_members=2,
-                layout="member_major",
                 preset="masksembles_vit_tiny_digits",
             ),
         ),

@@ -2,7 +2,6 @@ from ensemble_zoo.models.method_registry import BenchmarkCase
 from ensemble_zoo.models.method_registry import HarnessCase
 from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
-from ensemble_zoo.models.mimo import mimo_presets
 from ensemble_zoo.models.mimo.mimo_backbone import MIMOViTBackbone
 from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
 from ensemble_zoo.models.mimo.mimo_batches import mimo_batch
@@ -12,12 +11,10 @@ register_method(
     Method(
         name="mimo",
         tasks=(MIMOImageClassifier,),
-        presets=mimo_presets.PRESETS,
         harness=(
             HarnessCase(
                 MIMOImageClassifier,
                 dict(image_shape=(8, 8, 2), num_heads=2, num_members=2),
-                num_members=2,
                 layout="stacked_channels",
                 preset="mimo_vit_tiny_digits",
             ),

@@ -2,7 +2,6 @@ from ensemble_zoo.models.method_registry import BenchmarkCase
 from ensemble_zoo.models.method_registry import HarnessCase
 from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
-from ensemble_zoo.models.packed_ensemble import packed_ensemble_presets
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import PackedEnsembleBackbone
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_image_classifier import (
     PackedEnsembleImageClassifier,
@@ -12,13 +11,10 @@ register_method(
     Method(
         name="packed_ensemble",
         tasks=(PackedEnsembleImageClassifier,),
-        presets=packed_ensemble_presets.PRESETS,
         harness=(
             HarnessCase(
                 PackedEnsembleImageClassifier,
                 dict(num_heads=2, num_members=2, alpha=2),
-                num_members=2,
-                layout="member_axis",
                 preset="packed_ensemble_vit_tiny_digits",
             ),
         ),

@@ -4,7 +4,6 @@ paper, "Sparse MoEs meet Efficient Ensembles")."""
 from ensemble_zoo.models.method_registry import HarnessCase
 from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
-from ensemble_zoo.models.vit_moe import vit_moe_presets
 from ensemble_zoo.models.vit_moe.expert_parallel import check_expert_parallel
 from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_distribution
 from ensemble_zoo.models.vit_moe.expert_parallel import expert_parallel_layout_map
@@ -20,7 +19,6 @@ register_method(
     Method(
         name="vit_moe",
         tasks=(ViTMoEImageClassifier,),
-        presets=vit_moe_presets.PRESETS,
         harness=(
             HarnessCase(
                 ViTMoEImageClassifier,
@@ -32,8 +30,6 @@ register_method(
                     ensemble_size=2,
                     seed=0,
                 ),
-                num_members=2,
-                layout="member_axis",
                 preset="e3_vit_tiny_digits",
             ),
         ),

@@ -165,15 +165,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         """
         from ensemble_zoo.presets import load_preset
 
-        return load_preset(
-            preset,
-            cls=cls,
-            load_weights=load_weights,
-            dtype=dtype,
-            preprocessor=preprocessor,
-            base=base,
-            **kwargs,
-        )
+        return load_preset(preset, cls, load_weights, dtype, preprocessor, base, **kwargs)
 
     @staticmethod
     def from_keras_hub(
