@@ -7,34 +7,26 @@ the test splits of other datasets (CIFAR-10 <-> CIFAR-100 near, SVHN far),
 as in the OOD literature; their labels are replaced by -1.
 """
 
+
+def _image_splits(name, near_ood, far_ood, num_classes):
+    """An image dataset's splits: the last 10 % of `train` held out for
+    validation, the OOD splits the test splits of `near_ood` and
+    `far_ood`."""
+    return {
+        "kind": "image",
+        "train": (name, "train[:90%]"),
+        "validation": (name, "train[90%:]"),
+        "test": (name, "test"),
+        "near_ood": (near_ood, "test"),
+        "far_ood": (far_ood, "test"),
+        "num_classes": num_classes,
+    }
+
+
 TFDS_SPLITS = {
-    "cifar10": {
-        "kind": "image",
-        "train": ("cifar10", "train[:90%]"),
-        "validation": ("cifar10", "train[90%:]"),
-        "test": ("cifar10", "test"),
-        "near_ood": ("cifar100", "test"),
-        "far_ood": ("svhn_cropped", "test"),
-        "num_classes": 10,
-    },
-    "cifar100": {
-        "kind": "image",
-        "train": ("cifar100", "train[:90%]"),
-        "validation": ("cifar100", "train[90%:]"),
-        "test": ("cifar100", "test"),
-        "near_ood": ("cifar10", "test"),
-        "far_ood": ("svhn_cropped", "test"),
-        "num_classes": 100,
-    },
-    "svhn_cropped": {
-        "kind": "image",
-        "train": ("svhn_cropped", "train[:90%]"),
-        "validation": ("svhn_cropped", "train[90%:]"),
-        "test": ("svhn_cropped", "test"),
-        "near_ood": ("cifar10", "test"),
-        "far_ood": ("cifar100", "test"),
-        "num_classes": 10,
-    },
+    "cifar10": _image_splits("cifar10", "cifar100", "svhn_cropped", 10),
+    "cifar100": _image_splits("cifar100", "cifar10", "svhn_cropped", 100),
+    "svhn_cropped": _image_splits("svhn_cropped", "cifar10", "cifar100", 10),
     # GLUE's test labels are hidden, so the official validation split is
     # the test split and validation is held out from train.
     "glue/sst2": {

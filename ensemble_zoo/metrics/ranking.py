@@ -15,10 +15,12 @@ from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_finite
 
 
-def as_scores(scores, name):
+def as_scores(scores, name, samples=None, like=None):
     """Returns `scores` as a non-empty, finite vector (int64 for integer
     and bool scores, so large integers stay distinct; float64 otherwise),
-    or raises. Shape `(samples, 1)` is accepted as `(samples,)`."""
+    or raises. Shape `(samples, 1)` is accepted as `(samples,)`; with
+    `samples` given, the vector must have that length (`like`: the name
+    of the argument it must match, for the error)."""
     scores = as_numeric_array(scores, name, allow_bool=True)
     if scores.dtype.kind in "iub":
         scores = scores.astype(np.int64)
@@ -33,7 +35,13 @@ def as_scores(scores, name):
         )
     if scores.shape[0] == 0:
         raise ValueError(f"`{name}` is empty; the metric needs at least one sample of each kind.")
-    return check_finite(scores, name)
+    scores = check_finite(scores, name)
+    if samples is not None and scores.shape[0] != samples:
+        to_match = "" if like is None else f" to match `{like}`"
+        raise ValueError(
+            f"`{name}` must have shape ({samples},){to_match}; got shape {scores.shape}."
+        )
+    return scores
 
 
 def threshold_counts(scores, positive):

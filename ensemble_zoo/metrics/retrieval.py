@@ -102,6 +102,13 @@ def recall_at_one(embeddings, labels):
     return float(np.mean(nearest_neighbour_correct(embeddings, labels)))
 
 
+def _retrievals(embeddings, labels, uncertainties):
+    """Whether each leave-one-out 1-NN retrieval is correct, and the
+    checked per-sample `uncertainties` (one per sample)."""
+    correct = nearest_neighbour_correct(embeddings, labels)
+    return correct, as_scores(uncertainties, "uncertainties", samples=correct.shape[0])
+
+
 def r_auroc(embeddings, labels, uncertainties):
     """R-AUROC: how well an uncertainty predicts failed retrievals.
 
@@ -123,13 +130,7 @@ def r_auroc(embeddings, labels, uncertainties):
             worst possible uncertainty, so we do not return it (a design
             decision).
     """
-    correct = nearest_neighbour_correct(embeddings, labels)
-    uncertainties = as_scores(uncertainties, "uncertainties")
-    if uncertainties.shape[0] != correct.shape[0]:
-        raise ValueError(
-            f"`uncertainties` must have shape ({correct.shape[0]},); got "
-            f"shape {uncertainties.shape}."
-        )
+    correct, uncertainties = _retrievals(embeddings, labels, uncertainties)
     return binary_auroc(-uncertainties, correct, positive_name="a correct retrieval")
 
 
@@ -155,13 +156,7 @@ def recall_at_one_with_rejection(
     Returns:
         dict `{rate: recall@1 of the kept queries}`.
     """
-    correct = nearest_neighbour_correct(embeddings, labels)
-    uncertainties = as_scores(uncertainties, "uncertainties")
-    if uncertainties.shape[0] != correct.shape[0]:
-        raise ValueError(
-            f"`uncertainties` must have shape ({correct.shape[0]},); got "
-            f"shape {uncertainties.shape}."
-        )
+    correct, uncertainties = _retrievals(embeddings, labels, uncertainties)
     n = correct.shape[0]
     # Most certain first; among equal uncertainties the earlier sample first.
     order = np.lexsort((np.arange(n), uncertainties))

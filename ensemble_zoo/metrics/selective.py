@@ -22,12 +22,7 @@ def _correct_and_confidence(probs, labels, confidence):
     if confidence is None:
         confidence = probs.max(axis=1)
     else:
-        confidence = as_scores(confidence, "confidence")
-        if confidence.shape[0] != probs.shape[0]:
-            raise ValueError(
-                f"`confidence` must have shape ({probs.shape[0]},) to match "
-                f"`probs`; got shape {confidence.shape}."
-            )
+        confidence = as_scores(confidence, "confidence", samples=probs.shape[0], like="probs")
     return correct, confidence
 
 

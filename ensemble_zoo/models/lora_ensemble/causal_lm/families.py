@@ -15,6 +15,9 @@ cache and a `cache_update_mask` (prompt positions keep their cache) at
 each step.
 """
 
+import dataclasses
+from typing import Callable
+
 import keras_hub
 from keras import ops
 
@@ -29,25 +32,26 @@ MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
 TARGETS = ATTENTION_TARGETS + MLP_TARGETS
 DEFAULT_TARGETS = ATTENTION_TARGETS
 
+
+def _sites(attention, attention_projections, mlp_projections):
+    """target -> attribute path: the attention projections under the
+    block's `attention` layer, the MLP's on the block itself."""
+    sites = {t: (attention, p) for t, p in zip(ATTENTION_TARGETS, attention_projections)}
+    sites.update({t: (p,) for t, p in zip(MLP_TARGETS, mlp_projections)})
+    return sites
+
+
 #: Per layout, the attribute path from a decoder block to each target.
-GEMMA_SITES = {
-    "query": ("attention", "query_dense"),
-    "key": ("attention", "key_dense"),
-    "value": ("attention", "value_dense"),
-    "attention_output": ("attention", "output_dense"),
-    "mlp_gate": ("gating_ffw",),
-    "mlp_up": ("gating_ffw_2",),
-    "mlp_down": ("ffw_linear",),
-}
-LLAMA_SITES = {
-    "query": ("_self_attention_layer", "_query_dense"),
-    "key": ("_self_attention_layer", "_key_dense"),
-    "value": ("_self_attention_layer", "_value_dense"),
-    "attention_output": ("_self_attention_layer", "_output_dense"),
-    "mlp_gate": ("_feedforward_gate_dense",),
-    "mlp_up": ("_feedforward_intermediate_dense",),
-    "mlp_down": ("_feedforward_output_dense",),
-}
+GEMMA_SITES = _sites(
+    "attention",
+    ("query_dense", "key_dense", "value_dense", "output_dense"),
+    ("gating_ffw", "gating_ffw_2", "ffw_linear"),
+)
+LLAMA_SITES = _sites(
+    "_self_attention_layer",
+    ("_query_dense", "_key_dense", "_value_dense", "_output_dense"),
+    ("_feedforward_gate_dense", "_feedforward_intermediate_dense", "_feedforward_output_dense"),
+)
 
 
 def target_site(block, path):
@@ -83,6 +87,7 @@ def gemma3_step_arguments(padding_mask, index):
     return {"cache_update_mask": ops.expand_dims(ops.take(not_prompt, index, axis=1), 1)}
 
 
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class Family:
     """One keras-hub causal-LM family.
 
@@ -101,25 +106,14 @@ class Family:
             family's cache (3 in the stacked layout, 1 in Gemma 3's).
     """
 
-    def __init__(
-        self,
-        name,
-        causal_lm_cls,
-        backbone_cls,
-        sites,
-        description,
-        seed_cache=seed_stacked_cache,
-        step_arguments=no_step_arguments,
-        cache_length_axis=3,
-    ):
-        self.name = name
-        self.causal_lm_cls = causal_lm_cls
-        self.backbone_cls = backbone_cls
-        self.sites = sites
-        self.description = description
-        self.seed_cache = seed_cache
-        self.step_arguments = step_arguments
-        self.cache_length_axis = cache_length_axis
+    name: str
+    causal_lm_cls: type
+    backbone_cls: type
+    sites: dict
+    description: str
+    seed_cache: Callable = seed_stacked_cache
+    step_arguments: Callable = no_step_arguments
+    cache_length_axis: int = 3
 
     def __repr__(self):
         return f"Family({self.name!r})"
