@@ -60,58 +60,52 @@ def check_router_arguments(
         )
 
 
-def make_router(
-    router,
-    *,
-    num_experts,
-    top_k,
-    num_members,
-    group_size,
-    capacity_factor,
-    eval_capacity_factor,
-    capacity_multiple_of,
-    capacity_rounding,
-    batch_priority,
-    noise_std,
-    importance_loss_weight,
-    load_loss_weight,
-    num_slots,
-    kernel_initializer,
-    seed,
-):
+#: The `SparseMoE` arguments that every router takes as they are.
+_SHARED_ARGUMENTS = tuple(
+    "num_experts num_members group_size capacity_factor capacity_multiple_of noise_std seed".split()
+)
+
+#: The `SparseMoE` arguments that each router takes as they are (the
+#: initializer and `capacity_rounding`'s default differ).
+_ROUTER_ARGUMENTS = {
+    "soft": _SHARED_ARGUMENTS + ("num_slots",),
+    "experts_choice": _SHARED_ARGUMENTS + ("eval_capacity_factor",),
+    "top_k": _SHARED_ARGUMENTS
+    + tuple(
+        "eval_capacity_factor top_k batch_priority importance_loss_weight load_loss_weight".split()
+    ),
+}
+
+#: Every `SparseMoE` argument that some router takes as it is.
+ROUTER_ARGUMENTS = tuple(dict.fromkeys(sum(_ROUTER_ARGUMENTS.values(), ())))
+
+
+def make_router(router, *, capacity_rounding, kernel_initializer, **arguments):
     """The router layer of `SparseMoE(router=...)`; it routes in float32
-    under mixed precision (as vmoe)."""
-    common = dict(
-        num_experts=num_experts,
-        num_members=num_members,
-        group_size=group_size,
-        capacity_factor=capacity_factor,
-        capacity_multiple_of=capacity_multiple_of,
-        noise_std=noise_std,
-        seed=seed,
-        dtype="float32",
-        name="router",
-    )
+    under mixed precision (as vmoe).
+
+    Args:
+        router: `"top_k"`, `"experts_choice"` or `"soft"`.
+        capacity_rounding: `"ceil"`, `"round"` or `None` (the router's
+            vmoe default).
+        kernel_initializer: the router kernel's (Soft MoE: `mu`'s)
+            initializer.
+        **arguments: `SparseMoE`'s routing arguments, by its names (at
+            least those of `_ROUTER_ARGUMENTS[router]`; the others are
+            left out).
+    """
+    kept = {name: arguments[name] for name in _ROUTER_ARGUMENTS[router]}
+    common = dict(dtype="float32", name="router", **kept)
     if router == "soft":
         return SoftRouter(
-            num_slots=num_slots,
             capacity_rounding=capacity_rounding or "round",
             mu_initializer=kernel_initializer,
             compute_similarity_metrics=False,
             **common,
         )
-    gated = dict(
-        eval_capacity_factor=eval_capacity_factor,
+    router_cls = ExpertsChoiceRouter if router == "experts_choice" else TopKRouter
+    return router_cls(
         capacity_rounding=capacity_rounding or "ceil",
         kernel_initializer=kernel_initializer,
         **common,
-    )
-    if router == "experts_choice":
-        return ExpertsChoiceRouter(**gated)
-    return TopKRouter(
-        top_k=top_k,
-        batch_priority=batch_priority,
-        importance_loss_weight=importance_loss_weight,
-        load_loss_weight=load_loss_weight,
-        **gated,
     )

@@ -4,6 +4,7 @@ from keras import ops
 from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.moe.member_router import build_on
+from ensemble_zoo.layers.moe.router_choice import ROUTER_ARGUMENTS
 from ensemble_zoo.layers.moe.router_choice import check_router_arguments
 from ensemble_zoo.layers.moe.router_choice import make_router
 from ensemble_zoo.layers.moe.top_k_router import _check_non_negative
@@ -11,6 +12,23 @@ from ensemble_zoo.layers.moe.top_k_router import check_capacity_rounding
 from ensemble_zoo.layers.moe.top_k_router import check_dispatcher
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
+
+#: The routing arguments in `SparseMoE.get_config` as they were given (the
+#: router keeps only some of them).
+_ROUTER_CONFIG = (
+    "top_k capacity_factor eval_capacity_factor capacity_multiple_of batch_priority noise_std"
+    " importance_loss_weight load_loss_weight"
+).split()
+
+#: The other arguments in `SparseMoE.get_config`, each kept as the attribute
+#: of that name.
+_CONFIG_ATTRIBUTES = (
+    "mlp_dim activation bfloat16_dispatch dropout_rate use_bias seed dispatcher num_slots"
+    " capacity_rounding"
+).split()
+
+#: The initializer arguments, serialized in `SparseMoE.get_config`.
+_INITIALIZERS = ("kernel_initializer", "bias_initializer", "router_kernel_initializer")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -189,6 +207,7 @@ class SparseMoE(keras.layers.Layer):
         capacity_rounding=None,
         **kwargs,
     ):
+        arguments = locals()
         super().__init__(**kwargs)
         self.dispatcher = check_dispatcher(dispatcher)
         check_router_arguments(
@@ -218,27 +237,13 @@ class SparseMoE(keras.layers.Layer):
         self.bfloat16_dispatch = bfloat16_dispatch
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._router_arguments = dict(
-            top_k=top_k,
-            capacity_factor=capacity_factor,
-            eval_capacity_factor=eval_capacity_factor,
-            capacity_multiple_of=capacity_multiple_of,
-            batch_priority=batch_priority,
-            noise_std=noise_std,
-            importance_loss_weight=importance_loss_weight,
-            load_loss_weight=load_loss_weight,
-        )
         self.router = make_router(
             router,
-            num_experts=num_experts,
-            num_members=num_members,
-            group_size=group_size,
             capacity_rounding=capacity_rounding,
-            num_slots=num_slots,
             kernel_initializer=router_kernel_initializer,
-            seed=seed,
-            **self._router_arguments,
+            **{name: arguments[name] for name in ROUTER_ARGUMENTS},
         )
+        self._router_arguments = {name: arguments[name] for name in _ROUTER_CONFIG}
         self.seed = seed
         self.dense_1 = GroupedDense(
             self.mlp_dim,
@@ -350,26 +355,14 @@ class SparseMoE(keras.layers.Layer):
         config = super().get_config()
         router = self.router
         config.update(
-            {
-                "num_experts": router.num_experts,
-                "mlp_dim": self.mlp_dim,
-                "num_members": router.num_members,
-                "group_size": router.group_size,
-                **self._router_arguments,
-                "activation": self.activation,
-                "bfloat16_dispatch": self.bfloat16_dispatch,
-                "dropout_rate": self.dropout_rate,
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "router_kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(self.router_kernel_initializer)
-                ),
-                "seed": self.seed,
-                "dispatcher": self.dispatcher,
-                "router": self.router_type,
-                "num_slots": self.num_slots,
-                "capacity_rounding": self.capacity_rounding,
-            }
+            num_experts=router.num_experts,
+            num_members=router.num_members,
+            group_size=router.group_size,
+            router=self.router_type,
+            **self._router_arguments,
         )
+        config.update({name: getattr(self, name) for name in _CONFIG_ATTRIBUTES})
+        for name in _INITIALIZERS:
+            initializer = keras.initializers.get(getattr(self, name))
+            config[name] = keras.initializers.serialize(initializer)
         return config

@@ -5,6 +5,27 @@ their published costs can be checked without building the models."""
 from ensemble_zoo.models.vit_moe.moe_cost import VIT_FAMILIES
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
 
+#: The sizes that a ViT family's entry in `VIT_FAMILIES` or
+#: `_SOFT_MOE_FAMILIES` starts with.
+_SIZE_NAMES = ("hidden_dim", "mlp_dim", "num_layers")
+
+
+def _parse_model(model, families, example):
+    """Reads a `"<family>/<patch>"` model name such as `example`.
+
+    Returns:
+        `(sizes, rest)`: the `_SIZE_NAMES` and `patch_size` of the model as
+        a dict, and the other entries of its family in `families`.
+    """
+    family, _, patch = str(model).partition("/")
+    if family not in families or not patch.isdigit():
+        raise ValueError(
+            f"`model` must look like {example!r} with a family in {tuple(families)}; got {model!r}."
+        )
+    entry = families[family]
+    sizes = dict(zip(_SIZE_NAMES, entry), patch_size=int(patch))
+    return sizes, entry[len(_SIZE_NAMES) :]
+
 
 def vit_moe_config(
     model,
@@ -48,20 +69,12 @@ def vit_moe_config(
     assert config["patch_size"] == 16 and config["hidden_dim"] == 768
     ```
     """
-    family, _, patch = str(model).partition("/")
-    if family not in VIT_FAMILIES or not patch.isdigit():
-        raise ValueError(
-            f"`model` must look like 'B/16' with a family in {tuple(VIT_FAMILIES)}; got {model!r}."
-        )
-    hidden_dim, mlp_dim, num_layers, num_moe = VIT_FAMILIES[family]
+    sizes, (num_moe,) = _parse_model(model, VIT_FAMILIES, "B/16")
     config = dict(
+        sizes,
         image_size=image_size,
-        patch_size=int(patch),
-        hidden_dim=hidden_dim,
-        num_layers=num_layers,
-        mlp_dim=mlp_dim,
         num_classes=num_classes,
-        representation_size=hidden_dim,
+        representation_size=sizes["hidden_dim"],
     )
     if num_selected_experts is None:
         if ensemble_size != 1:
@@ -71,7 +84,7 @@ def vit_moe_config(
             )
         return config
     config.update(
-        moe_layers=last_n_moe_layers(num_layers, num_moe),
+        moe_layers=last_n_moe_layers(sizes["num_layers"], num_moe),
         num_experts=num_experts,
         num_selected_experts=num_selected_experts,
         ensemble_size=ensemble_size,
@@ -130,26 +143,13 @@ def soft_moe_config(model, num_experts=128, num_slots=1, image_size=224, num_cla
     assert 4.2e9 < cost["total"] < 4.3e9
     ```
     """
-    family, _, patch = str(model).partition("/")
-    if family not in _SOFT_MOE_FAMILIES or not patch.isdigit():
-        raise ValueError(
-            f"`model` must look like 'S/16' with a family in "
-            f"{tuple(_SOFT_MOE_FAMILIES)}; got {model!r}."
-        )
-    hidden_dim, mlp_dim, num_layers, num_heads, num_moe = _SOFT_MOE_FAMILIES[family]
-    patch = int(patch)
+    sizes, (num_heads, num_moe) = _parse_model(model, _SOFT_MOE_FAMILIES, "S/16")
+    num_layers, patch = sizes["num_layers"], sizes["patch_size"]
     moe_layers = list(range(num_layers - num_moe, num_layers))
     tokens = (image_size // patch) ** 2
     # What the backbone and the cost count share.
     model = dict(
-        patch_size=patch,
-        num_layers=num_layers,
-        hidden_dim=hidden_dim,
-        mlp_dim=mlp_dim,
-        num_experts=num_experts,
-        router="soft",
-        num_slots=num_slots,
-        use_class_token=False,
+        sizes, num_experts=num_experts, router="soft", num_slots=num_slots, use_class_token=False
     )
     backbone = dict(
         model,

@@ -12,8 +12,13 @@ from ensemble_zoo.models.vit_geometry import vit_block_arguments
 from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.models.vit_moe.moe_cost import last_n_moe_layers
+from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import MOE_OPTIONS
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import ViTMoEEncoderBlock
 from ensemble_zoo.utils.validation import check_positive_int
+
+#: The config entries of `ViTMoEBackbone` beyond `VIT_ARGUMENTS`, each kept
+#: as the attribute of that name.
+_MOE_ARGUMENTS = ("num_experts", "moe_layers", "ensemble_size", "seed", *MOE_OPTIONS)
 
 
 def check_moe_layers(moe_layers, num_layers):
@@ -196,6 +201,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             )
         vit = check_vit_arguments(locals())
         moe_layers = check_moe_layers(moe_layers, vit.num_layers)
+        arguments = locals()
+        moe_config = {name: arguments[name] for name in _MOE_ARGUMENTS}
+        moe_options = {name: arguments[name] for name in MOE_OPTIONS}
         gelu_activation(mlp_activation, "mlp_activation")
         dense_block_cls = (
             ViTEncoderBlock if mlp_activation == "gelu" else ApproximateGELUViTEncoderBlock
@@ -217,23 +225,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             if i in moe_layers:
                 block = ViTMoEEncoderBlock(
                     num_experts=num_experts,
-                    num_selected_experts=num_selected_experts,
                     num_members=ensemble_size,
-                    capacity_factor=capacity_factor,
-                    eval_capacity_factor=eval_capacity_factor,
-                    group_size=group_size,
-                    batch_priority=batch_priority,
-                    noise_std=noise_std,
                     seed=None if seed is None else seed + i,
-                    dispatcher=dispatcher,
-                    router=router,
-                    num_slots=num_slots,
-                    capacity_rounding=capacity_rounding,
-                    capacity_multiple_of=capacity_multiple_of,
-                    importance_loss_weight=importance_loss_weight,
-                    load_loss_weight=load_loss_weight,
-                    mlp_activation=mlp_activation,
-                    bfloat16_dispatch=bfloat16_dispatch,
+                    **moe_options,
                     **common,
                 )
             else:
@@ -257,25 +251,8 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
 
         # === Config ===
-        self.num_experts = num_experts
-        self.num_selected_experts = num_selected_experts
-        self.moe_layers = moe_layers
-        self.ensemble_size = ensemble_size
-        self.capacity_factor = capacity_factor
-        self.eval_capacity_factor = eval_capacity_factor
-        self.group_size = group_size
-        self.batch_priority = batch_priority
-        self.noise_std = noise_std
-        self.capacity_multiple_of = capacity_multiple_of
-        self.importance_loss_weight = importance_loss_weight
-        self.load_loss_weight = load_loss_weight
-        self.mlp_activation = mlp_activation
-        self.bfloat16_dispatch = bfloat16_dispatch
-        self.seed = seed
-        self.dispatcher = dispatcher
-        self.router = router
-        self.num_slots = num_slots
-        self.capacity_rounding = capacity_rounding
+        for name, value in moe_config.items():
+            setattr(self, name, value)
 
     @property
     def moe_blocks(self):
@@ -290,27 +267,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     def get_config(self):
         config = super().get_config()
         config.update(vit_config(self))
-        config.update(
-            {
-                "num_experts": self.num_experts,
-                "num_selected_experts": self.num_selected_experts,
-                "moe_layers": list(self.moe_layers),
-                "ensemble_size": self.ensemble_size,
-                "capacity_factor": self.capacity_factor,
-                "eval_capacity_factor": self.eval_capacity_factor,
-                "group_size": self.group_size,
-                "batch_priority": self.batch_priority,
-                "noise_std": self.noise_std,
-                "capacity_multiple_of": self.capacity_multiple_of,
-                "importance_loss_weight": self.importance_loss_weight,
-                "load_loss_weight": self.load_loss_weight,
-                "mlp_activation": self.mlp_activation,
-                "bfloat16_dispatch": self.bfloat16_dispatch,
-                "seed": self.seed,
-                "dispatcher": self.dispatcher,
-                "router": self.router,
-                "num_slots": self.num_slots,
-                "capacity_rounding": self.capacity_rounding,
-            }
-        )
+        config.update({name: getattr(self, name) for name in _MOE_ARGUMENTS})
+        config["moe_layers"] = list(self.moe_layers)
         return config

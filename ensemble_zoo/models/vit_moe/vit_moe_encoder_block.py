@@ -1,36 +1,47 @@
 import keras
 
 from ensemble_zoo.layers.moe.sparse_moe import SparseMoE
+from ensemble_zoo.models.vit_geometry import check_heads_divide
+
+#: The sparse-MoE options of `ViTMoEEncoderBlock` (keyword arguments) with
+#: their defaults, those of `ViTMoEBackbone`, which passes them on as they
+#: are. Each is kept as the attribute of that name.
+MOE_OPTIONS = {
+    "num_selected_experts": 1,
+    "capacity_factor": 1.5,
+    "eval_capacity_factor": 8.0,
+    "group_size": None,
+    "batch_priority": False,
+    "noise_std": None,
+    "capacity_multiple_of": 1,
+    "importance_loss_weight": 0.005,
+    "load_loss_weight": 0.005,
+    "mlp_activation": "gelu",
+    "bfloat16_dispatch": False,
+    "dispatcher": "einsum",
+    "router": "top_k",
+    "num_slots": None,
+    "capacity_rounding": None,
+}
+
+#: The block arguments that its `SparseMoE` takes.
+_SPARSE_MOE_ARGUMENTS = (
+    *"num_experts mlp_dim num_members dropout_rate use_mlp_bias seed".split(),
+    *MOE_OPTIONS,
+)
+
+#: The `SparseMoE` names of the `_SPARSE_MOE_ARGUMENTS` whose names differ.
+_SPARSE_MOE_NAMES = {
+    "num_selected_experts": "top_k",
+    "mlp_activation": "activation",
+    "use_mlp_bias": "use_bias",
+}
 
 #: The arguments in `ViTMoEEncoderBlock.get_config`, each kept as the
 #: attribute of that name.
 _CONFIG_KEYS = (
-    "num_heads",
-    "hidden_dim",
-    "mlp_dim",
-    "num_experts",
-    "num_selected_experts",
-    "num_members",
-    "capacity_factor",
-    "eval_capacity_factor",
-    "group_size",
-    "batch_priority",
-    "noise_std",
-    "capacity_multiple_of",
-    "importance_loss_weight",
-    "load_loss_weight",
-    "mlp_activation",
-    "bfloat16_dispatch",
-    "dispatcher",
-    "router",
-    "num_slots",
-    "capacity_rounding",
-    "use_mha_bias",
-    "use_mlp_bias",
-    "dropout_rate",
-    "attention_dropout",
-    "layer_norm_epsilon",
-    "seed",
+    *"num_heads hidden_dim use_mha_bias attention_dropout layer_norm_epsilon".split(),
+    *_SPARSE_MOE_ARGUMENTS,
 )
 
 
@@ -50,35 +61,37 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         hidden_dim: int.
         mlp_dim: int, each expert's hidden size.
         num_experts: int.
-        num_selected_experts: int, K experts per token.
         num_members: int, the E³ ensemble size. Defaults to 1 (V-MoE).
-        capacity_factor: float, training capacity factor.
-        eval_capacity_factor: float or `None`, capacity factor at inference.
-        group_size: int or `None`, see `SparseMoE`.
-        batch_priority: bool, Batch-Prioritized Routing.
-        noise_std: float or `None`, router noise (default `1 / num_experts`).
-        capacity_multiple_of: int, round the capacity up to a multiple of
-            this (vmoe: 4). Defaults to 1.
-        importance_loss_weight: float, see `TopKRouter`. Defaults to 0.005.
-        load_loss_weight: float, see `TopKRouter`. Defaults to 0.005.
-        mlp_activation: `"gelu"` (exact, keras-hub) or `"gelu_approximate"`
-            (tanh, vmoe), the experts' activation. Defaults to `"gelu"`.
-        bfloat16_dispatch: bool, vmoe's bfloat16 rounding of expert inputs
-            and outputs, see `SparseMoE`. Defaults to `False`.
         use_mha_bias: bool. Defaults to `True`.
         use_mlp_bias: bool. Defaults to `True`.
         dropout_rate: float, residual and expert dropout. Defaults to 0.
         attention_dropout: float. Defaults to 0.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         seed: int or `None`, seed of the router noise and expert dropout.
-        dispatcher: `"einsum"` or `"indices"`, see `SparseMoE`. Defaults
-            to `"einsum"`.
-        router: `"top_k"` (default), `"experts_choice"` or `"soft"`, see
-            `SparseMoE`.
+        **kwargs: the MoE options below (keyword arguments, defaults in
+            `MOE_OPTIONS`: `ViTMoEBackbone`'s), and other
+            `keras.layers.Layer` arguments.
+
+    MoE options:
+        num_selected_experts: int, K experts per token.
+        capacity_factor: float, training capacity factor.
+        eval_capacity_factor: float or `None`, capacity factor at inference.
+        group_size: int or `None`, see `SparseMoE`.
+        batch_priority: bool, Batch-Prioritized Routing.
+        noise_std: float or `None`, router noise (default `1 / num_experts`).
+        capacity_multiple_of: int, round the capacity up to a multiple of
+            this (vmoe: 4).
+        importance_loss_weight: float, see `TopKRouter`.
+        load_loss_weight: float, see `TopKRouter`.
+        mlp_activation: `"gelu"` (exact, keras-hub) or `"gelu_approximate"`
+            (tanh, vmoe), the experts' activation.
+        bfloat16_dispatch: bool, vmoe's bfloat16 rounding of expert inputs
+            and outputs, see `SparseMoE`.
+        dispatcher: `"einsum"` or `"indices"`, see `SparseMoE`.
+        router: `"top_k"`, `"experts_choice"` or `"soft"`, see `SparseMoE`.
         num_slots: int or `None`, Soft MoE's slots per expert.
         capacity_rounding: `"ceil"`, `"round"` or `None` (the router's
             vmoe default), see `SparseMoE`.
-        **kwargs: other `keras.layers.Layer` arguments.
     """
 
     def __init__(
@@ -87,35 +100,19 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         hidden_dim,
         mlp_dim,
         num_experts,
-        num_selected_experts=1,
         num_members=1,
-        capacity_factor=1.5,
-        eval_capacity_factor=8.0,
-        group_size=None,
-        batch_priority=False,
-        noise_std=None,
-        capacity_multiple_of=1,
-        importance_loss_weight=0.005,
-        load_loss_weight=0.005,
-        mlp_activation="gelu",
-        bfloat16_dispatch=False,
         use_mha_bias=True,
         use_mlp_bias=True,
         dropout_rate=0.0,
         attention_dropout=0.0,
         layer_norm_epsilon=1e-6,
         seed=None,
-        dispatcher="einsum",
-        router="top_k",
-        num_slots=None,
-        capacity_rounding=None,
         **kwargs,
     ):
+        options = {name: kwargs.pop(name, default) for name, default in MOE_OPTIONS.items()}
+        arguments = dict(locals(), **options)
         super().__init__(**kwargs)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
-            )
+        check_heads_divide(hidden_dim, num_heads)
         # === Layers ===
         self.layer_norm_1 = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
@@ -133,57 +130,15 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
         self.moe = SparseMoE(
-            num_experts=num_experts,
-            mlp_dim=mlp_dim,
-            top_k=num_selected_experts,
-            num_members=num_members,
-            group_size=group_size,
-            capacity_factor=capacity_factor,
-            eval_capacity_factor=eval_capacity_factor,
-            batch_priority=batch_priority,
-            noise_std=noise_std,
-            capacity_multiple_of=capacity_multiple_of,
-            importance_loss_weight=importance_loss_weight,
-            load_loss_weight=load_loss_weight,
-            activation=mlp_activation,
-            bfloat16_dispatch=bfloat16_dispatch,
-            dropout_rate=dropout_rate,
-            use_bias=use_mlp_bias,
-            seed=seed,
-            dispatcher=dispatcher,
-            router=router,
-            num_slots=num_slots,
-            capacity_rounding=capacity_rounding,
             dtype=self.dtype_policy,
             name="moe",
+            **{
+                _SPARSE_MOE_NAMES.get(name, name): arguments[name] for name in _SPARSE_MOE_ARGUMENTS
+            },
         )
         # === Config ===
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.mlp_dim = mlp_dim
-        self.num_experts = num_experts
-        self.num_selected_experts = num_selected_experts
-        self.num_members = num_members
-        self.capacity_factor = capacity_factor
-        self.eval_capacity_factor = eval_capacity_factor
-        self.group_size = group_size
-        self.batch_priority = batch_priority
-        self.noise_std = noise_std
-        self.capacity_multiple_of = capacity_multiple_of
-        self.importance_loss_weight = importance_loss_weight
-        self.load_loss_weight = load_loss_weight
-        self.mlp_activation = mlp_activation
-        self.bfloat16_dispatch = bfloat16_dispatch
-        self.use_mha_bias = use_mha_bias
-        self.use_mlp_bias = use_mlp_bias
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.seed = seed
-        self.dispatcher = dispatcher
-        self.router = router
-        self.num_slots = num_slots
-        self.capacity_rounding = capacity_rounding
+        for name in _CONFIG_KEYS:
+            setattr(self, name, arguments[name])
 
     def build(self, input_shape):
         self.layer_norm_1.build(input_shape)

@@ -4,8 +4,16 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
+from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import MOE_OPTIONS
 from ensemble_zoo.utils.validation import check_positive_int
+
+#: The `ViTMoEBackbone` MoE options that `from_vmoe_checkpoint` takes (with
+#: vmoe's defaults) and passes on; `num_slots` comes from the checkpoint.
+_CHECKPOINT_MOE_OPTIONS = tuple(
+    name for name in MOE_OPTIONS if name not in ("dispatcher", "num_slots")
+)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -173,24 +181,15 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
                 f"({classifier.activation!r}); the zoo's heads return logits."
             )
         vit = classifier.backbone
-        backbone_kwargs.setdefault("dropout_rate", vit.dropout_rate)
-        backbone_kwargs.setdefault("attention_dropout", vit.attention_dropout)
+        architecture = {name: getattr(vit, name) for name in VIT_ARGUMENTS}
+        for name in ("dropout_rate", "attention_dropout"):  # backbone_kwargs may override
+            backbone_kwargs.setdefault(name, architecture.pop(name))
         backbone = ViTMoEBackbone(
-            image_shape=vit.image_shape,
-            patch_size=vit.patch_size,
-            num_layers=vit.num_layers,
-            num_heads=vit.num_heads,
-            hidden_dim=vit.hidden_dim,
-            mlp_dim=vit.mlp_dim,
             num_experts=num_experts,
             num_selected_experts=num_selected_experts,
             moe_layers=moe_layers,
             ensemble_size=ensemble_size,
-            layer_norm_epsilon=vit.layer_norm_epsilon,
-            use_mha_bias=vit.use_mha_bias,
-            use_mlp_bias=vit.use_mlp_bias,
-            use_class_token=vit.use_class_token,
-            use_patch_bias=vit.use_patch_bias,
+            **architecture,
             **backbone_kwargs,
         )
         if not expert_noise >= 0:
@@ -355,21 +354,10 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         )
         if noise_std is None and router == "top_k":
             noise_std = architecture["ensemble_size"] / architecture["num_experts"]
+        arguments = locals()
         backbone = ViTMoEBackbone(
             **architecture,
-            router=router,
-            capacity_rounding=capacity_rounding,
-            num_selected_experts=num_selected_experts,
-            group_size=group_size,
-            capacity_factor=capacity_factor,
-            eval_capacity_factor=eval_capacity_factor,
-            capacity_multiple_of=capacity_multiple_of,
-            batch_priority=batch_priority,
-            bfloat16_dispatch=bfloat16_dispatch,
-            mlp_activation=mlp_activation,
-            noise_std=noise_std,
-            importance_loss_weight=importance_loss_weight,
-            load_loss_weight=load_loss_weight,
+            **{name: arguments[name] for name in _CHECKPOINT_MOE_OPTIONS},
             layer_norm_epsilon=1e-6,
             **backbone_kwargs,
         )
