@@ -3,11 +3,12 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.grouped_dense import add_member_bias
+from ensemble_zoo.layers.grouped_dense import layer_config
+from ensemble_zoo.layers.grouped_dense import set_member_layer_arguments
 from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
-from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.layers.member_selection import selected_member
-from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_positive_int
@@ -54,6 +55,21 @@ def _units_shape(units):
     if not shape:
         raise ValueError("`units` must not be empty.")
     return shape
+
+
+#: `BatchEnsembleDense`'s config entries, each kept as the attribute of that name.
+_CONFIG_KEYS = (
+    "units",
+    "num_members",
+    "num_input_axes",
+    "activation",
+    "use_bias",
+    "kernel_initializer",
+    "bias_initializer",
+    "fast_weight_initializer",
+    "fast_weight_stddev",
+    "seed",
+)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -140,12 +156,8 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.units = _units_shape(units)
-        self.num_members = check_positive_int(num_members, "num_members")
+        set_member_layer_arguments(self, locals())
         self.num_input_axes = check_positive_int(num_input_axes, "num_input_axes")
-        self.activation = keras.activations.get(activation)
-        self.use_bias = check_bool(use_bias, "use_bias")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
         self.fast_weight_initializer = check_choice(
             fast_weight_initializer, "fast_weight_initializer", FAST_WEIGHT_INITIALIZERS
         )
@@ -200,14 +212,7 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
                 None if seed is None else seed + 1,
             ),
         )
-        if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.num_members, d_out),
-                initializer=MemberInitializer(self.bias_initializer),
-            )
-        else:
-            self.bias = None
+        self.bias = add_member_bias(self, d_out)
         self.build_int8_kernels()
 
     def call(self, inputs):
@@ -269,18 +274,6 @@ class BatchEnsembleDense(Int8KernelsMixin, keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "units": list(self.units) if len(self.units) > 1 else self.units[0],
-                "num_members": self.num_members,
-                "num_input_axes": self.num_input_axes,
-                "activation": keras.activations.serialize(self.activation),
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "fast_weight_initializer": self.fast_weight_initializer,
-                "fast_weight_stddev": self.fast_weight_stddev,
-                "seed": self.seed,
-            }
-        )
+        config.update(layer_config(self, _CONFIG_KEYS))
+        config["units"] = list(self.units) if len(self.units) > 1 else self.units[0]
         return config

@@ -9,6 +9,69 @@ from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import static_shape
 
+#: The constructor arguments of the member-axis layers (`GroupedDense`,
+#: `GroupedLayerNormalization`, `HydraAttention`, `BatchEnsembleDense`)
+#: that name a Keras object, with the module that gets and serializes it.
+KERAS_OBJECT_ARGUMENTS = {
+    "activation": keras.activations,
+    "kernel_initializer": keras.initializers,
+    "bias_initializer": keras.initializers,
+    "beta_initializer": keras.initializers,
+    "gamma_initializer": keras.initializers,
+    "kernel_regularizer": keras.regularizers,
+    "bias_regularizer": keras.regularizers,
+}
+
+
+def set_member_layer_arguments(layer, arguments):
+    """Checks and sets as attributes the arguments that the member-axis
+    layers share, taken from `arguments` (the constructor's `locals()`):
+    `num_members` (a positive int), `use_bias` (a bool) where the layer
+    has it, and each Keras object of `KERAS_OBJECT_ARGUMENTS` that it
+    takes, got from its name (e.g. `keras.initializers.get("zeros")`)."""
+    layer.num_members = check_positive_int(arguments["num_members"], "num_members")
+    if "use_bias" in arguments:
+        layer.use_bias = check_bool(arguments["use_bias"], "use_bias")
+    for name, module in KERAS_OBJECT_ARGUMENTS.items():
+        if name in arguments:
+            setattr(layer, name, module.get(arguments[name]))
+
+
+def layer_config(layer, names):
+    """The config entries `names` of `layer`, read from its attributes;
+    those of `KERAS_OBJECT_ARGUMENTS` serialized."""
+    config = {name: getattr(layer, name) for name in names}
+    for name in KERAS_OBJECT_ARGUMENTS.keys() & config.keys():
+        config[name] = KERAS_OBJECT_ARGUMENTS[name].serialize(config[name])
+    return config
+
+
+def add_member_bias(layer, units, regularizer=None):
+    """The per-member bias `"bias"` `(num_members, units)` of `layer` (from
+    its `num_members`, `use_bias` and `bias_initializer`, each member's
+    initialized independently), or `None` without `use_bias`."""
+    if not layer.use_bias:
+        return None
+    return layer.add_weight(
+        name="bias",
+        shape=(layer.num_members, units),
+        initializer=MemberInitializer(layer.bias_initializer),
+        regularizer=regularizer,
+    )
+
+
+#: `GroupedDense`'s config entries, each kept as the attribute of that name.
+_CONFIG_KEYS = (
+    "units",
+    "num_members",
+    "activation",
+    "use_bias",
+    "kernel_initializer",
+    "bias_initializer",
+    "kernel_regularizer",
+    "bias_regularizer",
+)
+
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
@@ -69,20 +132,11 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.units = check_positive_int(units, "units")
-        self.num_members = check_positive_int(num_members, "num_members")
-        self.activation = keras.activations.get(activation)
-        self.use_bias = check_bool(use_bias, "use_bias")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        set_member_layer_arguments(self, locals())
         self.supports_masking = True
 
-    def _check_shape(self, input_shape):
-        return check_member_axis_input(self, input_shape)
-
     def build(self, input_shape):
-        input_shape = self._check_shape(input_shape)
+        input_shape = check_member_axis_input(self, input_shape)
         self.input_dim = int(input_shape[-1])
         self.kernel = self.add_kernel(
             "kernel",
@@ -90,15 +144,7 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
             MemberInitializer(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
         )
-        if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.num_members, self.units),
-                initializer=MemberInitializer(self.bias_initializer),
-                regularizer=self.bias_regularizer,
-            )
-        else:
-            self.bias = None
+        self.bias = add_member_bias(self, self.units, self.bias_regularizer)
         self.build_int8_kernels()
         self._equation = self._einsum_equation(len(input_shape))
 
@@ -110,7 +156,7 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
         return f"bm{middle}i,mio->bm{middle}o"
 
     def call(self, inputs):
-        shape = self._check_shape(static_shape(inputs))
+        shape = check_member_axis_input(self, static_shape(inputs))
         check_floating(inputs, "inputs")
         if shape[-1] != self.input_dim:
             raise ValueError(
@@ -127,21 +173,10 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
         return outputs
 
     def compute_output_shape(self, input_shape):
-        input_shape = self._check_shape(input_shape)
+        input_shape = check_member_axis_input(self, input_shape)
         return input_shape[:-1] + (self.units,)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "units": self.units,
-                "num_members": self.num_members,
-                "activation": keras.activations.serialize(self.activation),
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-            }
-        )
+        config.update(layer_config(self, _CONFIG_KEYS))
         return config

@@ -1,13 +1,24 @@
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.grouped_dense import layer_config
+from ensemble_zoo.layers.grouped_dense import set_member_layer_arguments
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_built_features
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_member_axis_input
-from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
 from ensemble_zoo.utils.validation import static_shape
+
+#: `GroupedLayerNormalization`'s config entries, each kept as the attribute of that name.
+_CONFIG_KEYS = (
+    "num_members",
+    "epsilon",
+    "center",
+    "scale",
+    "beta_initializer",
+    "gamma_initializer",
+)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -55,19 +66,14 @@ class GroupedLayerNormalization(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_members = check_positive_int(num_members, "num_members")
+        set_member_layer_arguments(self, locals())
         self.epsilon = check_real(epsilon, "epsilon", low=0.0, low_open=True)
         self.center = check_bool(center, "center")
         self.scale = check_bool(scale, "scale")
-        self.beta_initializer = keras.initializers.get(beta_initializer)
-        self.gamma_initializer = keras.initializers.get(gamma_initializer)
         self.supports_masking = True
 
-    def _check_shape(self, input_shape):
-        return check_member_axis_input(self, input_shape)
-
     def build(self, input_shape):
-        input_shape = self._check_shape(input_shape)
+        input_shape = check_member_axis_input(self, input_shape)
         dim = input_shape[-1]
         self.gamma = None
         self.beta = None
@@ -81,7 +87,7 @@ class GroupedLayerNormalization(keras.layers.Layer):
             )
 
     def call(self, inputs):
-        shape = self._check_shape(static_shape(inputs))
+        shape = check_member_axis_input(self, static_shape(inputs))
         check_floating(inputs, "inputs")
         dim = self.gamma if self.gamma is not None else self.beta
         if dim is not None:
@@ -98,18 +104,9 @@ class GroupedLayerNormalization(keras.layers.Layer):
         return outputs
 
     def compute_output_shape(self, input_shape):
-        return self._check_shape(input_shape)
+        return check_member_axis_input(self, input_shape)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_members": self.num_members,
-                "epsilon": self.epsilon,
-                "center": self.center,
-                "scale": self.scale,
-                "beta_initializer": keras.initializers.serialize(self.beta_initializer),
-                "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
-            }
-        )
+        config.update(layer_config(self, _CONFIG_KEYS))
         return config

@@ -3,11 +3,12 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.grouped_dense import layer_config
+from ensemble_zoo.layers.grouped_dense import set_member_layer_arguments
 from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.backend import resolve_attention_implementation
-from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
@@ -30,6 +31,20 @@ def _check_member_num_heads(member_num_heads, num_members, num_heads):
             f"{num_heads}] (heads kept by each member); got {member_num_heads!r}."
         )
     return [int(c) for c in counts]
+
+
+#: `HydraAttention`'s config entries, each kept as the attribute of that name.
+_CONFIG_KEYS = (
+    "num_members",
+    "num_heads",
+    "key_dim",
+    "member_num_heads",
+    "dropout",
+    "use_bias",
+    "kernel_initializer",
+    "bias_initializer",
+    "attention_implementation",
+)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -114,16 +129,13 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.attention_implementation = check_attention_implementation(attention_implementation)
-        self.num_members = check_positive_int(num_members, "num_members")
+        set_member_layer_arguments(self, locals())
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.key_dim = check_positive_int(key_dim, "key_dim")
         self.member_num_heads = _check_member_num_heads(
             member_num_heads, self.num_members, self.num_heads
         )
         self.dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True)
-        self.use_bias = check_bool(use_bias, "use_bias")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
         # A seed generator, not a `Dropout` sublayer: Keras' `quantize`
         # only reaches layers without sublayers (as a `Dropout`, no
         # generator at rate 0).
@@ -263,17 +275,6 @@ class HydraAttention(Int8KernelsMixin, keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_members": self.num_members,
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "member_num_heads": list(self.member_num_heads),
-                "dropout": self.dropout,
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "attention_implementation": self.attention_implementation,
-            }
-        )
+        config.update(layer_config(self, _CONFIG_KEYS))
+        config["member_num_heads"] = list(self.member_num_heads)
         return config

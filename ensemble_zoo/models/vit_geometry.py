@@ -1,11 +1,15 @@
 """Argument checks, the patch-embedding stem and config entries shared by
-the zoo's hand-written ViT backbones (Hydra, Packed-Ensembles, ViT-MoE)."""
+the zoo's hand-written ViT backbones (Hydra, Packed-Ensembles, ViT-MoE),
+and the base class of those with a member axis."""
 
 import collections
 
 import keras
+import keras_hub
 from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
 
+from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
+from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 from ensemble_zoo.utils.validation import check_real
@@ -18,6 +22,17 @@ def check_heads_divide(hidden_dim, num_heads):
     if hidden_dim % num_heads:
         raise ValueError(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
+        )
+
+
+def check_keras_hub_classifier(classifier, task_class):
+    """Raises a `ValueError` unless `classifier`, which a `from_keras_hub`
+    converter takes, is an instance of the keras-hub task class
+    `task_class` (e.g. `keras_hub.models.ViTImageClassifier`)."""
+    if not isinstance(classifier, task_class):
+        raise ValueError(
+            f"`classifier` must be a keras_hub.models.{task_class.__name__}; "
+            f"got {type(classifier).__name__}."
         )
 
 
@@ -165,21 +180,23 @@ def vit_embedding_layers(vit, width=None, dtype=None):
     return embedding, dropout
 
 
-def set_vit_attributes(backbone, vit, embedding, encoder_blocks, layer_norm):
-    """Sets a ViT backbone's main layers and its `ViTArguments` `vit` as
-    attributes (`vit_config` reads the latter back). Call it after
+def set_vit_attributes(backbone, vit, embedding, encoder_blocks, layer_norm, attributes=None):
+    """Sets a ViT backbone's main layers, its `ViTArguments` `vit` and the
+    optional mapping `attributes` (e.g. its own arguments) as attributes
+    (`vit_config` reads the latter two back). Call it after
     `keras.Model.__init__` (the torch backend forbids layer attributes
     before)."""
     backbone.embedding = embedding
     backbone.encoder_blocks = encoder_blocks
     backbone.layer_norm = layer_norm
-    for name, value in vit._asdict().items():
+    for name, value in {**vit._asdict(), **(attributes or {})}.items():
         setattr(backbone, name, value)
 
 
-def vit_config(backbone):
-    """The `VIT_ARGUMENTS` entries of a backbone's config, read from its
-    attributes (image and patch sizes as lists, as keras-hub writes them).
+def vit_config(backbone, names=()):
+    """The `VIT_ARGUMENTS` entries of a backbone's config, then those of
+    `names` (its own arguments), read from its attributes (image and patch
+    sizes as lists, as keras-hub writes them).
 
     Example:
 
@@ -192,7 +209,50 @@ def vit_config(backbone):
     vit_config(backbone)["patch_size"]  # [2, 2]
     ```
     """
-    config = {name: getattr(backbone, name) for name in VIT_ARGUMENTS}
+    config = {name: getattr(backbone, name) for name in VIT_ARGUMENTS + tuple(names)}
     config["image_shape"] = list(config["image_shape"])
     config["patch_size"] = list(config["patch_size"])
     return config
+
+
+class MemberAxisViTBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
+    """The base of the ViT backbones that run `num_members` members along
+    axis 1 (Hydra, Packed-Ensembles): `(batch, members, tokens, width)`
+    outputs after a per-member final layer norm.
+
+    A subclass sets `member_arguments`, its config entries beyond
+    `VIT_ARGUMENTS` (`num_members` among them), and its constructor checks
+    its arguments, creates its layers and calls `_build_member_vit`.
+    """
+
+    member_arguments = ()
+
+    def _build_member_vit(self, vit, arguments, stem, encoder_blocks, dtype, kwargs):
+        """Builds the functional model and sets the backbone's attributes.
+
+        Args:
+            vit: the backbone's `ViTArguments`.
+            arguments: the constructor's `locals()`, holding every name of
+                `member_arguments` (as checked) and `num_members`.
+            stem: the layers from the images to the encoder blocks' input,
+                the patch embedding first (kept as `embedding`).
+            encoder_blocks: the blocks, in order.
+            dtype: the dtype policy of the model and its final layer norm
+                (`"ln"`, a `GroupedLayerNormalization`).
+            kwargs: other `keras_hub.models.Backbone` arguments.
+        """
+        layer_norm = GroupedLayerNormalization(
+            arguments["num_members"], epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
+        )
+        inputs = keras.Input(shape=vit.image_shape, name="images")
+        outputs = inputs
+        for layer in (*stem, *encoder_blocks, layer_norm):
+            outputs = layer(outputs)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+        attributes = {name: arguments[name] for name in self.member_arguments}
+        set_vit_attributes(self, vit, stem[0], encoder_blocks, layer_norm, attributes)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vit_config(self, self.member_arguments))
+        return config

@@ -1,15 +1,10 @@
 import keras
-import keras_hub
 
-from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
-from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_encoder_blocks
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_vit_blocks
+from ensemble_zoo.models.vit_geometry import MemberAxisViTBackbone
 from ensemble_zoo.models.vit_geometry import check_vit_arguments
-from ensemble_zoo.models.vit_geometry import set_vit_attributes
-from ensemble_zoo.models.vit_geometry import vit_block_arguments
-from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
@@ -38,7 +33,7 @@ def check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
+class HydraBackbone(MemberAxisViTBackbone):
     """A ViT whose members share the embedding and keep their own heads.
 
     The image is patched and embedded once (keras-hub's
@@ -96,6 +91,8 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     ```
     """
 
+    member_arguments = ("num_members", "member_num_heads", "mlp", "attention_implementation")
+
     def __init__(
         self,
         image_shape,
@@ -122,57 +119,23 @@ class HydraBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
         vit = check_vit_arguments(locals())
-        counts = check_member_num_heads(
+        member_num_heads = check_member_num_heads(
             member_num_heads, vit.num_layers, num_members, vit.num_heads
         )
-        key_dim = hidden_dim // vit.num_heads
+        arguments = locals()
 
         # === Layers === (locals first: the torch backend forbids setting
         # layer attributes before keras.Model.__init__)
         embedding, embedding_dropout = vit_embedding_layers(vit, dtype=dtype)
         broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
-        encoder_blocks = hydra_encoder_blocks(
+        encoder_blocks = hydra_vit_blocks(
+            vit,
             num_members,
-            counts,
-            [f"transformer_block_{layer + 1}" for layer in range(vit.num_layers)],
-            key_dim=key_dim,
-            mlp_dim=vit.mlp_dim,
+            member_num_heads,
             mlp=mlp,
             attention_implementation=attention_implementation,
             dtype=dtype,
-            **vit_block_arguments(vit),
         )
-        layer_norm = GroupedLayerNormalization(
-            num_members, epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
-        )
-
-        # === Functional model ===
-        inputs = keras.Input(shape=vit.image_shape, name="images")
-        x = embedding(inputs)
-        x = embedding_dropout(x)
-        x = broadcast(x)
-        for block in encoder_blocks:
-            x = block(x)
-        outputs = layer_norm(x)
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
-
-        # === Config ===
-        self.key_dim = key_dim
-        self.num_members = num_members
-        self.member_num_heads = counts
-        self.mlp = mlp
-        self.attention_implementation = attention_implementation
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(vit_config(self))
-        config.update(
-            {
-                "num_members": self.num_members,
-                "member_num_heads": self.member_num_heads,
-                "mlp": self.mlp,
-                "attention_implementation": self.attention_implementation,
-            }
-        )
-        return config
+        stem = [embedding, embedding_dropout, broadcast]
+        self._build_member_vit(vit, arguments, stem, encoder_blocks, dtype, kwargs)
+        self.key_dim = hidden_dim // vit.num_heads

@@ -5,9 +5,23 @@ from ensemble_zoo.layers.gelu import gelu_activation as _activation
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
 from ensemble_zoo.layers.hydra_attention import HydraAttention
+from ensemble_zoo.models.vit_geometry import vit_block_arguments
 from ensemble_zoo.utils.validation import check_positive_int
 
 MLP_MODES = ("merge", "grouped")
+
+#: `HydraEncoderBlock`'s config entries, each kept as the attribute of that
+#: name.
+_CONFIG_KEYS = (
+    "num_members num_heads key_dim mlp_dim member_num_heads mlp dropout_rate attention_dropout "
+    "layer_norm_epsilon use_mha_bias use_mlp_bias normalize_first activation "
+    "intermediate_dropout attention_implementation groups"
+).split()
+#: The arguments kept as given.
+_KEPT_ARGUMENTS = (
+    "num_members num_heads key_dim mlp_dim dropout_rate attention_dropout layer_norm_epsilon "
+    "use_mha_bias use_mlp_bias activation attention_implementation"
+).split()
 
 
 def check_mlp_mode(mlp):
@@ -81,6 +95,7 @@ class HydraEncoderBlock(keras.layers.Layer):
         groups=1,
         **kwargs,
     ):
+        arguments = locals()
         super().__init__(**kwargs)
         self.groups = check_positive_int(groups, "groups")
         if self.groups > 1 and (
@@ -99,21 +114,11 @@ class HydraEncoderBlock(keras.layers.Layer):
             member_num_heads = None
         self._activation_fn = _activation(activation)
         self.normalize_first = bool(normalize_first)
-        self.activation = activation
         self.intermediate_dropout = bool(intermediate_dropout)
-        self.num_members = num_members
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.mlp_dim = mlp_dim
+        for name in _KEPT_ARGUMENTS:
+            setattr(self, name, arguments[name])
         self.mlp = check_mlp_mode(mlp)
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_mha_bias = use_mha_bias
-        self.use_mlp_bias = use_mlp_bias
-        self.ln_1 = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
-        )
+        self.ln_1 = self._layer_norm("ln_1")
         self.attention = HydraAttention(
             num_members * self.groups,
             num_heads // self.groups,
@@ -125,16 +130,19 @@ class HydraEncoderBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="attention",
         )
-        self.attention_implementation = attention_implementation
         self.member_num_heads = (
             self.attention.member_num_heads if self.groups == 1 else [num_heads] * num_members
         )
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
-        self.ln_2 = GroupedLayerNormalization(
-            num_members, epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
-        )
+        self.ln_2 = self._layer_norm("ln_2")
         self.mlp_dropout = keras.layers.Dropout(
             dropout_rate, dtype=self.dtype_policy, name="mlp_dropout"
+        )
+
+    def _layer_norm(self, name):
+        """A per-member layer norm of the block (`ln_1` or `ln_2`)."""
+        return GroupedLayerNormalization(
+            self.num_members, epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
         )
 
     def _grouped_shape(self, shape):
@@ -176,41 +184,25 @@ class HydraEncoderBlock(keras.layers.Layer):
         input_shape = self._grouped_shape(input_shape)
         dim = int(input_shape[-1])
         self.attention.build(input_shape)
-        bias_init = keras.initializers.RandomNormal(stddev=1e-6)
+        # The merged MLP is one `Dense` pair (then `groups` is 1); the grouped
+        # one a `GroupedDense` pair over the `members * groups` groups.
         if self.mlp == "merge":
-            self.dense_1 = keras.layers.Dense(
-                self.mlp_dim,
-                activation=self._activation_fn,
-                use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init,
-                dtype=self.dtype_policy,
-                name="dense_1",
-            )
-            self.dense_2 = keras.layers.Dense(
-                dim,
-                use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init,
-                dtype=self.dtype_policy,
-                name="dense_2",
-            )
+            dense, member_axis = keras.layers.Dense, ()
         else:
-            self.dense_1 = GroupedDense(
-                self.mlp_dim // self.groups,
-                self.num_members * self.groups,
-                activation=self._activation_fn,
-                use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init,
-                dtype=self.dtype_policy,
-                name="dense_1",
-            )
-            self.dense_2 = GroupedDense(
-                dim,
-                self.num_members * self.groups,
-                use_bias=self.use_mlp_bias,
-                bias_initializer=bias_init,
-                dtype=self.dtype_policy,
-                name="dense_2",
-            )
+            dense, member_axis = GroupedDense, (self.num_members * self.groups,)
+        common = {
+            "use_bias": self.use_mlp_bias,
+            "bias_initializer": keras.initializers.RandomNormal(stddev=1e-6),
+            "dtype": self.dtype_policy,
+        }
+        self.dense_1 = dense(
+            self.mlp_dim // self.groups,
+            *member_axis,
+            activation=self._activation_fn,
+            name="dense_1",
+            **common,
+        )
+        self.dense_2 = dense(dim, *member_axis, name="dense_2", **common)
         self.dense_1.build(input_shape)
         self.dense_2.build(tuple(input_shape[:-1]) + (self.mlp_dim // self.groups,))
 
@@ -247,26 +239,8 @@ class HydraEncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_members": self.num_members,
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "mlp_dim": self.mlp_dim,
-                "member_num_heads": list(self.member_num_heads),
-                "mlp": self.mlp,
-                "dropout_rate": self.dropout_rate,
-                "attention_dropout": self.attention_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "use_mha_bias": self.use_mha_bias,
-                "use_mlp_bias": self.use_mlp_bias,
-                "normalize_first": self.normalize_first,
-                "activation": self.activation,
-                "intermediate_dropout": self.intermediate_dropout,
-                "attention_implementation": self.attention_implementation,
-                "groups": self.groups,
-            }
-        )
+        config.update({name: getattr(self, name) for name in _CONFIG_KEYS})
+        config["member_num_heads"] = list(self.member_num_heads)
         return config
 
 
@@ -290,3 +264,28 @@ def hydra_encoder_blocks(num_members, member_num_heads, names, **kwargs):
         )
         for counts, name in zip(member_num_heads, names, strict=True)
     ]
+
+
+def hydra_vit_blocks(vit, num_members, member_num_heads, **kwargs):
+    """The `HydraEncoderBlock`s of a ViT backbone (Hydra's, or
+    Packed-Ensembles' with `mlp="grouped"` and `groups`), named as
+    keras-hub's `ViTBackbone` names its blocks.
+
+    Args:
+        vit: the backbone's `ViTArguments`; each block takes its head size
+            `hidden_dim // num_heads`, `mlp_dim` (unless given) and
+            `vit_block_arguments`.
+        num_members: int.
+        member_num_heads: `(num_layers, num_members)` nested list of
+            kept-head counts.
+        **kwargs: the other `HydraEncoderBlock` arguments.
+    """
+    kwargs.setdefault("mlp_dim", vit.mlp_dim)
+    return hydra_encoder_blocks(
+        num_members,
+        member_num_heads,
+        [f"transformer_block_{layer + 1}" for layer in range(vit.num_layers)],
+        key_dim=vit.hidden_dim // vit.num_heads,
+        **vit_block_arguments(vit),
+        **kwargs,
+    )

@@ -6,6 +6,8 @@ from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
+from ensemble_zoo.models.vit_geometry import check_keras_hub_classifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -97,11 +99,7 @@ class HydraImageClassifier(
         """
         import keras_hub
 
-        if not isinstance(classifier, keras_hub.models.ViTImageClassifier):
-            raise ValueError(
-                "`classifier` must be a keras_hub.models.ViTImageClassifier; "
-                f"got {type(classifier).__name__}."
-            )
+        check_keras_hub_classifier(classifier, keras_hub.models.ViTImageClassifier)
         if getattr(classifier, "intermediate_dim", None) is not None:
             raise ValueError(
                 "ViT classifiers with an `intermediate_dim` pre-logits layer are not supported."
@@ -123,18 +121,6 @@ class HydraImageClassifier(
 
 def _backbone_kwargs(vit_backbone):
     """HydraBackbone arguments reproducing a keras-hub ViTBackbone."""
-    return {
-        "image_shape": tuple(vit_backbone.image_shape),
-        "patch_size": vit_backbone.patch_size,
-        "num_layers": vit_backbone.num_layers,
-        "num_heads": vit_backbone.num_heads,
-        "hidden_dim": vit_backbone.hidden_dim,
-        "mlp_dim": vit_backbone.mlp_dim,
-        "dropout_rate": vit_backbone.dropout_rate,
-        "attention_dropout": vit_backbone.attention_dropout,
-        "layer_norm_epsilon": vit_backbone.layer_norm_epsilon,
-        "use_mha_bias": vit_backbone.use_mha_bias,
-        "use_mlp_bias": vit_backbone.use_mlp_bias,
-        "use_class_token": vit_backbone.use_class_token,
-        "use_patch_bias": vit_backbone.use_patch_bias,
-    }
+    kwargs = {name: getattr(vit_backbone, name) for name in VIT_ARGUMENTS}
+    kwargs["image_shape"] = tuple(kwargs["image_shape"])
+    return kwargs

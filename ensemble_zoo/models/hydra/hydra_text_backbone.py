@@ -14,6 +14,27 @@ from ensemble_zoo.models.vit_geometry import check_heads_divide
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
 
+#: The arguments `HydraTextBackbone` shares with keras-hub's `BertBackbone`,
+#: with its names and meanings.
+BERT_ARGUMENTS = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "dropout",
+    "max_sequence_length",
+    "num_segments",
+)
+#: Its config entries, each kept as the attribute of that name
+#: (`member_num_heads` as checked).
+_CONFIG_ARGUMENTS = BERT_ARGUMENTS + (
+    "num_members",
+    "member_num_heads",
+    "mlp",
+    "attention_implementation",
+)
+
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
@@ -77,29 +98,22 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
         check_heads_divide(hidden_dim, num_heads)
-        counts = check_member_num_heads(member_num_heads, num_layers, num_members, num_heads)
+        member_num_heads = check_member_num_heads(
+            member_num_heads, num_layers, num_members, num_heads
+        )
+        arguments = locals()
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         # === Layers === (locals first for the torch backend)
-        token_embedding = ReversibleEmbedding(
-            vocabulary_size,
-            hidden_dim,
-            embeddings_initializer=init,
-            dtype=dtype,
-            name="token_embedding",
-        )
+        # The token and segment embeddings: `(count, hidden_dim)` tables.
+        table = {"output_dim": hidden_dim, "embeddings_initializer": init, "dtype": dtype}
+        token_embedding = ReversibleEmbedding(vocabulary_size, name="token_embedding", **table)
         position_embedding = PositionEmbedding(
             sequence_length=max_sequence_length,
             initializer=init,
             dtype=dtype,
             name="position_embedding",
         )
-        segment_embedding = keras.layers.Embedding(
-            num_segments,
-            hidden_dim,
-            embeddings_initializer=init,
-            dtype=dtype,
-            name="segment_embedding",
-        )
+        segment_embedding = keras.layers.Embedding(num_segments, name="segment_embedding", **table)
         embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
         embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
@@ -108,7 +122,7 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         broadcast = MemberBroadcast(num_members, dtype=dtype, name="member_broadcast")
         blocks = hydra_encoder_blocks(
             num_members,
-            counts,
+            member_num_heads,
             [f"transformer_layer_{layer}" for layer in range(num_layers)],
             key_dim=hidden_dim // num_heads,
             mlp_dim=intermediate_dim,
@@ -155,35 +169,10 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         self.pooled_dense = pooled_dense
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.num_members = num_members
-        self.member_num_heads = counts
-        self.mlp = mlp
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.attention_implementation = attention_implementation
+        for name in _CONFIG_ARGUMENTS:
+            setattr(self, name, arguments[name])
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "num_layers": self.num_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "intermediate_dim": self.intermediate_dim,
-                "num_members": self.num_members,
-                "member_num_heads": self.member_num_heads,
-                "mlp": self.mlp,
-                "dropout": self.dropout,
-                "max_sequence_length": self.max_sequence_length,
-                "num_segments": self.num_segments,
-                "attention_implementation": self.attention_implementation,
-            }
-        )
+        config.update({name: getattr(self, name) for name in _CONFIG_ARGUMENTS})
         return config

@@ -3,9 +3,11 @@ import keras_hub
 
 from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
+from ensemble_zoo.models.hydra.hydra_text_backbone import BERT_ARGUMENTS
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.models.vit_geometry import check_keras_hub_classifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -103,26 +105,13 @@ class HydraTextClassifier(
         """
         import keras_hub
 
-        if not isinstance(classifier, keras_hub.models.BertTextClassifier):
-            raise ValueError(
-                "`classifier` must be a keras_hub.models.BertTextClassifier; "
-                f"got {type(classifier).__name__}."
-            )
+        check_keras_hub_classifier(classifier, keras_hub.models.BertTextClassifier)
         backbone = classifier.backbone
         if head_masks is None:
             head_masks = [[[True] * backbone.num_heads] * backbone.num_layers]
         specs = member_weights.text_specs_from_keras_hub(classifier, head_masks)
-        kwargs = {
-            "vocabulary_size": backbone.vocabulary_size,
-            "num_layers": backbone.num_layers,
-            "num_heads": backbone.num_heads,
-            "hidden_dim": backbone.hidden_dim,
-            "intermediate_dim": backbone.intermediate_dim,
-            "dropout": backbone.dropout,
-            "max_sequence_length": backbone.max_sequence_length,
-            "num_segments": backbone.num_segments,
-            "attention_implementation": attention_implementation,
-        }
+        kwargs = {name: getattr(backbone, name) for name in BERT_ARGUMENTS}
+        kwargs["attention_implementation"] = attention_implementation
         return cls._from_specs(
             specs,
             kwargs,

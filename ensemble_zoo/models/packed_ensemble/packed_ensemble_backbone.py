@@ -1,14 +1,9 @@
 import keras
-import keras_hub
 
-from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
-from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
+from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_vit_blocks
 from ensemble_zoo.models.vit_cost import num_tokens
+from ensemble_zoo.models.vit_geometry import MemberAxisViTBackbone
 from ensemble_zoo.models.vit_geometry import check_vit_arguments
-from ensemble_zoo.models.vit_geometry import set_vit_attributes
-from ensemble_zoo.models.vit_geometry import vit_block_arguments
-from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
@@ -44,7 +39,7 @@ def packed_member_geometry(hidden_dim, num_heads, mlp_dim, num_members, alpha, g
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
+class PackedEnsembleBackbone(MemberAxisViTBackbone):
     """A Packed-Ensembles ViT: M narrow ViTs in one grouped network.
 
     Packed-Ensembles (Laurent et al., ICLR 2023; the baseline of Table 1 of
@@ -105,6 +100,8 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     ```
     """
 
+    member_arguments = ("num_members", "alpha", "gamma", "attention_implementation")
+
     def __init__(
         self,
         image_shape,
@@ -134,6 +131,8 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             hidden_dim, vit.num_heads, vit.mlp_dim, num_members, alpha, gamma
         )
         tokens = num_tokens(vit.image_shape, vit.patch_size, use_class_token)
+        gamma = int(gamma)
+        arguments = locals()
 
         # === Layers ===
         embedding, embedding_dropout = vit_embedding_layers(
@@ -141,53 +140,19 @@ class PackedEnsembleBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         )
         split = keras.layers.Reshape((tokens, num_members, width), dtype=dtype, name="member_split")
         members_first = keras.layers.Permute((2, 1, 3), dtype=dtype, name="members_first")
-        encoder_blocks = [
-            HydraEncoderBlock(
-                num_members,
-                num_heads=heads,
-                key_dim=hidden_dim // vit.num_heads,
-                mlp_dim=member_mlp,
-                mlp="grouped",
-                attention_implementation=attention_implementation,
-                groups=int(gamma),
-                dtype=dtype,
-                name=f"transformer_block_{layer + 1}",
-                **vit_block_arguments(vit),
-            )
-            for layer in range(vit.num_layers)
-        ]
-        layer_norm = GroupedLayerNormalization(
-            num_members, epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
+        # Every member keeps its `heads`: the blocks are Hydra's, unpruned.
+        encoder_blocks = hydra_vit_blocks(
+            vit,
+            num_members,
+            [[heads] * num_members] * vit.num_layers,
+            mlp_dim=member_mlp,
+            mlp="grouped",
+            attention_implementation=attention_implementation,
+            groups=gamma,
+            dtype=dtype,
         )
-
-        # === Functional model ===
-        inputs = keras.Input(shape=vit.image_shape, name="images")
-        x = embedding_dropout(embedding(inputs))
-        x = members_first(split(x))
-        for block in encoder_blocks:
-            x = block(x)
-        outputs = layer_norm(x)
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
-
-        # === Config ===
-        self.num_members = num_members
-        self.alpha = alpha
-        self.gamma = int(gamma)
+        stem = [embedding, embedding_dropout, split, members_first]
+        self._build_member_vit(vit, arguments, stem, encoder_blocks, dtype, kwargs)
         self.member_hidden_dim = width
         self.member_num_heads = heads
         self.member_mlp_dim = member_mlp
-        self.attention_implementation = attention_implementation
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(vit_config(self))
-        config.update(
-            {
-                "num_members": self.num_members,
-                "alpha": self.alpha,
-                "gamma": self.gamma,
-                "attention_implementation": self.attention_implementation,
-            }
-        )
-        return config

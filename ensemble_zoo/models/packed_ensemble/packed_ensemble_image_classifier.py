@@ -86,21 +86,11 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
         if not 0 <= member < self.num_members:
             raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
         b = self.backbone
-        vit = keras_hub.models.ViTBackbone(
-            image_shape=b.image_shape,
-            patch_size=b.patch_size,
-            num_layers=b.num_layers,
-            num_heads=b.member_num_heads,
-            hidden_dim=b.member_hidden_dim,
-            mlp_dim=b.member_mlp_dim,
-            dropout_rate=b.dropout_rate,
-            attention_dropout=b.attention_dropout,
-            layer_norm_epsilon=b.layer_norm_epsilon,
-            use_mha_bias=b.use_mha_bias,
-            use_mlp_bias=b.use_mlp_bias,
-            use_class_token=b.use_class_token,
-            use_patch_bias=b.use_patch_bias,
+        config = {name: getattr(b, name) for name in VIT_ARGUMENTS}
+        config.update(
+            num_heads=b.member_num_heads, hidden_dim=b.member_hidden_dim, mlp_dim=b.member_mlp_dim
         )
+        vit = keras_hub.models.ViTBackbone(**config)
         classifier = keras_hub.models.ViTImageClassifier(
             backbone=vit,
             num_classes=self.num_classes,
