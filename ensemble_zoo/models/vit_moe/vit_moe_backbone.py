@@ -248,11 +248,7 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             x = block(x)
         outputs = untile(layer_norm(x))
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm)
-
-        # === Config ===
-        for name, value in moe_config.items():
-            setattr(self, name, value)
+        set_vit_attributes(self, vit, embedding, encoder_blocks, layer_norm, moe_config)
 
     @property
     def moe_blocks(self):
@@ -266,7 +262,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
     def get_config(self):
         config = super().get_config()
-        config.update(vit_config(self))
-        config.update({name: getattr(self, name) for name in _MOE_ARGUMENTS})
+        config.update(vit_config(self, _MOE_ARGUMENTS))
         config["moe_layers"] = list(self.moe_layers)
         return config

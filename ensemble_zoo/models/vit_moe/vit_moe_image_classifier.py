@@ -5,6 +5,7 @@ from keras import ops
 
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
+from ensemble_zoo.models.vit_geometry import check_keras_hub_classifier
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import MOE_OPTIONS
 from ensemble_zoo.utils.validation import check_positive_int
@@ -170,11 +171,7 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         """
         import keras_hub
 
-        if not isinstance(classifier, keras_hub.models.ViTImageClassifier):
-            raise ValueError(
-                "`classifier` must be a keras_hub.models.ViTImageClassifier; "
-                f"got {type(classifier).__name__}."
-            )
+        check_keras_hub_classifier(classifier, keras_hub.models.ViTImageClassifier)
         if getattr(classifier, "activation", None) is not None:
             raise ValueError(
                 "`classifier` has an output activation "
