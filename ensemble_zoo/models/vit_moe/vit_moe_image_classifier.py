@@ -88,14 +88,7 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         if intermediate_dim is not None:
             intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.intermediate_dim = intermediate_dim
-        super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=pooling,
-            dropout=dropout,
-            **kwargs,
-        )
+        super().__init__(backbone, num_classes, preprocessor, pooling, dropout, **kwargs)
 
     def _pre_logits(self, x):
         if self.intermediate_dim is None:
