@@ -1,5 +1,6 @@
 """Reading the parts of a keras-hub ViT that the zoo's converted models
-(LoRA-Ensemble, BatchEnsemble) are built from."""
+(LoRA-Ensemble, BatchEnsemble) are built from, and building one member
+back as a keras-hub ViT classifier."""
 
 import keras
 
@@ -28,27 +29,59 @@ def check_logits_head(classifier):
         )
 
 
-def vit_parts(model, kwargs):
-    """`(backbone, head, num_classes)` of a keras-hub `ViTImageClassifier`
-    (its `Dense` head and class count) or `ViTBackbone` (`None`, `None`).
+def keras_hub_parts(model, kwargs, classifier_cls, backbone_cls, inherited=()):
+    """`(backbone, head, num_classes)` of a keras-hub classifier of class
+    `classifier_cls` (its `Dense` head and class count) or a backbone of
+    class `backbone_cls` (`None`, `None`).
 
-    For a classifier, `kwargs` gets its `pooling` and `dropout` unless set.
+    For a classifier, `kwargs` gets its `dropout` and `preprocessor`, and
+    its attributes named in `inherited`, unless set.
     """
-    import keras_hub
-
-    if isinstance(model, keras_hub.models.ViTImageClassifier):
-        if getattr(model, "intermediate_dim", None) is not None:
-            raise ValueError(
-                "ViT classifiers with an `intermediate_dim` pre-logits layer are not supported."
-            )
+    if isinstance(model, classifier_cls):
         check_logits_head(model)
-        kwargs.setdefault("pooling", model.pooling)
+        for name in inherited:
+            kwargs.setdefault(name, getattr(model, name))
         kwargs.setdefault("dropout", float(model.dropout))
         kwargs.setdefault("preprocessor", model.preprocessor)
         return model.backbone, model.output_dense, model.num_classes
-    if isinstance(model, keras_hub.models.ViTBackbone):
+    if isinstance(model, backbone_cls):
         return model, None, None
     raise TypeError(
-        "`model` must be a keras_hub.models.ViTImageClassifier or "
-        f"ViTBackbone; got {type(model).__name__}."
+        f"`model` must be a keras_hub.models.{classifier_cls.__name__} or "
+        f"{backbone_cls.__name__}; got {type(model).__name__}."
+    )
+
+
+def vit_parts(model, kwargs):
+    """`(backbone, head, num_classes)` of a keras-hub `ViTImageClassifier`
+    or `ViTBackbone` (`keras_hub_parts`).
+
+    For a classifier, `kwargs` gets its `pooling`, `dropout` and
+    `preprocessor` unless set.
+    """
+    import keras_hub
+
+    models = keras_hub.models
+    classifier = isinstance(model, models.ViTImageClassifier)
+    if classifier and getattr(model, "intermediate_dim", None) is not None:
+        raise ValueError(
+            "ViT classifiers with an `intermediate_dim` pre-logits layer are not supported."
+        )
+    return keras_hub_parts(
+        model, kwargs, models.ViTImageClassifier, models.ViTBackbone, ["pooling"]
+    )
+
+
+def plain_vit_classifier(task, backbone):
+    """A keras-hub `ViTImageClassifier` on `backbone` with `task`'s
+    `num_classes`, `pooling` and `dropout` and a logits head: what a
+    converted task's `member_model` fills with one member's weights."""
+    import keras_hub
+
+    return keras_hub.models.ViTImageClassifier(
+        backbone=backbone,
+        num_classes=task.num_classes,
+        pooling=task.pooling,
+        activation=None,
+        dropout=task.dropout,
     )

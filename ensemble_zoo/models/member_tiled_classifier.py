@@ -5,7 +5,9 @@ import keras
 import keras_hub
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.member_passes import check_member_batching
@@ -14,6 +16,10 @@ from ensemble_zoo.models.member_passes import run_members_sequentially
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+
+#: The arguments of `MemberTiledClassifier.__init__` that a subclass's
+#: constructor passes on by name (`_constructor_arguments`).
+_TASK_ARGUMENTS = "backbone num_classes preprocessor pooling dropout member_batching".split()
 
 
 class MemberTiledClassifier(EnsembleClassifier):
@@ -28,19 +34,23 @@ class MemberTiledClassifier(EnsembleClassifier):
 
     Like `EnsembleClassifier`, the class holds behaviour only: a task lists
     it (after its method's shared class, if any) before its keras-hub task
-    class. A subclass passes its method's arguments (`method_arguments`)
-    and implements:
+    class. A subclass sets `backbone_cls` (a `MethodBackbone` class whose
+    `method_keys` name the method's arguments), passes its constructor's
+    arguments on (`_constructor_arguments(locals())`) and implements:
 
     - `method_backbone(backbone, **method_arguments)`: the method's
       backbone (a `MethodBackbone` whose `method_config` holds
       `num_members`) built from a keras-hub backbone, or the given one when
       it is the method's already;
-    - `_set_method_config()`: sets the method's config attributes from
-      `backbone.method_config` once the model is built;
     - `_make_head(backbone, num_classes, dropout)`: creates the layers
       after the backbone (`output_dropout`, `head`, ...);
     - `_member_outputs(features)`: member-major pooled features
-      `(members * batch, dim)` -> member logits.
+      `(members * batch, dim)` -> member logits;
+    - `_copy_head(dense)`: starts the head from a keras-hub classifier's
+      `Dense` head (`_from_keras_hub`).
+
+    The method's arguments other than `num_members` are config attributes
+    (`_set_method_config`) and `get_config` keys.
 
     Args:
         backbone: a keras-hub backbone of the task's kind
@@ -68,6 +78,8 @@ class MemberTiledClassifier(EnsembleClassifier):
     uses_pooled_output = False
     #: Checks the backbone the constructor is given (text tasks: BERT's).
     check_backbone = staticmethod(check_image_backbone)
+    #: `(backbone, head, num_classes)` of a keras-hub model to convert.
+    keras_hub_parts = staticmethod(vit_parts)
 
     def __init__(
         self,
@@ -109,15 +121,31 @@ class MemberTiledClassifier(EnsembleClassifier):
         self.dropout = dropout
         self._set_method_config()
 
+    def _constructor_arguments(self, arguments):
+        """`MemberTiledClassifier.__init__`'s keyword arguments from a
+        subclass constructor's `locals()`: the method's arguments (the
+        `method_keys` of `backbone_cls`) go in `method_arguments`."""
+        method = {name: arguments[name] for name in self.backbone_cls.method_keys}
+        shared = {name: arguments[name] for name in _TASK_ARGUMENTS if name in arguments}
+        return {**shared, "method_arguments": method, **arguments["kwargs"]}
+
     def method_backbone(self, backbone, **method_arguments):
         """The method's backbone built from `backbone` (see the class
         docstring); every subclass sets its method's function."""
         raise NotImplementedError(f"{type(self).__name__} must set `method_backbone`.")
 
+    @property
+    def _method_config_keys(self):
+        """The method's arguments that are config attributes: all but
+        `num_members` (the task's own)."""
+        return [name for name in self.backbone_cls.method_keys if name != "num_members"]
+
     def _set_method_config(self):
         """Sets the method's config attributes from
-        `backbone.method_config`; every subclass defines it."""
-        raise NotImplementedError(f"{type(self).__name__} must define `_set_method_config`.")
+        `backbone.method_config`."""
+        method_config = self.backbone.method_config
+        for name in self._method_config_keys:
+            setattr(self, name, method_config[name])
 
     def _member_features(self, x, training=None):
         """The backbone on member-major rows, pooled: `(rows, dim)`."""
@@ -166,4 +194,20 @@ class MemberTiledClassifier(EnsembleClassifier):
         )
         if self.pooling is not None:
             config["pooling"] = self.pooling
+        config.update({name: getattr(self, name) for name in self._method_config_keys})
         return config
+
+    # === keras-hub conversion ===
+
+    @classmethod
+    def _from_keras_hub(cls, model, num_classes, reuse_head, kwargs):
+        """The ensemble on a copy of the keras-hub `model`
+        (`keras_hub_parts`; `model` is not changed), its head started
+        from the classifier's (`_copy_head`) when `resolve_head` says so.
+        `kwargs` holds the other constructor arguments."""
+        backbone, head, classes = cls.keras_hub_parts(model, kwargs)
+        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
+        ensemble = cls(backbone, num_classes, **kwargs)
+        if reuse_head:
+            ensemble._copy_head(head)
+        return ensemble

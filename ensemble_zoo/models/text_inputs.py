@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from ensemble_zoo.models.keras_hub_vit import check_logits_head
+from ensemble_zoo.models.keras_hub_vit import keras_hub_parts
 from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import static_shape
 
@@ -23,23 +23,30 @@ def check_bert_backbone(backbone):
 
 def bert_parts(model, kwargs):
     """`(backbone, head, num_classes)` of a keras-hub `BertTextClassifier`
-    (its `Dense` head and class count) or `BertBackbone` (`None`, `None`).
+    or `BertBackbone` (`keras_hub_parts`).
 
     For a classifier, `kwargs` gets its `dropout` and `preprocessor` unless
     set.
     """
     import keras_hub
 
-    if isinstance(model, keras_hub.models.BertTextClassifier):
-        check_logits_head(model)
-        kwargs.setdefault("dropout", float(model.dropout))
-        kwargs.setdefault("preprocessor", model.preprocessor)
-        return model.backbone, model.output_dense, model.num_classes
-    if isinstance(model, keras_hub.models.BertBackbone):
-        return model, None, None
-    raise TypeError(
-        "`model` must be a keras_hub.models.BertTextClassifier or "
-        f"BertBackbone; got {type(model).__name__}."
+    models = keras_hub.models
+    return keras_hub_parts(model, kwargs, models.BertTextClassifier, models.BertBackbone)
+
+
+def plain_bert_classifier(task, backbone):
+    """A keras-hub `BertTextClassifier` on `backbone` with `task`'s
+    `num_classes` and `dropout`, a logits head and no preprocessor: what a
+    converted text task's `member_model` fills with one member's
+    weights."""
+    import keras_hub
+
+    return keras_hub.models.BertTextClassifier(
+        backbone=backbone,
+        num_classes=task.num_classes,
+        preprocessor=None,
+        activation=None,
+        dropout=task.dropout,
     )
 
 
@@ -57,6 +64,8 @@ class TextInputsMixin:
     uses_pooled_output = True
     #: A member-tiled text task converts a keras-hub BERT.
     check_backbone = staticmethod(check_bert_backbone)
+    #: `(backbone, head, num_classes)` of a keras-hub BERT to convert.
+    keras_hub_parts = staticmethod(bert_parts)
 
     def _build_text_inputs(self):
         # Recording the dict structure lets TensorFlow trace its default

@@ -201,7 +201,8 @@ def build_member_rows_task(task, backbone, preprocessor, num_members, **kwargs):
     wrapping `backbone` runs once on the member-major tiled batch (member
     `m`'s rows take its own dropout samples or masks) and returns member
     logits `(batch, members, classes)`. Sets `backbone`, `preprocessor`,
-    `num_members` and `num_classes`."""
+    `num_members`, `num_classes` and the backbone's `method_config`
+    attributes (its method's arguments)."""
     # === Layers ===
     task.backbone = backbone
     task.preprocessor = preprocessor
@@ -215,6 +216,14 @@ def build_member_rows_task(task, backbone, preprocessor, num_members, **kwargs):
     # === Config ===
     task.num_members = num_members
     task.num_classes = backbone.num_classes
+    for name, value in backbone.method_config.items():
+        setattr(task, name, value)
+
+
+def backbone_attribute(name, doc):
+    """A task property returning its backbone's attribute `name` (a
+    wrapped model, or what the backbone built from it), documented `doc`."""
+    return property(lambda task: getattr(task.backbone, name), doc=doc)
 
 
 def check_method_arguments(backbone, method_config):
@@ -237,16 +246,24 @@ class WrappedModelsBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     A subclass lists its model arguments in `wrapped` (each a Keras model
     or layer, or a list of them), builds its graph in `__init__` and calls
     `keras_hub.models.Backbone.__init__(self, inputs=..., outputs=...,
-    dtype=dtype, **kwargs)`; its `get_config` adds its other arguments to
-    this class's. `from_config` deserializes the wrapped models under the
+    dtype=dtype, **kwargs)`; it lists its method's arguments, attributes of
+    the same names, in `method_keys` (`method_config`, added to the
+    config). `from_config` deserializes the wrapped models under the
     config's `dtype` (so keras-hub's loader `dtype=` reaches every layer)
     and hands them to the constructor without another copy.
     """
 
     wrapped = ()
+    method_keys = ()
+
+    @property
+    def method_config(self):
+        """The method's arguments this backbone was built with."""
+        return {key: getattr(self, key) for key in self.method_keys}
 
     def get_config(self):
         config = super().get_config()
+        config.update(self.method_config)
         for key in self.wrapped:
             value = getattr(self, key)
             config[key] = (

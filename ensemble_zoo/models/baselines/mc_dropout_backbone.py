@@ -42,6 +42,7 @@ class MCDropoutBackbone(WrappedModelsBackbone):
     """
 
     wrapped = ("model",)
+    method_keys = ("rate", "seed")
 
     def __init__(self, model, rate=None, seed=None, dtype=None, **kwargs):
         input_shape, num_classes = member_io_shapes(model, 0)
@@ -100,13 +101,3 @@ class MCDropoutBackbone(WrappedModelsBackbone):
     def call(self, inputs, training=None, mask=None):
         # Dropout on in every call (see the class docstring).
         return super().call(inputs, training=True, mask=mask)
-
-    @property
-    def method_config(self):
-        """The dropout arguments this backbone was built with."""
-        return {"rate": self.rate, "seed": self.seed}
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(self.method_config)
-        return config

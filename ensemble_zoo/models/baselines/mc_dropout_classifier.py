@@ -4,6 +4,7 @@ import keras_hub
 from ensemble_zoo.models.baselines.mc_dropout_backbone import MCDropoutBackbone
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
+from ensemble_zoo.models.wrapped_models_backbone import backbone_attribute
 from ensemble_zoo.models.wrapped_models_backbone import build_member_rows_task
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.utils.validation import check_positive_int
@@ -113,18 +114,14 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         )
         num_members = check_positive_int(num_members, "num_members")
         # The M samples are one batched call on the member-major tiled batch.
+        # Sets `rate` and `seed`, the backbone's.
         build_member_rows_task(self, backbone, preprocessor, num_members, **kwargs)
-        self.rate = backbone.rate
-        self.seed = backbone.seed
 
-    @property
-    def model(self):
-        """The network that is sampled (a copy held by `backbone`)."""
-        return self.backbone.model
+    model = backbone_attribute("model", "The network that is sampled (a copy held by `backbone`).")
 
     def get_config(self):
         config = super().get_config()
-        config.update({"num_members": self.num_members, "rate": self.rate, "seed": self.seed})
+        config.update({"num_members": self.num_members, **self.backbone.method_config})
         return config
 
     @classmethod

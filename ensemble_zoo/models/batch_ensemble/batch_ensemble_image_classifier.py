@@ -3,7 +3,7 @@ import keras_hub
 
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
-from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 
 
@@ -79,55 +79,7 @@ class BatchEnsembleImageClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        method = dict(
-            num_members=num_members,
-            fast_weight_initializer=fast_weight_initializer,
-            fast_weight_stddev=fast_weight_stddev,
-            seed=seed,
-        )
         # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
-        super().__init__(
-            backbone, num_classes, preprocessor, pooling, dropout, member_batching, method, **kwargs
-        )
+        super().__init__(**self._constructor_arguments(locals()))
 
-    def _plain_task(self, backbone):
-        import keras_hub
-
-        return keras_hub.models.ViTImageClassifier(
-            backbone=backbone,
-            num_classes=self.num_classes,
-            pooling=self.pooling,
-            activation=None,
-            dropout=self.dropout,
-        )
-
-    # === keras-hub conversion ===
-
-    @classmethod
-    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
-        """A BatchEnsemble built from a copy of a keras-hub ViT.
-
-        Every member starts from the pretrained kernels and biases (E³
-        paper, App. B.2: BatchEnsemble fine-tuned from ViT checkpoints);
-        only the fast weights are new. They default to `N(1, 0.1)` here
-        (a decision): with `N(1, 0.5)` on every projection of
-        `vit_tiny_digits` the converted model starts at 65% accuracy and
-        fine-tunes to 95.2% (NLL 0.220) in 10 epochs, with `N(1, 0.1)` to
-        97.6% (NLL 0.069). Pass `fast_weight_stddev=0.5` for the paper's
-        sweep value.
-
-        Args:
-            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`;
-                not changed.
-            num_members: int. Defaults to `4`.
-            num_classes: int; defaults to the classifier's. Required for a
-                backbone.
-            reuse_head: bool; `True` starts the head from the classifier's
-                (shared kernel and every member's bias). `None` (default)
-                reuses it when the class counts match.
-            **kwargs: other constructor arguments.
-        """
-        backbone, head, classes = vit_parts(model, kwargs)
-        return cls._from_keras_hub_parts(
-            backbone, head, classes, num_members, num_classes, reuse_head, kwargs
-        )
+    _plain_task = plain_vit_classifier

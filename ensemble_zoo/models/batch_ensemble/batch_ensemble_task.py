@@ -8,7 +8,6 @@ from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BACKBONES
-from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.member_head import member_logits
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
@@ -80,26 +79,13 @@ class BatchEnsembleTask:
         return member_logits(untile_members(x, self.backbone.method_config["num_members"]))
 
     def _set_method_config(self):
-        config = self.backbone.method_config
-        self.fast_weight_initializer = config["fast_weight_initializer"]
-        self.fast_weight_stddev = float(config["fast_weight_stddev"])
-        self.seed = config["seed"]
+        super()._set_method_config()
+        self.fast_weight_stddev = float(self.fast_weight_stddev)
 
     @property
     def batch_ensemble_layers(self):
         """The backbone's `BatchEnsembleDense` layers, then the head."""
         return batch_ensemble_layers(self.backbone) + [self.head]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "fast_weight_initializer": self.fast_weight_initializer,
-                "fast_weight_stddev": self.fast_weight_stddev,
-                "seed": self.seed,
-            }
-        )
-        return config
 
     def member_model(self, member):
         """Member `member` as the plain keras-hub task (`ViTImageClassifier`
@@ -129,18 +115,44 @@ class BatchEnsembleTask:
         _set_member_weights(model.output_dense, self.head, member)
         return model
 
+    # === keras-hub conversion ===
+
     @classmethod
-    def _from_keras_hub_parts(
-        cls, backbone, head, classes, num_members, num_classes, reuse_head, kwargs
-    ):
+    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+        """A BatchEnsemble built from a copy of a keras-hub ViT (image
+        classifier) or BERT (text classifier).
+
+        Every member starts from the pretrained kernels and biases (E³
+        paper, App. B.2: BatchEnsemble fine-tuned from ViT checkpoints);
+        only the fast weights are new. They default to `N(1, 0.1)` here
+        (a decision): with `N(1, 0.5)` on every projection of
+        `vit_tiny_digits` the converted model starts at 65% accuracy and
+        fine-tunes to 95.2% (NLL 0.220) in 10 epochs, with `N(1, 0.1)` to
+        97.6% (NLL 0.069). Pass `fast_weight_stddev=0.5` for the paper's
+        sweep value.
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`
+                (`BatchEnsembleImageClassifier`), a `BertTextClassifier` or
+                `BertBackbone` (`BatchEnsembleTextClassifier`); not changed.
+            num_members: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool; `True` starts the head from the classifier's
+                (shared kernel and every member's bias). `None` (default)
+                reuses it when the class counts match.
+            **kwargs: other constructor arguments.
+        """
         kwargs.setdefault("fast_weight_stddev", 0.1)
-        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(backbone, num_classes, num_members=num_members, **kwargs)
-        if reuse_head:
-            ensemble.head.kernel.assign(ops.convert_to_numpy(head.kernel))
-            bias = np.asarray(ops.convert_to_numpy(head.bias))
-            ensemble.head.bias.assign(np.broadcast_to(bias, ensemble.head.bias.shape))
-        return ensemble
+        kwargs["num_members"] = num_members
+        return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
+
+    def _copy_head(self, dense):
+        """The classifier's kernel as the shared kernel, its bias as every
+        member's."""
+        self.head.kernel.assign(ops.convert_to_numpy(dense.kernel))
+        bias = np.asarray(ops.convert_to_numpy(dense.bias))
+        self.head.bias.assign(np.broadcast_to(bias, self.head.bias.shape))
 
 
 def _set_member_weights(target, source, member):

@@ -5,7 +5,7 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEns
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
-from ensemble_zoo.models.text_inputs import bert_parts
+from ensemble_zoo.models.text_inputs import plain_bert_classifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -84,46 +84,7 @@ class BatchEnsembleTextClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        method = dict(
-            num_members=num_members,
-            fast_weight_initializer=fast_weight_initializer,
-            fast_weight_stddev=fast_weight_stddev,
-            seed=seed,
-        )
-        super().__init__(
-            backbone, num_classes, preprocessor, None, dropout, member_batching, method, **kwargs
-        )
+        # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
+        super().__init__(**self._constructor_arguments(locals()))
 
-    def _plain_task(self, backbone):
-        import keras_hub
-
-        return keras_hub.models.BertTextClassifier(
-            backbone=backbone,
-            num_classes=self.num_classes,
-            preprocessor=None,
-            activation=None,
-            dropout=self.dropout,
-        )
-
-    @classmethod
-    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
-        """A BatchEnsemble built from a copy of a keras-hub BERT.
-
-        As `BatchEnsembleImageClassifier.from_keras_hub`: every member
-        starts from the pretrained weights, the fast weights at `N(1, 0.1)`
-        unless given.
-
-        Args:
-            model: a `keras_hub.models.BertTextClassifier` or `BertBackbone`
-                (not changed).
-            num_members: int. Defaults to `4`.
-            num_classes: int; defaults to the classifier's. Required for a
-                backbone.
-            reuse_head: bool or `None`, as for images.
-            **kwargs: other constructor arguments.
-        """
-
-        backbone, head, classes = bert_parts(model, kwargs)
-        return cls._from_keras_hub_parts(
-            backbone, head, classes, num_members, num_classes, reuse_head, kwargs
-        )
+    _plain_task = plain_bert_classifier

@@ -6,6 +6,7 @@ from ensemble_zoo.models.deep_ensemble.deep_ensemble_backbone import DeepEnsembl
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.wrapped_models_backbone import backbone_attribute
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -89,10 +90,7 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         self.num_members = backbone.num_members
         self.num_classes = backbone.num_classes
 
-    @property
-    def members(self):
-        """The member models (held by `backbone`)."""
-        return self.backbone.members
+    members = backbone_attribute("members", "The member models (held by `backbone`).")
 
     @classmethod
     def from_model(cls, model, num_members, seed=0, **kwargs):

@@ -9,6 +9,9 @@ from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_positive_int
 
+#: The mask arguments (the backbone's `method_keys`) and their defaults.
+MASK_DEFAULTS = {"num_members": 10, "logit_mean": 2.0, "logit_std": 1.0, "seed": None}
+
 
 def _vit_mlp_layers(model):
     from keras_hub.src.models.vit.vit_layers import MLP
@@ -64,6 +67,7 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     """
 
     wrapped = ("model",)
+    method_keys = tuple(MASK_DEFAULTS)
 
     def __init__(
         self, model, num_members=10, logit_mean=2.0, logit_std=1.0, seed=None, dtype=None, **kwargs
@@ -131,18 +135,3 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
             model, clone_function=lambda layer: wrappers.get(id(layer), layer)
         )
         return network, [wrappers[id(layer)] for layer in dense]
-
-    @property
-    def method_config(self):
-        """The mask arguments this backbone was built with."""
-        return {
-            "num_members": self.num_members,
-            "logit_mean": self.logit_mean,
-            "logit_std": self.logit_std,
-            "seed": self.seed,
-        }
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(self.method_config)
-        return config

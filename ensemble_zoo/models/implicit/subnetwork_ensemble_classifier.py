@@ -5,8 +5,10 @@ from keras import ops
 from ensemble_zoo.layers.subnetwork_masked_dense import mask_mutual_information
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import preprocessor_of
+from ensemble_zoo.models.implicit.subnetwork_ensemble_backbone import MASK_DEFAULTS
 from ensemble_zoo.models.implicit.subnetwork_ensemble_backbone import SubnetworkEnsembleBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
+from ensemble_zoo.models.wrapped_models_backbone import backbone_attribute
 from ensemble_zoo.models.wrapped_models_backbone import build_member_rows_task
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 
@@ -79,16 +81,14 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         preprocessor=None,
         **kwargs,
     ):
+        arguments = locals()
         if not diversity_weight >= 0:
             raise ValueError(f"`diversity_weight` must be >= 0; got {diversity_weight!r}.")
         method_config = method_arguments(
             backbone,
             (SubnetworkEnsembleBackbone,),
-            {"num_members": 10, "logit_mean": 2.0, "logit_std": 1.0, "seed": None},
-            num_members=num_members,
-            logit_mean=logit_mean,
-            logit_std=logit_std,
-            seed=seed,
+            MASK_DEFAULTS,
+            **{name: arguments[name] for name in MASK_DEFAULTS},
         )
         backbone = wrapping_backbone(
             SubnetworkEnsembleBackbone,
@@ -97,29 +97,18 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
             method_config=method_config,
             model=model,
         )
-        num_members = backbone.num_members
         # One pass over the member-major batch: member m's rows go through its masks in
-        # every masked layer.
-        build_member_rows_task(self, backbone, preprocessor, num_members, **kwargs)
+        # every masked layer. Sets the mask arguments (`MASK_DEFAULTS`), the backbone's.
+        build_member_rows_task(self, backbone, preprocessor, backbone.num_members, **kwargs)
         self.diversity_weight = float(diversity_weight)
-        self.logit_mean = backbone.logit_mean
-        self.logit_std = backbone.logit_std
-        self.seed = backbone.seed
 
-    @property
-    def model(self):
-        """The frozen network the masks act on (a copy held by `backbone`)."""
-        return self.backbone.model
-
-    @property
-    def network(self):
-        """`model` with its masked layers (the graph that runs)."""
-        return self.backbone.network
-
-    @property
-    def masked_layers(self):
-        """Every `SubnetworkMaskedDense`, in the order they were made."""
-        return self.backbone.masked_layers
+    model = backbone_attribute(
+        "model", "The frozen network the masks act on (a copy held by `backbone`)."
+    )
+    network = backbone_attribute("network", "`model` with its masked layers (the graph that runs).")
+    masked_layers = backbone_attribute(
+        "masked_layers", "Every `SubnetworkMaskedDense`, in the order they were made."
+    )
 
     def mask_mutual_information(self):
         """Mean I[mask; member] over every mask vector (a scalar tensor)."""
@@ -154,15 +143,7 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_members": self.num_members,
-                "diversity_weight": self.diversity_weight,
-                "logit_mean": self.logit_mean,
-                "logit_std": self.logit_std,
-                "seed": self.seed,
-            }
-        )
+        config.update({"diversity_weight": self.diversity_weight, **self.backbone.method_config})
         return config
 
     @classmethod

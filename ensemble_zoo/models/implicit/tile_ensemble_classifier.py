@@ -6,6 +6,7 @@ from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.implicit.tile_ensemble_backbone import TileEnsembleBackbone
 from ensemble_zoo.models.implicit.tile_pooling import TilePooling
 from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.wrapped_models_backbone import backbone_attribute
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 from ensemble_zoo.utils.validation import check_positive_int
 
@@ -141,15 +142,10 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         self.num_members = num_members
         self.num_classes = num_classes
 
-    @property
-    def feature_model(self):
-        """The layers up to the global pooling (held by `backbone`)."""
-        return self.backbone.feature_model
-
-    @property
-    def head(self):
-        """The layer after the pooling (held by `backbone`)."""
-        return self.backbone.head
+    feature_model = backbone_attribute(
+        "feature_model", "The layers up to the global pooling (held by `backbone`)."
+    )
+    head = backbone_attribute("head", "The layer after the pooling (held by `backbone`).")
 
     def get_config(self):
         config = super().get_config()

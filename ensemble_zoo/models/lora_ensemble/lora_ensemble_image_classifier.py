@@ -1,7 +1,6 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
@@ -92,43 +91,4 @@ class LoRAEnsembleImageClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        method = dict(
-            num_members=num_members,
-            rank=rank,
-            targets=targets,
-            lora_alpha=lora_alpha,
-            a_gain=a_gain,
-            seed=seed,
-        )
-        super().__init__(
-            backbone, num_classes, preprocessor, pooling, dropout, member_batching, method, **kwargs
-        )
-
-    @classmethod
-    def from_keras_hub(
-        cls, model, num_members=8, rank=4, num_classes=None, reuse_head=None, **kwargs
-    ):
-        """A LoRA-Ensemble on a copy of a keras-hub ViT.
-
-        Args:
-            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`.
-                It is not changed.
-            num_members: int. Defaults to `8`.
-            rank: int. Defaults to `4`.
-            num_classes: int; defaults to the classifier's. Required for a
-                backbone.
-            reuse_head: bool. `True` starts every member's head as a copy of
-                the classifier's, so that before training (B = 0) every
-                member equals `model`; `False` gives fresh heads (the
-                paper's fine-tuning setting). `None` (default) reuses the
-                head when `model` is a classifier with `num_classes` classes.
-            **kwargs: other constructor arguments (`targets`, `lora_alpha`,
-                `a_gain`, `seed`, and for a backbone `pooling`, `dropout`).
-
-        Returns:
-            A `LoRAEnsembleImageClassifier`.
-        """
-        backbone, head, classes = vit_parts(model, kwargs)
-        return cls._from_keras_hub_parts(
-            backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
-        )
+        super().__init__(**self._constructor_arguments(locals()))

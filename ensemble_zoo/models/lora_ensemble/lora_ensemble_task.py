@@ -4,7 +4,6 @@ import keras
 import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
@@ -72,12 +71,10 @@ class LoRAEnsembleTask:
         return member_logits(self.head(x))
 
     def _set_method_config(self):
-        method_config = self.backbone.method_config
-        self.rank = int(method_config["rank"])
-        self.targets = tuple(method_config["targets"])
-        self.lora_alpha = method_config["lora_alpha"]
-        self.a_gain = float(method_config["a_gain"])
-        self.seed = method_config["seed"]
+        super()._set_method_config()
+        self.rank = int(self.rank)
+        self.targets = tuple(self.targets)
+        self.a_gain = float(self.a_gain)
 
     @property
     def adapters(self):
@@ -85,17 +82,7 @@ class LoRAEnsembleTask:
         return lora_ensemble_adapters(self.backbone)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "rank": self.rank,
-                "targets": list(self.targets),
-                "lora_alpha": self.lora_alpha,
-                "a_gain": self.a_gain,
-                "seed": self.seed,
-            }
-        )
-        return config
+        return {**super().get_config(), "targets": list(self.targets)}
 
     # === Adapter weights ===
 
@@ -120,17 +107,34 @@ class LoRAEnsembleTask:
     # === keras-hub conversions ===
 
     @classmethod
-    def _from_keras_hub_parts(
-        cls, backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
+    def from_keras_hub(
+        cls, model, num_members=8, rank=4, num_classes=None, reuse_head=None, **kwargs
     ):
-        """Builds the ensemble from `backbone` (a new backbone, `backbone`
-        is not changed); `head` is the classifier's `Dense` (or `None` for
-        a bare backbone with `classes=None`)."""
-        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(backbone, num_classes, num_members=num_members, rank=rank, **kwargs)
-        if reuse_head:
-            ensemble._copy_head(head)
-        return ensemble
+        """A LoRA-Ensemble on a copy of a keras-hub ViT (image classifier)
+        or BERT (text classifier).
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`
+                (`LoRAEnsembleImageClassifier`), a `BertTextClassifier` or
+                `BertBackbone` (`LoRAEnsembleTextClassifier`). It is not
+                changed.
+            num_members: int. Defaults to `8`.
+            rank: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool. `True` starts every member's head as a copy of
+                the classifier's, so that before training (B = 0) every
+                member equals `model`; `False` gives fresh heads (the
+                paper's fine-tuning setting). `None` (default) reuses the
+                head when `model` is a classifier with `num_classes` classes.
+            **kwargs: other constructor arguments (`targets`, `lora_alpha`,
+                `a_gain`, `seed`, and for a backbone `pooling`, `dropout`).
+
+        Returns:
+            A `LoRAEnsembleImageClassifier` or `LoRAEnsembleTextClassifier`.
+        """
+        kwargs.update(num_members=num_members, rank=rank)
+        return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
 
     def _copy_head(self, dense):
         """Starts every member's head as a copy of a keras `Dense` head."""

@@ -5,7 +5,6 @@ from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsemb
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
 from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
-from ensemble_zoo.models.text_inputs import bert_parts
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -88,36 +87,4 @@ class LoRAEnsembleTextClassifier(
         member_batching="auto",
         **kwargs,
     ):
-        method = dict(
-            num_members=num_members,
-            rank=rank,
-            targets=targets,
-            lora_alpha=lora_alpha,
-            a_gain=a_gain,
-            seed=seed,
-        )
-        super().__init__(
-            backbone, num_classes, preprocessor, None, dropout, member_batching, method, **kwargs
-        )
-
-    @classmethod
-    def from_keras_hub(
-        cls, model, num_members=8, rank=4, num_classes=None, reuse_head=None, **kwargs
-    ):
-        """A LoRA-Ensemble on a copy of a keras-hub BERT.
-
-        Args:
-            model: a `keras_hub.models.BertTextClassifier` or `BertBackbone`
-                (not changed).
-            num_members: int. Defaults to `8`.
-            rank: int. Defaults to `4`.
-            num_classes: int; defaults to the classifier's. Required for a
-                backbone.
-            reuse_head: bool or `None`, as in
-                `LoRAEnsembleImageClassifier.from_keras_hub`.
-            **kwargs: other constructor arguments.
-        """
-        backbone, head, classes = bert_parts(model, kwargs)
-        return cls._from_keras_hub_parts(
-            backbone, head, classes, num_members, rank, num_classes, reuse_head, kwargs
-        )
+        super().__init__(**self._constructor_arguments(locals()))

@@ -4,8 +4,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
-from ensemble_zoo.models.head_reuse import resolve_head
-from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import masksembles_backbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
@@ -84,17 +83,10 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         member_batching="auto",
         **kwargs,
     ):
-        method = dict(num_members=num_members, scale=scale, seed=seed)
         # Rows of member m pass its mask in every MLP and before the head.
-        super().__init__(
-            backbone, num_classes, preprocessor, pooling, dropout, member_batching, method, **kwargs
-        )
+        super().__init__(**self._constructor_arguments(locals()))
 
     method_backbone = staticmethod(masksembles_backbone)
-
-    def _set_method_config(self):
-        self.scale = self.backbone.method_config["scale"]
-        self.seed = self.backbone.method_config["seed"]
 
     def _make_head(self, backbone, num_classes, dropout):
         config = backbone.method_config
@@ -121,11 +113,6 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         """Every `MasksemblesMask`: one per MLP block, then the features'."""
         return [mlp.dense_1.mask for mlp in mlp_sites(self.backbone)] + [self.feature_mask]
 
-    def get_config(self):
-        config = super().get_config()
-        config.update({"scale": self.scale, "seed": self.seed})
-        return config
-
     # === Members as plain keras-hub models ===
 
     def member_model(self, member):
@@ -134,8 +121,6 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         second layer and of the classifier, which read the masked units. Running the members
         one by one
         gives this model's logits (tested)."""
-        import keras_hub
-
         if not 0 <= member < self.num_members:
             raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
         plain = plain_backbone_copy(self.backbone)
@@ -148,13 +133,7 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         for mlp, mask_layer in zip(mlp_sites(plain), self.mask_layers, strict=False):
             factor = _factors(mask_layer, member)
             mlp.dense_2.kernel.assign(_np(mlp.dense_2.kernel) * factor[:, None])
-        model = keras_hub.models.ViTImageClassifier(
-            backbone=plain,
-            num_classes=self.num_classes,
-            pooling=self.pooling,
-            activation=None,
-            dropout=self.dropout,
-        )
+        model = plain_vit_classifier(self, plain)
         factor = _factors(self.feature_mask, member)
         model.output_dense.kernel.assign(_np(self.head.kernel) * factor[:, None])
         model.output_dense.bias.assign(_np(self.head.bias))
@@ -176,13 +155,13 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
                 counts match.
             **kwargs: other constructor arguments (`scale`, `seed`, ...).
         """
-        backbone, head, classes = vit_parts(model, kwargs)
-        num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
-        ensemble = cls(backbone, num_classes, num_members=num_members, **kwargs)
-        if reuse_head:
-            ensemble.head.kernel.assign(_np(head.kernel))
-            ensemble.head.bias.assign(_np(head.bias))
-        return ensemble
+        kwargs["num_members"] = num_members
+        return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
+
+    def _copy_head(self, dense):
+        """The classifier's `Dense` head as the shared head."""
+        self.head.kernel.assign(_np(dense.kernel))
+        self.head.bias.assign(_np(dense.bias))
 
 
 def _np(variable):

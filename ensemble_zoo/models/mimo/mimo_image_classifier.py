@@ -6,6 +6,7 @@ from keras import ops
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.head_reuse import resolve_head
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.loop_checks import is_tf_dataset
 from ensemble_zoo.models.member_head import check_pooling
@@ -19,6 +20,11 @@ from ensemble_zoo.models.mimo.mimo_batches import MIMOBatches
 from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
+
+#: The constructor arguments that are config attributes (checked values).
+MIMO_CONFIG = (
+    "num_classes num_members input_repetition batch_repetition pooling dropout seed".split()
+)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -133,13 +139,9 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
-        self.num_members = num_members
-        self.num_classes = num_classes
-        self.input_repetition = input_repetition
-        self.batch_repetition = batch_repetition
-        self.pooling = pooling
-        self.dropout = dropout
-        self.seed = seed
+        arguments = locals()
+        for name in MIMO_CONFIG:
+            setattr(self, name, arguments[name])
         self.member_input_shape = stacked_shape[:-1] + (stacked_shape[-1] // num_members,)
         self.stacked_input_shape = stacked_shape
         # Plain or stacked images: `_check_inputs` checks which.
@@ -220,17 +222,7 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_classes": self.num_classes,
-                "num_members": self.num_members,
-                "input_repetition": self.input_repetition,
-                "batch_repetition": self.batch_repetition,
-                "pooling": self.pooling,
-                "dropout": self.dropout,
-                "seed": self.seed,
-            }
-        )
+        config.update({name: getattr(self, name) for name in MIMO_CONFIG})
         return config
 
     # === Members as plain keras-hub models ===
@@ -241,8 +233,6 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         inputs see the same image at test time) and head `member`. Running
         the members one by one gives this model's test-time logits
         (tested)."""
-        import keras_hub
-
         if not 0 <= member < self.num_members:
             raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
         plain = plain_backbone_copy(self.backbone, image_shape=list(self.member_input_shape))
@@ -254,13 +244,7 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
                     axis=2
                 )
             target.assign(value)
-        model = keras_hub.models.ViTImageClassifier(
-            backbone=plain,
-            num_classes=self.num_classes,
-            pooling=self.pooling,
-            activation=None,
-            dropout=self.dropout,
-        )
+        model = plain_vit_classifier(self, plain)
         kernel = _np(self.head.kernel).reshape(-1, self.num_members, self.num_classes)
         model.output_dense.kernel.assign(kernel[:, member])
         model.output_dense.bias.assign(_np(self.head.bias).reshape(self.num_members, -1)[member])
