@@ -1,6 +1,7 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import PackedEnsembleBackbone
@@ -91,12 +92,6 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
             num_heads=b.member_num_heads, hidden_dim=b.member_hidden_dim, mlp_dim=b.member_mlp_dim
         )
         vit = keras_hub.models.ViTBackbone(**config)
-        classifier = keras_hub.models.ViTImageClassifier(
-            backbone=vit,
-            num_classes=self.num_classes,
-            pooling=self.pooling,
-            activation=None,
-            dropout=self.dropout,
-        )
+        classifier = plain_vit_classifier(self, vit)
         load_member_into_keras_hub(self, classifier, member)
         return classifier
