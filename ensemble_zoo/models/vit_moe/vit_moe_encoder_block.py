@@ -62,6 +62,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         mlp_dim: int, each expert's hidden size.
         num_experts: int.
         num_members: int, the E³ ensemble size. Defaults to 1 (V-MoE).
+            This and the arguments after it are keyword-only.
         use_mha_bias: bool. Defaults to `True`.
         use_mlp_bias: bool. Defaults to `True`.
         dropout_rate: float, residual and expert dropout. Defaults to 0.
@@ -100,6 +101,7 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         hidden_dim,
         mlp_dim,
         num_experts,
+        *,
         num_members=1,
         use_mha_bias=True,
         use_mlp_bias=True,
