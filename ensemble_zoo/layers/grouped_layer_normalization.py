@@ -1,8 +1,8 @@
 import keras
 from keras import ops
 
-from ensemble_zoo.layers.grouped_dense import layer_config
-from ensemble_zoo.layers.grouped_dense import set_member_layer_arguments
+from ensemble_zoo.layers.member_layer_arguments import layer_config
+from ensemble_zoo.layers.member_layer_arguments import set_member_layer_arguments
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_built_features
 from ensemble_zoo.utils.validation import check_floating

@@ -3,10 +3,10 @@ import math
 import keras
 from keras import ops
 
-from ensemble_zoo.layers.grouped_dense import layer_config
-from ensemble_zoo.layers.grouped_dense import set_member_layer_arguments
 from ensemble_zoo.layers.int8_kernels import Int8KernelsMixin
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.layers.member_layer_arguments import layer_config
+from ensemble_zoo.layers.member_layer_arguments import set_member_layer_arguments
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.backend import resolve_attention_implementation
 from ensemble_zoo.utils.validation import check_floating

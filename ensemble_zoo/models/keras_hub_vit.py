@@ -29,6 +29,17 @@ def check_logits_head(classifier):
         )
 
 
+def check_keras_hub_classifier(classifier, task_class):
+    """Raises a `ValueError` unless `classifier`, which a `from_keras_hub`
+    converter takes, is an instance of the keras-hub task class
+    `task_class` (e.g. `keras_hub.models.ViTImageClassifier`)."""
+    if not isinstance(classifier, task_class):
+        raise ValueError(
+            f"`classifier` must be a keras_hub.models.{task_class.__name__}; "
+            f"got {type(classifier).__name__}."
+        )
+
+
 def keras_hub_parts(model, kwargs, classifier_cls, backbone_cls, inherited=()):
     """`(backbone, head, num_classes)` of a keras-hub classifier of class
     `classifier_cls` (its `Dense` head and class count) or a backbone of

@@ -3,7 +3,7 @@ import keras
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
 from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_vit_blocks
-from ensemble_zoo.models.vit_geometry import MemberAxisViTBackbone
+from ensemble_zoo.models.member_axis_vit_backbone import MemberAxisViTBackbone
 from ensemble_zoo.models.vit_geometry import check_vit_arguments
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation

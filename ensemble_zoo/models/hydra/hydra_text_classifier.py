@@ -5,9 +5,9 @@ from ensemble_zoo.models.hydra import member_weights
 from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
 from ensemble_zoo.models.hydra.hydra_text_backbone import BERT_ARGUMENTS
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
+from ensemble_zoo.models.keras_hub_vit import check_keras_hub_classifier
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.text_inputs import TextInputsMixin
-from ensemble_zoo.models.vit_geometry import check_keras_hub_classifier
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")

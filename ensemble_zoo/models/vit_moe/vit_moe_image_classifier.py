@@ -3,9 +3,9 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.models.keras_hub_vit import check_keras_hub_classifier
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
-from ensemble_zoo.models.vit_geometry import check_keras_hub_classifier
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
 from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import MOE_OPTIONS
 from ensemble_zoo.utils.validation import check_positive_int
