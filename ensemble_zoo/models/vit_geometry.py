@@ -83,6 +83,77 @@ VIT_ARGUMENTS = (
 #: The `VIT_ARGUMENTS` of one backbone, checked (see `check_vit_arguments`).
 ViTArguments = collections.namedtuple("ViTArguments", VIT_ARGUMENTS)
 
+#: keras-hub `ViTBackbone`'s defaults of the optional `VIT_ARGUMENTS`; the
+#: first six (`image_shape` to `mlp_dim`) are required.
+VIT_DEFAULTS = {
+    "dropout_rate": 0.0,
+    "attention_dropout": 0.0,
+    "layer_norm_epsilon": 1e-6,
+    "use_mha_bias": True,
+    "use_mlp_bias": True,
+    "use_class_token": True,
+    "use_patch_bias": True,
+}
+
+#: The keyword arguments a hand-written ViT backbone passes on to
+#: `keras_hub.models.Backbone` (its config holds them beside `dtype`).
+BACKBONE_KEYWORDS = ("name", "trainable")
+
+
+def split_vit_arguments(owner, kwargs):
+    """Splits a hand-written ViT backbone's `**kwargs` into its ViT
+    arguments and the `keras_hub.models.Backbone` ones.
+
+    The zoo's hand-written ViT backbones (Hydra, Packed-Ensembles, ViT-MoE)
+    take keras-hub `ViTBackbone`'s arguments (`VIT_ARGUMENTS`) by keyword,
+    with its defaults (`VIT_DEFAULTS`), so that the names, defaults and
+    checks live here once. Keras' functional models drop keyword arguments
+    they do not know without a word; a backbone that takes `**kwargs`
+    refuses them here instead.
+
+    Args:
+        owner: str, the backbone's class name, for the messages.
+        kwargs: dict, the constructor's `**kwargs`.
+
+    Returns:
+        `(vit, backbone_kwargs)`: the checked `ViTArguments`
+        (`check_vit_arguments`) and the `BACKBONE_KEYWORDS` entries of
+        `kwargs`.
+
+    Raises:
+        TypeError: for a missing required ViT argument, or a keyword that
+            is neither a ViT argument nor a `BACKBONE_KEYWORDS` name.
+        ValueError: see `check_vit_arguments`.
+
+    Example:
+
+    ```python
+    from ensemble_zoo.models.vit_geometry import split_vit_arguments
+
+    vit, rest = split_vit_arguments("MyViT", {
+        "image_shape": (8, 8, 1), "patch_size": 2, "num_layers": 2,
+        "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32, "name": "vit",
+    })
+    vit.patch_size, rest  # ((2, 2), {'name': 'vit'})
+    ```
+    """
+    missing = [name for name in VIT_ARGUMENTS if name not in kwargs and name not in VIT_DEFAULTS]
+    if missing:
+        raise TypeError(
+            f"{owner}() is missing the ViT argument(s) {missing}: it takes "
+            f"`keras_hub.models.ViTBackbone`'s arguments by keyword, {list(VIT_ARGUMENTS)} "
+            f"(the first six required)."
+        )
+    unknown = sorted(set(kwargs) - set(VIT_ARGUMENTS) - set(BACKBONE_KEYWORDS))
+    if unknown:
+        raise TypeError(
+            f"{owner}() got the unexpected keyword argument(s) {unknown}; besides its "
+            f"own it takes the ViT arguments {list(VIT_ARGUMENTS)} and "
+            f"{list(BACKBONE_KEYWORDS)}."
+        )
+    vit = check_vit_arguments({**VIT_DEFAULTS, **kwargs})
+    return vit, {name: kwargs[name] for name in BACKBONE_KEYWORDS if name in kwargs}
+
 
 def check_vit_arguments(arguments):
     """Checks the `VIT_ARGUMENTS` of a ViT backbone's constructor.

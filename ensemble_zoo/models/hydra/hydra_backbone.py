@@ -4,7 +4,7 @@ from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.models.hydra.hydra_encoder_block import check_mlp_mode
 from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_vit_blocks
 from ensemble_zoo.models.member_axis_vit_backbone import MemberAxisViTBackbone
-from ensemble_zoo.models.vit_geometry import check_vit_arguments
+from ensemble_zoo.models.vit_geometry import split_vit_arguments
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
@@ -50,31 +50,19 @@ class HydraBackbone(MemberAxisViTBackbone):
     (same weights, same outputs).
 
     Args:
-        image_shape: `(height, width, channels)`.
-        patch_size: int or `(int, int)`.
-        num_layers: int.
-        num_heads: int, heads per layer of the original (unpruned) ViT;
-            `key_dim = hidden_dim // num_heads`.
-        hidden_dim: int.
-        mlp_dim: int.
         num_members: int.
         member_num_heads: optional `(num_layers, num_members)` nested list
             of kept-head counts. Defaults to every head for every member.
         mlp: `"merge"` (one MLP shared by the members, the paper's
             choice) or `"grouped"` (one per member). Defaults to `"merge"`.
-        dropout_rate: float. Defaults to `0.0`.
-        attention_dropout: float. Defaults to `0.0`.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
-        use_mha_bias: bool. Defaults to `True`.
-        use_mlp_bias: bool. Defaults to `True`.
-        use_class_token: bool. Defaults to `True`.
-        use_patch_bias: bool. Defaults to `True`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`: how
             every `HydraAttention` computes (see there). Defaults to
             `"auto"`, the fused kernel on accelerators, einsums on CPU.
         dtype: optional dtype policy (or its name) of every layer, e.g.
             `"mixed_bfloat16"`. Defaults to the global policy.
-        **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
+        **kwargs: the unpruned ViT's arguments, as keras-hub's
+            `ViTBackbone` takes them (`image_shape` to `mlp_dim` required;
+            `split_vit_arguments`), and `name`.
 
     Example:
 
@@ -95,22 +83,10 @@ class HydraBackbone(MemberAxisViTBackbone):
 
     def __init__(
         self,
-        image_shape,
-        patch_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        mlp_dim,
+        *,
         num_members,
         member_num_heads=None,
         mlp="merge",
-        dropout_rate=0.0,
-        attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
-        use_mha_bias=True,
-        use_mlp_bias=True,
-        use_class_token=True,
-        use_patch_bias=True,
         attention_implementation="auto",
         dtype=None,
         **kwargs,
@@ -118,7 +94,7 @@ class HydraBackbone(MemberAxisViTBackbone):
         check_attention_implementation(attention_implementation)
         num_members = check_positive_int(num_members, "num_members")
         check_mlp_mode(mlp)
-        vit = check_vit_arguments(locals())
+        vit, kwargs = split_vit_arguments(type(self).__name__, kwargs)
         member_num_heads = check_member_num_heads(
             member_num_heads, vit.num_layers, num_members, vit.num_heads
         )
@@ -138,4 +114,4 @@ class HydraBackbone(MemberAxisViTBackbone):
         )
         stem = [embedding, embedding_dropout, broadcast]
         self._build_member_vit(vit, arguments, stem, encoder_blocks, dtype, kwargs)
-        self.key_dim = hidden_dim // vit.num_heads
+        self.key_dim = vit.hidden_dim // vit.num_heads

@@ -3,7 +3,7 @@ import keras
 from ensemble_zoo.models.hydra.hydra_encoder_block import hydra_vit_blocks
 from ensemble_zoo.models.member_axis_vit_backbone import MemberAxisViTBackbone
 from ensemble_zoo.models.vit_cost import num_tokens
-from ensemble_zoo.models.vit_geometry import check_vit_arguments
+from ensemble_zoo.models.vit_geometry import split_vit_arguments
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
 from ensemble_zoo.utils.backend import check_attention_implementation
 from ensemble_zoo.utils.validation import check_positive_int
@@ -63,28 +63,16 @@ class PackedEnsembleBackbone(MemberAxisViTBackbone):
     norm. Output: `(batch, members, tokens, member_width)`.
 
     Args:
-        image_shape: `(height, width, channels)`.
-        patch_size: int or `(int, int)`.
-        num_layers: int.
-        num_heads: int, heads of the base ViT.
-        hidden_dim: int, width of the base ViT.
-        mlp_dim: int, MLP width of the base ViT.
         num_members: int, `M`.
         alpha: float, the width factor. Defaults to `2` (the Hydra paper's
             setting).
         gamma: int, groups per member. Defaults to `1`.
-        dropout_rate: float. Defaults to `0.0`.
-        attention_dropout: float. Defaults to `0.0`.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
-        use_mha_bias: bool. Defaults to `True`.
-        use_mlp_bias: bool. Defaults to `True`.
-        use_class_token: bool. Defaults to `True`.
-        use_patch_bias: bool. Defaults to `True`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`, see
             `HydraAttention`. Defaults to `"auto"`.
         dtype: optional dtype policy (or its name) of every layer, e.g.
             `"mixed_bfloat16"`. Defaults to the global policy.
-        **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
+        **kwargs: the base ViT's arguments by keyword (keras-hub
+            `ViTBackbone`'s; `split_vit_arguments`), and `name`.
 
     Example:
 
@@ -104,33 +92,21 @@ class PackedEnsembleBackbone(MemberAxisViTBackbone):
 
     def __init__(
         self,
-        image_shape,
-        patch_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        mlp_dim,
+        *,
         num_members,
         alpha=2,
         gamma=1,
-        dropout_rate=0.0,
-        attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
-        use_mha_bias=True,
-        use_mlp_bias=True,
-        use_class_token=True,
-        use_patch_bias=True,
         attention_implementation="auto",
         dtype=None,
         **kwargs,
     ):
         check_attention_implementation(attention_implementation)
         num_members = check_positive_int(num_members, "num_members")
-        vit = check_vit_arguments(locals())
+        vit, kwargs = split_vit_arguments(type(self).__name__, kwargs)
         width, heads, member_mlp = packed_member_geometry(
-            hidden_dim, vit.num_heads, vit.mlp_dim, num_members, alpha, gamma
+            vit.hidden_dim, vit.num_heads, vit.mlp_dim, num_members, alpha, gamma
         )
-        tokens = num_tokens(vit.image_shape, vit.patch_size, use_class_token)
+        tokens = num_tokens(vit.image_shape, vit.patch_size, vit.use_class_token)
         gamma = int(gamma)
         arguments = locals()
 

@@ -6,8 +6,8 @@ from ensemble_zoo.layers.gelu import gelu_activation
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
-from ensemble_zoo.models.vit_geometry import check_vit_arguments
 from ensemble_zoo.models.vit_geometry import set_vit_attributes
+from ensemble_zoo.models.vit_geometry import split_vit_arguments
 from ensemble_zoo.models.vit_geometry import vit_block_arguments
 from ensemble_zoo.models.vit_geometry import vit_config
 from ensemble_zoo.models.vit_geometry import vit_embedding_layers
@@ -81,12 +81,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
     factors default to the paper's fine-tuning values, 1.5 and 8.
 
     Args:
-        image_shape: `(height, width, channels)`.
-        patch_size: int or `(int, int)`.
-        num_layers: int.
-        num_heads: int.
-        hidden_dim: int.
-        mlp_dim: int, the MLP size of dense blocks and of every expert.
         num_experts: int, E (per MoE layer).
         num_selected_experts: int, K, at most `E / ensemble_size`.
             Defaults to 1.
@@ -111,13 +105,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         bfloat16_dispatch: bool, round expert inputs and outputs to
             bfloat16 as vmoe's `Bfloat16Dispatcher` does. Defaults to
             `False`.
-        dropout_rate: float. Defaults to 0.
-        attention_dropout: float. Defaults to 0.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
-        use_mha_bias: bool. Defaults to `True`.
-        use_mlp_bias: bool. Defaults to `True`.
-        use_class_token: bool. Defaults to `True`.
-        use_patch_bias: bool. Defaults to `True`.
         seed: int or `None`, seeds the routing noise (block `i` uses
             `seed + i`).
         dispatcher: `"einsum"` (one-hot dispatch, the default) or
@@ -137,7 +124,9 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             Experts Choice, `"round"` for Soft MoE).
         dtype: optional dtype policy (or its name) of every layer, e.g.
             `"mixed_bfloat16"`. Defaults to the global policy.
-        **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
+        **kwargs: keras-hub `ViTBackbone`'s arguments by keyword
+            (`split_vit_arguments`; `mlp_dim` is the MLP size of dense
+            blocks and of every expert), and `name`.
 
     Example:
 
@@ -156,12 +145,7 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
     def __init__(
         self,
-        image_shape,
-        patch_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        mlp_dim,
+        *,
         num_experts,
         num_selected_experts=1,
         moe_layers=None,
@@ -176,13 +160,6 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         load_loss_weight=0.005,
         mlp_activation="gelu",
         bfloat16_dispatch=False,
-        dropout_rate=0.0,
-        attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
-        use_mha_bias=True,
-        use_mlp_bias=True,
-        use_class_token=True,
-        use_patch_bias=True,
         seed=None,
         dispatcher="einsum",
         router="top_k",
@@ -199,7 +176,7 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                 f"`ensemble_size` ({ensemble_size}): each member routes to its "
                 "own equal share of the experts."
             )
-        vit = check_vit_arguments(locals())
+        vit, kwargs = split_vit_arguments(type(self).__name__, kwargs)
         moe_layers = check_moe_layers(moe_layers, vit.num_layers)
         arguments = locals()
         moe_config = {name: arguments[name] for name in _MOE_ARGUMENTS}
@@ -216,7 +193,7 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         for i in range(vit.num_layers):
             common = dict(
                 num_heads=vit.num_heads,
-                hidden_dim=hidden_dim,
+                hidden_dim=vit.hidden_dim,
                 mlp_dim=vit.mlp_dim,
                 dtype=dtype,
                 name=f"transformer_block_{i + 1}",
