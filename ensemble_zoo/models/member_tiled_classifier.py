@@ -17,10 +17,6 @@ from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 
-#: The arguments of `MemberTiledClassifier.__init__` that a subclass's
-#: constructor passes on by name (`_constructor_arguments`).
-_TASK_ARGUMENTS = "backbone num_classes preprocessor pooling dropout member_batching".split()
-
 
 class MemberTiledClassifier(EnsembleClassifier):
     """A classifier whose members share one keras-hub network that tells
@@ -35,8 +31,12 @@ class MemberTiledClassifier(EnsembleClassifier):
     Like `EnsembleClassifier`, the class holds behaviour only: a task lists
     it (after its method's shared class, if any) before its keras-hub task
     class. A subclass sets `backbone_cls` (a `MethodBackbone` class whose
-    `method_keys` name the method's arguments), passes its constructor's
-    arguments on (`_constructor_arguments(locals())`) and implements:
+    `method_keys` name the method's arguments) and implements the
+    following; the method's shared class (or the task, for a method with
+    one task) has the constructor: `backbone`, `num_classes` and the
+    method's arguments, the task arguments below by keyword through
+    `**kwargs`, all passed on in one line
+    (`_constructor_arguments(locals())`).
 
     - `method_backbone(backbone, **method_arguments)`: the method's
       backbone (a `MethodBackbone` whose `method_config` holds
@@ -62,7 +62,9 @@ class MemberTiledClassifier(EnsembleClassifier):
         pooling: `"token"` (the class token) or `"gap"` (the mean of the
             tokens); ignored by a task with `uses_pooled_output` (a text
             task: the backbone's output dict holds BERT's `pooled_output`).
-        dropout: float, dropout before the head.
+        dropout: float, dropout before the head. Defaults to the task
+            kind's `default_dropout`: `0.0` for images (keras-hub's
+            `ViTImageClassifier`), `0.1` for text (`BertTextClassifier`).
         member_batching: `"auto"`, `"tiled"` or `"sequential"`
             (`ensemble_zoo.models.member_passes`).
         method_arguments: dict, the method's arguments for
@@ -76,6 +78,8 @@ class MemberTiledClassifier(EnsembleClassifier):
     # set its own (keras-hub's harness compares `dir` of revived models).
     _member_batching = "auto"
     uses_pooled_output = False
+    #: The dropout before the head when `dropout` is `None`.
+    default_dropout = 0.0
     #: Checks the backbone the constructor is given (text tasks: BERT's).
     check_backbone = staticmethod(check_image_backbone)
     #: `(backbone, head, num_classes)` of a keras-hub model to convert.
@@ -87,7 +91,7 @@ class MemberTiledClassifier(EnsembleClassifier):
         num_classes,
         preprocessor=None,
         pooling="token",
-        dropout=0.0,
+        dropout=None,
         member_batching="auto",
         method_arguments=None,
         **kwargs,
@@ -98,7 +102,7 @@ class MemberTiledClassifier(EnsembleClassifier):
         # Text tasks (`TextInputsMixin`) read BERT's pooled output.
         pooling = None if self.uses_pooled_output else check_pooling(pooling)
         num_classes = check_positive_int(num_classes, "num_classes")
-        dropout = check_rate(dropout, "dropout")
+        dropout = check_rate(self.default_dropout if dropout is None else dropout, "dropout")
         num_members = backbone.method_config["num_members"]
         # === Layers ===
         self.backbone = backbone
@@ -123,11 +127,16 @@ class MemberTiledClassifier(EnsembleClassifier):
 
     def _constructor_arguments(self, arguments):
         """`MemberTiledClassifier.__init__`'s keyword arguments from a
-        subclass constructor's `locals()`: the method's arguments (the
-        `method_keys` of `backbone_cls`) go in `method_arguments`."""
+        method's constructor's `locals()`: `backbone`, `num_classes`, the
+        method's arguments (the `method_keys` of `backbone_cls`) in
+        `method_arguments`, and the constructor's `**kwargs`."""
         method = {name: arguments[name] for name in self.backbone_cls.method_keys}
-        shared = {name: arguments[name] for name in _TASK_ARGUMENTS if name in arguments}
-        return {**shared, "method_arguments": method, **arguments["kwargs"]}
+        return {
+            "backbone": arguments["backbone"],
+            "num_classes": arguments["num_classes"],
+            "method_arguments": method,
+            **arguments["kwargs"],
+        }
 
     def method_backbone(self, backbone, **method_arguments):
         """The method's backbone built from `backbone` (see the class

@@ -62,6 +62,9 @@ class TextInputsMixin:
     member_input_shape = None
     #: The task reads the backbone's `pooled_output` (no token pooling).
     uses_pooled_output = True
+    #: A member-tiled text task's dropout before the head when `dropout`
+    #: is `None`: keras-hub's `BertTextClassifier`'s.
+    default_dropout = 0.1
     #: A member-tiled text task converts a keras-hub BERT.
     check_backbone = staticmethod(check_bert_backbone)
     #: `(backbone, head, num_classes)` of a keras-hub BERT to convert.

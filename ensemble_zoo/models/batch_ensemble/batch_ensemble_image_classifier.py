@@ -33,21 +33,16 @@ class BatchEnsembleImageClassifier(
             `backbone` is not changed.
         num_classes: int.
         num_members: int. Defaults to `4` (Wen et al.'s ensemble size).
-        pooling: `"token"` (default) or `"gap"`, as keras-hub's classifier.
-        dropout: float, dropout before the head.
         fast_weight_initializer: `"normal"` (default, `N(1, 0.5)`) or
             `"random_sign"`; see `ez.layers.BatchEnsembleDense`.
+            Keyword-only, as are the arguments after it.
         fast_weight_stddev: float. Defaults to `0.5`.
-        seed: optional int for the fast weights.
-            The method arguments (`num_members`, `fast_weight_initializer`,
-            `fast_weight_stddev`, `seed`) left `None` are the backbone's
-            when it is a BatchEnsemble backbone, else the defaults named
-            here.
-        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
-            run on raw images by `fit`, `predict` and `evaluate`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
-            inference in one pass or one per member (`MemberTiledClassifier`).
-        **kwargs: other `keras_hub.models.Task` arguments.
+        seed: optional int for the fast weights. The method arguments
+            (`num_members` to `seed`) left `None` are the backbone's when
+            it is a BatchEnsemble backbone, else the defaults named here.
+        **kwargs: `MemberTiledClassifier`'s `preprocessor`, `pooling`
+            (`"token"`, the default, or `"gap"`), `dropout` and
+            `member_batching`, and other `keras_hub.models.Task` arguments.
 
     Example:
 
@@ -64,22 +59,5 @@ class BatchEnsembleImageClassifier(
     """
 
     backbone_cls = BatchEnsembleViTBackbone
-
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        num_members=None,
-        pooling="token",
-        dropout=0.0,
-        fast_weight_initializer=None,
-        fast_weight_stddev=None,
-        seed=None,
-        preprocessor=None,
-        member_batching="auto",
-        **kwargs,
-    ):
-        # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
-        super().__init__(**self._constructor_arguments(locals()))
 
     _plain_task = plain_vit_classifier

@@ -50,12 +50,27 @@ class BatchEnsembleTask:
     """Behaviour shared by the BatchEnsemble image and text classifiers (no
     Keras base; listed before `MemberTiledClassifier`).
 
-    `MemberTiledClassifier.__init__` converts the backbone
-    (`batch_ensemble_backbone`); a subclass implements
+    The constructor takes the method's arguments (documented on
+    `BatchEnsembleImageClassifier`); `MemberTiledClassifier.__init__`
+    converts the backbone (`batch_ensemble_backbone`); a subclass implements
     `_plain_task(backbone)` (the keras-hub task of one member).
     """
 
     method_backbone = staticmethod(batch_ensemble_backbone)
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=None,
+        *,
+        fast_weight_initializer=None,
+        fast_weight_stddev=None,
+        seed=None,
+        **kwargs,
+    ):
+        # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
+        super().__init__(**self._constructor_arguments(locals()))
 
     def _make_head(self, backbone, num_classes, dropout):
         config = backbone.method_config

@@ -25,26 +25,20 @@ class BatchEnsembleTextClassifier(
     members, classes)`.
 
     Args:
-        backbone: a `BatchEnsembleBertBackbone` built with the arguments
-            below, or a built `keras_hub.models.BertBackbone`: the
-            classifier then runs a new, converted backbone with its config
-            and weights; `backbone` is not changed.
+        backbone: a `BatchEnsembleBertBackbone`, or a built
+            `keras_hub.models.BertBackbone`: the classifier then runs a new,
+            converted backbone with its config and weights; `backbone` is
+            not changed.
         num_classes: int.
         num_members: int. Defaults to `4`.
-        dropout: float, dropout before the head. Defaults to `0.1`
-            (keras-hub's `BertTextClassifier`).
-        fast_weight_initializer: `"normal"` (default) or `"random_sign"`;
-            see `ez.layers.BatchEnsembleDense`.
+        fast_weight_initializer: keyword-only, as are the arguments after it
+            and `BatchEnsembleImageClassifier`'s (the method's arguments).
         fast_weight_stddev: float. Defaults to `0.5`.
         seed: optional int for the fast weights.
-            The method arguments (`num_members`, `fast_weight_initializer`,
-            `fast_weight_stddev`, `seed`) left `None` are the backbone's
-            when it is a BatchEnsemble backbone, else the defaults named
-            here.
-        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
-            inference in one pass or one per member (`MemberTiledClassifier`).
-        **kwargs: other `keras_hub.models.Task` arguments.
+        **kwargs: `MemberTiledClassifier`'s `preprocessor` (a
+            `keras_hub.models.TextClassifierPreprocessor`), `dropout`
+            (default `0.1`, keras-hub's `BertTextClassifier`'s) and
+            `member_batching`, and other `keras_hub.models.Task` arguments.
 
     Example:
 
@@ -53,38 +47,26 @@ class BatchEnsembleTextClassifier(
     import numpy as np
     import ensemble_zoo as ez
 
-    bert = keras_hub.models.BertBackbone(
-        vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=16,
-        intermediate_dim=32, max_sequence_length=12,
+    classifier = keras_hub.models.BertTextClassifier(
+        keras_hub.models.BertBackbone(
+            vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+            intermediate_dim=16, max_sequence_length=6,
+        ),
+        num_classes=3,
+        preprocessor=None,
     )
+    # Every member starts from the classifier's weights, head included.
     model = ez.models.BatchEnsembleTextClassifier.from_keras_hub(
-        bert, num_members=4, num_classes=2, seed=0
+        classifier, num_members=2, seed=0
     )
-    inputs = {
-        "token_ids": np.ones((2, 12), "int32"),
-        "segment_ids": np.zeros((2, 12), "int32"),
-        "padding_mask": np.ones((2, 12), "int32"),
-    }
-    model.predict(inputs, verbose=0).shape  # (2, 4, 2)
+    tokens = {"token_ids": np.array([[2, 7, 9, 3, 0, 0]])}
+    tokens["segment_ids"] = np.zeros_like(tokens["token_ids"])
+    tokens["padding_mask"] = tokens["token_ids"] > 0
+    model.predict(tokens, verbose=0).shape  # (1, 2, 3)
+    model.member_model(1).predict(tokens, verbose=0).shape  # (1, 3)
     ```
     """
 
     backbone_cls = BatchEnsembleBertBackbone
-
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        num_members=None,
-        dropout=0.1,
-        fast_weight_initializer=None,
-        fast_weight_stddev=None,
-        seed=None,
-        preprocessor=None,
-        member_batching="auto",
-        **kwargs,
-    ):
-        # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
-        super().__init__(**self._constructor_arguments(locals()))
 
     _plain_task = plain_bert_classifier

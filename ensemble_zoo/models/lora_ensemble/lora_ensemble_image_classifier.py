@@ -44,17 +44,13 @@ class LoRAEnsembleImageClassifier(
         lora_alpha: optional float, update scale `lora_alpha / rank`;
             `None` (default) is a scale of 1, as in the paper.
         a_gain: float, Xavier-uniform gain of `A` (paper: 10, the default).
-            The method arguments (`num_members` to `a_gain`, and `seed`)
-            left `None` are the backbone's when it is a
-            `LoRAEnsembleViTBackbone`, else the defaults named here.
-        pooling: `"token"` (default) or `"gap"`.
-        dropout: float, dropout before the heads.
-        seed: optional int, seeds the adapters' `A` initialization.
-        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
-            run on raw images by `fit`, `predict` and `evaluate`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
-            inference in one pass or one per member (`MemberTiledClassifier`).
-        **kwargs: other `keras_hub.models.Task` arguments.
+        seed: optional int, seeds the adapters' `A` initialization. The
+            method arguments (`num_members` to `seed`) left `None` are the
+            backbone's when it is a `LoRAEnsembleViTBackbone`, else the
+            defaults named here. `seed` is keyword-only.
+        **kwargs: `MemberTiledClassifier`'s `preprocessor`, `pooling`
+            (`"token"`, the default, or `"gap"`), `dropout` and
+            `member_batching`, and other `keras_hub.models.Task` arguments.
 
     Example:
 
@@ -74,21 +70,3 @@ class LoRAEnsembleImageClassifier(
     """
 
     backbone_cls = LoRAEnsembleViTBackbone
-
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        num_members=None,
-        rank=None,
-        targets=None,
-        lora_alpha=None,
-        a_gain=None,
-        pooling="token",
-        dropout=0.0,
-        seed=None,
-        preprocessor=None,
-        member_batching="auto",
-        **kwargs,
-    ):
-        super().__init__(**self._constructor_arguments(locals()))

@@ -53,11 +53,27 @@ def lora_ensemble_backbone(backbone, **given):
 
 class LoRAEnsembleTask:
     """Behaviour shared by the LoRA-Ensemble image and text classifiers
-    (no Keras base; listed before `MemberTiledClassifier`): one head per
-    member, the adapters, config, adapter saving and the keras-hub
-    conversions' head copy."""
+    (no Keras base; listed before `MemberTiledClassifier`): their
+    constructor (the method's arguments, documented on
+    `LoRAEnsembleImageClassifier`), one head per member, the adapters,
+    config, adapter saving and the keras-hub conversions' head copy."""
 
     method_backbone = staticmethod(lora_ensemble_backbone)
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=None,
+        rank=None,
+        targets=None,
+        lora_alpha=None,
+        a_gain=None,
+        *,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**self._constructor_arguments(locals()))
 
     def _make_head(self, backbone, num_classes, dropout):
         self.output_dropout, self.head = task_head(

@@ -21,31 +21,21 @@ class LoRAEnsembleTextClassifier(
     keras-hub's BERT inputs, a dict of int `(batch, tokens)` tensors
     `token_ids`, `segment_ids` and `padding_mask`, tiles each once to
     `(members * batch, tokens)`, and returns member logits
-    `(batch, members, classes)`.
+    `(batch, members, classes)`. The method's arguments (`num_members`,
+    `rank`, `targets`, `lora_alpha`, `a_gain` and the keyword-only `seed`)
+    are `LoRAEnsembleImageClassifier`'s.
 
     Args:
         backbone: a `LoRAEnsembleBertBackbone` (its adapters' arguments
-            are the defaults of the method arguments below), or a built
-            `keras_hub.models.BertBackbone`: the
-            classifier then runs a new backbone with its config and
-            weights plus the adapters; `backbone` is not changed.
+            are the defaults of the method's), or a built
+            `keras_hub.models.BertBackbone`: the classifier then runs a new
+            backbone with its config and weights plus the adapters;
+            `backbone` is not changed.
         num_classes: int.
-        num_members: int. Defaults to `8`.
-        rank: int. Defaults to `4`.
-        targets: attention projections to adapt (default: all four).
-        lora_alpha: optional float; `None` is a scale of 1.
-        a_gain: float, Xavier-uniform gain of `A` (paper: 10, the default).
-            The method arguments (`num_members` to `a_gain`, and `seed`)
-            left `None` are the backbone's when it is a
-            `LoRAEnsembleBertBackbone`, else the defaults named here.
-        dropout: float, dropout before the heads. Defaults to `0.1`
-            (keras-hub's `BertTextClassifier`).
-        seed: optional int, seeds the adapters' `A` initialization.
-        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
-            run on raw strings by `fit`, `predict` and `evaluate`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
-            inference in one pass or one per member (`MemberTiledClassifier`).
-        **kwargs: other `keras_hub.models.Task` arguments.
+        **kwargs: `MemberTiledClassifier`'s `preprocessor` (a
+            `keras_hub.models.TextClassifierPreprocessor` run on raw
+            strings), `dropout` (default `0.1`) and `member_batching`, and
+            other `keras_hub.models.Task` arguments.
 
     Example:
 
@@ -71,20 +61,3 @@ class LoRAEnsembleTextClassifier(
     """
 
     backbone_cls = LoRAEnsembleBertBackbone
-
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        num_members=None,
-        rank=None,
-        targets=None,
-        lora_alpha=None,
-        a_gain=None,
-        dropout=0.1,
-        seed=None,
-        preprocessor=None,
-        member_batching="auto",
-        **kwargs,
-    ):
-        super().__init__(**self._constructor_arguments(locals()))

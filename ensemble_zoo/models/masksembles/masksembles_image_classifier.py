@@ -42,17 +42,13 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
         num_members: int. Defaults to `4` (the paper's `n`).
         scale: float >= 1, the masks' overlap. Defaults to `2.0` (the
             paper's CIFAR setting).
-        pooling: `"token"` (default) or `"gap"`.
-        dropout: float, dropout before the head.
-        seed: optional int for the masks.
-            The method arguments (`num_members`, `scale`, `seed`) left
-            `None` are the backbone's when it is a `MasksemblesViTBackbone`,
-            else the defaults named here.
-        preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
-            run on raw images by `fit`, `predict` and `evaluate`.
-        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`:
-            inference in one pass or one per member (`MemberTiledClassifier`).
-        **kwargs: other `keras_hub.models.Task` arguments.
+        seed: optional int for the masks; keyword-only. The method
+            arguments (`num_members`, `scale`, `seed`) left `None` are the
+            backbone's when it is a `MasksemblesViTBackbone`, else the
+            defaults named here.
+        **kwargs: `MemberTiledClassifier`'s `preprocessor`, `pooling`
+            (`"token"`, the default, or `"gap"`), `dropout` and
+            `member_batching`, and other `keras_hub.models.Task` arguments.
 
     Example:
 
@@ -70,19 +66,7 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
 
     backbone_cls = MasksemblesViTBackbone
 
-    def __init__(
-        self,
-        backbone,
-        num_classes,
-        num_members=None,
-        scale=None,
-        pooling="token",
-        dropout=0.0,
-        seed=None,
-        preprocessor=None,
-        member_batching="auto",
-        **kwargs,
-    ):
+    def __init__(self, backbone, num_classes, num_members=None, scale=None, *, seed=None, **kwargs):
         # Rows of member m pass its mask in every MLP and before the head.
         super().__init__(**self._constructor_arguments(locals()))
 
