@@ -33,6 +33,7 @@ from ensemble_zoo.presets import hub_handles
 from ensemble_zoo.presets import keras_hub_layout
 from ensemble_zoo.presets.config_copies import check_config_copies
 from ensemble_zoo.presets.constructor_arguments import check_constructor_arguments
+from ensemble_zoo.presets.constructor_arguments import constructor_arguments
 from ensemble_zoo.presets.keras_hub_layout import TASK_CONFIG_FILE
 from ensemble_zoo.presets.keras_hub_layout import TASK_WEIGHTS_FILE
 from ensemble_zoo.presets.paths import preset_root
@@ -336,10 +337,8 @@ def _with_preprocessor(config, preprocessor, config_path):
 
 
 def _accepts_preprocessor(config):
-    import inspect
-
     cls = keras.saving.get_registered_object(config.get("registered_name") or "")
-    return isinstance(cls, type) and "preprocessor" in inspect.signature(cls).parameters
+    return isinstance(cls, type) and "preprocessor" in constructor_arguments(cls)
 
 
 def _is_keras_hub_backbone(preset_cls):

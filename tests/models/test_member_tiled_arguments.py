@@ -2,6 +2,9 @@
 their old positions, the task's arguments (`MemberTiledClassifier`'s) by
 keyword, each task kind's dropout default."""
 
+import json
+
+import keras_hub
 import pytest
 import zoo_testing
 from conftest import BACKEND
@@ -45,3 +48,18 @@ def test_method_arguments_keep_their_positions(cls, method, old_next):
     model = cls(backbone, 3, *method, member_batching="sequential", **task)
     assert model.dropout == 0.25 and model.member_batching == "sequential"
     assert model.pooling == (None if text else "gap")
+
+
+def test_a_preset_without_preprocessor_entry_takes_one(tmp_path):
+    # The classes' constructors pass `preprocessor` on through `**kwargs`:
+    # the loader finds it up the MRO, not in the class's own signature.
+    model = LoRAEnsembleImageClassifier(zoo_testing.tiny_vit().backbone, 3, 2, 1, seed=0)
+    model.save_to_preset(str(tmp_path))
+    task_path = tmp_path / "task.json"
+    task = json.loads(task_path.read_text())
+    del task["config"]["preprocessor"]  # as a config written without one
+    task_path.write_text(json.dumps(task))
+    converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
+    preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
+    loaded = LoRAEnsembleImageClassifier.from_preset(str(tmp_path), preprocessor=preprocessor)
+    assert loaded.preprocessor is preprocessor
