@@ -30,13 +30,13 @@ class MemberTiledClassifier(EnsembleClassifier):
 
     Like `EnsembleClassifier`, the class holds behaviour only: a task lists
     it (after its method's shared class, if any) before its keras-hub task
-    class. A subclass sets `backbone_cls` (a `MethodBackbone` class whose
-    `method_keys` name the method's arguments) and implements the
-    following; the method's shared class (or the task, for a method with
-    one task) has the constructor: `backbone`, `num_classes` and the
-    method's arguments, the task arguments below by keyword through
-    `**kwargs`, all passed on in one line
-    (`_constructor_arguments(locals())`).
+    class. A method writes one constructor (in its shared class, or in
+    its task when it has one task): it names `backbone`, `num_classes` and
+    the method's arguments, takes the task arguments below through
+    `**kwargs` and passes everything on in one line
+    (`super().__init__(**self._constructor_arguments(locals()))`). A
+    subclass sets `backbone_cls` (a `MethodBackbone` class whose
+    `method_keys` name the method's arguments) and implements:
 
     - `method_backbone(backbone, **method_arguments)`: the method's
       backbone (a `MethodBackbone` whose `method_config` holds

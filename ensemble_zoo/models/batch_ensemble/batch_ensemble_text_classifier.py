@@ -31,10 +31,11 @@ class BatchEnsembleTextClassifier(
             not changed.
         num_classes: int.
         num_members: int. Defaults to `4`.
-        fast_weight_initializer: keyword-only, as are the arguments after it
-            and `BatchEnsembleImageClassifier`'s (the method's arguments).
+        fast_weight_initializer: `"normal"` (default) or `"random_sign"`.
+            Keyword-only, as are the arguments after it.
         fast_weight_stddev: float. Defaults to `0.5`.
-        seed: optional int for the fast weights.
+        seed: optional int for the fast weights. The method arguments left
+            `None` are the backbone's, as for `BatchEnsembleImageClassifier`.
         **kwargs: `MemberTiledClassifier`'s `preprocessor` (a
             `keras_hub.models.TextClassifierPreprocessor`), `dropout`
             (default `0.1`, keras-hub's `BertTextClassifier`'s) and
