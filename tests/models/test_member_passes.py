@@ -2,6 +2,8 @@
 (`member_batching`). The sequential run must compute what the one-pass graph
 computes, on image and text tasks of the three methods."""
 
+import threading
+
 import numpy as np
 import pytest
 from conftest import BACKEND
@@ -96,3 +98,30 @@ def test_sequential_text_task_equals_the_tiled_pass():
     np.testing.assert_allclose(to_np(model.predict(inputs, verbose=0)), tiled, atol=1e-5)
     np.testing.assert_allclose(to_np(model(inputs)), tiled, atol=1e-5)
     assert np.abs(tiled[:, 0] - tiled[:, 1]).max() > 1e-3
+
+
+def test_two_threads_get_what_each_gets_alone():
+    """Which member a layer computes is per thread: a task running its
+    members one after another beside one running the tiled pass (as a
+    server's workers do) gives each its single-threaded logits."""
+    x = np.random.default_rng(4).random((3, 8, 8, 1)).astype("float32")
+    models = {
+        batching: perturb_weights(BUILDS["lora"](tiny_vit(), member_batching=batching), scale=0.3)
+        for batching in ("sequential", "tiled")
+    }
+    alone = {batching: to_np(model(x)) for batching, model in models.items()}
+    barrier = threading.Barrier(len(models))
+    together = {}
+
+    def run(batching):
+        barrier.wait()
+        together[batching] = [to_np(models[batching](x)) for _ in range(8)]
+
+    threads = [threading.Thread(target=run, args=(batching,)) for batching in models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for batching, outputs in together.items():
+        for output in outputs:
+            np.testing.assert_allclose(output, alone[batching], atol=1e-5, err_msg=batching)
