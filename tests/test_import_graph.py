@@ -152,7 +152,6 @@ def test_the_causal_lm_packages_old_paths_are_aliases():
     assert old.TokenLossPredictor is ez.models.TokenLossPredictor
     for module, new in [
         ("lora_ensemble_causal_lm", "lora_ensemble.causal_lm"),
-        ("lora_ensemble_causal_lm_backbones", "lora_ensemble.causal_lm"),
         ("token_loss_predictor", "loss_prediction"),
     ]:
         assert importlib.import_module(f"ensemble_zoo.models.causal_lm.{module}") is (

@@ -87,7 +87,6 @@ def save_adapter_preset(model, preset_dir, base, metadata=None):
     preset_dir = os.fspath(preset_dir)
     if os.path.exists(preset_dir) and not os.path.isdir(preset_dir):
         raise PresetError(f"`preset_dir` {preset_dir!r} exists and is not a directory.")
-    backbone = model.backbone
     parent = os.path.dirname(os.path.abspath(preset_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".preset-", dir=parent)
@@ -100,10 +99,10 @@ def save_adapter_preset(model, preset_dir, base, metadata=None):
             "class_name": type(model).__name__,
             "registered_name": keras.saving.get_registered_name(type(model)),
             "method": "lora_ensemble",
-            "base_model": {"preset": base, "class_name": backbone.family.causal_lm_cls.__name__},
+            "base_model": {"preset": base, "class_name": model.keras_hub_class.__name__},
             "num_members": model.num_members,
-            "rank": backbone.method_config["rank"],
-            "targets": list(backbone.targets),
+            "rank": model.rank,
+            "targets": list(model.targets),
             "parameter_count": sum(
                 math.prod(w.shape) for a in model.adapters for w in (a.lora_a, a.lora_b)
             ),

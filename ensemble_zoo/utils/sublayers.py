@@ -37,15 +37,20 @@ def replace_sublayer(parent, attribute, new_layer):
     """Sets `parent.<attribute> = new_layer` on a built layer.
 
     Keras locks a built layer's state tracking, so the swap unlocks it;
-    the old layer is dropped from `parent`'s tracked sublayers (it usually
-    lives on inside `new_layer`, which wraps it).
+    `new_layer` takes the old layer's place among `parent`'s tracked
+    sublayers (so the weights keep their order), and the old layer is
+    dropped from them (it usually lives on inside `new_layer`, which wraps
+    it).
     """
     old_layer = getattr(parent, attribute)
+    position = next((i for i, l in enumerate(parent._layers) if l is old_layer), None)
     parent._tracker.unlock()
     try:
         setattr(parent, attribute, new_layer)
-        if old_layer in parent._layers:
+        if position is not None:
             parent._layers.remove(old_layer)
+            if parent._layers and parent._layers[-1] is new_layer:
+                parent._layers.insert(position, parent._layers.pop())
     finally:
         parent._tracker.lock()
     return old_layer

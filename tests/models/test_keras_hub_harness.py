@@ -442,13 +442,13 @@ class TestKerasHubHarnessCausalLM(ZooTestCase):
     `(batch, members, tokens, vocabulary)` and trains on text through
     keras-hub's `GemmaCausalLMPreprocessor`."""
 
-    def test_backbone_task_and_saving(self):
-        from ensemble_zoo.models import LoRAEnsembleGemmaBackbone
-        from ensemble_zoo.models import LoRAEnsembleGemmaCausalLM
+    def test_task_and_saving(self):
+        from ensemble_zoo.models import LoRAEnsembleCausalLM
+        from ensemble_zoo.models import LoRAEnsembleDecoderBackbone
 
         tokenizer = _gemma_tokenizer()
         vocabulary = tokenizer.vocabulary_size()
-        kwargs = dict(
+        backbone_kwargs = dict(
             vocabulary_size=vocabulary,
             num_layers=2,
             num_query_heads=4,
@@ -456,34 +456,37 @@ class TestKerasHubHarnessCausalLM(ZooTestCase):
             hidden_dim=16,
             intermediate_dim=32,
             head_dim=4,
-            num_members=2,
-            rank=2,
-            targets=["query", "value"],
-            lora_alpha=None,
-            a_gain=1.0,
-            seed=0,
+        )
+        method = dict(
+            num_members=2, rank=2, targets=["query", "value"], lora_alpha=None, a_gain=1.0, seed=0
         )
         inputs = {
             "token_ids": np.full((4, 5), 5, "int32"),
             "padding_mask": np.ones((4, 5), "int32"),
         }
+        # The harness builds several models on one keras-hub backbone: the
+        # first puts the adapters on it, the others share them.
         self.run_backbone_test(
-            cls=LoRAEnsembleGemmaBackbone,
-            init_kwargs=kwargs,
+            cls=LoRAEnsembleDecoderBackbone,
+            init_kwargs=dict(backbone=keras_hub.models.GemmaBackbone(**backbone_kwargs), **method),
             input_data=inputs,
             expected_output_shape=(4, 5, 16),
         )
         preprocessor = keras_hub.models.GemmaCausalLMPreprocessor(tokenizer, sequence_length=6)
+
+        def backbone():
+            return LoRAEnsembleDecoderBackbone(
+                keras_hub.models.GemmaBackbone(**backbone_kwargs), **method
+            )
+
         self.run_task_test(
-            cls=LoRAEnsembleGemmaCausalLM,
-            init_kwargs=dict(
-                backbone=LoRAEnsembleGemmaBackbone(**kwargs), preprocessor=preprocessor
-            ),
+            cls=LoRAEnsembleCausalLM,
+            init_kwargs=dict(backbone=backbone(), preprocessor=preprocessor),
             train_data=(["the quick brown fox", "the earth is round"],),
             expected_output_shape=(2, 2, 6, vocabulary),
         )
         self.run_model_saving_test(
-            cls=LoRAEnsembleGemmaCausalLM,
-            init_kwargs=dict(backbone=LoRAEnsembleGemmaBackbone(**kwargs), preprocessor=None),
+            cls=LoRAEnsembleCausalLM,
+            init_kwargs=dict(backbone=backbone(), preprocessor=None),
             input_data={k: v[:2] for k, v in inputs.items()},
         )

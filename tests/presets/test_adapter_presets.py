@@ -75,8 +75,8 @@ def test_adapter_preset_errors_name_the_problem(whole, adapter_preset, tmp_path)
         ez.presets.load_preset(adapter_preset, rank=2)
     with pytest.raises(ValueError, match="`base` is for adapter presets"):
         ez.presets.load_preset(BASE, base=BASE)
-    with pytest.raises(PresetError, match="not a LoRAEnsembleLlamaCausalLM"):
-        ez.models.LoRAEnsembleLlamaCausalLM.from_preset(adapter_preset)
+    with pytest.raises(PresetError, match="not a TokenLossPredictor"):
+        ez.models.TokenLossPredictor.from_preset(adapter_preset)
     with pytest.raises(TypeError, match="`base` must be a keras-hub causal LM"):
         ez.presets.load_preset(adapter_preset, base=3)
     with pytest.raises(PresetError, match="Could not load 'vit_tiny_digits', the base model"):

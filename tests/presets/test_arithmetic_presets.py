@@ -25,7 +25,7 @@ def test_keras_hub_and_zoo_loaders_build_the_same_models():
     path = ez.presets.get_preset_path(ENSEMBLE)
     ours = ez.presets.load_preset(ENSEMBLE)
     theirs = keras_hub.models.CausalLM.from_preset(path)
-    assert type(theirs) is type(ours) is ez.models.LoRAEnsembleGemmaCausalLM
+    assert type(theirs) is type(ours) is ez.models.LoRAEnsembleCausalLM
     base = keras_hub.models.GemmaCausalLM.from_preset(ez.presets.get_preset_path(BASE))
     questions, answers = arithmetic.load_questions("test")
     x = base.preprocessor.generate_preprocess(questions[:8], sequence_length=12)
@@ -65,10 +65,8 @@ def test_every_zoo_class_loads_the_presets_by_name_and_path():
         to_np(model.backbone.token_embedding.embeddings),
         to_np(ez.presets.load_preset(LOSS).backbone.token_embedding.embeddings),
     )
-    with pytest.raises(
-        ValueError, match="holds a LoRAEnsembleGemmaCausalLM, not a LoRAEnsembleLlamaCausalLM"
-    ):
-        ez.models.LoRAEnsembleLlamaCausalLM.from_preset(ENSEMBLE)
+    with pytest.raises(ValueError, match="holds a LoRAEnsembleCausalLM, not a TokenLossPredictor"):
+        ez.models.TokenLossPredictor.from_preset(ENSEMBLE)
 
 
 @pytest.mark.skipif(

@@ -3,18 +3,11 @@ causal-LM LoRA-Ensemble) and `ensemble_zoo.models.loss_prediction.token_loss_pre
 an alias kept for one release. Import from the new paths."""
 
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleCausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemma3Backbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemma3CausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemmaBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleGemmaCausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlama3Backbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlama3CausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlamaBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleLlamaCausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleMistralBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleMistralCausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwen3Backbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwen3CausalLM
-from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwenBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwenCausalLM
 from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor

@@ -1,5 +1,5 @@
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
-from ensemble_zoo.models.lora_ensemble.causal_lm import lora_ensemble_causal_lm
+from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_image_classifier import (
@@ -20,7 +20,7 @@ register_method(
         tasks=(
             LoRAEnsembleImageClassifier,
             LoRAEnsembleTextClassifier,
-            *lora_ensemble_causal_lm.TASKS.values(),  # one per causal-LM family
+            LoRAEnsembleCausalLM,  # every causal-LM family
         ),
         harness=(
             HarnessCase(

@@ -40,12 +40,11 @@ def save_adapters(model, filepath, suffix=".lora_ensemble.h5", head=None):
     """Writes `model`'s adapters (and `head`'s kernel and bias, when given)
     to `filepath`, a name ending in `suffix`."""
     filepath = check_suffix(filepath, suffix)
-    backbone = model.backbone
     with h5py.File(filepath, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["format_version"] = FORMAT_VERSION
-        f.attrs["backbone_class"] = type(backbone).base_cls().__name__
-        f.attrs["method_config"] = json.dumps(backbone.method_config)
+        f.attrs["backbone_class"] = model.base_backbone_class.__name__
+        f.attrs["method_config"] = json.dumps(model.method_config)
         for i, adapter in enumerate(model.adapters):
             group = f.create_group(f"adapters/{i}")
             group.attrs["base_layer"] = adapter.base_layer.path
@@ -111,15 +110,15 @@ def check_suffix(filepath, suffix):
 
 def _read(f, model, filepath, head):
     """`[(variable, value)]` of a file in this format, checked."""
-    backbone, adapters = model.backbone, model.adapters
+    adapters = model.adapters
     saved = json.loads(f.attrs["method_config"])
-    expected = backbone.method_config
+    expected = model.method_config
     differences = [
         f"{key}: file {saved.get(key)!r}, model {expected[key]!r}"
         for key in ("num_members", "targets", "rank", "lora_alpha")
         if _normalized(saved.get(key)) != _normalized(expected[key])
     ]
-    base_name = type(backbone).base_cls().__name__
+    base_name = model.base_backbone_class.__name__
     if f.attrs["backbone_class"] != base_name:
         differences.insert(0, f"backbone: file {f.attrs['backbone_class']}, model {base_name}")
     count = len(f["adapters"]) if "adapters" in f else 0

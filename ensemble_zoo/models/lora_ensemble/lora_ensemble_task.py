@@ -97,6 +97,16 @@ class LoRAEnsembleTask:
         """The `LoRAEnsembleAdapter`s, in a fixed order."""
         return lora_ensemble_adapters(self.backbone)
 
+    @property
+    def method_config(self):
+        """The LoRA-Ensemble arguments the backbone was built with."""
+        return self.backbone.method_config
+
+    @property
+    def base_backbone_class(self):
+        """The keras-hub backbone class the adapters sit on."""
+        return self.backbone.base_cls()
+
     def get_config(self):
         return {**super().get_config(), "targets": list(self.targets)}
 

@@ -95,7 +95,7 @@ def prefill(model, token_ids, padding_mask, length=None):
         `(batch, members, max_length, kv_heads, head_dim)`).
     """
     m = model.num_members
-    family = model.backbone.family
+    family = model.family
     full = ops.shape(token_ids)[1]
     short = length is not None and length < full
     if short:
@@ -149,7 +149,7 @@ def member_step(model, token_ids, cache, index, padding_mask):
         updated member cache.
     """
     m = model.num_members
-    extra = model.backbone.family.step_arguments(padding_mask, index)
+    extra = model.family.step_arguments(padding_mask, index)
     logits, hidden, cache = model.call_with_cache(
         repeat_rows(token_ids, m),
         keras.tree.map_structure(lambda x: fold_members(x, ROWS), cache),

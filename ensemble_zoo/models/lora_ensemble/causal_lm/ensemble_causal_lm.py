@@ -39,14 +39,11 @@ def member_token_cross_entropy(y_true, y_pred):
 
 class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
     """The decoding and uncertainty of a causal-LM ensemble (no Keras base:
-    `LoRAEnsembleCausalLM` builds the model; its family classes list a
-    keras-hub causal LM class last). The model's `backbone` runs the
-    members as batch-major rows (`TileMembers` / `UntileMembers`), and it sets
-    `num_members` through its backbone."""
-
-    @property
-    def num_members(self):
-        return self.backbone.num_members
+    `LoRAEnsembleCausalLM` builds the model and lists
+    `keras_hub.models.CausalLM` last). The model runs the members as
+    batch-major rows (`TileMembers` / `UntileMembers`) and sets
+    `num_members`, `family` (`families.Family`), `call_with_cache` and
+    `_build_cache`."""
 
     def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
         """keras-hub's `CausalLM.compile`; the default loss is the mean over
@@ -148,7 +145,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
                     "`predictor` must be a TokenLossPredictor or None; got "
                     f"{type(predictor).__name__}."
                 )
-            base = type(self.backbone).base_cls()
+            base = self.base_backbone_class
             if type(predictor.backbone) is not base or (
                 predictor.backbone.hidden_dim != self.backbone.hidden_dim
             ):

@@ -1,65 +1,68 @@
-"""The keras-hub causal-LM families a LoRA-Ensemble wraps, as data.
+"""The keras-hub causal LMs a LoRA-Ensemble wraps: found, not listed.
 
-Each `Family` names the keras-hub task and backbone classes, where each
-adaptable projection sits in a decoder block, and how the family's KV
-cache is seeded and stepped. One mechanism builds every family's
-LoRA-Ensemble backbone (`lora_ensemble_causal_lm_backbones`) and task
-(`lora_ensemble_causal_lm`) from this table, so adding a family is one
-entry here.
+A keras-hub causal LM is a `keras_hub.models.CausalLM` whose backbone
+holds its decoder blocks in `transformer_layers` and whose
+`_build_cache(token_ids)` / `call_with_cache(token_ids, cache, index)`
+seed and step a KV cache. Any family built that way works with no entry
+here: `decoder_sites` finds each block's projections by layer type
+(`Dense` / `EinsumDense`) and role, read from the names keras-hub gives
+them (`ROLE_NAMES`), as keras-hub's own `enable_lora` finds its targets by
+name. A family that seeds or steps its cache otherwise, or that cannot
+hold members, has one `Family` entry in `FAMILIES`, keyed by its
+keras-hub class name.
 
-Cache layouts (keras-hub 0.32): Gemma, Llama, Mistral and Qwen stack the
-layers in one `(batch, layers, 2, length, kv_heads, head_dim)` array;
-Gemma 3 keeps a `(key, value)` pair of `(batch, length, kv_heads,
-head_dim)` per layer, reads the prompt's padding mask when it seeds the
-cache and a `cache_update_mask` (prompt positions keep their cache) at
-each step.
+Cache layouts (keras-hub 0.32): most families stack the layers in one
+`(batch, layers, 2, length, kv_heads, head_dim)` array (the length on
+axis 3, `Family`'s default); Gemma 3 keeps a `(key, value)` pair of
+`(batch, length, kv_heads, head_dim)` per layer, reads the prompt's
+padding mask when it seeds the cache and a `cache_update_mask` (prompt
+positions keep their cache) at each step.
 """
 
 import dataclasses
 from typing import Callable
 
+import keras
 import keras_hub
 from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import ATTENTION_PROJECTIONS
+from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets as _check_names
 
-#: Adaptable projections: keras-hub's attention projection names (those
-#: `apply_lora_ensemble` uses), then the MLP's gate, up and down
-#: projections (optional; "mlp_gate" is the one that goes through the
-#: activation).
-ATTENTION_TARGETS = tuple(ATTENTION_PROJECTIONS)
+#: Roles a LoRA-Ensemble adapts, each with the attribute or layer names
+#: keras-hub gives that projection (without leading underscores): the
+#: attention's query, key, value and output projections (the paper's four;
+#: GPT-NeoX fuses the first three, `"query_key_value"`) and the MLP's gate
+#: (the one that goes through the activation), up and down projections.
+ROLE_NAMES = {
+    "query": ("query", "query_dense", "q_proj"),
+    "key": ("key", "key_dense", "k_proj"),
+    "value": ("value", "value_dense", "v_proj"),
+    "attention_output": ("attention_output", "output_dense", "o_proj"),
+    "query_key_value": ("query_key_value", "qkv_dense"),
+    "mlp_gate": ("gating_ffw", "feedforward_gate_dense", "gate_proj"),
+    "mlp_up": (
+        "gating_ffw_2",
+        "feedforward_intermediate_dense",
+        "up_proj",
+        "mlp_intermediate_dense",
+        "dense_h_to_4h",
+    ),
+    "mlp_down": (
+        "ffw_linear",
+        "feedforward_output_dense",
+        "down_proj",
+        "mlp_output_dense",
+        "dense_4h_to_h",
+    ),
+}
+ATTENTION_TARGETS = ("query", "key", "value", "attention_output")
 MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
+#: What a user may name in `targets`; `"query_key_value"` is where
+#: `"query"`, `"key"` and `"value"` go in a family that fuses them.
 TARGETS = ATTENTION_TARGETS + MLP_TARGETS
+FUSED_TARGET = "query_key_value"
 DEFAULT_TARGETS = ATTENTION_TARGETS
-
-
-def _sites(attention, attention_projections, mlp_projections):
-    """target -> attribute path: the attention projections under the
-    block's `attention` layer, the MLP's on the block itself."""
-    sites = {t: (attention, p) for t, p in zip(ATTENTION_TARGETS, attention_projections)}
-    sites.update({t: (p,) for t, p in zip(MLP_TARGETS, mlp_projections)})
-    return sites
-
-
-#: Per layout, the attribute path from a decoder block to each target.
-GEMMA_SITES = _sites(
-    "attention",
-    ("query_dense", "key_dense", "value_dense", "output_dense"),
-    ("gating_ffw", "gating_ffw_2", "ffw_linear"),
-)
-LLAMA_SITES = _sites(
-    "_self_attention_layer",
-    ("_query_dense", "_key_dense", "_value_dense", "_output_dense"),
-    ("_feedforward_gate_dense", "_feedforward_intermediate_dense", "_feedforward_output_dense"),
-)
-
-
-def target_site(block, path):
-    """`(parent, attribute)` of the projection at `path` from `block`."""
-    parent = block
-    for attribute in path[:-1]:
-        parent = getattr(parent, attribute)
-    return parent, path[-1]
 
 
 def seed_stacked_cache(causal_lm, token_ids, padding_mask):
@@ -87,85 +90,185 @@ def gemma3_step_arguments(padding_mask, index):
     return {"cache_update_mask": ops.expand_dims(ops.take(not_prompt, index, axis=1), 1)}
 
 
-@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+@dataclasses.dataclass(frozen=True)
 class Family:
-    """One keras-hub causal-LM family.
+    """How the decode engine seeds and steps one family's cache.
 
     Args:
-        name: str, the class-name stem (`"Gemma"` gives
-            `LoRAEnsembleGemmaCausalLM` and `LoRAEnsembleGemmaBackbone`).
-        causal_lm_cls: the keras-hub `CausalLM` class.
-        backbone_cls: the keras-hub backbone class.
-        sites: dict target -> attribute path from a decoder block.
-        description: str, how the docstrings name the family.
         seed_cache: callable `(causal_lm, token_ids, padding_mask) ->
             (hidden_states, cache)` running the family's `_build_cache`.
         step_arguments: callable `(padding_mask, index) -> dict`, the
             family's extra `call_with_cache` arguments at a decode step.
         cache_length_axis: int, the sequence axis of each array of the
             family's cache (3 in the stacked layout, 1 in Gemma 3's).
+        refused: `None`, or why a LoRA-Ensemble cannot wrap the family
+            (the error names it).
     """
 
-    name: str
-    causal_lm_cls: type
-    backbone_cls: type
-    sites: dict
-    description: str
     seed_cache: Callable = seed_stacked_cache
     step_arguments: Callable = no_step_arguments
     cache_length_axis: int = 3
-
-    def __repr__(self):
-        return f"Family({self.name!r})"
+    refused: str = None
 
 
-FAMILIES = (
-    Family(
-        "Gemma",
-        keras_hub.models.GemmaCausalLM,
-        keras_hub.models.GemmaBackbone,
-        GEMMA_SITES,
-        "Gemma, Gemma 2",
+STANDARD = Family()
+
+#: keras-hub causal-LM class name -> its entry, for the families that
+#: need one.
+FAMILIES = {
+    "Gemma3CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments, cache_length_axis=1),
+    "Gemma3nCausalLM": Family(
+        refused="its text decoder keeps AltUp streams and per-layer inputs "
+        "beside the KV cache, which the decode engine does not tile yet"
     ),
-    Family(
-        "Gemma3",
-        keras_hub.models.Gemma3CausalLM,
-        keras_hub.models.Gemma3Backbone,
-        GEMMA_SITES,
-        "Gemma 3, text only: `vision_encoder=None`",
-        seed_cache=seed_gemma3_cache,
-        step_arguments=gemma3_step_arguments,
-        cache_length_axis=1,
+    "Gemma4CausalLM": Family(
+        refused="it takes `position_ids` as a model input, which the decode engine does not pass"
     ),
-    Family(
-        "Llama",
-        keras_hub.models.LlamaCausalLM,
-        keras_hub.models.LlamaBackbone,
-        LLAMA_SITES,
-        "Llama 2",
+    "Qwen3_5CausalLM": Family(
+        refused="its linear-attention blocks keep a recurrent state and a "
+        "convolution state beside the KV cache, which the decode engine "
+        "does not seed yet"
     ),
-    Family(
-        "Llama3",
-        keras_hub.models.Llama3CausalLM,
-        keras_hub.models.Llama3Backbone,
-        LLAMA_SITES,
-        "Llama 3",
+    "Qwen3_5MoeCausalLM": Family(
+        refused="its linear-attention blocks keep a recurrent state and a "
+        "convolution state beside the KV cache, which the decode engine "
+        "does not seed yet"
     ),
-    Family(
-        "Mistral",
-        keras_hub.models.MistralCausalLM,
-        keras_hub.models.MistralBackbone,
-        LLAMA_SITES,
-        "Mistral",
+    "RWKV7CausalLM": Family(
+        refused="it is a recurrent model (no KV cache, no `cache_update_index`); "
+        "its state has no position to step"
     ),
-    Family(
-        "Qwen", keras_hub.models.QwenCausalLM, keras_hub.models.QwenBackbone, LLAMA_SITES, "Qwen 2"
-    ),
-    Family(
-        "Qwen3",
-        keras_hub.models.Qwen3CausalLM,
-        keras_hub.models.Qwen3Backbone,
-        LLAMA_SITES,
-        "Qwen 3",
-    ),
-)
+}
+
+
+def causal_lm_class(backbone):
+    """The keras-hub `CausalLM` class whose `backbone_cls` is exactly
+    `type(backbone)` (keras-hub's own rule for a preset's task); where
+    several are (Gemma 4's assistant model), the one named after the
+    backbone (`Gemma4Backbone` -> `Gemma4CausalLM`)."""
+    candidates = [
+        cls
+        for cls in vars(keras_hub.models).values()
+        if isinstance(cls, type)
+        and issubclass(cls, keras_hub.models.CausalLM)
+        and getattr(cls, "backbone_cls", None) is type(backbone)
+    ]
+    named = type(backbone).__name__.replace("Backbone", "CausalLM")
+    for cls in sorted(set(candidates), key=lambda c: (c.__name__ != named, c.__name__)):
+        return cls
+    raise TypeError(
+        f"`backbone` must be the backbone of a keras-hub causal LM; no "
+        f"`keras_hub.models` CausalLM takes a {type(backbone).__name__}."
+    )
+
+
+def family(causal_lm_cls):
+    """The `Family` of a keras-hub causal-LM class; a `ValueError` says why
+    when the family is refused."""
+    entry = FAMILIES.get(causal_lm_cls.__name__, STANDARD)
+    if entry.refused:
+        raise ValueError(f"LoRA-Ensemble cannot wrap a {causal_lm_cls.__name__}: {entry.refused}.")
+    return entry
+
+
+def check_targets(targets):
+    """`targets` as a tuple of distinct names among `TARGETS`."""
+    return _check_names(targets, allowed=TARGETS)
+
+
+def _sublayers(layer):
+    """`(attribute, sublayer)` pairs held directly by `layer`'s attributes
+    (under PyTorch Keras keeps them in the module's `_modules`)."""
+    names = dict.fromkeys(vars(layer))
+    names.update(dict.fromkeys(vars(layer).get("_modules", {})))
+    for name in names:
+        value = getattr(layer, name, None)
+        if isinstance(value, keras.layers.Layer) and value is not layer:
+            yield name, value
+
+
+def _projections(block):
+    """role -> `[(parent, attribute)]` of every `Dense` / `EinsumDense`
+    under `block` (or a `LoRAEnsembleAdapter` on one) whose attribute or
+    layer name keras-hub uses for that role. Mixture-of-experts parts
+    (attributes naming an expert) are not searched: their MLPs are not one
+    projection."""
+    found = {role: [] for role in ROLE_NAMES}
+    seen = set()
+
+    def walk(layer):
+        for attribute, sublayer in _sublayers(layer):
+            if id(sublayer) in seen:
+                continue
+            seen.add(id(sublayer))
+            if isinstance(sublayer, LoRAEnsembleAdapter):
+                projection = sublayer.base_layer
+            elif isinstance(sublayer, (keras.layers.Dense, keras.layers.EinsumDense)):
+                projection = sublayer
+            else:
+                projection = None
+            if projection is not None:
+                names = {attribute.lstrip("_"), projection.name}
+                for role, role_names in ROLE_NAMES.items():
+                    if names & set(role_names):
+                        found[role].append((layer, attribute))
+            elif "expert" not in attribute.lower():
+                walk(sublayer)
+
+    walk(block)
+    return found
+
+
+def block_sites(block, targets, required=True):
+    """`[(role, (parent, attribute))]`: where each of `targets` sits in one
+    decoder block, in `targets` order (`"query"`, `"key"` and `"value"`
+    share one `"query_key_value"` site in a family that fuses them).
+
+    Raises:
+        ValueError: the block has no projection, or more than one, for a
+            target (with `required=False` a missing one is left out).
+    """
+    found = _projections(block)
+    sites = []
+    for target in targets:
+        role = target
+        if target in ("query", "key", "value") and not found[target] and found[FUSED_TARGET]:
+            role = FUSED_TARGET
+        if any(role == r for r, _ in sites) or (not found[role] and not required):
+            continue
+        if len(found[role]) != 1:
+            where = [f"{type(p).__name__}.{a}" for p, a in found[role]]
+            raise ValueError(
+                f"{type(block).__name__} has {len(found[role])} projections for "
+                f"target {target!r} {where}; LoRA-Ensemble needs exactly one per "
+                "block (a mixture-of-experts MLP has none: adapt the attention "
+                "targets)."
+            )
+        sites.append((role, found[role][0]))
+    return sites
+
+
+def decoder_sites(backbone, targets):
+    """Where each target sits in every decoder block of `backbone`.
+
+    Args:
+        backbone: a keras-hub decoder backbone (`transformer_layers`).
+        targets: names among `TARGETS` (`check_targets`).
+
+    Returns:
+        `(sites, roles)`: `(parent, attribute)` of each adapted
+        projection, block by block and within a block in `targets` order
+        (`block_sites`), and the role of each.
+
+    Raises:
+        ValueError: `backbone` has no decoder blocks, or a block has no
+            projection, or more than one, for a target.
+    """
+    blocks = getattr(backbone, "transformer_layers", None)
+    if not blocks:
+        raise ValueError(
+            f"`backbone` ({type(backbone).__name__}) has no `transformer_layers`: "
+            "LoRA-Ensemble adapts the decoder blocks of a keras-hub causal LM."
+        )
+    pairs = [pair for block in blocks for pair in block_sites(block, targets)]
+    return [site for _, site in pairs], [role for role, _ in pairs]

@@ -3,9 +3,9 @@
 Networks").
 
 M low-rank adapters on the attention (and optionally MLP) projections of
-one frozen decoder (Gemma, Gemma 2, Gemma 3 text, Llama, Llama 3, Mistral,
-Qwen, Qwen 3): the members share every weight of
-the keras-hub model, run in one batched pass, and keep one KV cache entry
+one frozen keras-hub decoder, of any family that keras-hub builds from
+its standard layers (`families`): the members share every weight of the
+keras-hub model, run in one batched pass, and keep one KV cache entry
 each. Generation samples from the ensemble's predictive distribution and
 reports, for every generated token, the ensemble's total, aleatoric and
 epistemic uncertainty, computed inside the compiled decode loop
@@ -13,12 +13,12 @@ epistemic uncertainty, computed inside the compiled decode loop
 
 This module builds the model (construction, conversions, adapters); its
 decoding and uncertainty are `EnsembleCausalLM`'s (`ensemble_causal_lm`).
-The task class of each family is made from `families.FAMILIES` by
-`_causal_lm_class`; the members are batch-major rows (`ensemble_zoo.ops.tile_members`), the figures
-`token_uncertainty`'s, `generate`'s input handling `generation`'s and what
-it returns `generation_outputs`', the teacher-forced figures
-`teacher_forcing`'s, one member or the base as a plain model
-`member_models`', sampling-based estimators `sample_uncertainty`'s.
+The members are batch-major rows (`ensemble_zoo.ops.tile_members`), the
+adapters `decoder_adapters`', the figures `token_uncertainty`'s,
+`generate`'s input handling `generation`'s and what it returns
+`generation_outputs`', the teacher-forced figures `teacher_forcing`'s,
+one member or the base as a plain model `member_models`', sampling-based
+estimators `sample_uncertainty`'s.
 """
 
 import keras
@@ -28,25 +28,30 @@ import numpy as np
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.lora_ensemble import adapter_files
+from ensemble_zoo.models.lora_ensemble.causal_lm import families
 from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
+from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import LoRAEnsembleDecoderBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
-from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
-from ensemble_zoo.models.lora_ensemble.causal_lm.lora_ensemble_causal_lm_backbones import BACKBONES
+from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.model_copies import copy_preprocessor
 
 
-class LoRAEnsembleCausalLM(EnsembleCausalLM):
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
     """LoRA-Ensemble on a keras-hub causal LM: M adapters, one frozen model.
 
     LoRA-Ensemble (Mühlematter et al., "LoRA-Ensemble: Efficient
     Uncertainty Modelling for Self-Attention Networks") gives each of `M`
     members its own low-rank update `B_m A_m` of the attention projections
     of one frozen pretrained model. Here the model is a keras-hub
-    `CausalLM`; the members run batch-major (row `b * M + m`), so that one
-    decode step computes every member and keras-hub's KV cache holds one
-    entry per member, `(batch, members, layers, 2, length, kv_heads,
-    head_dim)`.
+    `CausalLM` of any family keras-hub builds from its standard layers
+    (Gemma, Llama, Mistral, Qwen, GPT-2, OPT, Phi-3, Mixtral, ...;
+    `docs/methods/causal_lm.md` lists them): the adapters go on the
+    projections found by layer type and role (`families.decoder_sites`).
+    The members run batch-major (row `b * M + m`), so that one decode step
+    computes every member and keras-hub's KV cache holds one entry per
+    member, `(batch, members, layers, 2, length, kv_heads, head_dim)`.
 
     `model(inputs)` returns member logits `(batch, members, tokens,
     vocabulary)`. `generate()` samples from the ensemble's predictive
@@ -59,19 +64,36 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
 
     Decoding runs the zoo's decode engine (`decode_engine`): one pure step
     over the family's own `call_with_cache` on the members' batch-major
-    rows (`call_with_cache` and `_build_cache` are keras-hub's, on those
-    rows), compiled as one XLA program under JAX and TensorFlow and, with
+    rows (`call_with_cache` and `_build_cache` are those of the keras-hub
+    causal LM of the backbone's family, on those rows), compiled as one
+    XLA program under JAX and TensorFlow and, with
     `compile(jit_compile=True)`, as one `torch.compile` graph per step
     under PyTorch (eager otherwise).
 
-    Build one with `LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)`,
-    which picks the family's class (`LoRAEnsembleGemmaCausalLM`, ...) and
-    never changes `causal_lm`. With `B = 0` (the initialization) every
-    member is the given model, and `generate` reproduces its output.
+    The constructor puts the adapters on `backbone` in place, as keras-hub's
+    `enable_lora` does (a backbone that holds the same adapters already is
+    shared, as keras-hub tasks share one); `from_keras_hub(causal_lm, ...)`
+    builds the ensemble on a copy and never changes `causal_lm`. With
+    `B = 0` (the initialization) every member is the given model, and
+    `generate` reproduces its output.
 
     Args:
-        backbone: a LoRA-Ensemble decoder backbone of the family
-            (`LoRAEnsembleGemmaBackbone`, ...).
+        backbone: the backbone of a keras-hub causal LM (`GemmaBackbone`,
+            `LlamaBackbone`, `GPT2Backbone`, ...), text only.
+        num_members: int, the number of members M.
+        rank: int, the adapters' rank r, or a dict target -> rank (an
+            imported keras-hub LoRA needs one rank per target).
+        targets: projections to adapt, among `"query"`, `"key"`, `"value"`,
+            `"attention_output"` (the paper's four, the default) and the
+            MLP's `"mlp_gate"`, `"mlp_up"` and `"mlp_down"`. In a family
+            that fuses the query, key and value projections (GPT-NeoX) the
+            three share one adapter on the fused projection.
+        lora_alpha: optional float; updates are scaled by `lora_alpha /
+            rank` (`None`: 1).
+        a_gain: float, the Xavier-uniform gain of each `A_m` (the paper's
+            10; `B = 0` keeps every member equal to the model at the start
+            whatever the gain).
+        seed: optional int; adapter `i` uses seeds `seed + i * M + m`.
         preprocessor: optional keras-hub `CausalLMPreprocessor` of the
             family.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
@@ -105,13 +127,21 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
     ```
     """
 
+    backbone_cls = LoRAEnsembleDecoderBackbone
+
     def __init__(self, backbone, preprocessor=None, **kwargs):
-        if not isinstance(backbone, self.backbone_cls):
+        if not isinstance(backbone, LoRAEnsembleDecoderBackbone):
             raise TypeError(
-                f"`backbone` must be a {self.backbone_cls.__name__}; got "
+                "`backbone` must be a LoRAEnsembleDecoderBackbone; got "
                 f"{type(backbone).__name__}. Build the model with "
                 "LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)."
             )
+        keras_hub_cls = families.causal_lm_class(backbone.decoder)
+        family = families.family(keras_hub_cls)
+        # The family's own `call_with_cache` and `_build_cache`, on the
+        # adapted decoder: a keras-hub causal LM that the ensemble calls
+        # but does not track (its variables are the backbone's).
+        family_causal_lm = keras_hub_cls(backbone=backbone.decoder, preprocessor=None)
         num_members = backbone.num_members
         # === Layers ===
         self.backbone = backbone
@@ -128,6 +158,50 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         outputs = self.split_members(logits)
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
         self.generate_function = None
+        object.__setattr__(self, "_family", family)
+        object.__setattr__(self, "_family_causal_lm", family_causal_lm)
+
+    @property
+    def num_members(self):
+        return self.backbone.num_members
+
+    @property
+    def targets(self):
+        return self.backbone.targets
+
+    @property
+    def rank(self):
+        return self.backbone.rank
+
+    @property
+    def method_config(self):
+        """The LoRA-Ensemble arguments: `num_members`, `rank`, `targets`,
+        `lora_alpha`, `a_gain` and `seed`."""
+        config = self.backbone.get_config()
+        return {k: config[k] for k in adapter_files.BUILD_ARGUMENTS}
+
+    @property
+    def base_backbone_class(self):
+        """The keras-hub backbone class the adapters sit on."""
+        return type(self.backbone.decoder)
+
+    @property
+    def family(self):
+        """How the decode engine seeds and steps the cache (`families.Family`)."""
+        return self._family
+
+    @property
+    def keras_hub_class(self):
+        """The keras-hub causal-LM class of the backbone's family."""
+        return type(self._family_causal_lm)
+
+    def call_with_cache(self, *args, **kwargs):
+        """The family's keras-hub `call_with_cache` on the members' rows."""
+        return self._family_causal_lm.call_with_cache(*args, **kwargs)
+
+    def _build_cache(self, *args, **kwargs):
+        """The family's keras-hub `_build_cache` on the members' rows."""
+        return self._family_causal_lm._build_cache(*args, **kwargs)
 
     # === Construction ===
 
@@ -141,9 +215,9 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         an adapter preset (`ensemble_zoo.presets.save_adapter_preset`,
         e.g. `"lora_ensemble_gemma3_270m_arithmetic"`) on its base model.
 
-        Works on `LoRAEnsembleCausalLM` (any family) and on a family's
-        class (`LoRAEnsembleGemmaCausalLM`, which checks the family), as
-        `ensemble_zoo.presets.load_preset` does. To put an ensemble on a
+        One class serves every family (the family is the backbone's); the
+        old per-family names (`LoRAEnsembleGemmaCausalLM`, ...) are
+        aliases of it. To put an ensemble on a
         keras-hub preset (`"gemma_2b_en"`), load that model with keras-hub
         and call `from_keras_hub`.
 
@@ -167,8 +241,9 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
 
         return load_preset(preset, cls, load_weights, dtype, preprocessor, base, **kwargs)
 
-    @staticmethod
+    @classmethod
     def from_keras_hub(
+        cls,
         causal_lm,
         num_members,
         rank,
@@ -186,10 +261,9 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
         `causal_lm` as it is; `causal_lm` itself is not changed.
 
         Args:
-            causal_lm: a `keras_hub.models.GemmaCausalLM` (Gemma, Gemma 2),
-                `Gemma3CausalLM` (text only), `LlamaCausalLM`,
-                `Llama3CausalLM`, `MistralCausalLM`, `QwenCausalLM` or
-                `Qwen3CausalLM`.
+            causal_lm: a keras-hub `CausalLM`, text only, of a family the
+                ensemble supports (`docs/methods/causal_lm.md`; a refused
+                family is a `ValueError` that says why).
             num_members: int, the number of members M.
             rank: int, the adapters' rank, or a dict target -> rank.
             targets: projections to adapt, among `"query"`, `"key"`,
@@ -204,19 +278,22 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
             seed: optional int for reproducible adapters.
 
         Returns:
-            A `LoRAEnsembleCausalLM` of the family's class.
+            A `LoRAEnsembleCausalLM`.
         """
-        cls = _task_class(causal_lm)
-        backbone = cls.backbone_cls.from_backbone(
-            causal_lm.backbone,
+        _check_causal_lm(causal_lm)
+        keras_hub_cls = families.causal_lm_class(causal_lm.backbone)
+        families.family(keras_hub_cls)  # refused families, before the copy
+        _check_text_only(causal_lm.backbone, keras_hub_cls)
+        backbone = LoRAEnsembleDecoderBackbone(
+            copy_model(causal_lm.backbone),
             num_members=num_members,
             rank=rank,
-            targets=[targets] if isinstance(targets, str) else list(targets),
+            targets=targets,
             lora_alpha=lora_alpha,
             a_gain=a_gain,
             seed=seed,
         )
-        return cls(backbone=backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
+        return cls(backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
 
     @staticmethod
     def from_adapters(causal_lm, filepath, load_weights=True):
@@ -233,7 +310,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
                 fresh adapters (members equal to `causal_lm`).
 
         Returns:
-            A `LoRAEnsembleCausalLM` of the family's class.
+            A `LoRAEnsembleCausalLM`.
 
         Raises:
             ValueError: the file is not an adapter file, or its adapters
@@ -264,12 +341,11 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
                 adapt the same layers with the same rank.
 
         Returns:
-            A `LoRAEnsembleCausalLM` of the family's class with
-            `len(filepaths)` members.
+            A `LoRAEnsembleCausalLM` with `len(filepaths)` members.
         """
-        cls = _task_class(causal_lm)
+        _check_causal_lm(causal_lm)
         targets, ranks, factors, num_blocks, count = member_models.keras_hub_lora_factors(
-            causal_lm, filepaths, cls.backbone_cls.sites
+            causal_lm, filepaths
         )
         ensemble = LoRAEnsembleCausalLM.from_keras_hub(
             causal_lm, num_members=count, rank=ranks, targets=targets, seed=0
@@ -325,24 +401,16 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM):
 
     @property
     def adapters(self):
-        """The backbone's `LoRAEnsembleAdapter`s."""
-        return self.backbone.adapters
+        """The `LoRAEnsembleAdapter`s, block by block, in `targets` order."""
+        return list(self.backbone._adapters)
 
 
-def _task_class(causal_lm):
-    """The LoRA-Ensemble task class for a keras-hub causal LM."""
-    cls = TASKS.get(type(causal_lm))
-    if cls is None:
+def _check_causal_lm(causal_lm):
+    """A `TypeError` unless `causal_lm` is a keras-hub causal LM; a
+    `ValueError` when it has keras-hub LoRA enabled."""
+    if not isinstance(causal_lm, keras_hub.models.CausalLM):
         raise TypeError(
-            "`causal_lm` must be one of "
-            f"{sorted(t.__name__ for t in TASKS)}; got "
-            f"{type(causal_lm).__name__}."
-        )
-    if getattr(causal_lm.backbone, "vision_encoder", None) is not None:
-        raise ValueError(
-            f"`causal_lm` is a multimodal {type(causal_lm).__name__} (its backbone "
-            "has a vision encoder); LoRA-Ensemble supports text-only models "
-            "(`vision_encoder=None`): image inputs would be dropped."
+            f"`causal_lm` must be a keras_hub.models.CausalLM; got {type(causal_lm).__name__}."
         )
     if any(
         getattr(layer, "lora_enabled", False)
@@ -353,36 +421,23 @@ def _task_class(causal_lm):
             "model without it; save its adapter with `save_lora_weights` and "
             "import it with `LoRAEnsembleCausalLM.from_keras_hub_lora`."
         )
-    return cls
 
 
-def _causal_lm_class(family):
-    """The registered LoRA-Ensemble task class of `family`."""
-    backbone_cls = BACKBONES[family.name]
-    cls = type(
-        f"LoRAEnsemble{family.name}CausalLM",
-        (LoRAEnsembleCausalLM, family.causal_lm_cls),
-        {
-            "backbone_cls": backbone_cls,
-            "__doc__": (
-                f"LoRA-Ensemble on a `keras_hub.models.{family.causal_lm_cls.__name__}` "
-                f"({family.description}); see\n    `LoRAEnsembleCausalLM`.\n\n    Args:\n"
-                f"        backbone: a `{backbone_cls.__name__}`.\n        preprocessor: "
-                "optional, the family's preprocessor.\n        **kwargs: other "
-                "`keras_hub.models.Task` arguments.\n"
-            ),
-            "__module__": __name__,
-        },
-    )
-    return keras.saving.register_keras_serializable(package="ensemble_zoo")(cls)
+def _check_text_only(backbone, keras_hub_cls):
+    """A `ValueError` for a multimodal backbone (a vision encoder)."""
+    if getattr(backbone, "vision_encoder", None) is not None:
+        raise ValueError(
+            f"`backbone` is a multimodal {type(backbone).__name__} (it has a vision "
+            f"encoder); LoRA-Ensemble supports text-only {keras_hub_cls.__name__} "
+            "models (`vision_encoder=None`): image inputs would be dropped."
+        )
 
 
-#: keras-hub causal LM class -> the LoRA-Ensemble task class for it.
-TASKS = {family.causal_lm_cls: _causal_lm_class(family) for family in FAMILIES}
-LoRAEnsembleGemmaCausalLM = TASKS[keras_hub.models.GemmaCausalLM]
-LoRAEnsembleGemma3CausalLM = TASKS[keras_hub.models.Gemma3CausalLM]
-LoRAEnsembleLlamaCausalLM = TASKS[keras_hub.models.LlamaCausalLM]
-LoRAEnsembleLlama3CausalLM = TASKS[keras_hub.models.Llama3CausalLM]
-LoRAEnsembleMistralCausalLM = TASKS[keras_hub.models.MistralCausalLM]
-LoRAEnsembleQwenCausalLM = TASKS[keras_hub.models.QwenCausalLM]
-LoRAEnsembleQwen3CausalLM = TASKS[keras_hub.models.Qwen3CausalLM]
+# The per-family names of earlier releases: one class serves every family.
+LoRAEnsembleGemmaCausalLM = LoRAEnsembleCausalLM
+LoRAEnsembleGemma3CausalLM = LoRAEnsembleCausalLM
+LoRAEnsembleLlamaCausalLM = LoRAEnsembleCausalLM
+LoRAEnsembleLlama3CausalLM = LoRAEnsembleCausalLM
+LoRAEnsembleMistralCausalLM = LoRAEnsembleCausalLM
+LoRAEnsembleQwenCausalLM = LoRAEnsembleCausalLM
+LoRAEnsembleQwen3CausalLM = LoRAEnsembleCausalLM

@@ -4,46 +4,39 @@ model, and the factors of keras-hub `.lora.h5` adapters."""
 
 from ensemble_zoo.models.lora_ensemble.causal_lm import keras_hub_lora
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import TARGETS
-from ensemble_zoo.models.lora_ensemble.causal_lm.families import target_site
-from ensemble_zoo.models.method_backbone import _relative_paths
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import block_sites
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import decoder_sites
 from ensemble_zoo.utils.model_copies import copy_preprocessor
 
 
 def plain_causal_lm(ensemble, member):
     """A keras-hub causal LM with the frozen weights and, unless
     `member` is `None`, member `member`'s adapters merged."""
-    base_cls = ensemble.backbone.family.causal_lm_cls
-    base_backbone = type(ensemble.backbone).base_cls()
-    config = {
-        k: v
-        for k, v in ensemble.backbone.get_config().items()
-        if k not in ensemble.backbone.method_config
-    }
-    backbone = base_backbone.from_config(config)
-    sources = dict(zip(_relative_paths(ensemble.backbone.weights), ensemble.backbone.weights))
-    for path, target in zip(_relative_paths(backbone.weights), backbone.weights):
-        target.assign(sources[path])
-    for block, source_block in zip(
-        backbone.transformer_layers, ensemble.backbone.transformer_layers
-    ):
-        for target in ensemble.backbone.targets:
-            parent, attribute = target_site(block, ensemble.backbone.sites[target])
-            source_parent, _ = target_site(source_block, ensemble.backbone.sites[target])
-            adapter = getattr(source_parent, attribute)
-            getattr(parent, attribute).kernel.assign(
-                adapter.base_layer.kernel if member is None else adapter.merged_kernel(member)
-            )
-    return base_cls(backbone=backbone, preprocessor=copy_preprocessor(ensemble.preprocessor))
+    decoder = ensemble.backbone.decoder
+    backbone = type(decoder).from_config(decoder.get_config())
+    # The frozen weights in order (layer names, and so paths, may differ
+    # in a new model: keras numbers unnamed layers process-wide).
+    factors = {id(v) for a in ensemble.adapters for v in (a.lora_a, a.lora_b)}
+    frozen = [v for v in decoder.weights if id(v) not in factors]
+    for target, source in zip(backbone.weights, frozen, strict=True):
+        target.assign(source)
+    sites, _ = decoder_sites(backbone, ensemble.targets)
+    for (parent, attribute), adapter in zip(sites, ensemble.adapters, strict=True):
+        getattr(parent, attribute).kernel.assign(
+            adapter.base_layer.kernel if member is None else adapter.merged_kernel(member)
+        )
+    return ensemble.keras_hub_class(
+        backbone=backbone, preprocessor=copy_preprocessor(ensemble.preprocessor)
+    )
 
 
-def keras_hub_lora_factors(causal_lm, filepaths, sites):
+def keras_hub_lora_factors(causal_lm, filepaths):
     """The members' factors of keras-hub LoRA files
     (`LoRAEnsembleCausalLM.from_keras_hub_lora`).
 
     Args:
         causal_lm: the keras-hub causal LM the adapters were trained on.
         filepaths: a `.lora.h5` path or a list of them, one per member.
-        sites: the family's `{target: path in a transformer block}`.
 
     Returns:
         `(targets, ranks, factors, num_blocks, num_members)`: the adapted
@@ -60,8 +53,7 @@ def keras_hub_lora_factors(causal_lm, filepaths, sites):
     blocks = causal_lm.backbone.transformer_layers
     where = {}
     for block_index, block in enumerate(blocks):
-        for target, path in sites.items():
-            parent, attribute = target_site(block, path)
+        for target, (parent, attribute) in block_sites(block, TARGETS, required=False):
             where[id(getattr(parent, attribute))] = (block_index, target)
     first_rank, first_layers = files[0]
     adapted = {}

@@ -1,0 +1,171 @@
+"""LoRA-Ensemble adapters on the projections of a keras-hub decoder.
+
+`apply_decoder_adapters` puts one batch-major `LoRAEnsembleAdapter` (row
+`b * M + m` is member `m`'s copy of sample `b`, so that keras-hub's
+samplers, which index the batch on axis 0, and its KV cache work
+unchanged) on every target projection of every decoder block, found by
+`families.decoder_sites`, and freezes every other weight. It changes the
+backbone in place, as keras-hub's `enable_lora` does;
+`LoRAEnsembleCausalLM.from_keras_hub` gives it a copy of the user's.
+"""
+
+import keras
+import keras_hub
+
+from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import check_targets
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import decoder_sites
+from ensemble_zoo.utils.sublayers import freeze_weights
+from ensemble_zoo.utils.validation import check_positive_int
+
+
+def check_ranks(rank, targets):
+    """`rank` (an int, or a dict target -> int over exactly `targets`) as a
+    dict target -> positive int."""
+    if isinstance(rank, dict):
+        if sorted(rank) != sorted(targets):
+            raise ValueError(
+                "A `rank` dict must have one entry per target "
+                f"{list(targets)}; got keys {sorted(rank)}."
+            )
+        return {t: check_positive_int(rank[t], f"rank[{t!r}]") for t in targets}
+    rank = check_positive_int(rank, "rank")
+    return {t: rank for t in targets}
+
+
+def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_gain, seed):
+    """The `LoRAEnsembleAdapter`s of `backbone`'s decoder blocks, block by
+    block and within a block in `targets` order.
+
+    A backbone without adapters is frozen and gets them (adapter `i` seeds
+    its members with `seed + i * num_members + m`); one that holds
+    adapters of the same members, ranks and scaling on the same sites (a
+    second task on the same backbone, as keras-hub tasks share one) keeps
+    them.
+
+    Args:
+        backbone: a built keras-hub decoder backbone.
+        num_members: int, the number of members M.
+        rank: int, or a dict target -> int (`check_ranks`).
+        targets: names among `families.TARGETS`.
+        lora_alpha: optional float; updates are scaled by `lora_alpha /
+            rank` (`None`: 1).
+        a_gain: float, the Xavier-uniform gain of each `A_m`.
+        seed: optional int.
+
+    Returns:
+        The list of adapters.
+    """
+    num_members = check_positive_int(num_members, "num_members")
+    targets = check_targets(targets)
+    ranks = check_ranks(rank, targets)
+    sites, roles = decoder_sites(backbone, targets)
+    # A fused query-key-value projection takes the rank of its first target.
+    role_ranks = [ranks.get(role, ranks[_first_fused(targets)]) for role in roles]
+    held = [getattr(parent, attribute) for parent, attribute in sites]
+    adapted = [isinstance(layer, LoRAEnsembleAdapter) for layer in held]
+    if all(adapted):
+        expected = [(num_members, r, lora_alpha, "batch_major") for r in role_ranks]
+        found = [(a.num_members, a.rank, a.lora_alpha, a.member_layout) for a in held]
+        if found != expected:
+            raise ValueError(
+                f"`backbone` already holds LoRA-Ensemble adapters of other members, ranks "
+                f"or scaling ({found[0]} against {expected[0]}); pass a plain keras-hub "
+                "backbone."
+            )
+        return held
+    if any(adapted):
+        raise ValueError("`backbone` holds LoRA-Ensemble adapters on some targets only.")
+    freeze_weights(backbone)
+    return adapt_projections(
+        sites, num_members, role_ranks, lora_alpha, a_gain, seed, member_layout="batch_major"
+    )
+
+
+def _first_fused(targets):
+    return next(t for t in targets if t in ("query", "key", "value"))
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
+    """A keras-hub decoder backbone with LoRA-Ensemble adapters: one class
+    for every family, holding the keras-hub backbone (as keras-hub's
+    `Gemma3Backbone` holds its vision encoder), so that its config names
+    the adapters and keras-hub's loaders find `LoRAEnsembleCausalLM` from
+    it (`backbone_cls`).
+
+    Args:
+        backbone: a keras-hub decoder backbone; the adapters are put on it
+            in place (`apply_decoder_adapters`).
+        num_members, rank, targets, lora_alpha, a_gain, seed: see
+            `LoRAEnsembleCausalLM`.
+        **kwargs: other `keras_hub.models.Backbone` arguments.
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_members,
+        rank,
+        targets,
+        lora_alpha=None,
+        a_gain=10.0,
+        seed=None,
+        dtype=None,
+        **kwargs,
+    ):
+        adapters = apply_decoder_adapters(
+            backbone, num_members, rank, targets, lora_alpha, a_gain, seed
+        )
+        # === Layers ===
+        self.decoder = backbone
+        # === Functional Model ===
+        inputs = backbone.input
+        outputs = backbone(inputs)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=backbone.dtype_policy, **kwargs)
+        # === Config ===
+        self.num_members = adapters[0].num_members
+        self.rank = rank
+        self.targets = check_targets(targets)
+        self.lora_alpha = lora_alpha
+        self.a_gain = a_gain
+        self.seed = seed
+        object.__setattr__(self, "_adapters", tuple(adapters))
+
+    @property
+    def token_embedding(self):
+        return self.decoder.token_embedding
+
+    @property
+    def transformer_layers(self):
+        return self.decoder.transformer_layers
+
+    @property
+    def vocabulary_size(self):
+        return self.decoder.vocabulary_size
+
+    @property
+    def hidden_dim(self):
+        return self.decoder.hidden_dim
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "backbone": keras.saving.serialize_keras_object(self.decoder),
+                "num_members": self.num_members,
+                "rank": self.rank,
+                "targets": list(self.targets),
+                "lora_alpha": self.lora_alpha,
+                "a_gain": self.a_gain,
+                "seed": self.seed,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
