@@ -17,8 +17,10 @@ weight of the model, run as one batch, and disagree where the fine-tuning
 data left them unsure. Their disagreement, the *epistemic* uncertainty
 (mutual information), is what tells a guess from knowledge.
 
-`ensemble_zoo` brings this to keras-hub's decoder models (Gemma, Gemma 2,
-Gemma 3, Llama, Llama 3, Mistral, Qwen, Qwen 3):
+`ensemble_zoo` brings this to keras-hub's decoder models: 18 of the 23
+text-only causal-LM families keras-hub 0.32 ships (Gemma, Llama, Mistral,
+Qwen, GPT-2, OPT, Phi-3, Mixtral, ...; the section "Any keras-hub causal
+LM" below):
 
 1. `LoRAEnsembleCausalLM.from_keras_hub(causal_lm, ...)` adds the members
    to any of them without touching the model you pass;
@@ -157,6 +159,56 @@ ensemble.save_adapters(adapters)
 again = ez.models.LoRAEnsembleCausalLM.from_keras_hub(gemma, num_members=4, rank=4, seed=1)
 again.load_adapters(adapters)
 print("adapter file:", os.path.getsize(adapters), "bytes")
+
+"""
+## Any keras-hub causal LM
+
+Nothing above is specific to Gemma: the adapters go on the projections
+that each decoder block holds, found by layer type and the name keras-hub
+gives their role, so a family keras-hub builds from its standard layers
+needs no code of ours. Here a tiny GPT-2 and a tiny Mixtral (a mixture of
+experts: the adapters sit on its attention): with `B = 0` the ensemble
+generates exactly the keras-hub model's tokens. A family whose cache the
+decode engine cannot step yet is refused with the reason.
+"""
+
+prompt = {
+    "token_ids": np.array([[1, 5, 7, 0, 0, 0, 0, 0]]),
+    "padding_mask": np.array([[1, 1, 1, 0, 0, 0, 0, 0]], bool),
+}
+small = dict(vocabulary_size=50, num_layers=2, hidden_dim=16, intermediate_dim=32)
+others = {
+    "GPT-2": keras_hub.models.GPT2CausalLM(
+        backbone=keras_hub.models.GPT2Backbone(**small, num_heads=2, max_sequence_length=16),
+        preprocessor=None,
+    ),
+    "Mixtral": keras_hub.models.MixtralCausalLM(
+        backbone=keras_hub.models.MixtralBackbone(
+            **small, num_query_heads=2, num_key_value_heads=1, num_experts=4, top_k=2
+        ),
+        preprocessor=None,
+    ),
+}
+for name, causal_lm in others.items():
+    members = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
+        causal_lm, num_members=3, rank=2, seed=0
+    )
+    causal_lm.compile(sampler="greedy")
+    members.compile(sampler="greedy")
+    ours = members.generate(prompt, stop_token_ids=None)["token_ids"]
+    theirs = causal_lm.generate(prompt, stop_token_ids=None)["token_ids"]
+    print(f"{name}: {len(members.adapters)} adapters, same tokens: {np.array_equal(ours, theirs)}")
+
+rwkv = keras_hub.models.RWKV7CausalLM(
+    backbone=keras_hub.models.RWKV7Backbone(
+        vocabulary_size=50, hidden_size=16, head_size=8, num_layers=1, intermediate_dim=32
+    ),
+    preprocessor=None,
+)
+try:
+    ez.models.LoRAEnsembleCausalLM.from_keras_hub(rwkv, num_members=3, rank=2)
+except ValueError as error:
+    print(error)
 
 """
 ## Part 2: the bundled task, end to end

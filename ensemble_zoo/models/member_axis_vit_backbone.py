@@ -22,13 +22,13 @@ class MemberAxisViTBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
 
     member_arguments = ()
 
-    def _build_member_vit(self, vit, arguments, stem, encoder_blocks, dtype, kwargs):
+    def _build_member_vit(self, vit, member, stem, encoder_blocks, dtype, kwargs):
         """Builds the functional model and sets the backbone's attributes.
 
         Args:
             vit: the backbone's `ViTArguments`.
-            arguments: the constructor's `locals()`, holding every name of
-                `member_arguments` (as checked) and `num_members`.
+            member: dict, the value (as checked) of every name of
+                `member_arguments`, `num_members` among them.
             stem: the layers from the images to the encoder blocks' input,
                 the patch embedding first (kept as `embedding`).
             encoder_blocks: the blocks, in order.
@@ -37,15 +37,14 @@ class MemberAxisViTBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             kwargs: other `keras_hub.models.Backbone` arguments.
         """
         layer_norm = GroupedLayerNormalization(
-            arguments["num_members"], epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
+            member["num_members"], epsilon=vit.layer_norm_epsilon, dtype=dtype, name="ln"
         )
         inputs = keras.Input(shape=vit.image_shape, name="images")
         outputs = inputs
         for layer in (*stem, *encoder_blocks, layer_norm):
             outputs = layer(outputs)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        attributes = {name: arguments[name] for name in self.member_arguments}
-        set_vit_attributes(self, vit, stem[0], encoder_blocks, layer_norm, attributes)
+        set_vit_attributes(self, vit, stem[0], encoder_blocks, layer_norm, member)
 
     def get_config(self):
         config = super().get_config()

@@ -33,8 +33,8 @@ class MemberTiledClassifier(EnsembleClassifier):
     class. A method writes one constructor (in its shared class, or in
     its task when it has one task): it names `backbone`, `num_classes` and
     the method's arguments, takes the task arguments below through
-    `**kwargs` and passes everything on in one line
-    (`super().__init__(**self._constructor_arguments(locals()))`). A
+    `**kwargs` and passes them on by name, the method's arguments as the
+    dict `method_arguments`. A
     subclass sets `backbone_cls` (a `MethodBackbone` class whose
     `method_keys` name the method's arguments) and implements:
 
@@ -124,19 +124,6 @@ class MemberTiledClassifier(EnsembleClassifier):
         self.num_classes = num_classes
         self.dropout = dropout
         self._set_method_config()
-
-    def _constructor_arguments(self, arguments):
-        """`MemberTiledClassifier.__init__`'s keyword arguments from a
-        method's constructor's `locals()`: `backbone`, `num_classes`, the
-        method's arguments (the `method_keys` of `backbone_cls`) in
-        `method_arguments`, and the constructor's `**kwargs`."""
-        method = {name: arguments[name] for name in self.backbone_cls.method_keys}
-        return {
-            "backbone": arguments["backbone"],
-            "num_classes": arguments["num_classes"],
-            "method_arguments": method,
-            **arguments["kwargs"],
-        }
 
     def method_backbone(self, backbone, **method_arguments):
         """The method's backbone built from `backbone` (see the class

@@ -70,7 +70,17 @@ class BatchEnsembleTask:
         **kwargs,
     ):
         # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
-        super().__init__(**self._constructor_arguments(locals()))
+        super().__init__(
+            backbone=backbone,
+            num_classes=num_classes,
+            method_arguments={
+                "num_members": num_members,
+                "fast_weight_initializer": fast_weight_initializer,
+                "fast_weight_stddev": fast_weight_stddev,
+                "seed": seed,
+            },
+            **kwargs,
+        )
 
     def _make_head(self, backbone, num_classes, dropout):
         config = backbone.method_config

@@ -98,7 +98,6 @@ class HydraBackbone(MemberAxisViTBackbone):
         member_num_heads = check_member_num_heads(
             member_num_heads, vit.num_layers, num_members, vit.num_heads
         )
-        arguments = locals()
 
         # === Layers === (locals first: the torch backend forbids setting
         # layer attributes before keras.Model.__init__)
@@ -113,5 +112,11 @@ class HydraBackbone(MemberAxisViTBackbone):
             dtype=dtype,
         )
         stem = [embedding, embedding_dropout, broadcast]
-        self._build_member_vit(vit, arguments, stem, encoder_blocks, dtype, kwargs)
+        member = {
+            "num_members": num_members,
+            "member_num_heads": member_num_heads,
+            "mlp": mlp,
+            "attention_implementation": attention_implementation,
+        }
+        self._build_member_vit(vit, member, stem, encoder_blocks, dtype, kwargs)
         self.key_dim = vit.hidden_dim // vit.num_heads

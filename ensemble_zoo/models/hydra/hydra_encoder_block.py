@@ -10,19 +10,6 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 MLP_MODES = ("merge", "grouped")
 
-#: `HydraEncoderBlock`'s config entries, each kept as the attribute of that
-#: name.
-_CONFIG_KEYS = (
-    "num_members num_heads key_dim mlp_dim member_num_heads mlp dropout_rate attention_dropout "
-    "layer_norm_epsilon use_mha_bias use_mlp_bias normalize_first activation "
-    "intermediate_dropout attention_implementation groups"
-).split()
-#: The arguments kept as given.
-_KEPT_ARGUMENTS = (
-    "num_members num_heads key_dim mlp_dim dropout_rate attention_dropout layer_norm_epsilon "
-    "use_mha_bias use_mlp_bias activation attention_implementation"
-).split()
-
 
 def check_mlp_mode(mlp):
     if mlp not in MLP_MODES:
@@ -95,7 +82,6 @@ class HydraEncoderBlock(keras.layers.Layer):
         groups=1,
         **kwargs,
     ):
-        arguments = locals()
         super().__init__(**kwargs)
         self.groups = check_positive_int(groups, "groups")
         if self.groups > 1 and (
@@ -115,8 +101,17 @@ class HydraEncoderBlock(keras.layers.Layer):
         self._activation_fn = _activation(activation)
         self.normalize_first = bool(normalize_first)
         self.intermediate_dropout = bool(intermediate_dropout)
-        for name in _KEPT_ARGUMENTS:
-            setattr(self, name, arguments[name])
+        self.num_members = num_members
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_mha_bias = use_mha_bias
+        self.use_mlp_bias = use_mlp_bias
+        self.activation = activation
+        self.attention_implementation = attention_implementation
         self.mlp = check_mlp_mode(mlp)
         self.ln_1 = self._layer_norm("ln_1")
         self.attention = HydraAttention(
@@ -239,8 +234,26 @@ class HydraEncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in _CONFIG_KEYS})
-        config["member_num_heads"] = list(self.member_num_heads)
+        config.update(
+            {
+                "num_members": self.num_members,
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "mlp_dim": self.mlp_dim,
+                "member_num_heads": list(self.member_num_heads),
+                "mlp": self.mlp,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "use_mha_bias": self.use_mha_bias,
+                "use_mlp_bias": self.use_mlp_bias,
+                "normalize_first": self.normalize_first,
+                "activation": self.activation,
+                "intermediate_dropout": self.intermediate_dropout,
+                "attention_implementation": self.attention_implementation,
+                "groups": self.groups,
+            }
+        )
         return config
 
 

@@ -26,14 +26,6 @@ BERT_ARGUMENTS = (
     "max_sequence_length",
     "num_segments",
 )
-#: Its config entries, each kept as the attribute of that name
-#: (`member_num_heads` as checked).
-_CONFIG_ARGUMENTS = BERT_ARGUMENTS + (
-    "num_members",
-    "member_num_heads",
-    "mlp",
-    "attention_implementation",
-)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -101,7 +93,6 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         member_num_heads = check_member_num_heads(
             member_num_heads, num_layers, num_members, num_heads
         )
-        arguments = locals()
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         # === Layers === (locals first for the torch backend)
         # The token and segment embeddings: `(count, hidden_dim)` tables.
@@ -169,10 +160,35 @@ class HydraTextBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
         self.pooled_dense = pooled_dense
 
         # === Config ===
-        for name in _CONFIG_ARGUMENTS:
-            setattr(self, name, arguments[name])
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.num_members = num_members
+        self.member_num_heads = member_num_heads
+        self.mlp = mlp
+        self.attention_implementation = attention_implementation
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in _CONFIG_ARGUMENTS})
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "num_segments": self.num_segments,
+                "num_members": self.num_members,
+                "member_num_heads": self.member_num_heads,
+                "mlp": self.mlp,
+                "attention_implementation": self.attention_implementation,
+            }
+        )
         return config

@@ -81,14 +81,16 @@ class SubnetworkEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         preprocessor=None,
         **kwargs,
     ):
-        arguments = locals()
         if not diversity_weight >= 0:
             raise ValueError(f"`diversity_weight` must be >= 0; got {diversity_weight!r}.")
         method_config = method_arguments(
             backbone,
             (SubnetworkEnsembleBackbone,),
             MASK_DEFAULTS,
-            **{name: arguments[name] for name in MASK_DEFAULTS},
+            num_members=num_members,
+            logit_mean=logit_mean,
+            logit_std=logit_std,
+            seed=seed,
         )
         backbone = wrapping_backbone(
             SubnetworkEnsembleBackbone,

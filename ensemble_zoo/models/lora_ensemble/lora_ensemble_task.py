@@ -73,7 +73,19 @@ class LoRAEnsembleTask:
         seed=None,
         **kwargs,
     ):
-        super().__init__(**self._constructor_arguments(locals()))
+        super().__init__(
+            backbone=backbone,
+            num_classes=num_classes,
+            method_arguments={
+                "num_members": num_members,
+                "rank": rank,
+                "targets": targets,
+                "lora_alpha": lora_alpha,
+                "a_gain": a_gain,
+                "seed": seed,
+            },
+            **kwargs,
+        )
 
     def _make_head(self, backbone, num_classes, dropout):
         self.output_dropout, self.head = task_head(

@@ -68,7 +68,12 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
 
     def __init__(self, backbone, num_classes, num_members=None, scale=None, *, seed=None, **kwargs):
         # Rows of member m pass its mask in every MLP and before the head.
-        super().__init__(**self._constructor_arguments(locals()))
+        super().__init__(
+            backbone=backbone,
+            num_classes=num_classes,
+            method_arguments={"num_members": num_members, "scale": scale, "seed": seed},
+            **kwargs,
+        )
 
     method_backbone = staticmethod(masksembles_backbone)
 

@@ -21,11 +21,6 @@ from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 
-#: The constructor arguments that are config attributes (checked values).
-MIMO_CONFIG = (
-    "num_classes num_members input_repetition batch_repetition pooling dropout seed".split()
-)
-
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
@@ -139,9 +134,13 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
         keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
-        arguments = locals()
-        for name in MIMO_CONFIG:
-            setattr(self, name, arguments[name])
+        self.num_classes = num_classes
+        self.num_members = num_members
+        self.input_repetition = input_repetition
+        self.batch_repetition = batch_repetition
+        self.pooling = pooling
+        self.dropout = dropout
+        self.seed = seed
         self.member_input_shape = stacked_shape[:-1] + (stacked_shape[-1] // num_members,)
         self.stacked_input_shape = stacked_shape
         # Plain or stacked images: `_check_inputs` checks which.
@@ -222,7 +221,17 @@ class MIMOImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in MIMO_CONFIG})
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "num_members": self.num_members,
+                "input_repetition": self.input_repetition,
+                "batch_repetition": self.batch_repetition,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+                "seed": self.seed,
+            }
+        )
         return config
 
     # === Members as plain keras-hub models ===

@@ -108,7 +108,6 @@ class PackedEnsembleBackbone(MemberAxisViTBackbone):
         )
         tokens = num_tokens(vit.image_shape, vit.patch_size, vit.use_class_token)
         gamma = int(gamma)
-        arguments = locals()
 
         # === Layers ===
         embedding, embedding_dropout = vit_embedding_layers(
@@ -128,7 +127,13 @@ class PackedEnsembleBackbone(MemberAxisViTBackbone):
             dtype=dtype,
         )
         stem = [embedding, embedding_dropout, split, members_first]
-        self._build_member_vit(vit, arguments, stem, encoder_blocks, dtype, kwargs)
+        member = {
+            "num_members": num_members,
+            "alpha": alpha,
+            "gamma": gamma,
+            "attention_implementation": attention_implementation,
+        }
+        self._build_member_vit(vit, member, stem, encoder_blocks, dtype, kwargs)
         self.member_hidden_dim = width
         self.member_num_heads = heads
         self.member_mlp_dim = member_mlp

@@ -7,14 +7,10 @@ from ensemble_zoo.models.keras_hub_vit import check_keras_hub_classifier
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
 from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
-from ensemble_zoo.models.vit_moe.vit_moe_encoder_block import MOE_OPTIONS
 from ensemble_zoo.utils.validation import check_positive_int
 
 #: The `ViTMoEBackbone` MoE options that `from_vmoe_checkpoint` takes (with
 #: vmoe's defaults) and passes on; `num_slots` comes from the checkpoint.
-_CHECKPOINT_MOE_OPTIONS = tuple(
-    name for name in MOE_OPTIONS if name not in ("dispatcher", "num_slots")
-)
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -344,10 +340,21 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         )
         if noise_std is None and router == "top_k":
             noise_std = architecture["ensemble_size"] / architecture["num_experts"]
-        arguments = locals()
         backbone = ViTMoEBackbone(
             **architecture,
-            **{name: arguments[name] for name in _CHECKPOINT_MOE_OPTIONS},
+            num_selected_experts=num_selected_experts,
+            router=router,
+            capacity_rounding=capacity_rounding,
+            group_size=group_size,
+            capacity_factor=capacity_factor,
+            eval_capacity_factor=eval_capacity_factor,
+            capacity_multiple_of=capacity_multiple_of,
+            batch_priority=batch_priority,
+            bfloat16_dispatch=bfloat16_dispatch,
+            mlp_activation=mlp_activation,
+            noise_std=noise_std,
+            importance_loss_weight=importance_loss_weight,
+            load_loss_weight=load_loss_weight,
             layer_norm_epsilon=1e-6,
             **backbone_kwargs,
         )
