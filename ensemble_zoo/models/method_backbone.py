@@ -18,17 +18,12 @@ the method's class from the source's config and weights
 object is never changed, and its class is never swapped.
 """
 
-import contextvars
 import os
 
 import keras
 
 from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.utils.model_copies import copy_model
-
-# The backbone whose weights `MethodBackbone.__init__` starts from, set by
-# `from_backbone` for the duration of one constructor call.
-_START_FROM = contextvars.ContextVar("ensemble_zoo_method_backbone_source", default=None)
 
 
 class MethodBackbone(QuantizationModesMixin):
@@ -38,11 +33,16 @@ class MethodBackbone(QuantizationModesMixin):
     bases, sets `method_keys` (the method's constructor arguments) and
     implements `apply_method(self, **method_config)`, which changes the
     freshly built backbone (this object, during its own construction).
+
+    The constructor takes the keras-hub class's arguments, the method's
+    (`method_keys`) and, keyword-only, `start_from`: `None`, or a built
+    backbone of the keras-hub class whose weights the new one takes before
+    the method is applied (`from_backbone`; not part of the config).
     """
 
     method_keys = ()
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, start_from=None, **kwargs):
         missing = [key for key in self.method_keys if key not in kwargs]
         if missing:
             raise TypeError(
@@ -51,11 +51,10 @@ class MethodBackbone(QuantizationModesMixin):
             )
         method_config = {key: kwargs.pop(key) for key in self.method_keys}
         super().__init__(*args, **kwargs)
-        source = _START_FROM.get()
-        if source is not None:
+        if start_from is not None:
             # Before the method: it may start its layers from the base
             # weights (BatchEnsemble's shared kernels, MIMO's embedding).
-            copy_weights_by_path(source, self)
+            copy_weights_by_path(start_from, self)
         self.apply_method(**method_config)
         object.__setattr__(self, "_method_config", method_config)
 
@@ -89,11 +88,7 @@ class MethodBackbone(QuantizationModesMixin):
                 f"{cls.__name__}.from_backbone takes a "
                 f"{cls.base_cls().__name__}; got {type(backbone).__name__}."
             )
-        token = _START_FROM.set(backbone)
-        try:
-            return cls(**backbone.get_config(), **method_config)
-        finally:
-            _START_FROM.reset(token)
+        return cls(**backbone.get_config(), **method_config, start_from=backbone)
 
     @property
     def method_config(self):

@@ -11,8 +11,6 @@ wrapped models (copied under the `dtype` asked for), their serialization
 and their input shape.
 """
 
-import contextlib
-import contextvars
 import copy
 
 import keras
@@ -23,8 +21,6 @@ from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.naming import path_scope
-
-_ADOPT = contextvars.ContextVar("ensemble_zoo_adopt_wrapped", default=False)
 
 _REPLACED_POLICIES = ("DTypePolicy", "FloatDTypePolicy", "DTypePolicyMap")
 
@@ -121,16 +117,17 @@ def _uses_policy(model, dtype):
     )
 
 
-def own_wrapped_model(model, dtype=None, copy=False, scope=""):
+def own_wrapped_model(model, dtype=None, copy=False, scope="", adopt=False):
     """The model a wrapping backbone holds for `model`.
 
     `model` itself when `copy` is False and `dtype` is None or already
     every layer's policy (as a keras-hub task holds the backbone it is
     given); else a copy built under the name scope `scope`
-    (`copy_wrapped_model`). Inside `WrappedModelsBackbone.from_config`
-    the models are fresh and always taken as they are.
+    (`copy_wrapped_model`). With `adopt` (the constructor's
+    `adopt_models`, which `WrappedModelsBackbone.from_config` sets for the
+    models it has just built) `model` itself, always.
     """
-    if _ADOPT.get():
+    if adopt:
         return model
     if copy or _is_policy_map(dtype) or (dtype is not None and not _uses_policy(model, dtype)):
         return copy_wrapped_model(model, dtype, scope)
@@ -291,14 +288,4 @@ class WrappedModelsBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
                     # configs by objects in place.
                     models.append(keras.saving.deserialize_keras_object(copy.deepcopy(item)))
             config[key] = models if isinstance(value, list) else models[0]
-        with _adopting():
-            return cls(**config)
-
-
-@contextlib.contextmanager
-def _adopting():
-    token = _ADOPT.set(True)
-    try:
-        yield
-    finally:
-        _ADOPT.reset(token)
+        return cls(**config, adopt_models=True)

@@ -36,6 +36,10 @@ class MCDropoutBackbone(WrappedModelsBackbone):
             `None` keeps the model's rates.
         seed: optional int; `None` leaves unseeded layers unseeded.
         dtype: optional dtype policy for every layer of the copy.
+        adopt_models: bool, keyword-only. `True` holds the given models as
+            they are, without a copy or a dtype change: what `from_config`
+            passes (models it has just built under the config's dtype).
+            Defaults to `False`.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Returns (call): one dropout sample of the logits, `(batch, classes)`.
@@ -44,7 +48,7 @@ class MCDropoutBackbone(WrappedModelsBackbone):
     wrapped = ("model",)
     method_keys = ("rate", "seed")
 
-    def __init__(self, model, rate=None, seed=None, dtype=None, **kwargs):
+    def __init__(self, model, rate=None, seed=None, dtype=None, *, adopt_models=False, **kwargs):
         input_shape, num_classes = member_io_shapes(model, 0)
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
@@ -56,7 +60,7 @@ class MCDropoutBackbone(WrappedModelsBackbone):
             )
         if not dropout_layers(model):
             raise ValueError(f"`model` '{model.name}' has no Dropout layer.")
-        model = own_wrapped_model(model, dtype, copy=True)
+        model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         self._set_dropout(dropout_layers(model), rate, seed, model.name)
 
         # === Functional Model ===

@@ -20,6 +20,10 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
             in the name scopes `members_0`, `members_1`, ... so that their
             layer paths differ.
         dtype: optional dtype policy for every layer of every member.
+        adopt_models: bool, keyword-only. `True` holds the given models as
+            they are, without a copy or a dtype change: what `from_config`
+            passes (models it has just built under the config's dtype).
+            Defaults to `False`.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Returns (call): member logits `(batch, members, classes)`.
@@ -43,7 +47,7 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
 
     wrapped = ("members",)
 
-    def __init__(self, members, dtype=None, **kwargs):
+    def __init__(self, members, dtype=None, *, adopt_models=False, **kwargs):
         if (
             isinstance(members, keras.Layer)
             or not isinstance(members, (list, tuple))
@@ -53,7 +57,9 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
                 f"`members` must be a non-empty list of Keras models; got {members!r}."
             )
         members = [
-            own_wrapped_model(m, dtype, copy=True, scope=wrapped_scope("members", i))
+            own_wrapped_model(
+                m, dtype, copy=True, scope=wrapped_scope("members", i), adopt=adopt_models
+            )
             for i, m in enumerate(members)
         ]
         shapes = [member_io_shapes(m, i) for i, m in enumerate(members)]

@@ -59,6 +59,10 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
             Defaults to `2.0` and `1.0`.
         seed: optional int for the mask initialization.
         dtype: optional dtype policy for every layer.
+        adopt_models: bool, keyword-only. `True` holds the given models as
+            they are, without a copy or a dtype change: what `from_config`
+            passes (models it has just built under the config's dtype).
+            Defaults to `False`.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Returns (call): logits of the member-major batch: inputs
@@ -70,11 +74,20 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     method_keys = tuple(MASK_DEFAULTS)
 
     def __init__(
-        self, model, num_members=10, logit_mean=2.0, logit_std=1.0, seed=None, dtype=None, **kwargs
+        self,
+        model,
+        num_members=10,
+        logit_mean=2.0,
+        logit_std=1.0,
+        seed=None,
+        dtype=None,
+        *,
+        adopt_models=False,
+        **kwargs,
     ):
         input_shape, num_classes = member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")
-        model = own_wrapped_model(model, dtype, copy=True)
+        model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         freeze_weights(model)
         mask_kwargs = dict(
             num_members=num_members,

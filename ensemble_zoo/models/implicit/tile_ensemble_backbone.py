@@ -18,6 +18,10 @@ class TileEnsembleBackbone(WrappedModelsBackbone):
             task applies it to every tile.
         dtype: optional dtype policy; with one other than the models',
             copies of them under it are used.
+        adopt_models: bool, keyword-only. `True` holds the given models as
+            they are, without a copy or a dtype change: what `from_config`
+            passes (models it has just built under the config's dtype).
+            Defaults to `False`.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`).
 
     Returns (call): the feature map of `feature_model`.
@@ -25,7 +29,7 @@ class TileEnsembleBackbone(WrappedModelsBackbone):
 
     wrapped = ("feature_model", "head")
 
-    def __init__(self, feature_model, head, dtype=None, **kwargs):
+    def __init__(self, feature_model, head, dtype=None, *, adopt_models=False, **kwargs):
         inputs_of = getattr(feature_model, "inputs", None)
         if not isinstance(feature_model, keras.Model) or not inputs_of or len(inputs_of) != 1:
             raise ValueError(
@@ -36,8 +40,8 @@ class TileEnsembleBackbone(WrappedModelsBackbone):
             raise ValueError(f"`head` must be a Keras layer or model; got {head!r}.")
         if not head.built:  # a head deserialized from a config
             head.build((None, feature_model.output.shape[-1]))
-        feature_model = own_wrapped_model(feature_model, dtype)
-        head = own_wrapped_model(head, dtype)
+        feature_model = own_wrapped_model(feature_model, dtype, adopt=adopt_models)
+        head = own_wrapped_model(head, dtype, adopt=adopt_models)
 
         # === Functional Model ===
         inputs = keras.Input(tuple(inputs_of[0].shape[1:]), name="images")
