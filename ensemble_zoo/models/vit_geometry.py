@@ -160,7 +160,8 @@ def check_vit_arguments(arguments):
 
     Args:
         arguments: a mapping holding (at least) every name of
-            `VIT_ARGUMENTS`, e.g. the constructor's `locals()`.
+            `VIT_ARGUMENTS` (`split_vit_arguments` passes the keywords of
+            a backbone's constructor, completed with `VIT_DEFAULTS`).
 
     Returns:
         A `ViTArguments`: the image shape as a 3-tuple of ints, the patch

@@ -178,9 +178,30 @@ class ViTMoEBackbone(QuantizationModesMixin, keras_hub.models.Backbone):
             )
         vit, kwargs = split_vit_arguments(type(self).__name__, kwargs)
         moe_layers = check_moe_layers(moe_layers, vit.num_layers)
-        arguments = locals()
-        moe_config = {name: arguments[name] for name in _MOE_ARGUMENTS}
-        moe_options = {name: arguments[name] for name in MOE_OPTIONS}
+        moe_options = {
+            "num_selected_experts": num_selected_experts,
+            "capacity_factor": capacity_factor,
+            "eval_capacity_factor": eval_capacity_factor,
+            "group_size": group_size,
+            "batch_priority": batch_priority,
+            "noise_std": noise_std,
+            "capacity_multiple_of": capacity_multiple_of,
+            "importance_loss_weight": importance_loss_weight,
+            "load_loss_weight": load_loss_weight,
+            "mlp_activation": mlp_activation,
+            "bfloat16_dispatch": bfloat16_dispatch,
+            "dispatcher": dispatcher,
+            "router": router,
+            "num_slots": num_slots,
+            "capacity_rounding": capacity_rounding,
+        }
+        moe_config = {
+            "num_experts": num_experts,
+            "moe_layers": moe_layers,
+            "ensemble_size": ensemble_size,
+            "seed": seed,
+            **moe_options,
+        }
         gelu_activation(mlp_activation, "mlp_activation")
         dense_block_cls = (
             ViTEncoderBlock if mlp_activation == "gelu" else ApproximateGELUViTEncoderBlock

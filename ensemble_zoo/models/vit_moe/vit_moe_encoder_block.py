@@ -112,7 +112,6 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         **kwargs,
     ):
         options = {name: kwargs.pop(name, default) for name, default in MOE_OPTIONS.items()}
-        arguments = dict(locals(), **options)
         super().__init__(**kwargs)
         check_heads_divide(hidden_dim, num_heads)
         # === Layers ===
@@ -131,16 +130,28 @@ class ViTMoEEncoderBlock(keras.layers.Layer):
         self.layer_norm_2 = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
+        moe = {
+            "num_experts": num_experts,
+            "mlp_dim": mlp_dim,
+            "num_members": num_members,
+            "dropout_rate": dropout_rate,
+            "use_mlp_bias": use_mlp_bias,
+            "seed": seed,
+            **options,
+        }
         self.moe = SparseMoE(
             dtype=self.dtype_policy,
             name="moe",
-            **{
-                _SPARSE_MOE_NAMES.get(name, name): arguments[name] for name in _SPARSE_MOE_ARGUMENTS
-            },
+            **{_SPARSE_MOE_NAMES.get(name, name): value for name, value in moe.items()},
         )
         # === Config ===
-        for name in _CONFIG_KEYS:
-            setattr(self, name, arguments[name])
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.use_mha_bias = use_mha_bias
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        for name, value in moe.items():
+            setattr(self, name, value)
 
     def build(self, input_shape):
         self.layer_norm_1.build(input_shape)
