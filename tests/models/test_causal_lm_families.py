@@ -20,6 +20,7 @@ from fixtures.tiny_causal_lms import build_causal_lm
 from zoo_testing import to_np
 
 from ensemble_zoo.models import LoRAEnsembleCausalLM
+from ensemble_zoo.models import LoRAEnsembleDecoderBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
 
 #: keras-hub classes the decode engine does not take yet, each refused by
@@ -93,3 +94,24 @@ def test_mlp_targets_of_a_mixture_of_experts_are_refused_by_name():
         LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, targets=["mlp_gate"])
     sites, roles = families.decoder_sites(causal_lm.backbone, families.ATTENTION_TARGETS)
     assert roles == list(families.ATTENTION_TARGETS) * 2
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="weights copied across dtypes: backend-independent")
+def test_a_backbone_under_another_dtype_is_a_copy_with_the_adapters_values():
+    """keras-hub's loaders and harness pass `dtype`: the decoder is copied
+    under it, and a decoder that holds adapters gives them its values."""
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+        build_causal_lm("llama"), num_members=2, rank=2, seed=0
+    )
+    rng = np.random.default_rng(1)
+    for adapter in ensemble.adapters:
+        adapter.lora_b.assign(rng.normal(size=adapter.lora_b.shape))
+    decoder = ensemble.backbone.decoder
+    copy = LoRAEnsembleDecoderBackbone(decoder, **ensemble.method_config, dtype="bfloat16")
+    assert copy.decoder is not decoder and copy.decoder.dtype_policy.name == "bfloat16"
+    for ours, theirs in zip(copy._adapters, ensemble.adapters, strict=True):
+        np.testing.assert_allclose(
+            to_np(ours.lora_b).astype("float32"), to_np(theirs.lora_b), rtol=1e-2
+        )
+    embeddings = to_np(copy.token_embedding.embeddings).astype("float32")
+    np.testing.assert_allclose(embeddings, to_np(decoder.token_embedding.embeddings), rtol=1e-2)

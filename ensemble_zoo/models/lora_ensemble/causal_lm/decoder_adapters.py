@@ -83,6 +83,28 @@ def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_g
     )
 
 
+def plain_decoder_copy(decoder, dtype=None):
+    """A new keras-hub backbone of `decoder`'s class and config (under
+    `dtype` when given) holding its frozen weights, without adapters.
+    The weights are copied in order, the adapters' factors left out:
+    layer names, and so variable paths, may differ in a new model (Keras
+    numbers unnamed layers process-wide)."""
+    config = decoder.get_config()
+    if dtype is not None:
+        config["dtype"] = keras.dtype_policies.get(dtype)
+    copy = type(decoder).from_config(config)
+    factors = {
+        id(variable)
+        for layer in decoder._flatten_layers(include_self=False)
+        if isinstance(layer, LoRAEnsembleAdapter)
+        for variable in (layer.lora_a, layer.lora_b)
+    }
+    frozen = [v for v in decoder.weights if id(v) not in factors]
+    for target, source in zip(copy.weights, frozen, strict=True):
+        target.assign(keras.ops.cast(source, target.dtype))
+    return copy
+
+
 def _first_fused(targets):
     return next(t for t in targets if t in ("query", "key", "value"))
 
@@ -97,9 +119,13 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
 
     Args:
         backbone: a keras-hub decoder backbone; the adapters are put on it
-            in place (`apply_decoder_adapters`).
+            in place (`apply_decoder_adapters`), or on a copy under `dtype`
+            when that differs from its policy (a copy that takes the
+            adapters' values when `backbone` holds them already).
         num_members, rank, targets, lora_alpha, a_gain, seed: see
             `LoRAEnsembleCausalLM`.
+        dtype: optional dtype policy for every layer. Defaults to the
+            backbone's.
         **kwargs: other `keras_hub.models.Backbone` arguments.
     """
 
@@ -115,9 +141,20 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         dtype=None,
         **kwargs,
     ):
+        held = []
+        if dtype is not None and keras.dtype_policies.get(dtype).name != (
+            backbone.dtype_policy.name
+        ):
+            sites, _ = decoder_sites(backbone, check_targets(targets))
+            held = [getattr(parent, attribute) for parent, attribute in sites]
+            held = [layer for layer in held if isinstance(layer, LoRAEnsembleAdapter)]
+            backbone = plain_decoder_copy(backbone, dtype)
         adapters = apply_decoder_adapters(
             backbone, num_members, rank, targets, lora_alpha, a_gain, seed
         )
+        for source, adapter in zip(held, adapters):
+            adapter.lora_a.assign(keras.ops.cast(source.lora_a, adapter.lora_a.dtype))
+            adapter.lora_b.assign(keras.ops.cast(source.lora_b, adapter.lora_b.dtype))
         # === Layers ===
         self.decoder = backbone
         # === Functional Model ===
@@ -167,5 +204,10 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        inner = dict(config["backbone"])
+        if config.get("dtype") is not None:
+            # The decoder is built under the config's dtype (which
+            # keras-hub's loader sets for `dtype=`), not copied to it.
+            inner["config"] = {**inner["config"], "dtype": config["dtype"]}
+        config["backbone"] = keras.saving.deserialize_keras_object(inner)
         return cls(**config)

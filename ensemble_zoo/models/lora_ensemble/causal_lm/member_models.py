@@ -3,6 +3,7 @@ from keras-hub's LoRA files: one member's merged model, the frozen base
 model, and the factors of keras-hub `.lora.h5` adapters."""
 
 from ensemble_zoo.models.lora_ensemble.causal_lm import keras_hub_lora
+from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import plain_decoder_copy
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import TARGETS
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import block_sites
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import decoder_sites
@@ -12,14 +13,7 @@ from ensemble_zoo.utils.model_copies import copy_preprocessor
 def plain_causal_lm(ensemble, member):
     """A keras-hub causal LM with the frozen weights and, unless
     `member` is `None`, member `member`'s adapters merged."""
-    decoder = ensemble.backbone.decoder
-    backbone = type(decoder).from_config(decoder.get_config())
-    # The frozen weights in order (layer names, and so paths, may differ
-    # in a new model: keras numbers unnamed layers process-wide).
-    factors = {id(v) for a in ensemble.adapters for v in (a.lora_a, a.lora_b)}
-    frozen = [v for v in decoder.weights if id(v) not in factors]
-    for target, source in zip(backbone.weights, frozen, strict=True):
-        target.assign(source)
+    backbone = plain_decoder_copy(ensemble.backbone.decoder)
     sites, _ = decoder_sites(backbone, ensemble.targets)
     for (parent, attribute), adapter in zip(sites, ensemble.adapters, strict=True):
         getattr(parent, attribute).kernel.assign(
