@@ -148,7 +148,8 @@ def _per_token(call_ms, new):
 
 
 def cache_bytes(model, batch, length, members, dtype_bytes):
-    b = model.backbone
+    # The keras-hub backbone: an ensemble's holds it as `decoder`.
+    b = getattr(model.backbone, "decoder", model.backbone)
     return (
         batch
         * members
