@@ -12,6 +12,17 @@ from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
 
 
+def _max_sequence_length(model):
+    """The `max_sequence_length` of the first keras-hub backbone inside
+    `model` that has one (`None` if none has)."""
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras_hub.models.Backbone):
+            length = getattr(layer, "max_sequence_length", None)
+            if length:
+                return int(length)
+    return None
+
+
 def preprocessor_of(model):
     """The preprocessor of a keras-hub task; `None` for other models."""
     if isinstance(model, keras_hub.models.Task):
@@ -103,6 +114,8 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
         """The input shape of one example (without the batch axis)."""
         if "_member_input_shape" in self.__dict__:
             return self.__dict__["_member_input_shape"]
+        if isinstance(self.input, dict):
+            return None  # dict inputs: `_check_inputs` checks them
         return tuple(self.inputs[0].shape[1:])
 
     @member_input_shape.setter
@@ -180,7 +193,23 @@ class EnsembleClassifier(QuantizationModesMixin, ZooTask):
     # === Export ===
 
     def _export_input_signature(self, format=None):
-        """The exports' input signature; text models override it."""
+        """The exports' input signature: images `(batch, ...)` as float32,
+        or for a model taking a dict (wrapped keras-hub text classifiers)
+        the same keys and dtypes, `(batch, tokens)`. Tokens are dynamic
+        under TensorFlow (LiteRT aside, as for the BERT tasks); elsewhere
+        exports take them padded to the wrapped backbone's
+        `max_sequence_length` where it has one."""
+        if isinstance(self.input, dict):
+            dynamic = keras.config.backend() == "tensorflow" and format != "litert"
+            length = None if dynamic else _max_sequence_length(self)
+            specs = {
+                name: keras.InputSpec(
+                    shape=(None,) + (length,) * (len(tensor.shape) - 1),
+                    dtype=keras.backend.standardize_dtype(tensor.dtype),
+                )
+                for name, tensor in self.input.items()
+            }
+            return [specs]
         return [
             keras.InputSpec(
                 shape=(None,) + tuple(self.member_input_shape), dtype="float32", name="images"

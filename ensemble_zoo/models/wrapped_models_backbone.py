@@ -135,23 +135,52 @@ def own_wrapped_model(model, dtype=None, copy=False, scope="", adopt=False):
 
 
 def member_io_shapes(member, index):
-    """`(input_shape, num_classes)` of a wrapped single-input classifier
-    (`index` names it in errors: `members[index]`)."""
-    inputs = getattr(member, "inputs", None)
-    if not inputs or len(inputs) != 1:
+    """`(input_spec, num_classes)` of a wrapped classifier (`index` names
+    it in errors: `members[index]`).
+
+    `input_spec` describes one example's inputs: `(shape, dtype)` for a
+    model with one input tensor (an image classifier), or a dict of them
+    for a model taking a dict (keras-hub's text classifiers take
+    `token_ids`, `padding_mask` and, by family, `segment_ids`). Two models
+    that take the same inputs have equal specs; `wrapped_inputs` makes the
+    `keras.Input`s of one.
+    """
+    structure = getattr(member, "input", None) if getattr(member, "inputs", None) else None
+    if isinstance(structure, (list, tuple)) and len(structure) == 1:
+        structure = structure[0]
+    if isinstance(structure, dict) and structure:
+        spec = {name: _tensor_spec(tensor) for name, tensor in structure.items()}
+    elif isinstance(structure, keras.KerasTensor):
+        spec = _tensor_spec(structure)
+    else:
         raise ValueError(
             f"`members[{index}]` must be a built Keras model with a single "
-            "input (e.g. a keras_hub ViTImageClassifier or a functional "
-            f"model); got {type(member).__name__}."
+            "input or a dict of inputs (e.g. a keras_hub ViTImageClassifier, "
+            f"a BertTextClassifier or a functional model); got {type(member).__name__}."
         )
-    input_shape = tuple(inputs[0].shape[1:])
-    output = member(keras.KerasTensor((None,) + input_shape))
+    output = member(wrapped_inputs(spec))
     if isinstance(output, (dict, list, tuple)) or len(output.shape) != 2:
         raise ValueError(
             f"`members[{index}]` must map (batch, ...) inputs to logits of "
             f"shape (batch, classes); its output is {output!r}."
         )
-    return input_shape, int(output.shape[-1])
+    return spec, int(output.shape[-1])
+
+
+def _tensor_spec(tensor):
+    return tuple(tensor.shape[1:]), keras.backend.standardize_dtype(tensor.dtype)
+
+
+def wrapped_inputs(spec):
+    """The `keras.Input`s of an input spec (`member_io_shapes`): one named
+    `"inputs"`, or a dict of inputs named by their keys."""
+    if isinstance(spec, dict):
+        return {
+            name: keras.Input(shape, dtype=dtype, name=name)
+            for name, (shape, dtype) in spec.items()
+        }
+    shape, dtype = spec
+    return keras.Input(shape, dtype=dtype, name="inputs")
 
 
 def wrapped_scope(key, index=None):
@@ -206,7 +235,8 @@ def build_member_rows_task(task, backbone, preprocessor, num_members, **kwargs):
 
     # === Functional Model ===
     inputs = backbone.input
-    logits = backbone(tile_members(inputs, num_members))
+    tiled = keras.tree.map_structure(lambda x: tile_members(x, num_members), inputs)
+    logits = backbone(tiled)
     outputs = member_logits(untile_members(logits, num_members))
     keras_hub.models.Task.__init__(task, inputs=inputs, outputs=outputs, **kwargs)
 

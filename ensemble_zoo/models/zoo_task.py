@@ -74,8 +74,13 @@ class ZooTask(backend_utils.TorchTaskAdapter):
     # === Input checks ===
 
     def _check_inputs(self, inputs, expected=None):
-        """Rank, shape and floating dtype of one input tensor (also run in
-        `call`, where the tensor may be symbolic)."""
+        """Rank, shape and floating dtype of one input tensor, or the keys,
+        ranks and dtypes of a dict for a model that takes one (also run in
+        `call`, where the tensors may be symbolic)."""
+        template = getattr(self, "input", None)
+        if expected is None and isinstance(template, dict):
+            check_dict_inputs(type(self).__name__, inputs, template)
+            return
         expected = tuple(self.member_input_shape if expected is None else expected)
         if isinstance(inputs, (dict, list, tuple)):
             raise ValueError(
@@ -327,6 +332,34 @@ class ZooTask(backend_utils.TorchTaskAdapter):
             verbose=verbose,
             **kwargs,
         )
+
+
+def check_dict_inputs(owner, inputs, template):
+    """Checks a dict of input tensors against the `keras.Input`s of a model
+    that takes one (`template`, e.g. a keras-hub text classifier's
+    `token_ids`, `padding_mask` and `segment_ids`): the same keys, each
+    tensor of the template's rank and dtype kind, and one length on axis 1
+    (the tokens). Keras would cast float ids and pad a missing key
+    silently. `owner` names the model in the errors."""
+    if not isinstance(inputs, dict) or set(inputs) != set(template):
+        got = sorted(inputs) if isinstance(inputs, dict) else f"a {type(inputs).__name__}"
+        raise ValueError(f"{owner} expects a dict with keys {sorted(template)}; got {got}.")
+    lengths = set()
+    for name, expected in template.items():
+        shape = static_shape(inputs[name])
+        if len(shape) != len(expected.shape):
+            raise ValueError(
+                f"`{name}` must have shape {('batch',) + tuple(expected.shape[1:])}; got {shape}."
+            )
+        dtype = keras.backend.standardize_dtype(inputs[name].dtype)
+        wanted = keras.backend.standardize_dtype(expected.dtype)
+        if ("float" in dtype) != ("float" in wanted):
+            raise TypeError(f"`{name}` must hold {wanted} values; got dtype {dtype}.")
+        if len(shape) > 1 and shape[1] is not None:
+            lengths.add(shape[1])
+    if len(lengths) > 1:
+        shapes = {name: static_shape(value) for name, value in inputs.items()}
+        raise ValueError(f"The inputs must share their length on axis 1; got shapes {shapes}.")
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ import keras
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
+from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
 from ensemble_zoo.utils.naming import path_scope
 
 
@@ -25,13 +26,16 @@ class MCDropoutBackbone(WrappedModelsBackbone):
     from its own seed generator seeded `seed + i`. Its `call` always runs
     the network in training mode, whatever `training` says: a Monte Carlo
     sample is what every call returns. This is the one place in the zoo
-    where a backbone overrides the mode it is called in; models with
-    `BatchNormalization` (whose training mode uses batch statistics) are
-    refused.
+    where a backbone overrides the mode it is called in. The copy's
+    `BatchNormalization` layers are frozen (`trainable = False`), which
+    Keras runs on their moving statistics in every mode: the dropout layers
+    alone sample, and `fit` leaves the normalization as trained (setting
+    the ensemble's `trainable` back to `True` would unfreeze them).
 
     Args:
-        model: a built single-input Keras classifier returning logits
-            `(batch, classes)` with at least one `Dropout` layer.
+        model: a built Keras classifier taking one tensor or a dict of
+            them (a keras-hub text classifier) and returning logits
+            `(batch, classes)`, with at least one `Dropout` layer.
         rate: optional float in `[0, 1)`, the rate of every dropout layer;
             `None` keeps the model's rates.
         seed: optional int; `None` leaves unseeded layers unseeded.
@@ -49,22 +53,19 @@ class MCDropoutBackbone(WrappedModelsBackbone):
     method_keys = ("rate", "seed")
 
     def __init__(self, model, rate=None, seed=None, dtype=None, *, adopt_models=False, **kwargs):
-        input_shape, num_classes = member_io_shapes(model, 0)
+        input_spec, num_classes = member_io_shapes(model, 0)
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
-        layers = model._flatten_layers(include_self=False)
-        if any(isinstance(layer, keras.layers.BatchNormalization) for layer in layers):
-            raise ValueError(
-                "MC dropout runs the model in training mode, which changes "
-                "BatchNormalization layers; `model` has some."
-            )
         if not dropout_layers(model):
             raise ValueError(f"`model` '{model.name}' has no Dropout layer.")
         model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         self._set_dropout(dropout_layers(model), rate, seed, model.name)
+        for layer in model._flatten_layers(include_self=False):
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.trainable = False  # moving statistics in training mode
 
         # === Functional Model ===
-        inputs = keras.Input(input_shape, dtype=model.inputs[0].dtype, name="inputs")
+        inputs = wrapped_inputs(input_spec)
         outputs = model(inputs)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 

@@ -25,8 +25,9 @@ class MCDropoutClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     the embedding, attention-probability, block and head dropouts); `rate`
     overrides their rates, which is needed when the model was trained
     without dropout. The network is an `MCDropoutBackbone`: a copy of
-    `model` (which is not changed) that always runs in training mode, so
-    models with `BatchNormalization` are refused. Each dropout layer draws
+    `model` (which is not changed) that always runs in training mode, its
+    `BatchNormalization` layers frozen on their moving statistics (the
+    dropout layers alone sample). Each dropout layer draws
     from its own seed generator, seeded from `seed`: two classifiers built
     with the same seed give the same samples for the same sequence of
     calls; successive calls give fresh samples.

@@ -4,6 +4,7 @@ from keras import ops
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
+from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_scope
 
 
@@ -12,9 +13,10 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
     """The members of a `DeepEnsembleClassifier`, run one after another.
 
     Args:
-        members: non-empty list of built single-input Keras classifiers
-            with the same input shape and number of classes, each mapping
-            `(batch,) + input_shape` to logits `(batch, classes)`. The
+        members: non-empty list of built Keras classifiers with the same
+            inputs and number of classes, each mapping a batch (one tensor
+            `(batch, ...)`, or a dict of them as keras-hub's text
+            classifiers take) to logits `(batch, classes)`. The
             backbone holds copies of them (same config and weights, under
             `dtype` when given; the given models are not changed), built
             in the name scopes `members_0`, `members_1`, ... so that their
@@ -63,18 +65,18 @@ class DeepEnsembleBackbone(WrappedModelsBackbone):
             for i, m in enumerate(members)
         ]
         shapes = [member_io_shapes(m, i) for i, m in enumerate(members)]
-        input_shape, num_classes = shapes[0]
+        input_spec, num_classes = shapes[0]
         for i, (shape, classes) in enumerate(shapes[1:], start=1):
-            if shape != input_shape or classes != num_classes:
+            if shape != input_spec or classes != num_classes:
                 raise ValueError(
                     "All members must share the input shape and the number "
-                    f"of classes: members[0] maps {input_shape} to "
+                    f"of classes: members[0] maps {input_spec} to "
                     f"{num_classes} classes, members[{i}] maps {shape} to "
                     f"{classes}."
                 )
 
         # === Functional Model ===
-        inputs = keras.Input(input_shape, dtype=members[0].inputs[0].dtype, name="inputs")
+        inputs = wrapped_inputs(input_spec)
         outputs = ops.stack([member(inputs) for member in members], axis=1)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 

@@ -4,6 +4,7 @@ from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
+from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.sublayers import replace_sublayer
@@ -85,7 +86,7 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
         adopt_models=False,
         **kwargs,
     ):
-        input_shape, num_classes = member_io_shapes(model, 0)
+        input_spec, num_classes = member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")
         model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         freeze_weights(model)
@@ -100,7 +101,7 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
             raise ValueError(f"`model` '{model.name}' has no Dense layer to mask.")
 
         # === Functional Model ===
-        inputs = keras.Input(input_shape, dtype=model.inputs[0].dtype, name="inputs")
+        inputs = wrapped_inputs(input_spec)
         outputs = network(inputs)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 

@@ -1,0 +1,89 @@
+"""The methods that wrap whole models (deep ensemble, MC dropout) on every
+text classifier family keras-hub ships: the members take the family's dict
+of token inputs (`fixtures/tiny_text_classifiers.py`). Each member of a
+deep ensemble equals the model it copies; MC dropout at rate 0 equals the
+model and with dropout draws distinct members; the inputs are checked
+against the model's keys and dtypes. The whole list runs under PyTorch (no
+compilation); JAX and TensorFlow run a slice that rotates with the day."""
+
+import datetime
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from conftest import BACKEND
+from fixtures.tiny_text_classifiers import FAMILIES
+from fixtures.tiny_text_classifiers import build_text_classifier
+from fixtures.tiny_text_classifiers import text_inputs
+from zoo_testing import to_np
+
+from ensemble_zoo.export import ExportedModel
+from ensemble_zoo.models import DeepEnsembleClassifier
+from ensemble_zoo.models import EnsembleClassifier
+from ensemble_zoo.models import MCDropoutClassifier
+
+SLICE = 3
+
+
+def _families_this_run():
+    names = sorted(FAMILIES)
+    if BACKEND == "torch":
+        return names
+    start = datetime.date.today().toordinal() * SLICE % len(names)
+    return [names[(start + i) % len(names)] for i in range(SLICE)]
+
+
+@pytest.mark.parametrize("family", _families_this_run())
+def test_deep_ensemble_and_mc_dropout_take_the_familys_inputs(family):
+    models = [build_text_classifier(family, seed) for seed in (0, 1)]
+    x = text_inputs(models[0])
+    ensemble = DeepEnsembleClassifier(models)
+    logits = ensemble.predict(x, verbose=0)
+    for m, model in enumerate(models):
+        np.testing.assert_allclose(logits[:, m], to_np(model(x)), atol=1e-5)
+
+    mc = MCDropoutClassifier(models[0], num_members=2, rate=0.0)
+    np.testing.assert_allclose(
+        mc.predict(x, verbose=0), np.stack([to_np(models[0](x))] * 2, 1), atol=1e-5
+    )
+    sampled = MCDropoutClassifier(models[0], num_members=2, rate=0.5, seed=0)
+    out = sampled.predict_uncertainty(x)
+    assert np.abs(out["member_logits"][:, 0] - out["member_logits"][:, 1]).max() > 1e-4
+    assert out["epistemic"].shape == (3,)
+
+
+def test_text_deep_ensemble_preprocesses_trains_and_round_trips(tmp_path):
+    """Raw strings through the classifier's preprocessor, which the
+    ensemble takes over; `fit`; a preset that reloads with the same
+    outputs; a clear error for other keys or float ids."""
+    classifier = build_text_classifier("bert")
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(45)]
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary)
+    classifier.preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer, sequence_length=8
+    )
+    ensemble = DeepEnsembleClassifier.from_model(classifier, num_members=2, seed=0)
+    texts = ["w1 w2 w3", "w4", "w5 w6"]
+    ensemble.compile(optimizer=keras.optimizers.Adam(0.05))
+    history = ensemble.fit(texts, np.array([0, 1, 2]), batch_size=3, epochs=8, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    expected = ensemble.predict(texts, verbose=0)
+    ensemble.save_to_preset(str(tmp_path / "preset"))
+    loaded = EnsembleClassifier.from_preset(str(tmp_path / "preset"))
+    assert isinstance(loaded.preprocessor, keras_hub.models.BertTextClassifierPreprocessor)
+    np.testing.assert_allclose(loaded.predict(texts, verbose=0), expected, atol=1e-5)
+
+    tokens = classifier.preprocessor(texts)
+    tokens = {k: to_np(v).astype("int32") for k, v in tokens.items()}
+    # ONNX (every backend writes it) takes the token dict, padded to the
+    # backbone's max_sequence_length outside TensorFlow.
+    loaded.export(str(tmp_path / "model.onnx"), format="onnx")
+    served = ExportedModel(str(tmp_path / "model.onnx"))(tokens)
+    np.testing.assert_allclose(served["member_logits"], expected, atol=1e-5)
+    with pytest.raises(ValueError, match="expects a dict with keys"):
+        ensemble({"token_ids": tokens["token_ids"]})
+    with pytest.raises(TypeError, match="`token_ids` must hold int32"):
+        ensemble({**tokens, "token_ids": tokens["token_ids"].astype("float32")})
+    with pytest.raises(ValueError, match="share their length"):
+        ensemble({**tokens, "padding_mask": tokens["padding_mask"][:, :4]})
