@@ -1,8 +1,10 @@
-"""The methods that wrap whole models (deep ensemble, MC dropout) on every
-text classifier family keras-hub ships: the members take the family's dict
-of token inputs (`fixtures/tiny_text_classifiers.py`). Each member of a
-deep ensemble equals the model it copies; MC dropout at rate 0 equals the
-model and with dropout draws distinct members; the inputs are checked
+"""The methods that wrap whole models (deep ensemble, MC dropout, sub-network
+masks) on every text classifier family keras-hub ships: the members take
+the family's dict of token inputs (`fixtures/tiny_text_classifiers.py`).
+Each member of a deep ensemble equals the model it copies; MC dropout at
+rate 0 equals the model and with dropout draws distinct members; each
+sub-network member equals the model with its masks multiplied into the
+feed-forward kernels (found by role); the inputs are checked
 against the model's keys and dtypes. The whole list runs under PyTorch (no
 compilation); JAX and TensorFlow run a slice that rotates with the day."""
 
@@ -22,6 +24,7 @@ from ensemble_zoo.export import ExportedModel
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import EnsembleClassifier
 from ensemble_zoo.models import MCDropoutClassifier
+from ensemble_zoo.models import SubnetworkEnsembleClassifier
 
 SLICE = 3
 
@@ -34,8 +37,29 @@ def _families_this_run():
     return [names[(start + i) % len(names)] for i in range(SLICE)]
 
 
+def feedforward_dense(classifier, family):
+    """The feed-forward `Dense` layers of a keras-hub text classifier, by
+    the attribute names keras-hub gives them (FNet's encoder has no
+    attention and names them otherwise)."""
+    names = ("intermediate_dense", "output_dense") if family == "f_net" else FEEDFORWARD
+    found = []
+    for layer in classifier.backbone._flatten_layers():
+        for name in names:
+            dense = getattr(layer, "_" + name, getattr(layer, name, None))
+            if isinstance(dense, keras.layers.Dense):
+                found.append(dense)
+    return found
+
+
+FEEDFORWARD = ("feedforward_intermediate_dense", "feedforward_output_dense")
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
 @pytest.mark.parametrize("family", _families_this_run())
-def test_deep_ensemble_and_mc_dropout_take_the_familys_inputs(family):
+def test_wrapped_model_methods_take_the_familys_inputs(family):
     models = [build_text_classifier(family, seed) for seed in (0, 1)]
     x = text_inputs(models[0])
     ensemble = DeepEnsembleClassifier(models)
@@ -51,6 +75,27 @@ def test_deep_ensemble_and_mc_dropout_take_the_familys_inputs(family):
     out = sampled.predict_uncertainty(x)
     assert np.abs(out["member_logits"][:, 0] - out["member_logits"][:, 1]).max() > 1e-4
     assert out["epistemic"].shape == (3,)
+
+    # Sub-network masks on the feed-forward blocks: each member equals a
+    # copy of the model with its masks multiplied into the kernels.
+    masks = SubnetworkEnsembleClassifier(models[0], num_members=2, seed=0)
+    assert len(masks.masked_layers) == 2 * masks.backbone.model.backbone.num_layers
+    rng = np.random.default_rng(0)
+    for layer in masks.masked_layers:
+        for logits in layer.mask_logits():
+            logits.assign(rng.normal(size=logits.shape).astype("float32") * 3)
+    logits = masks.predict(x, verbose=0)
+    for m in range(2):
+        reference = build_text_classifier(family, 0)
+        dense = feedforward_dense(reference, family)
+        assert len(dense) == len(masks.masked_layers)
+        for layer, wrapper in zip(dense, masks.masked_layers, strict=True):
+            column = sigmoid(to_np(wrapper.column_logits)[m])
+            row = sigmoid(to_np(wrapper.row_logits)[m])
+            layer.kernel.assign(to_np(layer.kernel) * np.outer(column, row))
+            if layer.bias is not None:  # RoFormer-V2 has none
+                layer.bias.assign(to_np(layer.bias) * row)
+        np.testing.assert_allclose(logits[:, m], to_np(reference(x)), atol=1e-5)
 
 
 def test_text_deep_ensemble_preprocesses_trains_and_round_trips(tmp_path):

@@ -1,6 +1,8 @@
 import keras
 
 from ensemble_zoo.layers.subnetwork_masked_dense import SubnetworkMaskedDense
+from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
+from ensemble_zoo.models.member_sites import projection_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
@@ -12,12 +14,6 @@ from ensemble_zoo.utils.validation import check_positive_int
 
 #: The mask arguments (the backbone's `method_keys`) and their defaults.
 MASK_DEFAULTS = {"num_members": 10, "logit_mean": 2.0, "logit_std": 1.0, "seed": None}
-
-
-def _vit_mlp_layers(model):
-    from keras_hub.src.models.vit.vit_layers import MLP
-
-    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, MLP)]
 
 
 def _output_operations(model):
@@ -41,9 +37,10 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     `SubnetworkMaskedDense` (one column and one row mask per member) on its
     Dense layers:
 
-    - a keras-hub `ViTImageClassifier`: both `Dense` layers of every
-      transformer MLP block (the patch embedding, attention and head stay
-      as they are);
+    - a keras-hub model (a `ViTImageClassifier`, any keras-hub text
+      classifier): the `Dense` layers of every transformer feed-forward
+      block, found by role (`ensemble_zoo.models.member_sites`; the
+      embeddings, attention and head stay as they are);
     - any other functional or `Sequential` Keras model (an MLP): every
       `Dense` layer, without a row mask on the layer whose output is the
       model's (class logits are never dropped).
@@ -53,8 +50,8 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
     loads their weights.
 
     Args:
-        model: a built single-input Keras classifier returning logits
-            `(batch, classes)`.
+        model: a built Keras classifier taking one tensor or a dict of
+            them and returning logits `(batch, classes)`.
         num_members: int. Defaults to `10` (the paper's).
         logit_mean, logit_std: initial mask logits `N(mean, std)`.
             Defaults to `2.0` and `1.0`.
@@ -128,14 +125,13 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
                     **mask_kwargs,
                 )
 
-        blocks = _vit_mlp_layers(model)
-        if blocks:  # keras-hub ViT: swap the MLP blocks' Dense layers.
+        sites = projection_sites(model, FEEDFORWARD_ROLES, types=(keras.layers.Dense,))
+        if sites:  # a keras-hub model: swap its feed-forward Dense layers.
             masked = []
-            for block in blocks:
-                for attribute in ("dense_1", "dense_2"):
-                    wrapper = make(getattr(block, attribute), len(masked))
-                    replace_sublayer(block, attribute, wrapper)
-                    masked.append(wrapper)
+            for _, parent, attribute in sites:
+                wrapper = make(getattr(parent, attribute), len(masked))
+                replace_sublayer(parent, attribute, wrapper)
+                masked.append(wrapper)
             return model, masked
         output_layers = {id(node.operation) for node in _output_operations(model)}
         dense = [

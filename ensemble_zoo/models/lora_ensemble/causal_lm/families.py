@@ -28,34 +28,13 @@ from keras import ops
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets as _check_names
+from ensemble_zoo.models.member_sites import ROLE_NAMES
+from ensemble_zoo.models.member_sites import projection_role
+from ensemble_zoo.models.member_sites import sublayers
 
-#: Roles a LoRA-Ensemble adapts, each with the attribute or layer names
-#: keras-hub gives that projection (without leading underscores): the
-#: attention's query, key, value and output projections (the paper's four;
-#: GPT-NeoX fuses the first three, `"query_key_value"`) and the MLP's gate
-#: (the one that goes through the activation), up and down projections.
-ROLE_NAMES = {
-    "query": ("query", "query_dense", "q_proj"),
-    "key": ("key", "key_dense", "k_proj"),
-    "value": ("value", "value_dense", "v_proj"),
-    "attention_output": ("attention_output", "output_dense", "o_proj"),
-    "query_key_value": ("query_key_value", "qkv_dense"),
-    "mlp_gate": ("gating_ffw", "feedforward_gate_dense", "gate_proj"),
-    "mlp_up": (
-        "gating_ffw_2",
-        "feedforward_intermediate_dense",
-        "up_proj",
-        "mlp_intermediate_dense",
-        "dense_h_to_4h",
-    ),
-    "mlp_down": (
-        "ffw_linear",
-        "feedforward_output_dense",
-        "down_proj",
-        "mlp_output_dense",
-        "dense_4h_to_h",
-    ),
-}
+#: Roles a LoRA-Ensemble adapts: `member_sites.ROLE_NAMES` (the
+#: attention's query, key, value and output projections, the paper's four,
+#: and the MLP's gate, up and down projections).
 ATTENTION_TARGETS = ("query", "key", "value", "attention_output")
 MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
 #: What a user may name in `targets`; `"query_key_value"` is where
@@ -176,17 +155,6 @@ def check_targets(targets):
     return _check_names(targets, allowed=TARGETS)
 
 
-def _sublayers(layer):
-    """`(attribute, sublayer)` pairs held directly by `layer`'s attributes
-    (under PyTorch Keras keeps them in the module's `_modules`)."""
-    names = dict.fromkeys(vars(layer))
-    names.update(dict.fromkeys(vars(layer).get("_modules", {})))
-    for name in names:
-        value = getattr(layer, name, None)
-        if isinstance(value, keras.layers.Layer) and value is not layer:
-            yield name, value
-
-
 def _projections(block):
     """role -> `[(parent, attribute)]` of every `Dense` / `EinsumDense`
     under `block` (or a `LoRAEnsembleAdapter` on one) whose attribute or
@@ -197,7 +165,7 @@ def _projections(block):
     seen = set()
 
     def walk(layer):
-        for attribute, sublayer in _sublayers(layer):
+        for attribute, sublayer in sublayers(layer):
             if id(sublayer) in seen:
                 continue
             seen.add(id(sublayer))
@@ -208,10 +176,9 @@ def _projections(block):
             else:
                 projection = None
             if projection is not None:
-                names = {attribute.lstrip("_"), projection.name}
-                for role, role_names in ROLE_NAMES.items():
-                    if names & set(role_names):
-                        found[role].append((layer, attribute))
+                role = projection_role(layer, attribute, projection)
+                if role is not None:
+                    found[role].append((layer, attribute))
             elif "expert" not in attribute.lower():
                 walk(sublayer)
 
