@@ -55,6 +55,34 @@ def test_batch_normalization_keeps_its_moving_statistics():
     assert norm.trainable
 
 
+def test_a_keras_hub_resnet_gives_its_inference_logits_at_rate_zero():
+    """A keras-hub family built on BatchNormalization (ResNet, whose head
+    has a Dropout): its training-mode logits differ, the ensemble's equal
+    its inference logits."""
+    import keras_hub
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64],
+        stackwise_num_blocks=[1],
+        stackwise_num_strides=[1],
+        block_type="basic_block",
+        image_shape=(8, 8, 3),
+    )
+    resnet = keras_hub.models.ResNetImageClassifier(backbone=backbone, num_classes=3, dropout=0.1)
+    for layer in resnet._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.moving_mean.assign(np.full(layer.moving_mean.shape, 0.3, "float32"))
+    x = np.random.default_rng(0).random((2, 8, 8, 3)).astype("float32")
+    expected = to_np(resnet(x))
+    mc = MCDropoutClassifier(resnet, num_members=2, rate=0.0)
+    np.testing.assert_allclose(mc.predict(x, verbose=0)[:, 1], expected, atol=1e-5)
+    # (Last: training mode moves the model's BatchNormalization statistics.)
+    assert np.abs(to_np(resnet(x, training=True)) - expected).max() > 1e-4
+
+
 def test_members_are_dropout_samples_of_the_model():
     """With an identity output layer after the dropout, each member's logits
     are the hidden activations times a 0 / (1 / keep) mask."""
