@@ -25,7 +25,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import families
 
 #: keras-hub classes the decode engine does not take yet, each refused by
 #: name (`families.FAMILIES`).
-REFUSED = ("gemma3n", "gemma4", "qwen3_5", "qwen3_5_moe", "rwkv7")
+REFUSED = ("gemma3n", "qwen3_5", "qwen3_5_moe", "rwkv7")
 SUPPORTED = sorted(set(FAMILIES) - set(REFUSED))
 #: Families per run under JAX and TensorFlow, chosen by the day.
 SLICE = 3
@@ -42,6 +42,14 @@ PROMPT = {
     "token_ids": np.array([[1, 5, 7, 9, 0, 0, 0, 0], [2, 3, 0, 0, 0, 0, 0, 0]], "int32"),
     "padding_mask": np.array([[1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0, 0]], bool),
 }
+
+
+def keras_hub_inputs(causal_lm):
+    """`PROMPT` as the keras-hub model takes it: Gemma 4's also takes
+    `position_ids`, which its preprocessor makes `0 .. length - 1`."""
+    if "position_ids" not in causal_lm.backbone.input:
+        return PROMPT
+    return {**PROMPT, "position_ids": np.tile(np.arange(8, dtype="int32"), (2, 1))}
 
 
 def keras_hub_greedy(causal_lm):
@@ -64,7 +72,9 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
     per_block = 2 if family == "gpt_neox" else 4
     assert len(ensemble.adapters) == per_block * len(causal_lm.backbone.transformer_layers)
     np.testing.assert_allclose(
-        to_np(ensemble(PROMPT)), np.stack([to_np(causal_lm(PROMPT))] * 2, axis=1), atol=1e-5
+        to_np(ensemble(PROMPT)),
+        np.stack([to_np(causal_lm(keras_hub_inputs(causal_lm)))] * 2, axis=1),
+        atol=1e-5,
     )
     ensemble.compile(sampler="greedy")
     out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
@@ -75,7 +85,9 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
     for adapter in ensemble.adapters:
         adapter.lora_b.assign(rng.normal(size=adapter.lora_b.shape) * 0.3)
     logits = to_np(ensemble(PROMPT))
-    np.testing.assert_allclose(logits[:, 1], to_np(ensemble.member_causal_lm(1)(PROMPT)), atol=1e-4)
+    np.testing.assert_allclose(
+        logits[:, 1], to_np(ensemble.member_causal_lm(1)(keras_hub_inputs(causal_lm))), atol=1e-4
+    )
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
 
 

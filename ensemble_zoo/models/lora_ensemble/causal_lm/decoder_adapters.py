@@ -109,6 +109,17 @@ def _first_fused(targets):
     return next(t for t in targets if t in ("query", "key", "value"))
 
 
+def with_position_ids(decoder, inputs):
+    """`inputs` plus `position_ids` `0 .. length - 1` on every row when
+    `decoder` takes them as an input (Gemma 4, whose keras-hub
+    preprocessor makes them so for text; the ensemble's callers pass
+    `token_ids` and `padding_mask` alone)."""
+    if "position_ids" not in decoder.input:
+        return inputs
+    ones = keras.ops.ones_like(inputs["token_ids"], dtype="int32")
+    return {**inputs, "position_ids": keras.ops.cumsum(ones, axis=1) - 1}
+
+
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
     """A keras-hub decoder backbone with LoRA-Ensemble adapters: one class
@@ -158,8 +169,8 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         # === Layers ===
         self.decoder = backbone
         # === Functional Model ===
-        inputs = backbone.input
-        outputs = backbone(inputs)
+        inputs = {name: x for name, x in backbone.input.items() if name != "position_ids"}
+        outputs = backbone(with_position_ids(backbone, inputs))
         super().__init__(inputs=inputs, outputs=outputs, dtype=backbone.dtype_policy, **kwargs)
         # === Config ===
         self.num_members = adapters[0].num_members

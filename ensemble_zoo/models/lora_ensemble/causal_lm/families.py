@@ -56,12 +56,13 @@ def no_step_arguments(padding_mask, index):
 
 
 def seed_gemma3_cache(causal_lm, token_ids, padding_mask):
-    """Gemma 3's `_build_cache` on text: no image embeddings."""
+    """Gemma 3's and Gemma 4's `_build_cache` on text: no image
+    embeddings."""
     return causal_lm._build_cache(token_ids, None, None, padding_mask, None)
 
 
 def gemma3_step_arguments(padding_mask, index):
-    """Gemma 3's `cache_update_mask` at `index`: true where the position
+    """Gemma 3's and Gemma 4's `cache_update_mask` at `index`: true where the position
     is not part of the prompt (a prompt's own cache entries are kept), as
     `Gemma3CausalLM.generate_step` passes it. `padding_mask` has one row
     per row of the step's batch."""
@@ -100,9 +101,9 @@ FAMILIES = {
         refused="its text decoder keeps AltUp streams and per-layer inputs "
         "beside the KV cache, which the decode engine does not tile yet"
     ),
-    "Gemma4CausalLM": Family(
-        refused="it takes `position_ids` as a model input, which the decode engine does not pass"
-    ),
+    # Gemma 4 seeds its (stacked) cache and steps it as Gemma 3 does; its
+    # backbone's `position_ids` input: `decoder_adapters.with_position_ids`.
+    "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments),
     "Qwen3_5CausalLM": Family(
         refused="its linear-attention blocks keep a recurrent state and a "
         "convolution state beside the KV cache, which the decode engine "
