@@ -17,7 +17,7 @@ weight of the model, run as one batch, and disagree where the fine-tuning
 data left them unsure. Their disagreement, the *epistemic* uncertainty
 (mutual information), is what tells a guess from knowledge.
 
-`ensemble_zoo` brings this to keras-hub's decoder models: 19 of the 23
+`ensemble_zoo` brings this to keras-hub's decoder models: 21 of the 23
 text-only causal-LM families keras-hub 0.32 ships (Gemma, Llama, Mistral,
 Qwen, GPT-2, OPT, Phi-3, Mixtral, ...; the section "Any keras-hub causal
 LM" below):

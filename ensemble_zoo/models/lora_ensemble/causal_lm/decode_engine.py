@@ -97,7 +97,7 @@ def prefill(model, token_ids, padding_mask, length=None):
     m = model.num_members
     family = model.family
     full = ops.shape(token_ids)[1]
-    short = length is not None and length < full
+    short = length is not None and length < full and not family.full_prefill
     if short:
         token_ids, padding_mask = token_ids[:, :length], padding_mask[:, :length]
     hidden, cache = family.seed_cache(

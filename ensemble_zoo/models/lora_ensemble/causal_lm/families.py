@@ -16,7 +16,9 @@ Cache layouts (keras-hub 0.32): most families stack the layers in one
 axis 3, `Family`'s default); Gemma 3 keeps a `(key, value)` pair of
 `(batch, length, kv_heads, head_dim)` per layer, reads the prompt's
 padding mask when it seeds the cache and a `cache_update_mask` (prompt
-positions keep their cache) at each step.
+positions keep their cache) at each step; Qwen 3.5 holds a `(kv, conv,
+recurrent)` triple, the last two its linear-attention blocks' states
+without a position axis.
 """
 
 import dataclasses
@@ -83,15 +85,38 @@ class Family:
             family's cache (3 in the stacked layout, 1 in Gemma 3's).
         refused: `None`, or why a LoRA-Ensemble cannot wrap the family
             (the error names it).
+        full_prefill: bool, the prompts' pass runs over every position
+            (a family whose cache holds states without a position axis).
+        linear_blocks: bool, some decoder blocks are linear attention,
+            without the attention projections: the adapters go on the
+            other blocks (a block with some of the targets but not all is
+            still an error).
     """
 
     seed_cache: Callable = seed_stacked_cache
     step_arguments: Callable = no_step_arguments
     cache_length_axis: int = 3
     refused: str = None
+    full_prefill: bool = False
+    linear_blocks: bool = False
 
 
 STANDARD = Family()
+
+
+def seed_qwen3_5_cache(causal_lm, token_ids, padding_mask):
+    """Qwen 3.5's `_build_cache` on text: its cache is a `(kv, conv,
+    recurrent)` triple, the last two the linear-attention blocks' states."""
+    return causal_lm._build_cache(token_ids, padding_mask)
+
+
+#: Qwen 3.5 (and its mixture of experts): the adapters go on its
+#: full-attention blocks (the Gated DeltaNet blocks have other
+#: projections), and since those linear-attention blocks' recurrent and
+#: convolution states have no position axis, the prompts' pass runs over
+#: every position as keras-hub's does (a shorter pass would leave other
+#: states).
+QWEN3_5 = Family(seed_qwen3_5_cache, full_prefill=True, linear_blocks=True)
 
 #: keras-hub causal-LM class name -> its entry, for the families that
 #: need one.
@@ -104,16 +129,8 @@ FAMILIES = {
     # Gemma 4 seeds its (stacked) cache and steps it as Gemma 3 does; its
     # backbone's `position_ids` input: `decoder_adapters.with_position_ids`.
     "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments),
-    "Qwen3_5CausalLM": Family(
-        refused="its linear-attention blocks keep a recurrent state and a "
-        "convolution state beside the KV cache, which the decode engine "
-        "does not seed yet"
-    ),
-    "Qwen3_5MoeCausalLM": Family(
-        refused="its linear-attention blocks keep a recurrent state and a "
-        "convolution state beside the KV cache, which the decode engine "
-        "does not seed yet"
-    ),
+    "Qwen3_5CausalLM": QWEN3_5,
+    "Qwen3_5MoeCausalLM": QWEN3_5,
     "RWKV7CausalLM": Family(
         refused="it is a recurrent model (no KV cache, no `cache_update_index`); "
         "its state has no position to step"
@@ -238,5 +255,12 @@ def decoder_sites(backbone, targets):
             f"`backbone` ({type(backbone).__name__}) has no `transformer_layers`: "
             "LoRA-Ensemble adapts the decoder blocks of a keras-hub causal LM."
         )
-    pairs = [pair for block in blocks for pair in block_sites(block, targets)]
+    some_blocks = FAMILIES.get(causal_lm_class(backbone).__name__, STANDARD).linear_blocks
+    pairs = []
+    for block in blocks:
+        if some_blocks and not block_sites(block, targets, required=False):
+            continue  # a linear-attention block: no projection to adapt
+        pairs += block_sites(block, targets)
+    if not pairs:
+        raise ValueError(f"No block of `backbone` has the projections {list(targets)}.")
     return [site for _, site in pairs], [role for role, _ in pairs]
