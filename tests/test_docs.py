@@ -102,3 +102,20 @@ def test_readme_is_a_first_visit_page():
     headings = re.findall(r"(?m)^## (.+)$", readme)
     assert headings[:3] == ["Set-up", "Quickstart", "Evaluation and the leaderboard"]
     assert "mkdocs serve" in readme
+
+
+@only_once
+def test_causal_lm_family_table_refuses_what_the_registry_refuses():
+    """The causal-LM page's family table marks refused exactly the
+    families that `families.FAMILIES` refuses (names compared without
+    spaces, dashes and the `CausalLM` suffix)."""
+    from ensemble_zoo.models.lora_ensemble.causal_lm.families import FAMILIES
+
+    def key(name):
+        return re.sub(r"[^a-z0-9]", "", name.lower().replace("causallm", ""))
+
+    text = open(os.path.join(REPO_ROOT, "docs", "methods", "causal_lm.md")).read()
+    rows = re.findall(r"^\| ([^|]+) \| refused", text, re.M)
+    in_table = {key(name) for row in rows for name in row.split(",")}
+    registry = {key(name) for name, entry in FAMILIES.items() if entry.refused}
+    assert in_table == registry
