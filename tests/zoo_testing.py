@@ -6,6 +6,9 @@ it sits in `tests/`, which pytest puts on `sys.path`). Keep it small: a
 helper belongs here once two test files need the same one.
 """
 
+import datetime
+
+import keras
 import numpy as np
 from keras import ops
 
@@ -160,3 +163,15 @@ def np_token_figures(member_logits, tokens=None, weights=None):
             [np.take_along_axis(log_p[:, m], tokens[..., None], -1)[..., 0] for m in members], 1
         )
     return out
+
+
+def families_this_run(names, size):
+    """The families a family test runs: every one under PyTorch (eager,
+    the quickest to build), and under JAX and TensorFlow, which compile
+    each family, `size` of them that rotate with the day (the suite's time
+    budget), so that every family runs under every backend in turn."""
+    names = sorted(names)
+    if keras.config.backend() == "torch":
+        return names
+    start = datetime.date.today().toordinal() * size % len(names)
+    return [names[(start + i) % len(names)] for i in range(size)]

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from ensemble_zoo.models.keras_hub_vit import keras_hub_parts
+from ensemble_zoo.models.zoo_task import check_dict_inputs
 from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import static_shape
 
@@ -76,21 +77,8 @@ class TextInputsMixin:
         self.build({name: (None, None) for name in TEXT_INPUTS})
 
     def _check_inputs(self, inputs):
-        if not isinstance(inputs, dict) or set(inputs) != set(TEXT_INPUTS):
-            got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
-            raise ValueError(
-                f"{type(self).__name__} expects a dict with keys "
-                f"{list(TEXT_INPUTS)} of int (batch, tokens) tensors (the "
-                f"output of a BertTextClassifierPreprocessor); got {got}."
-            )
-        shapes = {k: static_shape(v) for k, v in inputs.items()}
-        first = shapes["token_ids"]
-        for name, shape in shapes.items():
-            if len(shape) != 2 or (None not in (shape[1], first[1]) and shape[1] != first[1]):
-                raise ValueError(
-                    f"`{name}` must have shape (batch, tokens) like `token_ids` "
-                    f"{first}; got {shape}."
-                )
+        check_dict_inputs(type(self).__name__, inputs, self.input)
+        first = static_shape(inputs["token_ids"])
         maximum = self.backbone.max_sequence_length
         if first[1] is not None and first[1] > maximum:
             raise ValueError(

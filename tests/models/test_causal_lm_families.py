@@ -8,8 +8,6 @@ a refused family names why. The whole list runs under PyTorch (eager, the
 quickest to build); JAX and TensorFlow, which compile each family's decode
 loop, run a slice that rotates with the day (the suite's time budget)."""
 
-import datetime
-
 import keras
 import keras_hub
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 from conftest import BACKEND
 from fixtures.tiny_causal_lms import FAMILIES
 from fixtures.tiny_causal_lms import build_causal_lm
+from zoo_testing import families_this_run
 from zoo_testing import to_np
 
 from ensemble_zoo.models import LoRAEnsembleCausalLM
@@ -29,13 +28,6 @@ REFUSED = ("gemma3n", "rwkv7")
 SUPPORTED = sorted(set(FAMILIES) - set(REFUSED))
 #: Families per run under JAX and TensorFlow, chosen by the day.
 SLICE = 3
-
-
-def _families_this_run():
-    if BACKEND == "torch":
-        return SUPPORTED
-    start = datetime.date.today().toordinal() * SLICE % len(SUPPORTED)
-    return [SUPPORTED[(start + i) % len(SUPPORTED)] for i in range(SLICE)]
 
 
 PROMPT = {
@@ -63,7 +55,7 @@ def keras_hub_greedy(causal_lm):
     return to_np(causal_lm.generate(PROMPT, stop_token_ids=None)["token_ids"])
 
 
-@pytest.mark.parametrize("family", _families_this_run())
+@pytest.mark.parametrize("family", families_this_run(SUPPORTED, SLICE))
 def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(family):
     causal_lm = build_causal_lm(family)
     ensemble = LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, seed=0)

@@ -6,7 +6,6 @@ for every family and keras-hub sampler, the compiled PyTorch step against
 the eager one, and generations that run inside one another. Tiny models of
 every family (random weights)."""
 
-import datetime
 import threading
 
 import h5py
@@ -14,6 +13,7 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from zoo_testing import families_this_run
 from zoo_testing import np_token_figures
 from zoo_testing import to_np
 
@@ -492,17 +492,9 @@ def keras_hub_greedy(base, prompt):
     return to_np(base.generate(prompt, stop_token_ids=None)["token_ids"])
 
 
-def _other_families_this_run():
-    """Every family under PyTorch; one a day, in turn, under JAX and
-    TensorFlow, which compile every sampler's loop per family (the suite's
-    time budget; `test_causal_lm_families.py` runs every family)."""
-    names = sorted(OTHER_FAMILIES)
-    if keras.config.backend() == "torch":
-        return names
-    return [names[datetime.date.today().toordinal() % len(names)]]
-
-
-@pytest.mark.parametrize("family", _other_families_this_run())
+# One family a day under JAX and TensorFlow, which compile every sampler's
+# loop per family (`test_causal_lm_families.py` runs every family).
+@pytest.mark.parametrize("family", families_this_run(OTHER_FAMILIES, 1))
 def test_other_families_decode_as_keras_hub_and_members_equal_their_merged_models(family):
     """Per family, with attention and MLP projections adapted (Dense in
     the Llama family, EinsumDense in Gemma's): zero adapters generate the

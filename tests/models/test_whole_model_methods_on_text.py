@@ -8,16 +8,14 @@ feed-forward kernels (found by role); the inputs are checked
 against the model's keys and dtypes. The whole list runs under PyTorch (no
 compilation); JAX and TensorFlow run a slice that rotates with the day."""
 
-import datetime
-
 import keras
 import keras_hub
 import numpy as np
 import pytest
-from conftest import BACKEND
 from fixtures.tiny_text_classifiers import FAMILIES
 from fixtures.tiny_text_classifiers import build_text_classifier
 from fixtures.tiny_text_classifiers import text_inputs
+from zoo_testing import families_this_run
 from zoo_testing import to_np
 
 from ensemble_zoo.export import ExportedModel
@@ -27,14 +25,6 @@ from ensemble_zoo.models import MCDropoutClassifier
 from ensemble_zoo.models import SubnetworkEnsembleClassifier
 
 SLICE = 3
-
-
-def _families_this_run():
-    names = sorted(FAMILIES)
-    if BACKEND == "torch":
-        return names
-    start = datetime.date.today().toordinal() * SLICE % len(names)
-    return [names[(start + i) % len(names)] for i in range(SLICE)]
 
 
 def feedforward_dense(classifier, family):
@@ -58,7 +48,7 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-@pytest.mark.parametrize("family", _families_this_run())
+@pytest.mark.parametrize("family", families_this_run(FAMILIES, SLICE))
 def test_wrapped_model_methods_take_the_familys_inputs(family):
     models = [build_text_classifier(family, seed) for seed in (0, 1)]
     x = text_inputs(models[0])

@@ -255,10 +255,10 @@ def decoder_sites(backbone, targets):
             f"`backbone` ({type(backbone).__name__}) has no `transformer_layers`: "
             "LoRA-Ensemble adapts the decoder blocks of a keras-hub causal LM."
         )
-    some_blocks = FAMILIES.get(causal_lm_class(backbone).__name__, STANDARD).linear_blocks
+    linear_blocks = FAMILIES.get(causal_lm_class(backbone).__name__, STANDARD).linear_blocks
     pairs = []
     for block in blocks:
-        if some_blocks and not block_sites(block, targets, required=False):
+        if linear_blocks and not block_sites(block, targets, required=False):
             continue  # a linear-attention block: no projection to adapt
         pairs += block_sites(block, targets)
     if not pairs:
