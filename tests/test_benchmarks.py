@@ -368,3 +368,17 @@ def test_hydra_profile_stages_compose_to_the_block():
     ]
     assert all(r["fused_kernels"] > 0 for r in rows if r["stage"] != "block x layers")
     assert rows[-1]["mac_ratio"] == pytest.approx(2.24, abs=0.01)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend suffices for the script")
+def test_llm_memory_benchmark_measures_each_call():
+    out = run_python(
+        "import sys; sys.argv = ['llm_memory.py', '--lengths', '20', '--members', '2',"
+        " '--rank', '2'];"
+        "import runpy; runpy.run_path('benchmarks/llm_memory.py', run_name='__main__')"
+    )
+    rows = re.findall(
+        r"^\s*(generate|score_uncertainty|fit step)\s+20 tokens: \+\s*(\S+) GB", out, re.M
+    )
+    assert [name for name, _ in rows] == ["generate", "score_uncertainty", "fit step"], out
+    assert all(0.0 <= float(peak) < 1.0 for _, peak in rows), out

@@ -6,6 +6,7 @@ computes (`zoo_workarounds`, `ZooWorkaroundsMixin`, defined in
 `ensemble_zoo.utils.workarounds`).
 """
 
+import contextlib
 import functools
 
 import keras
@@ -64,6 +65,19 @@ def argmax_int32(x, axis=-1):
 
         return jnp.argmax(x, axis=axis).astype(jnp.int32)
     return keras.ops.cast(keras.ops.argmax(x, axis=axis), "int32")
+
+
+def no_gradients():
+    """A context in which the backend records no gradients: PyTorch's
+    `torch.no_grad()` (outside `fit`, Keras' PyTorch backend runs with
+    autograd on, so an eager pass keeps every intermediate tensor that a
+    backward pass could need); nothing elsewhere (JAX and TensorFlow record
+    gradients only when asked)."""
+    if backend() == "torch":
+        import torch
+
+        return torch.no_grad()
+    return contextlib.nullcontext()
 
 
 def supports_saved_model_export():

@@ -27,15 +27,18 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
 
 
-def _variables(model, sampler):
-    """The variables a generation reads: the sampler's seed, then the
-    model's and the attached loss predictor's head's."""
+def model_variables(model):
+    """The model's variables that its figures read: its own and the
+    attached loss predictor's head's."""
     predictor = model.loss_predictor
     head = [] if predictor is None else list(predictor.head.variables)
-    return (
-        list(sampler.variables),
-        list(model.trainable_variables) + list(model.non_trainable_variables) + head,
-    )
+    return list(model.trainable_variables) + list(model.non_trainable_variables) + head
+
+
+def _variables(model, sampler):
+    """The variables a generation reads: the sampler's seed, then
+    `model_variables`."""
+    return list(sampler.variables), model_variables(model)
 
 
 def _jax_function(model, sampler, stop_token_ids):

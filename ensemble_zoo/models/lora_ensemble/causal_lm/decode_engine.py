@@ -39,10 +39,11 @@ from keras import ops
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_equal
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
-from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import ensemble_log_probabilities
 from ensemble_zoo.ops.member_tiling import fold_members
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.ops.token_uncertainty import ensemble_log_probs
+from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 from ensemble_zoo.utils.workarounds import zoo_workarounds
 
 #: Samplers that only choose the next token (keras-hub's base loop): their
@@ -172,7 +173,7 @@ def ensemble_next(model, padding_mask):
         mask = padding_mask if rows == batch else ops.repeat(padding_mask, rows // batch, axis=0)
         token = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
         member_logits, member_hidden, cache = member_step(model, token, cache, index - 1, mask)
-        log_probs = ensemble_log_probabilities(member_logits[:, :, 0])
+        log_probs = ensemble_log_probs(vocabulary_log_softmax(member_logits[:, :, 0]))
         return log_probs, ops.mean(member_hidden[:, :, 0], axis=1), cache
 
     return next
@@ -192,15 +193,15 @@ def loop_step(model, sampler):
             member_logits, member_hidden, cache = member_step(
                 model, token, cache, index - 1, prompt_mask
             )
-            member_logits = member_logits[:, :, 0]
-            probabilities = sampler.compute_probabilities(ensemble_log_probabilities(member_logits))
+            member_log_probs = vocabulary_log_softmax(member_logits[:, :, 0])
+            probabilities = sampler.compute_probabilities(ensemble_log_probs(member_log_probs))
             next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
             next_token = ops.where(
                 ops.take(prompt_mask, index, axis=1), ops.take(prompt, index, axis=1), next_token
             )
             prompt = ops.slice_update(prompt, [0, index], next_token[:, None])
             row = model._figures(
-                member_logits,
+                member_log_probs,
                 next_token,
                 member_hidden[:, :, 0],
                 _prefix_log_likelihoods(figures, index, prompt_mask, model.num_members),

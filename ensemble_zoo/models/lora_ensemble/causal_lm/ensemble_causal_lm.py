@@ -92,11 +92,20 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
             token_ids, ops.ones_like(token_ids, dtype="bool"), prompt_mask=prompt_mask
         )
 
-    def _chunked_figures(self, token_ids, padding_mask, chunk_size=128, prompt_mask=None):
+    def _chunked_figures(self, token_ids, padding_mask, chunk_size=None, prompt_mask=None):
         """`teacher_forcing.chunked_figures` of this model."""
         return teacher_forcing.chunked_figures(
             self, token_ids, padding_mask, chunk_size, prompt_mask
         )
+
+    def _scoring_function(self):
+        """The compiled `teacher_forcing.scoring_function`, built once and
+        kept with the decode functions (`compile` and
+        `attach_loss_predictor` drop them)."""
+        decoders = self.__dict__.setdefault("_decoders", {})
+        if "scoring" not in decoders:
+            decoders["scoring"] = (None, teacher_forcing.scoring_function(self))
+        return decoders["scoring"][1]
 
     @property
     def _num_figures(self):
@@ -105,10 +114,10 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         attached."""
         return len(FIGURES) + 2 * self.num_members + (self.loss_predictor is not None)
 
-    def _figures(self, member_logits, tokens, member_hidden, prefix_log_likelihoods):
+    def _figures(self, member_log_probs, tokens, member_hidden, prefix_log_likelihoods):
         """`token_figures`, and the attached loss predictor's prediction
         (the mean over members of its head on each member's hidden state)."""
-        figures = token_figures(member_logits, tokens, prefix_log_likelihoods)
+        figures = token_figures(member_log_probs, tokens, prefix_log_likelihoods)
         if self.loss_predictor is None:
             return figures
         predicted = ops.mean(self.loss_predictor.head(member_hidden), axis=1)
@@ -216,19 +225,26 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
             self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty, sampler
         )
 
-    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=128, prompt_mask=None):
+    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=None, prompt_mask=None):
         """Per-token uncertainty of given text, teacher-forced.
 
         The backbone runs once over the sequence; the vocabulary
         projection and the figures are computed `chunk_size` positions at
         a time, so that the member logits `(batch, members, tokens,
-        vocabulary)` are never held whole.
+        vocabulary)` are never held whole: memory grows with the length
+        by the backbone's activations, not by `members x vocabulary` per
+        token. Compiled for the backend unless the model runs eagerly
+        (see `teacher_forcing`); no gradients are recorded.
 
         Args:
             token_ids: int array `(batch, length)`.
             padding_mask: optional bool array `(batch, length)` (default:
                 all true).
-            chunk_size: int, positions per chunk.
+            chunk_size: positive int, positions per chunk, or `None`
+                (default): as many as keep each sequence's chunk of member
+                log-probabilities within `teacher_forcing.FIGURE_BUDGET`
+                values (16 positions for 4 members of a 262,144-token
+                vocabulary). The figures do not depend on it.
             prompt_mask: optional bool array `(batch, length)`, the prompt
                 tokens: they are not part of the answer whose members'
                 likelihoods weigh the expectation-of-products figures
@@ -246,25 +262,28 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
             predictor attached): position `t` holds the figures of token
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """
-        chunk_size = check_positive_int(chunk_size, "chunk_size")
+        if chunk_size is not None:
+            chunk_size = check_positive_int(chunk_size, "chunk_size")
         token_ids, padding_mask = check_token_batch(
             token_ids, padding_mask, self.backbone.vocabulary_size, min_length=2
         )
-        if prompt_mask is not None:
-            prompt_mask = np.asarray(prompt_mask)
-            if prompt_mask.dtype != bool or prompt_mask.shape != np.shape(token_ids):
-                raise ValueError(
-                    "`prompt_mask` must be a bool array of the shape of `token_ids` "
-                    f"{np.shape(token_ids)}; got dtype {prompt_mask.dtype} and shape "
-                    f"{prompt_mask.shape}."
-                )
-            prompt_mask = ops.convert_to_tensor(prompt_mask, "bool")
+        if prompt_mask is None:
+            prompt_mask = np.zeros(np.shape(token_ids), bool)
+        prompt_mask = np.asarray(prompt_mask)
+        if prompt_mask.dtype != bool or prompt_mask.shape != np.shape(token_ids):
+            raise ValueError(
+                "`prompt_mask` must be a bool array of the shape of `token_ids` "
+                f"{np.shape(token_ids)}; got dtype {prompt_mask.dtype} and shape "
+                f"{prompt_mask.shape}."
+            )
         valid = np.array(padding_mask, bool)
-        token_ids = ops.convert_to_tensor(token_ids, "int32")
-        padding_mask = ops.convert_to_tensor(padding_mask, "bool")
-        figures = ops.convert_to_numpy(
-            self._chunked_figures(token_ids, padding_mask, chunk_size, prompt_mask)
+        figures = self._scoring_function()(
+            ops.convert_to_tensor(token_ids, "int32"),
+            ops.convert_to_tensor(padding_mask, "bool"),
+            ops.convert_to_tensor(prompt_mask, "bool"),
+            chunk_size,
         )
+        figures = ops.convert_to_numpy(figures)
         valid[:, 0] = False
         return token_outputs(figures, valid, self.num_members)
 

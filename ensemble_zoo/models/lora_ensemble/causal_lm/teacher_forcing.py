@@ -1,51 +1,146 @@
 """Teacher-forced figures of a LoRA-Ensemble causal LM: the per-token
-figures of given sequences from one pass of the backbone, the vocabulary
-projection and the figures computed a chunk of positions at a time
+figures of given sequences from one pass of the backbone, then the
+vocabulary projection and the figures a chunk of positions at a time
 (`LoRAEnsembleCausalLM.score_uncertainty`, and the figures of beam and
-contrastive search, whose loops keras-hub runs)."""
+contrastive search, whose loops keras-hub runs).
 
+Memory. The members' logits of one position take `members x vocabulary`
+values (4 members of Gemma 3's 262,144-token vocabulary: 4 MB in
+float32), and computing the figures keeps about a dozen tensors of that
+size alive at once. So the chunk is sized from the members and the
+vocabulary (`positions_per_chunk`: `FIGURE_BUDGET` values per sequence of
+the batch), the chunks run in one `keras.ops.fori_loop`, and `score_uncertainty`
+runs without recording gradients under PyTorch: before, its autograd graph
+kept every chunk's tensors until the end (about 70 MB per scored token on
+Gemma 3 270M, and a 542-token sequence out of 24 GB).
+
+Speed. `scoring_function` compiles the whole scoring for the backend, as
+the decode is compiled (`decode_compilation`): JAX `jax.jit` with the
+weights as arguments, TensorFlow `tf.function` (XLA with `jit_compile`),
+PyTorch eager without gradients (compiling takes minutes there, and the
+scoring is one pass of large matrix products).
+"""
+
+import keras
 from keras import ops
 
+from ensemble_zoo.models.lora_ensemble.causal_lm.decode_compilation import model_variables
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import repeat_rows
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import split_members
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
 from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
+from ensemble_zoo.utils.backend import no_gradients
+
+#: Values of the members' log-probabilities that one chunk holds per
+#: sequence of the batch (64 MiB in float32): with the dozen tensors of
+#: that size the figures keep alive, about 1 GB per sequence whatever the
+#: vocabulary (16 positions of 4 Gemma 3 members; every position of a
+#: tiny test model).
+FIGURE_BUDGET = 2**24
 
 
-def chunked_figures(model, token_ids, padding_mask, chunk_size=128, prompt_mask=None):
+def positions_per_chunk(num_members, vocabulary_size, budget=FIGURE_BUDGET):
+    """The positions of one chunk: the most whose `members x positions x
+    vocabulary` log-probabilities fit in `budget` values (at least 1)."""
+    return max(1, budget // (num_members * vocabulary_size))
+
+
+def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask=None):
     """Teacher-forced figures `(batch, length, figures)` (position 0:
-    zeros): the backbone runs once over the sequence, the vocabulary
-    projection and the figures `chunk_size` positions at a time, so
-    that the member logits `(batch, members, tokens, vocabulary)` are
-    never held whole. The members' prefix log-likelihoods (the
-    expectation-of-products weights) sum the tokens at positions
-    `>= 1` inside `padding_mask` and outside `prompt_mask`, carried
-    from chunk to chunk."""
+    zeros).
+
+    The backbone runs once over the sequence; the vocabulary projection
+    and the figures run `chunk_size` positions at a time
+    (`positions_per_chunk` by default) in one `keras.ops.fori_loop`, so the
+    member logits `(batch, members, tokens, vocabulary)` are never held
+    whole; the last chunk is padded (its padded positions are dropped).
+    The members' prefix log-likelihoods (the expectation-of-products
+    weights) sum the tokens at positions `>= 1` inside `padding_mask` and
+    outside `prompt_mask`, carried from chunk to chunk.
+    """
+    num_members = model.num_members
     tiled = {
-        "token_ids": repeat_rows(token_ids, model.num_members),
-        "padding_mask": repeat_rows(padding_mask, model.num_members),
+        "token_ids": repeat_rows(token_ids, num_members),
+        "padding_mask": repeat_rows(padding_mask, num_members),
     }
-    hidden = model.backbone(tiled, training=False)
-    length = int(token_ids.shape[1])
+    hidden = model.backbone(tiled, training=False)  # (rows, length, hidden)
+    steps = int(token_ids.shape[1]) - 1
+    if chunk_size is None:
+        chunk_size = positions_per_chunk(num_members, model.backbone.vocabulary_size)
+    chunk = min(chunk_size, steps)
+    count = -(-steps // chunk)
     counted = ops.cast(padding_mask, "float32")
     if prompt_mask is not None:
         counted = counted * (1.0 - ops.cast(prompt_mask, "float32"))
-    batch = ops.shape(token_ids)[0]
-    chunks = [ops.zeros((batch, 1, model._num_figures), "float32")]
-    prefix = ops.zeros((batch, model.num_members), "float32")
-    for start in range(0, length - 1, chunk_size):
-        stop = min(start + chunk_size, length - 1)
-        part = hidden[:, start:stop]
+
+    def figures_of_chunk(prefix, chunk_inputs):
+        part, tokens, counted = chunk_inputs
         member_logits = split_members(
-            model.backbone.token_embedding(part, reverse=True), model.num_members
+            model.backbone.token_embedding(part, reverse=True), num_members
         )
-        tokens = token_ids[:, start + 1 : stop + 1]
         log_p = vocabulary_log_softmax(member_logits)
         taken = token_log_probs(log_p, tokens)["member_log_probs"]
-        taken = taken * ops.expand_dims(counted[:, start + 1 : stop + 1], 1)
+        taken = taken * ops.expand_dims(counted, 1)
         before = ops.expand_dims(prefix, -1) + ops.cumsum(taken, axis=-1) - taken
-        prefix = prefix + ops.sum(taken, axis=-1)
-        chunks.append(
-            model._figures(member_logits, tokens, split_members(part, model.num_members), before)
-        )
-    return ops.concatenate(chunks, axis=1)
+        figures = model._figures(log_p, tokens, split_members(part, num_members), before)
+        return prefix + ops.sum(taken, axis=-1), figures
+
+    batch = ops.shape(token_ids)[0]
+    prefix = ops.zeros((batch, num_members), "float32")
+    chunk_inputs = (hidden[:, :steps], token_ids[:, 1:], counted[:, 1:])
+    if count == 1:
+        figures = figures_of_chunk(prefix, chunk_inputs)[1]
+    else:
+        chunk_inputs = [_chunks(x, chunk, count) for x in chunk_inputs]
+
+        def body(i, state):
+            prefix, figures = state
+            prefix, part = figures_of_chunk(prefix, [ops.take(x, i, axis=0) for x in chunk_inputs])
+            return prefix, ops.slice_update(figures, [0, i * chunk, 0], part)
+
+        figures = ops.zeros((batch, count * chunk, model._num_figures), "float32")
+        figures = ops.fori_loop(0, count, body, (prefix, figures))[1][:, :steps]
+    return ops.pad(figures, ((0, 0), (1, 0), (0, 0)))
+
+
+def _chunks(x, chunk, count):
+    """`(rows, positions, ...)` -> `(count, rows, chunk, ...)`, the last
+    chunk padded with zeros."""
+    padding = [(0, 0)] * len(x.shape)
+    padding[1] = (0, count * chunk - int(x.shape[1]))
+    x = ops.pad(x, padding)
+    x = ops.reshape(x, (-1, count, chunk) + tuple(x.shape[2:]))
+    return ops.moveaxis(x, 1, 0)
+
+
+def scoring_function(model):
+    """`(token_ids, padding_mask, prompt_mask, chunk_size) -> figures` of
+    `chunked_figures`, compiled for the backend (see the module
+    docstring) unless the model runs eagerly; never recording gradients."""
+    backend = keras.config.backend()
+
+    def score(token_ids, padding_mask, prompt_mask, chunk_size):
+        return chunked_figures(model, token_ids, padding_mask, chunk_size, prompt_mask)
+
+    if backend == "torch" or model.run_eagerly:
+
+        def run(*args):
+            with no_gradients():
+                return score(*args)
+
+        return run
+    if backend == "jax":
+        import jax
+
+        variables = model_variables(model)
+
+        def stateless(values, *args):
+            with keras.StatelessScope(state_mapping=zip(variables, values)):
+                return score(*args)
+
+        compiled = jax.jit(stateless, static_argnums=4)
+        return lambda *args: compiled([v.value for v in variables], *args)
+    import tensorflow as tf
+
+    compiled = tf.function(score, jit_compile=bool(getattr(model, "jit_compile", True)))
+    return lambda *args: compiled(*args)

@@ -1,8 +1,8 @@
 """Per-token uncertainty of an ensemble of language-model members.
 
 One function serves the compiled decode loop (one position at a time) and
-teacher-forced scoring (a chunk of positions): from member logits over
-the vocabulary it computes, per position, the token-level figures of
+teacher-forced scoring (a chunk of positions): from the members'
+log-probabilities over the vocabulary it computes, per position, the token-level figures of
 `ensemble_zoo.ops.token_uncertainty` for the two ensembles of Malinin &
 Gales ("Uncertainty estimation in autoregressive structured prediction",
 arXiv:2002.07650): the product of expectations, whose next-token
@@ -17,10 +17,8 @@ array.
 from keras import ops
 
 from ensemble_zoo.ops.token_uncertainty import TOKEN_FIGURES
-from ensemble_zoo.ops.token_uncertainty import ensemble_log_probs
 from ensemble_zoo.ops.token_uncertainty import token_figures_from_log_probs
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
-from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 
 #: The expectation-of-products figures (the same measures, members
 #: weighted by their likelihood of the prefix).
@@ -39,11 +37,14 @@ EP_FIGURES = tuple(
 FIGURES = TOKEN_FIGURES + EP_FIGURES + ("log_prob",)
 
 
-def token_figures(member_logits, tokens, prefix_log_likelihoods):
+def token_figures(member_log_probs, tokens, prefix_log_likelihoods):
     """Uncertainty figures of `tokens` under an ensemble of members.
 
     Args:
-        member_logits: float tensor `(batch, members, ..., vocabulary)`.
+        member_log_probs: float32 tensor `(batch, members, ...,
+            vocabulary)`, the members' log-probabilities
+            (`vocabulary_log_softmax` of their logits, computed once by
+            the caller, which also samples or scores from them).
         tokens: int tensor `(batch, ...)`, the token taken at each
             position.
         prefix_log_likelihoods: float tensor `(batch, members, ...)`, each
@@ -56,7 +57,7 @@ def token_figures(member_logits, tokens, prefix_log_likelihoods):
         `FIGURES`, the token's log-probability under each member, then
         each member's entropy.
     """
-    log_p = vocabulary_log_softmax(member_logits)
+    log_p = member_log_probs
     figures = token_figures_from_log_probs(log_p)
     weights = ops.log_softmax(ops.cast(prefix_log_likelihoods, "float32"), axis=1)
     weighted = token_figures_from_log_probs(log_p, weights)
@@ -69,8 +70,3 @@ def token_figures(member_logits, tokens, prefix_log_likelihoods):
         for name in ("member_log_probs", "member_entropy")
     ]
     return ops.concatenate([scalars] + per_member, axis=-1)
-
-
-def ensemble_log_probabilities(member_logits):
-    """`log mean_m softmax(z_m)` over the member axis 1 (float32)."""
-    return ensemble_log_probs(vocabulary_log_softmax(member_logits))
