@@ -4,7 +4,7 @@
 functional backbones and tasks, with tiny configs.
 
 Test budget: every check runs under one backend, JAX, TensorFlow or
-PyTorch, picked per test by a stable hash of its name (about a third of
+PyTorch, picked per test by a stable hash of its name (or `HOME_BACKEND`; about a third of
 the tests each, every model under all three). The harness checks configs,
 saving, presets, dtype policies and Keras' loops, code that the backends
 share; each model's own tests run its numbers, training and presets under
@@ -25,6 +25,13 @@ from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.method_registry import registered_methods
 
 
+#: Tests whose hashed backend was far the slowest (seconds there, and for
+#: the wrapped tests that run elsewhere): the deep ensemble's run_task_test
+#: compiled its members' train step under TensorFlow in 71 s, where the
+#: MC dropout and sub-network ensembles take 14-15 s under JAX.
+HOME_BACKEND = {"test_backbone_task_and_saving_deep_ensemble": "jax"}
+
+
 @pytest.fixture(autouse=True)
 def _under_one_backend(request):
     """Skips a test under the backends it is not assigned to (see the
@@ -32,7 +39,9 @@ def _under_one_backend(request):
     own."""
     if request.node.get_closest_marker("skipif"):
         return
-    home = ALL_BACKENDS[zlib.crc32(request.node.name.encode()) % len(ALL_BACKENDS)]
+    home = HOME_BACKEND.get(request.node.name)
+    if home is None:
+        home = ALL_BACKENDS[zlib.crc32(request.node.name.encode()) % len(ALL_BACKENDS)]
     if keras.config.backend() != home:
         pytest.skip(f"runs under {home} (test budget)")
 
