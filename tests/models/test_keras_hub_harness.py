@@ -24,7 +24,6 @@ import ensemble_zoo as ez
 from ensemble_zoo.models import ViTMoEImageClassifier
 from ensemble_zoo.models.method_registry import registered_methods
 
-
 #: Tests whose hashed backend was far the slowest (seconds there, and for
 #: the wrapped tests that run elsewhere): the deep ensemble's run_task_test
 #: compiled its members' train step under TensorFlow in 71 s, where the
