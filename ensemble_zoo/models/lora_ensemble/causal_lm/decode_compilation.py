@@ -1,5 +1,6 @@
 """The decode engine's generation (`decode_engine.generate_batch`), compiled
-for the backend: `decode_function`.
+for the backend: `decode_function`; and teacher-forced scoring,
+`scoring_function`.
 
 - JAX: the whole generation (prefill and loop) is one `jax.jit` program
   per input shape and prefill length, with the model's and the sampler's
@@ -22,9 +23,11 @@ import itertools
 
 import keras
 
+from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import generate_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
+from ensemble_zoo.utils.backend import no_gradients
 
 
 def model_variables(model):
@@ -210,3 +213,42 @@ def decode_function(model, sampler, stop_token_ids):
         # A Python int argument: one traced program per prefill length.
         generation = tf.function(generation, jit_compile=bool(getattr(model, "jit_compile", True)))
     return lambda inputs: generation(inputs, prefill_length(sampler, inputs["padding_mask"]))
+
+
+def scoring_function(model):
+    """`(token_ids, padding_mask, prompt_mask, chunk_size) -> figures` of
+    `teacher_forcing.chunked_figures` (`score_uncertainty`), compiled for
+    the backend unless the model runs eagerly, never recording gradients:
+    JAX `jax.jit` with the weights as arguments, TensorFlow `tf.function`
+    (XLA with `jit_compile`), PyTorch eager without gradients (compiling
+    takes minutes there, and the scoring is one pass of large matrix
+    products)."""
+    backend = keras.config.backend()
+
+    def score(token_ids, padding_mask, prompt_mask, chunk_size):
+        return teacher_forcing.chunked_figures(
+            model, token_ids, padding_mask, chunk_size, prompt_mask
+        )
+
+    if backend == "torch" or model.run_eagerly:
+
+        def run(*args):
+            with no_gradients():
+                return score(*args)
+
+        return run
+    if backend == "jax":
+        import jax
+
+        variables = model_variables(model)
+
+        def stateless(values, *args):
+            with keras.StatelessScope(state_mapping=zip(variables, values)):
+                return score(*args)
+
+        compiled = jax.jit(stateless, static_argnums=4)
+        return lambda *args: compiled([v.value for v in variables], *args)
+    import tensorflow as tf
+
+    compiled = tf.function(score, jit_compile=bool(getattr(model, "jit_compile", True)))
+    return lambda *args: compiled(*args)

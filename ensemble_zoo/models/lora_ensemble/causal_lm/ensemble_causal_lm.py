@@ -99,12 +99,12 @@ class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
         )
 
     def _scoring_function(self):
-        """The compiled `teacher_forcing.scoring_function`, built once and
+        """The compiled `decode_compilation.scoring_function`, built once and
         kept with the decode functions (`compile` and
         `attach_loss_predictor` drop them)."""
         decoders = self.__dict__.setdefault("_decoders", {})
         if "scoring" not in decoders:
-            decoders["scoring"] = (None, teacher_forcing.scoring_function(self))
+            decoders["scoring"] = (None, decode_compilation.scoring_function(self))
         return decoders["scoring"][1]
 
     @property

@@ -14,22 +14,16 @@ runs without recording gradients under PyTorch: before, its autograd graph
 kept every chunk's tensors until the end (about 70 MB per scored token on
 Gemma 3 270M, and a 542-token sequence out of 24 GB).
 
-Speed. `scoring_function` compiles the whole scoring for the backend, as
-the decode is compiled (`decode_compilation`): JAX `jax.jit` with the
-weights as arguments, TensorFlow `tf.function` (XLA with `jit_compile`),
-PyTorch eager without gradients (compiling takes minutes there, and the
-scoring is one pass of large matrix products).
+Speed. `decode_compilation.scoring_function` compiles the whole scoring
+for the backend, as the decode is compiled.
 """
 
-import keras
 from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.causal_lm.decode_compilation import model_variables
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import repeat_rows
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import split_members
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
 from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
-from ensemble_zoo.utils.backend import no_gradients
 
 #: Values of the members' log-probabilities that one chunk holds per
 #: sequence of the batch (64 MiB in float32): with the dozen tensors of
@@ -111,36 +105,3 @@ def _chunks(x, chunk, count):
     x = ops.pad(x, padding)
     x = ops.reshape(x, (-1, count, chunk) + tuple(x.shape[2:]))
     return ops.moveaxis(x, 1, 0)
-
-
-def scoring_function(model):
-    """`(token_ids, padding_mask, prompt_mask, chunk_size) -> figures` of
-    `chunked_figures`, compiled for the backend (see the module
-    docstring) unless the model runs eagerly; never recording gradients."""
-    backend = keras.config.backend()
-
-    def score(token_ids, padding_mask, prompt_mask, chunk_size):
-        return chunked_figures(model, token_ids, padding_mask, chunk_size, prompt_mask)
-
-    if backend == "torch" or model.run_eagerly:
-
-        def run(*args):
-            with no_gradients():
-                return score(*args)
-
-        return run
-    if backend == "jax":
-        import jax
-
-        variables = model_variables(model)
-
-        def stateless(values, *args):
-            with keras.StatelessScope(state_mapping=zip(variables, values)):
-                return score(*args)
-
-        compiled = jax.jit(stateless, static_argnums=4)
-        return lambda *args: compiled([v.value for v in variables], *args)
-    import tensorflow as tf
-
-    compiled = tf.function(score, jit_compile=bool(getattr(model, "jit_compile", True)))
-    return lambda *args: compiled(*args)
