@@ -9,10 +9,10 @@ values (4 members of Gemma 3's 262,144-token vocabulary: 4 MB in
 float32), and computing the figures keeps about a dozen tensors of that
 size alive at once. So the chunk is sized from the members and the
 vocabulary (`positions_per_chunk`: `FIGURE_BUDGET` values per sequence of
-the batch), the chunks run in one `keras.ops.fori_loop`, and `score_uncertainty`
-runs without recording gradients under PyTorch: before, its autograd graph
-kept every chunk's tensors until the end (about 70 MB per scored token on
-Gemma 3 270M, and a 542-token sequence out of 24 GB).
+the batch), the chunks run in one `keras.ops.fori_loop`, and
+`score_uncertainty` records no gradients under PyTorch, where an autograd
+graph would keep every chunk's tensors until the end (about 70 MB per
+scored token on Gemma 3 270M: 542 tokens ran out of 24 GB).
 
 Speed. `decode_compilation.scoring_function` compiles the whole scoring
 for the backend, as the decode is compiled.
