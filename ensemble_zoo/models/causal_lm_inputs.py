@@ -23,6 +23,24 @@ from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_bool
 
 
+def text_inputs(decoder):
+    """The `keras.Input`s of a keras-hub decoder backbone that a text task
+    feeds: all but `position_ids` (Gemma 4), which `with_position_ids`
+    makes inside the task's graph."""
+    return {name: x for name, x in decoder.input.items() if name != "position_ids"}
+
+
+def with_position_ids(decoder, inputs):
+    """`inputs` plus `position_ids` `0 .. length - 1` on every row when
+    `decoder` takes them as an input (Gemma 4, whose keras-hub
+    preprocessor makes them so for text; the zoo's causal-LM tasks take
+    `token_ids` and `padding_mask` alone)."""
+    if "position_ids" not in decoder.input:
+        return inputs
+    ones = keras.ops.ones_like(inputs["token_ids"], dtype="int32")
+    return {**inputs, "position_ids": keras.ops.cumsum(ones, axis=1) - 1}
+
+
 def check_token_batch(token_ids, padding_mask, vocabulary_size, min_length=1):
     """`(token_ids, padding_mask)` as NumPy arrays, or a `ValueError` /
     `TypeError` naming the argument: integer ids in `[0, vocabulary_size)`

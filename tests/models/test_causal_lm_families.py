@@ -3,7 +3,8 @@ adapters go where `families.decoder_sites` finds each block's projections,
 with no code per family. For each family (a tiny random model,
 `fixtures/tiny_causal_lms.py`): zero adapters give the keras-hub model's
 logits and greedy tokens with zero epistemic uncertainty, and with trained
-adapters a member equals the plain keras-hub model with its merged kernels;
+adapters a member equals the plain keras-hub model with its merged kernels,
+and the per-token loss predictor's token loss is the model's cross-entropy;
 a refused family names why. The whole list runs under PyTorch (eager, the
 quickest to build); JAX and TensorFlow, which compile each family's decode
 loop, run a slice that rotates with the day (the suite's time budget)."""
@@ -20,6 +21,7 @@ from zoo_testing import to_np
 
 from ensemble_zoo.models import LoRAEnsembleCausalLM
 from ensemble_zoo.models import LoRAEnsembleDecoderBackbone
+from ensemble_zoo.models import TokenLossPredictor
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
 
 #: keras-hub classes the decode engine does not take yet, each refused by
@@ -86,6 +88,16 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
     )
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
 
+    # The per-token loss predictor reads every family the ensemble takes:
+    # its token loss is the keras-hub model's next-token cross-entropy.
+    predictor = TokenLossPredictor.from_keras_hub(causal_lm, hidden_units=(4,))
+    z = to_np(causal_lm(keras_hub_inputs(causal_lm))).astype("float64")[:, :-1]
+    log_p = z - z.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    taken = np.take_along_axis(log_p, PROMPT["token_ids"][:, 1:, None], -1)[..., 0]
+    expected = np.pad(np.where(PROMPT["padding_mask"][:, 1:], -taken, 0.0), ((0, 0), (0, 1)))
+    np.testing.assert_allclose(to_np(predictor(PROMPT)["token_loss"]), expected, atol=1e-4)
+
 
 @pytest.mark.skipif(BACKEND != "jax", reason="a check before anything runs: backend-independent")
 @pytest.mark.parametrize("family", REFUSED)
@@ -93,6 +105,8 @@ def test_a_refused_family_says_why(family):
     causal_lm = build_causal_lm(family)
     with pytest.raises(ValueError, match=f"cannot wrap a {type(causal_lm).__name__}: "):
         LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2)
+    with pytest.raises(TypeError, match="reversible token embedding"):
+        TokenLossPredictor.from_keras_hub(causal_lm)
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="site finding is backend-independent")

@@ -9,6 +9,8 @@ token `t + 1`, `-log p(x_{t+1} | x_{<=t})`. The targets come from the
 same frozen model, so a `CausalLM` alone, with text, trains it.
 """
 
+import inspect
+
 import keras
 import keras_hub
 from keras import ops
@@ -16,6 +18,8 @@ from keras import ops
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
 from ensemble_zoo.losses.loss_prediction_losses import pair_hinge
 from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
+from ensemble_zoo.models.causal_lm_inputs import text_inputs
+from ensemble_zoo.models.causal_lm_inputs import with_position_ids
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.model_copies import copy_preprocessor
@@ -96,6 +100,7 @@ class TokenLossPredictor(
 
     def __init__(self, backbone, preprocessor=None, hidden_units=(512, 512), margin=0.1, **kwargs):
         margin = check_real(margin, "margin", low=0.0)
+        _check_decoder(backbone)
         freeze_weights(backbone)
         # === Layers ===
         self.backbone = backbone
@@ -104,8 +109,8 @@ class TokenLossPredictor(
         self.next_token_loss = NextTokenLoss(name="next_token_loss")
 
         # === Functional Model ===
-        inputs = backbone.input
-        hidden = backbone(inputs)
+        inputs = text_inputs(backbone)
+        hidden = backbone(with_position_ids(backbone, inputs))
         predicted = self.head(hidden)
         logits = backbone.token_embedding(hidden, reverse=True)
         token_loss = self.next_token_loss(logits, inputs["token_ids"], inputs["padding_mask"])
@@ -132,14 +137,11 @@ class TokenLossPredictor(
         """A predictor on a frozen copy of `causal_lm`'s backbone (which is
         not changed), with a copy of `causal_lm`'s preprocessor (sharing
         its tokenizer; see `LoRAEnsembleCausalLM.from_keras_hub`)."""
-        if not isinstance(causal_lm, keras_hub.models.CausalLM) or not hasattr(
-            causal_lm.backbone, "token_embedding"
-        ):
+        if not isinstance(causal_lm, keras_hub.models.CausalLM):
             raise TypeError(
-                "`causal_lm` must be a keras-hub CausalLM with a token "
-                "embedding (Gemma, Gemma 3, Llama, Llama 3, Mistral, Qwen, "
-                f"Qwen 3); got {type(causal_lm).__name__}."
+                f"`causal_lm` must be a keras-hub CausalLM; got {type(causal_lm).__name__}."
             )
+        _check_decoder(causal_lm.backbone)
         backbone = copy_model(causal_lm.backbone)
         return cls(
             backbone=backbone,
@@ -174,6 +176,25 @@ class TokenLossPredictor(
         config = super().get_config()
         config.update({"hidden_units": list(self.hidden_units), "margin": self.margin})
         return config
+
+
+def _check_decoder(backbone):
+    """A `TypeError` unless `backbone` is a keras-hub decoder the predictor
+    reads: a dict input with `token_ids` and `padding_mask` and a
+    reversible token embedding (the vocabulary projection of its loss).
+    Gemma 3n (a list input) and RWKV-7 (no reversible embedding) are not."""
+    inputs = getattr(backbone, "input", None)
+    embedding = getattr(backbone, "token_embedding", None)
+    if not (
+        isinstance(inputs, dict)
+        and {"token_ids", "padding_mask"} <= set(inputs)
+        and "reverse" in inspect.signature(getattr(embedding, "call", len)).parameters
+    ):
+        raise TypeError(
+            "The loss predictor needs a keras-hub decoder backbone with `token_ids` "
+            "and `padding_mask` inputs and a reversible token embedding; got a "
+            f"{type(backbone).__name__}."
+        )
 
 
 def token_ranking_loss(token_loss, predicted_loss, valid, margin=0.1):

@@ -13,6 +13,8 @@ import keras
 import keras_hub
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.models.causal_lm_inputs import text_inputs
+from ensemble_zoo.models.causal_lm_inputs import with_position_ids
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import check_targets
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import decoder_sites
@@ -109,17 +111,6 @@ def _first_fused(targets):
     return next(t for t in targets if t in ("query", "key", "value"))
 
 
-def with_position_ids(decoder, inputs):
-    """`inputs` plus `position_ids` `0 .. length - 1` on every row when
-    `decoder` takes them as an input (Gemma 4, whose keras-hub
-    preprocessor makes them so for text; the ensemble's callers pass
-    `token_ids` and `padding_mask` alone)."""
-    if "position_ids" not in decoder.input:
-        return inputs
-    ones = keras.ops.ones_like(inputs["token_ids"], dtype="int32")
-    return {**inputs, "position_ids": keras.ops.cumsum(ones, axis=1) - 1}
-
-
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
     """A keras-hub decoder backbone with LoRA-Ensemble adapters: one class
@@ -169,7 +160,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         # === Layers ===
         self.decoder = backbone
         # === Functional Model ===
-        inputs = {name: x for name, x in backbone.input.items() if name != "position_ids"}
+        inputs = text_inputs(backbone)
         outputs = backbone(with_position_ids(backbone, inputs))
         super().__init__(inputs=inputs, outputs=outputs, dtype=backbone.dtype_policy, **kwargs)
         # === Config ===

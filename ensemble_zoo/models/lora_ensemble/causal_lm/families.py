@@ -127,7 +127,7 @@ FAMILIES = {
         "beside the KV cache, which the decode engine does not tile yet"
     ),
     # Gemma 4 seeds its (stacked) cache and steps it as Gemma 3 does; its
-    # backbone's `position_ids` input: `decoder_adapters.with_position_ids`.
+    # backbone's `position_ids` input: `causal_lm_inputs.with_position_ids`.
     "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments),
     "Qwen3_5CausalLM": QWEN3_5,
     "Qwen3_5MoeCausalLM": QWEN3_5,
