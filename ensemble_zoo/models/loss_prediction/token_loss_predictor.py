@@ -184,11 +184,10 @@ def _check_decoder(backbone):
     reversible token embedding (the vocabulary projection of its loss).
     Gemma 3n (a list input) and RWKV-7 (no reversible embedding) are not."""
     inputs = getattr(backbone, "input", None)
-    embedding = getattr(backbone, "token_embedding", None)
+    call = getattr(getattr(backbone, "token_embedding", None), "call", None)
+    reversible = call is not None and "reverse" in inspect.signature(call).parameters
     if not (
-        isinstance(inputs, dict)
-        and {"token_ids", "padding_mask"} <= set(inputs)
-        and "reverse" in inspect.signature(getattr(embedding, "call", len)).parameters
+        isinstance(inputs, dict) and {"token_ids", "padding_mask"} <= set(inputs) and reversible
     ):
         raise TypeError(
             "The loss predictor needs a keras-hub decoder backbone with `token_ids` "
