@@ -6,6 +6,8 @@ from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.layers.member_layer_arguments import add_member_bias
 from ensemble_zoo.layers.member_layer_arguments import layer_config
 from ensemble_zoo.layers.member_layer_arguments import set_member_layer_arguments
+from ensemble_zoo.layers.member_selection import selected_members
+from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_floating
 from ensemble_zoo.utils.validation import check_member_axis_input
 from ensemble_zoo.utils.validation import check_positive_int
@@ -21,7 +23,11 @@ _CONFIG_KEYS = (
     "bias_initializer",
     "kernel_regularizer",
     "bias_regularizer",
+    "member_layout",
 )
+#: Where the members sit in `GroupedDense`'s input: on axis 1, or folded
+#: member-major into the rows.
+INPUT_LAYOUTS = ("member_axis", "member_major")
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -35,6 +41,14 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
     separate `keras.layers.Dense` layers, without a Python loop over
     members. The same layer serves grouped projections (Hydra,
     Packed-Ensembles), batched LoRA heads and per-member classifier heads.
+
+    With `member_layout="member_major"` the members are folded into the
+    rows instead: `(members * batch, ..., d_in)` with row `m * batch + b`
+    for member `m` (`ensemble_zoo.ops.tile_members`), what a network that
+    runs every member on one tiled batch passes its layers; the output is
+    `(members * batch, ..., units)`. Inside
+    `ensemble_zoo.layers.member_selection.single_member(m)` the rows are
+    member `m`'s alone and its kernel alone computes them.
 
     Each member's kernel and bias are initialized independently as a
     `Dense` layer's would be (see `MemberInitializer`).
@@ -52,6 +66,8 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
             `"zeros"`.
         kernel_regularizer: optional regularizer of the whole kernel.
         bias_regularizer: optional regularizer of the whole bias.
+        member_layout: `"member_axis"` (default; inputs `(batch, members,
+            ..., d_in)`) or `"member_major"` (members folded into the rows).
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
 
     Example:
@@ -79,15 +95,17 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        member_layout="member_axis",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.units = check_positive_int(units, "units")
+        self.member_layout = check_choice(member_layout, "member_layout", INPUT_LAYOUTS)
         set_member_layer_arguments(self, locals())
         self.supports_masking = True
 
     def build(self, input_shape):
-        input_shape = check_member_axis_input(self, input_shape)
+        input_shape = self._check_input_shape(input_shape)
         self.input_dim = int(input_shape[-1])
         self.kernel = self.add_kernel(
             "kernel",
@@ -106,14 +124,28 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
         middle = "cdefghjkl"[: rank - 3]
         return f"bm{middle}i,mio->bm{middle}o"
 
+    def _check_input_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        if self.member_layout == "member_axis":
+            return check_member_axis_input(self, input_shape)
+        if len(input_shape) < 2 or input_shape[-1] is None:
+            raise ValueError(
+                f"GroupedDense '{self.name}' (member_layout='member_major') expects "
+                "`inputs` of shape (members * batch, ..., features) with a known "
+                f"last axis; got shape {input_shape}."
+            )
+        return input_shape
+
     def call(self, inputs):
-        shape = check_member_axis_input(self, static_shape(inputs))
+        shape = self._check_input_shape(static_shape(inputs))
         check_floating(inputs, "inputs")
         if shape[-1] != self.input_dim:
             raise ValueError(
                 f"GroupedDense '{self.name}' was built for {self.input_dim} "
                 f"input features; got `inputs` of shape {shape}."
             )
+        if self.member_layout == "member_major":
+            return self._member_rows_call(inputs)
         outputs = ops.einsum(self._equation, inputs, self.kernel_value("kernel"))
         if self.use_bias:
             bias_shape = (1, self.num_members) + (1,) * (len(shape) - 3)
@@ -123,8 +155,25 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
             outputs = self.activation(outputs)
         return outputs
 
+    def _member_rows_call(self, inputs):
+        """Member-major rows: `(M * batch, ..., d_in)` -> `(M, rows, d_in)`,
+        one einsum with each member's kernel, and back."""
+        kernel, members = selected_members(self.kernel_value("kernel"), self.num_members)
+        x = ops.reshape(inputs, (members, -1, self.input_dim))
+        outputs = ops.einsum("mni,mio->mno", x, kernel)
+        if self.use_bias:
+            bias, _ = selected_members(self.bias, self.num_members)
+            outputs = outputs + ops.expand_dims(bias, 1)
+        middle = tuple(inputs.shape[1:-1])
+        if None in middle:
+            middle = tuple(ops.shape(inputs)[1:-1])
+        outputs = ops.reshape(outputs, (-1,) + middle + (self.units,))
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
+
     def compute_output_shape(self, input_shape):
-        input_shape = check_member_axis_input(self, input_shape)
+        input_shape = self._check_input_shape(input_shape)
         return input_shape[:-1] + (self.units,)
 
     def get_config(self):

@@ -20,7 +20,9 @@ from ensemble_zoo.models.implicit import SubnetworkEnsembleClassifier
 from ensemble_zoo.models.implicit import TileEnsembleBackbone
 from ensemble_zoo.models.implicit import TileEnsembleClassifier
 from ensemble_zoo.models.lora_ensemble import LoRAEnsembleBertBackbone
+from ensemble_zoo.models.lora_ensemble import LoRAEnsembleClassifier
 from ensemble_zoo.models.lora_ensemble import LoRAEnsembleImageClassifier
+from ensemble_zoo.models.lora_ensemble import LoRAEnsembleModelBackbone
 from ensemble_zoo.models.lora_ensemble import LoRAEnsembleTextClassifier
 from ensemble_zoo.models.lora_ensemble import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble import apply_lora_ensemble

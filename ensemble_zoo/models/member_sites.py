@@ -19,10 +19,10 @@ import keras
 #: first three, `"query_key_value"`) and the feed-forward block's gate (the
 #: one that goes through the activation), up and down projections.
 ROLE_NAMES = {
-    "query": ("query", "query_dense", "q_proj"),
-    "key": ("key", "key_dense", "k_proj"),
-    "value": ("value", "value_dense", "v_proj"),
-    "attention_output": ("attention_output", "output_dense", "o_proj"),
+    "query": ("query", "query_dense", "q_proj", "q_dense"),
+    "key": ("key", "key_dense", "k_proj", "k_dense"),
+    "value": ("value", "value_dense", "v_proj", "v_dense"),
+    "attention_output": ("attention_output", "output_dense", "o_proj", "o_dense"),
     "query_key_value": ("query_key_value", "qkv_dense"),
     "mlp_gate": ("gating_ffw", "feedforward_gate_dense", "gate_proj"),
     "mlp_up": (
@@ -43,13 +43,26 @@ ROLE_NAMES = {
 #: The feed-forward roles.
 FEEDFORWARD_ROLES = ("mlp_gate", "mlp_up", "mlp_down")
 
+#: The attention roles, and the fused projection that stands for the
+#: first three in a family that fuses them.
+ATTENTION_ROLES = ("query", "key", "value", "attention_output")
+FUSED_ROLE = "query_key_value"
+
 #: keras-hub layer class name -> {attribute: role} for the layers whose
 #: projections `ROLE_NAMES` would not name, or would name wrongly: the ViT
-#: MLP block's two layers, and FNet's encoder (no attention; its
-#: `output_dense` is the feed-forward output).
+#: MLP block's two layers, FNet's encoder (no attention; its
+#: `output_dense` is the feed-forward output), and the one-letter names of
+#: Swin's window attention and MiT's (SegFormer's) attention.
 ROLE_OVERRIDES = {
     "MLP": {"dense_1": "mlp_up", "dense_2": "mlp_down"},
     "FNetEncoder": {"intermediate_dense": "mlp_up", "output_dense": "mlp_down"},
+    "WindowAttention": {"qkv": "query_key_value", "proj": "attention_output"},
+    "SegFormerMultiheadAttention": {
+        "q": "query",
+        "k": "key",
+        "v": "value",
+        "proj": "attention_output",
+    },
 }
 
 
@@ -108,3 +121,31 @@ def projection_sites(model, roles, types=(keras.layers.Dense, keras.layers.Einsu
                 if role in roles:
                     sites.append((role, parent, attribute))
     return sites
+
+
+def attention_sites(model, targets):
+    """`[(parent, attribute)]` of the attention projections of `model` for
+    `targets` (names among `ATTENTION_ROLES`), in the model's layer order:
+    every attention layer's, whatever its class, found by role. In a
+    family that fuses the query, key and value projections (Swin's
+    `qkv`), `"query"`, `"key"` and `"value"` share its one site.
+
+    Raises:
+        ValueError: `model` has no projection for some target (FNet mixes
+            tokens by Fourier transforms and has no attention).
+    """
+    qkv = ("query", "key", "value")
+    found = projection_sites(model, ATTENTION_ROLES + (FUSED_ROLE,))
+    present = {role for role, _, _ in found}
+    roles = set(targets)
+    if roles & set(qkv) and not present & set(qkv) and FUSED_ROLE in present:
+        roles = (roles - set(qkv)) | {FUSED_ROLE}
+    missing = [t for t in targets if t not in present and not (t in qkv and FUSED_ROLE in roles)]
+    if missing:
+        raise ValueError(
+            f"`{model.name}` ({type(model).__name__}) has no attention projection for "
+            f"{missing}: LoRA-Ensemble adapts the attention's query, key, value and output "
+            "projections (`ensemble_zoo.models.member_sites` finds them by layer type and "
+            "role); a model without attention (FNet) cannot take it."
+        )
+    return [(parent, attribute) for role, parent, attribute in found if role in roles]

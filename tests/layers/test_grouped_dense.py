@@ -110,3 +110,25 @@ def test_bad_inputs_are_clear_errors():
     layer(np.zeros((2, 3, 8), "float32"))
     with pytest.raises(ValueError, match="8 input features"):
         layer(np.zeros((2, 3, 6), "float32"))
+
+
+def test_member_major_rows_equal_separate_dense_layers_and_one_member_alone(rng):
+    """Members folded into the rows (`member_layout="member_major"`): the
+    rows of member m go through member m's Dense, also inside
+    `single_member(m)`, and the config keeps the layout."""
+    from ensemble_zoo.layers.member_selection import single_member
+    from ensemble_zoo.ops import tile_members
+    from ensemble_zoo.ops import untile_members
+
+    layer = GroupedDense(units=5, num_members=3, activation="tanh", member_layout="member_major")
+    x = rng.normal(size=(2, 4, 8)).astype("float32")
+    rows = tile_members(x, 3)
+    outputs = to_np(untile_members(layer(rows), 3))
+    expected = separate_dense_loop(layer, np.stack([x] * 3, axis=1))
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    with single_member(2):
+        np.testing.assert_allclose(to_np(layer(x)), expected[:, 2], atol=1e-5)
+    clone = GroupedDense.from_config(layer.get_config())
+    assert clone.member_layout == "member_major"
+    with pytest.raises(ValueError, match="member_layout"):
+        GroupedDense(units=5, num_members=3, member_layout="batch_major")

@@ -278,6 +278,8 @@ def _wrapped_models(name):
     shipped preset and its members)."""
     from ensemble_zoo.models import DeepEnsembleBackbone
     from ensemble_zoo.models import DeepEnsembleClassifier
+    from ensemble_zoo.models import LoRAEnsembleClassifier
+    from ensemble_zoo.models import LoRAEnsembleModelBackbone
     from ensemble_zoo.models import MCDropoutBackbone
     from ensemble_zoo.models import MCDropoutClassifier
     from ensemble_zoo.models import SubnetworkEnsembleBackbone
@@ -322,6 +324,17 @@ def _wrapped_models(name):
             2,
             ("subnetwork_vit_tiny_digits", 10),
         )
+    if name == "lora_ensemble":
+        return (
+            LoRAEnsembleModelBackbone,
+            dict(model=_vit_classifier(0), num_members=2, rank=2, seed=0),
+            LoRAEnsembleClassifier,
+            {},
+            keras.ops.ones((4, 8, 8, 1)),
+            (4, 4),
+            2,
+            None,
+        )
     vit = _vit_classifier(0, pooling="gap")
     return (
         TileEnsembleBackbone,
@@ -335,7 +348,11 @@ def _wrapped_models(name):
     )
 
 
-WRAPPED_CASES = [(n, n) for n in ("deep_ensemble", "mc_dropout", "subnetwork", "tile")]
+WRAPPED_CASES = [
+    (n, n) for n in ("deep_ensemble", "mc_dropout", "subnetwork", "tile", "lora_ensemble")
+]
+#: The wrapped-model methods that ship a preset.
+PRESET_CASES = WRAPPED_CASES[:4]
 
 
 class TestKerasHubHarnessWrapped(ZooTestCase):
@@ -378,7 +395,7 @@ class TestKerasHubHarnessWrapped(ZooTestCase):
             input_data=keras.ops.ones((2, 8, 8, 1)),
         )
 
-    @parameterized.named_parameters(*WRAPPED_CASES)
+    @parameterized.named_parameters(*PRESET_CASES)
     def test_preset(self, name):
         task_cls, (preset, members) = _wrapped_models(name)[2], _wrapped_models(name)[7]
         self.run_preset_test(

@@ -2,9 +2,11 @@ from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ens
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_classifier import LoRAEnsembleClassifier
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_image_classifier import (
     LoRAEnsembleImageClassifier,
 )
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_model_backbone import LoRAEnsembleModelBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_text_classifier import (
     LoRAEnsembleTextClassifier,
 )
@@ -20,6 +22,7 @@ register_method(
         tasks=(
             LoRAEnsembleImageClassifier,
             LoRAEnsembleTextClassifier,
+            LoRAEnsembleClassifier,  # every keras-hub classifier with attention
             LoRAEnsembleCausalLM,  # every causal-LM family
         ),
         harness=(

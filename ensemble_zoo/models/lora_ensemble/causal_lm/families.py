@@ -30,6 +30,8 @@ from keras import ops
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets as _check_names
+from ensemble_zoo.models.member_sites import ATTENTION_ROLES
+from ensemble_zoo.models.member_sites import FUSED_ROLE
 from ensemble_zoo.models.member_sites import ROLE_NAMES
 from ensemble_zoo.models.member_sites import projection_role
 from ensemble_zoo.models.member_sites import sublayers
@@ -37,12 +39,12 @@ from ensemble_zoo.models.member_sites import sublayers
 #: Roles a LoRA-Ensemble adapts: `member_sites.ROLE_NAMES` (the
 #: attention's query, key, value and output projections, the paper's four,
 #: and the MLP's gate, up and down projections).
-ATTENTION_TARGETS = ("query", "key", "value", "attention_output")
+ATTENTION_TARGETS = ATTENTION_ROLES
 MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
 #: What a user may name in `targets`; `"query_key_value"` is where
 #: `"query"`, `"key"` and `"value"` go in a family that fuses them.
 TARGETS = ATTENTION_TARGETS + MLP_TARGETS
-FUSED_TARGET = "query_key_value"
+FUSED_TARGET = FUSED_ROLE
 DEFAULT_TARGETS = ATTENTION_TARGETS
 
 

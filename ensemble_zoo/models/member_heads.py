@@ -1,0 +1,80 @@
+"""A keras-hub task's head, one copy per member: what a method that puts
+members into a whole keras-hub classifier does after its backbone.
+
+keras-hub's classifiers end in a few `Dense` layers after their backbone
+(BERT's `output_dense`; RoBERTa's `pooled_dense` and `output_dense`; a
+ViT's optional `intermediate_layer`), with the family's own pooling
+between. `member_heads_network` keeps that graph as the family wrote it
+and gives every one of those `Dense` layers a kernel per member
+(`GroupedDense` on member-major rows), so that the rows of member `m`
+go through member `m`'s head, whatever the family.
+"""
+
+import keras
+import numpy as np
+
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+
+
+def member_head(dense, num_members, reuse_head):
+    """A member-major `GroupedDense` with `dense`'s units, activation and
+    initializers: each member a copy of `dense`'s kernel and bias
+    (`reuse_head=True`), or initialized on its own (`False`)."""
+    head = GroupedDense(
+        dense.units,
+        num_members,
+        activation=dense.activation,
+        use_bias=dense.use_bias,
+        kernel_initializer=dense.kernel_initializer,
+        bias_initializer=dense.bias_initializer,
+        member_layout="member_major",
+        dtype=dense.dtype_policy,
+        name=f"{dense.name}_members",
+    )
+    head.build((None, int(dense.kernel.shape[0])))
+    if reuse_head:
+        kernel = keras.ops.convert_to_numpy(dense.kernel)
+        head.kernel.assign(np.broadcast_to(kernel, tuple(head.kernel.shape)))
+        if dense.use_bias:
+            bias = keras.ops.convert_to_numpy(dense.bias)
+            head.bias.assign(np.broadcast_to(bias, tuple(head.bias.shape)))
+    return head
+
+
+def member_heads_network(task, num_members, reuse_head=True):
+    """`task`'s graph with a head per member.
+
+    Args:
+        task: a built functional keras-hub task (a `backbone` attribute
+            and a graph from its inputs to its outputs). Its layers are
+            shared with the result, not copied; `task` is not changed.
+        num_members: int.
+        reuse_head: bool, see `member_head`.
+
+    Returns:
+        `(network, heads)`: a functional model that takes member-major
+        rows `(members * batch, ...)` of `task`'s inputs and runs `task`'s
+        graph on them, every `Dense` layer outside `task.backbone`
+        replaced by its `member_head`; and those heads, in graph order.
+
+    Raises:
+        TypeError: `task` is not a functional keras-hub task.
+    """
+    backbone = getattr(task, "backbone", None)
+    if not isinstance(backbone, keras.Model) or not isinstance(task, keras.Model):
+        raise TypeError(
+            "The model must be a keras-hub task (a classifier with a `backbone`, e.g. "
+            f"`keras_hub.models.RobertaTextClassifier`); got {type(task).__name__}."
+        )
+    heads = []
+
+    def replace(layer):
+        if type(layer) is keras.layers.Dense:
+            heads.append(member_head(layer, num_members, reuse_head))
+            return heads[-1]
+        return layer
+
+    network = keras.models.clone_model(task, clone_function=replace)
+    # The new functional model holds the task's layers: it takes its policy.
+    network.dtype_policy = task.dtype_policy
+    return network, heads
