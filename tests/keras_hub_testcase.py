@@ -14,7 +14,10 @@ ensemble (listed here, and in docs/architecture.md):
   dtype. A mixture-of-experts router (`TopKRouter`) deliberately keeps
   float32 whatever the policy, as vmoe does: the top-k choice of experts
   from bfloat16 logits flips on near ties and changes the model. The
-  check here is keras-hub's, with routers held to float32 instead.
+  check here is keras-hub's, with routers held to float32 instead, and
+  one of keras-hub's three policies a run (test budget: the check was a
+  third of a backbone test's time), the three backends on different ones,
+  rotating with the day.
 
 What the harness file (`tests/models/test_keras_hub_harness.py`) leaves
 out, and why:
@@ -33,6 +36,7 @@ out, and why:
   tests the rest); subnetwork ensembles refuse quantization.
 """
 
+import datetime
 import sys
 import types
 
@@ -52,6 +56,18 @@ finally:
         del sys.modules["grain"]
 
 
+#: keras-hub's precision policies.
+PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16", "bfloat16")
+
+
+def _policies_this_run():
+    """The policy this run's precision checks use: one of
+    `PRECISION_POLICIES`, another per backend, rotating with the day."""
+    backends = ("jax", "tensorflow", "torch")
+    index = datetime.date.today().toordinal() + backends.index(keras.config.backend())
+    return [PRECISION_POLICIES[index % len(PRECISION_POLICIES)]]
+
+
 class ZooTestCase(TestCase):
     """keras-hub's `TestCase` for the zoo's models (see the module)."""
 
@@ -61,7 +77,7 @@ class ZooTestCase(TestCase):
 
             if not torch.cuda.is_available():
                 return  # as keras-hub: no mixed precision on a torch CPU
-        for name in ("mixed_float16", "mixed_bfloat16", "bfloat16"):
+        for name in _policies_this_run():
             policy = keras.mixed_precision.Policy(name)
             model = cls(**{**init_kwargs, "dtype": policy})
             outputs = tree.flatten(model(input_data))

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import zoo_testing
 from conftest import BACKEND
+from zoo_testing import this_run
 
 import ensemble_zoo as ez
 
@@ -165,15 +166,19 @@ def check_train_step_compiled_once(run):
     assert all("backward" in reason for reason in run["breaks"]), run["breaks"]
 
 
-@pytest.mark.parametrize(
-    "make",
-    [e3_with_router_noise, experts_choice_then_soft_moe],
-    ids=["top_k", "experts_choice_and_soft"],
-)
-def test_training_with_router_noise_compiles_once(dynamo_backend, make):
-    """E3 with each router: routing noise (a seeded random op) and the
-    top-K router's auxiliary losses; Experts Choice's sort and cumsums and
-    Soft MoE's two softmaxes; AdamW."""
+ROUTER_MODELS = {
+    "top_k": e3_with_router_noise,
+    "experts_choice_and_soft": experts_choice_then_soft_moe,
+}
+
+
+@pytest.mark.parametrize("routers", this_run(ROUTER_MODELS, 1))
+def test_training_with_router_noise_compiles_once(dynamo_backend, routers):
+    """E3 with each router, one model a run in turn (about 70 s each, the
+    suite's budget): routing noise (a seeded random op) and the top-K
+    router's auxiliary losses; Experts Choice's sort and cumsums and Soft
+    MoE's two softmaxes; AdamW."""
+    make = ROUTER_MODELS[routers]
     dynamo_backend("eager")
     run = train(make, jit_compile=True)
     check_train_step_compiled_once(run)
