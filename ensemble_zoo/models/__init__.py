@@ -4,7 +4,9 @@ from ensemble_zoo.models import method_registry
 from ensemble_zoo.models.baselines import MCDropoutBackbone
 from ensemble_zoo.models.baselines import MCDropoutClassifier
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleBertBackbone
+from ensemble_zoo.models.batch_ensemble import BatchEnsembleClassifier
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleImageClassifier
+from ensemble_zoo.models.batch_ensemble import BatchEnsembleModelBackbone
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleTextClassifier
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble import apply_batch_ensemble
@@ -38,7 +40,9 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwenCausalLM
 from ensemble_zoo.models.loss_prediction import LossPredictionImageClassifier
 from ensemble_zoo.models.loss_prediction import LossPredictionViTBackbone
 from ensemble_zoo.models.loss_prediction import TokenLossPredictor
+from ensemble_zoo.models.masksembles import MasksemblesClassifier
 from ensemble_zoo.models.masksembles import MasksemblesImageClassifier
+from ensemble_zoo.models.masksembles import MasksemblesModelBackbone
 from ensemble_zoo.models.masksembles import MasksemblesViTBackbone
 from ensemble_zoo.models.mimo import MIMOImageClassifier
 from ensemble_zoo.models.mimo import MIMOViTBackbone

@@ -14,6 +14,8 @@ import keras
 import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
+from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
 
 
 def member_head(dense, num_members, reuse_head):
@@ -47,7 +49,8 @@ def member_heads_network(task, num_members, reuse_head=True):
     Args:
         task: a built functional keras-hub task (a `backbone` attribute
             and a graph from its inputs to its outputs). Its layers are
-            shared with the result, not copied; `task` is not changed.
+            shared with the result, not copied; its `Dense` layers after
+            the backbone, which the result does not run, are frozen.
         num_members: int.
         reuse_head: bool, see `member_head`.
 
@@ -71,6 +74,9 @@ def member_heads_network(task, num_members, reuse_head=True):
     def replace(layer):
         if type(layer) is keras.layers.Dense:
             heads.append(member_head(layer, num_members, reuse_head))
+            # `task` keeps the layer (its architecture), the network runs
+            # the member heads: frozen, it takes no gradient.
+            layer.trainable = False
             return heads[-1]
         return layer
 
@@ -78,3 +84,26 @@ def member_heads_network(task, num_members, reuse_head=True):
     # The new functional model holds the task's layers: it takes its policy.
     network.dtype_policy = task.dtype_policy
     return network, heads
+
+
+def member_rows_classifier(model, num_members, reuse_head, dtype=None, adopt=False):
+    """What a method that puts members into a whole keras-hub classifier
+    starts from.
+
+    Args:
+        model: a built keras-hub classifier returning logits.
+        num_members: int.
+        reuse_head: bool, see `member_head`.
+        dtype: optional dtype policy of the copy (`own_wrapped_model`).
+        adopt: bool, hold `model` itself (what `from_config` passes).
+
+    Returns:
+        `(input_spec, num_classes, copy, network, heads)`: `model`'s inputs
+        and class count (`member_io_shapes`), the copy of `model` the
+        method changes in place (`model` is not changed), and
+        `member_heads_network(copy, ...)`.
+    """
+    input_spec, num_classes = member_io_shapes(model, 0)
+    copy = own_wrapped_model(model, dtype, copy=True, adopt=adopt)
+    network, heads = member_heads_network(copy, num_members, reuse_head)
+    return input_spec, num_classes, copy, network, heads

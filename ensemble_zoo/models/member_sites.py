@@ -50,11 +50,16 @@ FUSED_ROLE = "query_key_value"
 
 #: keras-hub layer class name -> {attribute: role} for the layers whose
 #: projections `ROLE_NAMES` would not name, or would name wrongly: the ViT
-#: MLP block's two layers, FNet's encoder (no attention; its
-#: `output_dense` is the feed-forward output), and the one-letter names of
-#: Swin's window attention and MiT's (SegFormer's) attention.
+#: MLP block's two layers (and Swin's, MiT's and DeiT's), FNet's encoder
+#: (no attention; its `output_dense` is the feed-forward output), and the
+#: one-letter names of Swin's window attention and MiT's (SegFormer's)
+#: attention.
 ROLE_OVERRIDES = {
     "MLP": {"dense_1": "mlp_up", "dense_2": "mlp_down"},
+    "Mlp": {"fc1": "mlp_up", "fc2": "mlp_down"},
+    "MixFFN": {"fc1": "mlp_up", "fc2": "mlp_down"},
+    "DeiTIntermediate": {"dense": "mlp_up"},
+    "DeiTOutput": {"dense": "mlp_down"},
     "FNetEncoder": {"intermediate_dense": "mlp_up", "output_dense": "mlp_down"},
     "WindowAttention": {"qkv": "query_key_value", "proj": "attention_output"},
     "SegFormerMultiheadAttention": {

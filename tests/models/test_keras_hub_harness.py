@@ -276,10 +276,14 @@ def _wrapped_models(name):
     """(backbone class, its arguments, task class, task arguments beside
     the backbone, backbone input, backbone output shape, task members,
     shipped preset and its members)."""
+    from ensemble_zoo.models import BatchEnsembleClassifier
+    from ensemble_zoo.models import BatchEnsembleModelBackbone
     from ensemble_zoo.models import DeepEnsembleBackbone
     from ensemble_zoo.models import DeepEnsembleClassifier
     from ensemble_zoo.models import LoRAEnsembleClassifier
     from ensemble_zoo.models import LoRAEnsembleModelBackbone
+    from ensemble_zoo.models import MasksemblesClassifier
+    from ensemble_zoo.models import MasksemblesModelBackbone
     from ensemble_zoo.models import MCDropoutBackbone
     from ensemble_zoo.models import MCDropoutClassifier
     from ensemble_zoo.models import SubnetworkEnsembleBackbone
@@ -324,11 +328,18 @@ def _wrapped_models(name):
             2,
             ("subnetwork_vit_tiny_digits", 10),
         )
-    if name == "lora_ensemble":
+    # The member-row methods on a whole keras-hub classifier (no preset).
+    member_rows = {
+        "lora_ensemble": (LoRAEnsembleModelBackbone, LoRAEnsembleClassifier, dict(rank=2)),
+        "batch_ensemble": (BatchEnsembleModelBackbone, BatchEnsembleClassifier, {}),
+        "masksembles": (MasksemblesModelBackbone, MasksemblesClassifier, {}),
+    }
+    if name in member_rows:
+        backbone_cls, task_cls, method = member_rows[name]
         return (
-            LoRAEnsembleModelBackbone,
-            dict(model=_vit_classifier(0), num_members=2, rank=2, seed=0),
-            LoRAEnsembleClassifier,
+            backbone_cls,
+            dict(model=_vit_classifier(0), num_members=2, seed=0, **method),
+            task_cls,
             {},
             keras.ops.ones((4, 8, 8, 1)),
             (4, 4),
@@ -349,7 +360,16 @@ def _wrapped_models(name):
 
 
 WRAPPED_CASES = [
-    (n, n) for n in ("deep_ensemble", "mc_dropout", "subnetwork", "tile", "lora_ensemble")
+    (n, n)
+    for n in (
+        "deep_ensemble",
+        "mc_dropout",
+        "subnetwork",
+        "tile",
+        "lora_ensemble",
+        "batch_ensemble",
+        "masksembles",
+    )
 ]
 #: The wrapped-model methods that ship a preset.
 PRESET_CASES = WRAPPED_CASES[:4]

@@ -2,8 +2,12 @@ from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import apply_batch_
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_classifier import BatchEnsembleClassifier
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_image_classifier import (
     BatchEnsembleImageClassifier,
+)
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_model_backbone import (
+    BatchEnsembleModelBackbone,
 )
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_text_classifier import (
     BatchEnsembleTextClassifier,
@@ -20,7 +24,11 @@ _FAST_WEIGHTS = dict(
 register_method(
     Method(
         name="batch_ensemble",
-        tasks=(BatchEnsembleImageClassifier, BatchEnsembleTextClassifier),
+        tasks=(
+            BatchEnsembleImageClassifier,
+            BatchEnsembleTextClassifier,
+            BatchEnsembleClassifier,  # every keras-hub transformer classifier
+        ),
         harness=(
             HarnessCase(
                 BatchEnsembleImageClassifier,

@@ -3,11 +3,9 @@ import keras
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
-from ensemble_zoo.models.member_heads import member_heads_network
+from ensemble_zoo.models.member_heads import member_rows_classifier
 from ensemble_zoo.models.member_sites import attention_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
-from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
-from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
 from ensemble_zoo.utils.sublayers import freeze_weights
 from ensemble_zoo.utils.validation import check_bool
@@ -93,14 +91,14 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         adopt_models=False,
         **kwargs,
     ):
-        input_spec, num_classes = member_io_shapes(model, 0)
         num_members = check_positive_int(num_members, "num_members")
         rank = check_positive_int(rank, "rank")
         targets = check_targets(targets)
         a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         reuse_head = check_bool(reuse_head, "reuse_head")
-        model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
-        network, heads = member_heads_network(model, num_members, reuse_head)
+        input_spec, num_classes, model, network, heads = member_rows_classifier(
+            model, num_members, reuse_head, dtype, adopt_models
+        )
         sites = attention_sites(model.backbone, targets)
         freeze_weights(model)
         adapters = adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed)

@@ -172,20 +172,12 @@ class LoRAEnsembleTask:
             A `LoRAEnsembleImageClassifier` or `LoRAEnsembleTextClassifier`.
 
         Raises:
-            TypeError: `model` is of another family; its message points to
-                `LoRAEnsembleClassifier.from_model`, which takes every
+            TypeError: `model` is of another family; the message points
+                to `LoRAEnsembleClassifier.from_model`, which takes every
                 keras-hub classifier with attention.
         """
         kwargs.update(num_members=num_members, rank=rank)
-        try:
-            return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
-        except TypeError as error:
-            if not str(error).startswith("`model` must be a keras_hub.models."):
-                raise
-            raise TypeError(
-                f"{error} `LoRAEnsembleClassifier.from_model` takes a keras-hub "
-                "classifier of any family with attention."
-            ) from None
+        return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
 
     def _copy_head(self, dense):
         """Starts every member's head as a copy of a keras `Dense` head."""

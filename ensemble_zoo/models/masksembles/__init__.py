@@ -1,6 +1,8 @@
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import apply_masksembles
+from ensemble_zoo.models.masksembles.masksembles_classifier import MasksemblesClassifier
 from ensemble_zoo.models.masksembles.masksembles_image_classifier import MasksemblesImageClassifier
+from ensemble_zoo.models.masksembles.masksembles_model_backbone import MasksemblesModelBackbone
 from ensemble_zoo.models.method_registry import BenchmarkCase
 from ensemble_zoo.models.method_registry import HarnessCase
 from ensemble_zoo.models.method_registry import Method
@@ -9,7 +11,10 @@ from ensemble_zoo.models.method_registry import register_method
 register_method(
     Method(
         name="masksembles",
-        tasks=(MasksemblesImageClassifier,),
+        tasks=(
+            MasksemblesImageClassifier,
+            MasksemblesClassifier,  # every keras-hub transformer classifier
+        ),
         harness=(
             HarnessCase(
                 MasksemblesImageClassifier,

@@ -1,0 +1,224 @@
+"""LoRA-Ensemble, BatchEnsemble and Masksembles on a keras-hub classifier
+of any family (`LoRAEnsembleClassifier`, `BatchEnsembleClassifier`,
+`MasksemblesClassifier`): the tiny text classifiers of every family
+keras-hub ships (`fixtures/tiny_text_classifiers.py`) and the transformer
+image classifiers (`fixtures/tiny_image_classifiers.py`). Members that
+start as the model (LoRA's `B = 0`, BatchEnsemble's fast weights of ones,
+heads copied) compute the keras-hub model's logits; with members that
+differ, each member equals the keras-hub model with that member's merged
+kernels (LoRA's `W0 + A_m B_m`, BatchEnsemble's `W * r_m s_m^T`, the
+Masksembles mask folded into a feed-forward projection) and its head; a
+family the method cannot take is refused by name. The whole list runs
+under PyTorch (no compilation); JAX and TensorFlow run a slice that
+rotates with the day."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from conftest import BACKEND
+from fixtures import tiny_image_classifiers
+from fixtures import tiny_text_classifiers
+from zoo_testing import families_this_run
+from zoo_testing import to_np
+
+from ensemble_zoo.models import BatchEnsembleClassifier
+from ensemble_zoo.models import LoRAEnsembleClassifier
+from ensemble_zoo.models import LoRAEnsembleTextClassifier
+from ensemble_zoo.models import MasksemblesClassifier
+from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
+from ensemble_zoo.models.member_sites import attention_sites
+from ensemble_zoo.models.member_sites import projection_sites
+
+SLICE = 3
+#: family -> the number of adapted attention projections: 4 per attention
+#: layer (Swin fuses query, key and value: 2 per block, 2 blocks; MiT has
+#: 2 attention layers).
+ADAPTERS = {"swin": 4, "mit": 8}
+FAMILIES = sorted(tiny_text_classifiers.FAMILIES) + sorted(tiny_image_classifiers.FAMILIES)
+ATTENTION_FAMILIES = [f for f in FAMILIES if f != "f_net"]
+
+
+def _build(family):
+    """`(keras-hub classifier, inputs)`: a tiny model of `family`, always
+    the same one."""
+    if family in tiny_image_classifiers.FAMILIES:
+        model = tiny_image_classifiers.build_image_classifier(family)
+        return model, tiny_image_classifiers.images()
+    model = tiny_text_classifiers.build_text_classifier(family)
+    return model, tiny_text_classifiers.text_inputs(model)
+
+
+def _perturb(weights, scale=0.3):
+    """Adds noise to `weights`, member by member different."""
+    rng = np.random.default_rng(1)
+    for weight in weights:
+        noise = rng.normal(scale=scale, size=tuple(weight.shape)).astype("float32")
+        weight.assign(to_np(weight) + noise)
+
+
+def _amplify_feedforward(model, gain=30.0):
+    """Scales `model`'s feed-forward output projections, so that what the
+    masks drop shows in a tiny random model's logits."""
+    for _, parent, attribute in projection_sites(model.backbone, ("mlp_down",)):
+        kernel = getattr(parent, attribute).kernel
+        kernel.assign(to_np(kernel) * gain)
+
+
+def _check_members(ensemble, family, x, set_member):
+    """Each member of `ensemble` equals a fresh keras-hub model of `family`
+    with its heads and what `set_member(reference, member)` sets."""
+    logits = ensemble.predict(x, verbose=0)
+    assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
+    for m in range(2):
+        reference, _ = _build(family)
+        set_member(reference, m)
+        for head in ensemble.heads:
+            dense = reference.get_layer(head.name.removesuffix("_members"))
+            dense.kernel.assign(head.kernel[m])
+            dense.bias.assign(head.bias[m])
+        np.testing.assert_allclose(logits[:, m], to_np(reference(x)), atol=1e-4)
+
+
+def _check_starts_as_the_model(ensemble, model, x):
+    expected = to_np(model(x))
+    logits = ensemble.predict(x, verbose=0)
+    assert logits.shape == expected.shape[:1] + (2,) + expected.shape[1:]
+    for m in range(2):
+        np.testing.assert_allclose(logits[:, m], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", families_this_run(ATTENTION_FAMILIES, SLICE))
+def test_lora_ensemble_on_every_family(family):
+    model, x = _build(family)
+    ensemble = LoRAEnsembleClassifier.from_model(model, num_members=2, rank=2, seed=0)
+    assert len(ensemble.adapters) == ADAPTERS.get(family, 4)
+    _check_starts_as_the_model(ensemble, model, x)
+    _perturb([a.lora_b for a in ensemble.adapters] + [h.kernel for h in ensemble.heads])
+
+    def merge(reference, m):
+        sites = attention_sites(reference.backbone, ensemble.targets)
+        for (parent, attribute), adapter in zip(sites, ensemble.adapters, strict=True):
+            getattr(parent, attribute).kernel.assign(adapter.merged_kernel(m))
+
+    _check_members(ensemble, family, x, merge)
+
+
+@pytest.mark.parametrize("family", families_this_run(FAMILIES, SLICE))
+def test_batch_ensemble_on_every_family(family):
+    model, x = _build(family)
+    ensemble = BatchEnsembleClassifier.from_model(model, num_members=2, seed=0)
+    fast = [w for layer in ensemble.batch_ensemble_layers for w in (layer.fast_in, layer.fast_out)]
+    for weight in fast:
+        weight.assign(np.ones(tuple(weight.shape), "float32"))
+    _check_starts_as_the_model(ensemble, model, x)
+    _perturb(fast + [h.kernel for h in ensemble.heads])
+
+    def merge(reference, m):
+        roles = ("query", "key", "value", "attention_output", "query_key_value")
+        sites = projection_sites(reference.backbone, roles + FEEDFORWARD_ROLES)
+        layers = ensemble.batch_ensemble_layers
+        for (_, parent, attribute), layer in zip(sites, layers, strict=True):
+            target = getattr(parent, attribute)
+            kernel = to_np(layer.member_kernels()[m])
+            target.kernel.assign(kernel.reshape(tuple(target.kernel.shape)))
+            if target.bias is not None:
+                target.bias.assign(to_np(layer.bias[m]).reshape(tuple(target.bias.shape)))
+
+    _check_members(ensemble, family, x, merge)
+
+
+@pytest.mark.parametrize("family", families_this_run(FAMILIES, SLICE))
+def test_masksembles_on_every_family(family):
+    """A member's mask multiplies the feed-forward block's hidden units:
+    folded into the first projection's columns when it is linear (MiT),
+    else into the second projection's rows."""
+    model, x = _build(family)
+    _amplify_feedforward(model)
+    ensemble = MasksemblesClassifier.from_model(model, num_members=2, seed=0)
+    # The output layer, both members' alike (the masks alone differ): a
+    # scale at which they show.
+    logits_layer = ensemble.heads[-1]
+    logits_layer.kernel.assign(to_np(logits_layer.kernel) * 100.0)
+
+    def fold(reference, m):
+        _amplify_feedforward(reference)
+        ups = projection_sites(reference.backbone, ("mlp_up",))
+        downs = projection_sites(reference.backbone, ("mlp_down",))
+        for (_, up, up_name), (_, down, down_name), mask in zip(
+            ups, downs, ensemble.masks, strict=True
+        ):
+            factors = to_np(mask.member_factors()[m])
+            first, second = getattr(up, up_name), getattr(down, down_name)
+            if first.activation in (None, keras.activations.linear):
+                first.kernel.assign(to_np(first.kernel) * factors)
+                first.bias.assign(to_np(first.bias) * factors)
+            else:
+                second.kernel.assign(to_np(second.kernel) * factors[:, None])
+
+    _check_members(ensemble, family, x, fold)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="the checks before any computation: once")
+def test_models_the_methods_cannot_take_are_refused():
+    fnet = tiny_text_classifiers.build_text_classifier("f_net")
+    with pytest.raises(ValueError, match=r"no attention projection.*\(FNet\) cannot"):
+        LoRAEnsembleClassifier.from_model(fnet, num_members=2, rank=2)
+    inputs = keras.Input((4,))
+    mlp = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Dense(8)(inputs)))
+    for cls in (LoRAEnsembleClassifier, BatchEnsembleClassifier, MasksemblesClassifier):
+        with pytest.raises(TypeError, match="must be a keras-hub task"):
+            cls.from_model(mlp, num_members=2)
+    roberta = tiny_text_classifiers.build_text_classifier("roberta")
+    with pytest.raises(ValueError, match="`targets` must be distinct names"):
+        LoRAEnsembleClassifier.from_model(roberta, targets=["query", "mlp_up"])
+    with pytest.raises(ValueError, match=r"`scale` must lie in \[1, inf\]"):
+        MasksemblesClassifier.from_model(roberta, scale=0.5)
+    # The BERT task points a RoBERTa to the class that takes every family.
+    with pytest.raises(TypeError, match=r"LoRAEnsembleClassifier\.from_model"):
+        LoRAEnsembleTextClassifier.from_keras_hub(roberta, num_members=2, rank=2)
+
+
+@pytest.mark.parametrize(
+    "cls,frozen",
+    [
+        (LoRAEnsembleClassifier, True),
+        (BatchEnsembleClassifier, False),
+        (MasksemblesClassifier, False),
+    ],
+    ids=["lora_ensemble", "batch_ensemble", "masksembles"],
+)
+def test_fit_trains_what_the_method_trains_and_the_preset_round_trips(tmp_path, cls, frozen):
+    """LoRA-Ensemble trains its adapters and heads alone (the copy of the
+    classifier is frozen); BatchEnsemble and Masksembles train every
+    weight. keras-hub's loader finds the class from the preset."""
+    model = tiny_text_classifiers.build_text_classifier("roberta")
+    x = tiny_text_classifiers.text_inputs(model, batch=8)
+    y = np.arange(8) % 3
+    ensemble = cls.from_model(model, num_members=2, reuse_head=False, seed=0)
+    if frozen:
+        adapted = [w for a in ensemble.adapters for w in (a.lora_a, a.lora_b)]
+        heads = [w for h in ensemble.heads for w in h.weights]
+        assert {id(v) for v in ensemble.trainable_weights} == {id(w) for w in adapted + heads}
+    else:
+        assert {v.path for v in ensemble.model.backbone.weights} - {
+            v.path for v in ensemble.trainable_weights
+        } <= {v.path for v in ensemble.model.backbone.weights if "masks" in v.path}
+    frozen_values = {v.path: to_np(v) for v in ensemble.non_trainable_weights}
+    before = {v.path: to_np(v) for v in ensemble.trainable_weights}
+    ensemble.compile(optimizer=keras.optimizers.Adam(1e-2))
+    ensemble.fit(x, y, epochs=2, batch_size=4, verbose=0)
+    assert all(np.abs(to_np(v) - before[v.path]).max() > 0 for v in ensemble.trainable_weights)
+    for v in ensemble.non_trainable_weights:
+        np.testing.assert_array_equal(to_np(v), frozen_values[v.path])
+    # The wrapped copy trained; the user's model did not.
+    assert np.abs(to_np(model.get_layer("logits").kernel)).sum() > 0
+
+    logits = ensemble.predict(x, verbose=0)
+    ensemble.save_to_preset(str(tmp_path))
+    restored = keras_hub.models.ImageClassifier.from_preset(str(tmp_path))
+    assert type(restored) is cls
+    assert restored.get_config() == ensemble.get_config() | {"name": restored.name}
+    np.testing.assert_allclose(restored.predict(x, verbose=0), logits, atol=1e-6)
+    uncertainty = restored.predict_uncertainty(x)
+    assert uncertainty["probabilities"].shape == (8, 3)
