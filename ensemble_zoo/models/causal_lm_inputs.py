@@ -18,6 +18,7 @@ import numpy as np
 
 from ensemble_zoo.models.loop_checks import check_loop_arguments
 from ensemble_zoo.models.loop_checks import named_loop_arguments
+from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.backend import concrete_value
 from ensemble_zoo.utils.validation import as_numeric_array
 from ensemble_zoo.utils.validation import check_bool
@@ -252,7 +253,15 @@ def check_lm_loop_data(model, x, y=None, sample_weight=None, batch_size=None, ep
 
 class CausalLMLoopsMixin:
     """`fit`, `evaluate` and `predict` of a causal-LM task, after
-    `check_lm_loop_data` (before Keras compiles a step)."""
+    `check_lm_loop_data` (before Keras compiles a step); under PyTorch
+    every variable a `torch` parameter
+    (`ensemble_zoo.utils.backend.track_torch_parameters`)."""
+
+    def _track_variables(self):
+        backend_utils.track_torch_parameters(self)
+
+    def named_parameters(self, *args, **kwargs):
+        return backend_utils.torch_named_parameters(self, super().named_parameters, *args, **kwargs)
 
     def _checked(self, method, *args, **kwargs):
         function = getattr(super(), method)

@@ -5,7 +5,6 @@ from keras import ops
 
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.metrics import EnsembleAccuracy
-from ensemble_zoo.models.quantization_modes import QuantizationModesMixin
 from ensemble_zoo.models.zoo_task import ZooTask
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
@@ -43,7 +42,7 @@ def _deserialize_nested(value):
     return value
 
 
-class EnsembleClassifier(QuantizationModesMixin, ZooTask):
+class EnsembleClassifier(ZooTask):
     """Base class of every ensemble classifier in the zoo.
 
     A zoo classifier is a keras-hub task built the way keras-hub builds its

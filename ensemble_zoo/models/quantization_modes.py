@@ -59,7 +59,8 @@ def check_quantization_mode(model, mode=None, config=None, filters=None):
 
 
 class QuantizationModesMixin:
-    """`quantize` for the zoo's tasks and backbones.
+    """`quantize` for the zoo's backbones (the tasks have it from
+    `ZooTask`).
 
     It refuses a mode the model's zoo layers lack, instead of Keras' warning
     per layer (see `check_quantization_mode`), and leaves a task's
@@ -70,13 +71,20 @@ class QuantizationModesMixin:
     """
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
-        check_quantization_mode(self, mode, config, filters)
-        preprocessor = getattr(self, "preprocessor", None)
-        if isinstance(preprocessor, keras.layers.Layer):
-            skipped = {id(layer) for layer in preprocessor._flatten_layers()}
-            given = filters
+        return quantize_model(self, super().quantize, mode, config, filters, **kwargs)
 
-            def filters(layer):
-                return id(layer) not in skipped and _selected(layer, given)
 
-        return super().quantize(mode, config=config, filters=filters, **kwargs)
+def quantize_model(model, quantize, mode=None, config=None, filters=None, **kwargs):
+    """`quantize(mode, ...)` (Keras' `Model.quantize` of `model`) after
+    `check_quantization_mode`, with the model's preprocessor left out
+    (see `QuantizationModesMixin`)."""
+    check_quantization_mode(model, mode, config, filters)
+    preprocessor = getattr(model, "preprocessor", None)
+    if isinstance(preprocessor, keras.layers.Layer):
+        skipped = {id(layer) for layer in preprocessor._flatten_layers()}
+        given = filters
+
+        def filters(layer):
+            return id(layer) not in skipped and _selected(layer, given)
+
+    return quantize(mode, config=config, filters=filters, **kwargs)

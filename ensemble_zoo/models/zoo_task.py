@@ -15,13 +15,14 @@ from ensemble_zoo.models.loop_checks import check_real_dtype
 from ensemble_zoo.models.loop_checks import check_samples
 from ensemble_zoo.models.loop_checks import is_tf_dataset
 from ensemble_zoo.models.loop_checks import named_loop_arguments
+from ensemble_zoo.models.quantization_modes import quantize_model
 from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_finite
 from ensemble_zoo.utils.validation import check_raw_images
 from ensemble_zoo.utils.validation import static_shape
 
 
-class ZooTask(backend_utils.TorchTaskAdapter):
+class ZooTask:
     """The behaviour every zoo classifier task shares, in one place (no
     Keras base: a task lists it, or `EnsembleClassifier`, before its
     keras-hub task class). keras-hub overrides the loops once, in its
@@ -58,10 +59,47 @@ class ZooTask(backend_utils.TorchTaskAdapter):
     export serves for what calling the task takes) and
     `_export_input_signature(format)`.
 
-    **PyTorch.** One adapter, `TorchTaskAdapter`
-    (`ensemble_zoo.utils.backend`): one compiled step per shape under
-    `torch.compile`, every variable a `torch` parameter.
+    **Backends.** The step functions come from
+    `ensemble_zoo.utils.backend.zoo_step_function` (one compiled step per
+    shape under `torch.compile`, the zoo's workarounds around each step);
+    under PyTorch every variable is a `torch` parameter
+    (`track_torch_parameters`).
+
+    **Quantization.** `quantize` refuses a mode the model's zoo layers
+    lack and leaves the preprocessor out
+    (`ensemble_zoo.models.quantization_modes.quantize_model`).
     """
+
+    # === Backends ===
+
+    def _track_variables(self):
+        backend_utils.track_torch_parameters(self)
+
+    def named_parameters(self, *args, **kwargs):
+        return backend_utils.torch_named_parameters(self, super().named_parameters, *args, **kwargs)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
+        )
+        backend_utils.clear_compiled_losses(self)
+        return loss
+
+    def make_train_function(self, force=False):
+        make = super().make_train_function
+        return backend_utils.zoo_step_function(self, "train", force, make, train=True)
+
+    def make_test_function(self, force=False):
+        return backend_utils.zoo_step_function(self, "test", force, super().make_test_function)
+
+    def make_predict_function(self, force=False):
+        make = super().make_predict_function
+        return backend_utils.zoo_step_function(self, "predict", force, make)
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        return quantize_model(self, super().quantize, mode, config, filters, **kwargs)
+
+    # === Weights ===
 
     def load_weights(self, filepath, *args, **kwargs):
         with _optimizer_skip_quiet():

@@ -221,10 +221,10 @@ def _with_tracing_depth(step):
     return run
 
 
-class TorchParametersMixin:
+def track_torch_parameters(model):
     """Registers every variable of a functional zoo task as a PyTorch
-    parameter (a no-op under JAX and TensorFlow, where Keras never calls
-    these methods).
+    parameter of `model` (what a zoo task's `_track_variables` and
+    `named_parameters` call; Keras calls neither under JAX or TensorFlow).
 
     Keras tracks a functional model's variables while
     `Functional.__init__` builds it, before keras-hub's `Task` lets
@@ -234,31 +234,47 @@ class TorchParametersMixin:
     (`tests/models/test_torch_parameters.py`). Keys are unique even where
     members share variable paths (`torch_parameter_dict`).
     """
+    import torch
 
-    def _track_variables(self):
-        import torch
-
-        torch.nn.Module.__setattr__(self, "_torch_params", torch_parameter_dict(self.variables))
-
-    def named_parameters(self, *args, **kwargs):
-        # Tracked afresh, so variables built or loaded after construction
-        # are parameters too. Not while dynamo traces (`zero_grad()` in a
-        # compiled train step): collecting `self.variables` there broke the
-        # graph ("sort with non-constant keys") and made each step guard on
-        # the previous step's tensors; the eager first call tracked them.
-        import torch
-
-        if not torch.compiler.is_compiling():
-            self._track_variables()
-        return super().named_parameters(*args, **kwargs)
+    torch.nn.Module.__setattr__(model, "_torch_params", torch_parameter_dict(model.variables))
 
 
-class TorchTaskAdapter(TorchParametersMixin):
-    """The zoo tasks' one backend adapter: every variable a PyTorch
-    parameter (`TorchParametersMixin`), `compile(jit_compile=True)`
-    compiling once per step and shape under PyTorch, and runs the step functions inside
-    `zoo_workarounds()`
-    under JAX and PyTorch (a no-op under TensorFlow, which needs none).
+def torch_named_parameters(model, named_parameters, *args, **kwargs):
+    """`named_parameters(*args, **kwargs)` (the `torch.nn.Module` method
+    of `model`) with every variable tracked afresh
+    (`track_torch_parameters`), so variables built or loaded after
+    construction are parameters too. Not while dynamo traces (`zero_grad()`
+    in a compiled train step): collecting `model.variables` there broke
+    the graph ("sort with non-constant keys") and made each step guard on
+    the previous step's tensors; the eager first call tracked them."""
+    import torch
+
+    if not torch.compiler.is_compiling():
+        track_torch_parameters(model)
+    return named_parameters(*args, **kwargs)
+
+
+def torch_compiles(model):
+    """Whether `model`'s steps run under `torch.compile`."""
+    return backend() == "torch" and model._should_torch_compile()
+
+
+def clear_compiled_losses(model):
+    """After `compute_loss` of a step under `torch.compile`: layers'
+    `add_loss` tensors (the MoE auxiliary losses) stay in their lists until
+    the next call clears them, and dynamo guards on those lists: every step
+    saw the previous step's tensor and compiled again. They are summed into
+    the loss already, and cleared here."""
+    if torch_compiles(model):
+        model._clear_losses()
+
+
+def zoo_step_function(model, kind, force, make, train=False):
+    """A zoo task's step function `kind` (`"train"`, `"test"`,
+    `"predict"`): Keras' own (`make`, the `keras.Model` method) under
+    TensorFlow, which needs no workaround; under JAX and PyTorch Keras'
+    step run inside `zoo_workarounds()`, and under `compile(jit_compile=
+    True)` with PyTorch compiled once per step and shape.
 
     With `zoo_workarounds()` around the steps and the zoo models' `call`
     (no graph break in attention or random ops; see
@@ -267,52 +283,24 @@ class TorchTaskAdapter(TorchParametersMixin):
     update, or keep from one step to the next, and that dynamo guards on:
     each step function was traced on the first batch, again on the second,
     and (with auxiliary losses) on every step until dynamo's limit of 8.
-    This class (before `keras.Model` in the bases) sets that state first
-    and clears what a step leaves behind: see
+    This sets that state first and clears what a step leaves behind: see
     `_prepare_torch_compiled_training`, `_after_one_eager_call` and
-    `compute_loss`. A step still compiles again for a new batch shape (an
-    odd last batch), as `torch.compile` does for any function.
+    `clear_compiled_losses`. A step still compiles again for a new batch
+    shape (an odd last batch), as `torch.compile` does for any function.
     """
-
-    def _torch_compiles(self):
-        return backend() == "torch" and self._should_torch_compile()
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        loss = super().compute_loss(
-            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training
-        )
-        if self._torch_compiles():
-            # Layers' `add_loss` tensors (the MoE auxiliary losses) stay in
-            # their lists until the next call clears them, and dynamo
-            # guards on those lists: every step saw the previous step's
-            # tensor and compiled again. They are summed into `loss` now.
-            self._clear_losses()
-        return loss
-
-    def _make_step_function(self, kind, force, train=False):
-        make = getattr(super(), f"make_{kind}_function")
-        if not workarounds_for():  # TensorFlow: Keras' own step functions
-            return make(force=force)
-        attribute = f"{kind}_function"
-        if getattr(self, attribute) is not None and not force:
-            return getattr(self, attribute)
-        make(force=force)
-        step = getattr(self, attribute)
-        if self._torch_compiles():
-            if train:
-                _prepare_torch_compiled_training(self)
-            step = _with_tracing_depth(_after_one_eager_call(self, step))
-        setattr(self, attribute, _in_zoo_workarounds(step))
-        return getattr(self, attribute)
-
-    def make_train_function(self, force=False):
-        return self._make_step_function("train", force, train=True)
-
-    def make_test_function(self, force=False):
-        return self._make_step_function("test", force)
-
-    def make_predict_function(self, force=False):
-        return self._make_step_function("predict", force)
+    if not workarounds_for():
+        return make(force=force)
+    attribute = f"{kind}_function"
+    if getattr(model, attribute) is not None and not force:
+        return getattr(model, attribute)
+    make(force=force)
+    step = getattr(model, attribute)
+    if torch_compiles(model):
+        if train:
+            _prepare_torch_compiled_training(model)
+        step = _with_tracing_depth(_after_one_eager_call(model, step))
+    setattr(model, attribute, _in_zoo_workarounds(step))
+    return getattr(model, attribute)
 
 
 def concrete_value(x):

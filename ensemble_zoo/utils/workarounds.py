@@ -6,7 +6,7 @@ replacement of one Keras function that is installed only while a zoo model
 computes: `zoo_workarounds()` is a context manager entered around the
 models' forward computation (`ZooWorkaroundsMixin.call`,
 `EnsembleClassifier.call`, and the step functions of
-`ensemble_zoo.utils.backend.TorchTaskAdapter`). Keras runs `call` when it
+`ensemble_zoo.utils.backend.zoo_step_function`). Keras runs `call` when it
 traces a step
 function (`jax.jit`, `tf.function`, `torch.compile`) and on every eager
 call, so the replacement is in place wherever the bug would be hit, and

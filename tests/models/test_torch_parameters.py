@@ -32,7 +32,7 @@ def mc_dropout():
         # A plain keras-hub model (the pretrained gemma_tiny_arithmetic) is
         # keras-hub's: under keras 3.15.1 / keras-hub 0.32 a keras-hub
         # task's variables are not torch parameters at all (the bug
-        # TorchParametersMixin works around for the zoo's own tasks).
+        # track_torch_parameters works around for the zoo's own tasks).
         and name != "gemma_tiny_arithmetic"
     ],
 )

@@ -20,7 +20,6 @@ from ensemble_zoo.losses.loss_prediction_losses import pair_hinge
 from ensemble_zoo.models.causal_lm_inputs import CausalLMLoopsMixin
 from ensemble_zoo.models.causal_lm_inputs import text_inputs
 from ensemble_zoo.models.causal_lm_inputs import with_position_ids
-from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.model_copies import copy_model
 from ensemble_zoo.utils.model_copies import copy_preprocessor
 from ensemble_zoo.utils.sublayers import freeze_weights
@@ -45,9 +44,7 @@ class NextTokenLoss(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class TokenLossPredictor(
-    CausalLMLoopsMixin, backend_utils.TorchParametersMixin, keras_hub.models.Task
-):
+class TokenLossPredictor(CausalLMLoopsMixin, keras_hub.models.Task):
     """A loss-prediction head per token on a frozen keras-hub causal LM.
 
     The head (`LossPredictionHead`, the MLP of Pretrained Visual

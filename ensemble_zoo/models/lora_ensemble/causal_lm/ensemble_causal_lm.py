@@ -21,7 +21,6 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sampl
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
-from ensemble_zoo.utils import backend as backend_utils
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -37,7 +36,7 @@ def member_token_cross_entropy(y_true, y_pred):
     return ops.mean(losses, axis=1)
 
 
-class EnsembleCausalLM(CausalLMLoopsMixin, backend_utils.TorchParametersMixin):
+class EnsembleCausalLM(CausalLMLoopsMixin):
     """The decoding and uncertainty of a causal-LM ensemble (no Keras base:
     `LoRAEnsembleCausalLM` builds the model and lists
     `keras_hub.models.CausalLM` last). The model runs the members as
