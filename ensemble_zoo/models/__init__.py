@@ -38,6 +38,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleMistralCausa
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwen3CausalLM
 from ensemble_zoo.models.lora_ensemble.causal_lm import LoRAEnsembleQwenCausalLM
 from ensemble_zoo.models.loss_prediction import LossPredictionImageClassifier
+from ensemble_zoo.models.loss_prediction import LossPredictionModelBackbone
 from ensemble_zoo.models.loss_prediction import LossPredictionViTBackbone
 from ensemble_zoo.models.loss_prediction import TokenLossPredictor
 from ensemble_zoo.models.masksembles import MasksemblesClassifier

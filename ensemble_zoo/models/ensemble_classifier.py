@@ -22,6 +22,23 @@ def _max_sequence_length(model):
     return None
 
 
+def dict_input_signature(model, format=None):
+    """The exports' input specs of a model taking a dict of token tensors
+    (keras-hub's text classifiers): its keys and dtypes, `(batch, tokens)`.
+    Tokens are dynamic under TensorFlow (LiteRT aside, as for the BERT
+    tasks); elsewhere padded to the backbone's `max_sequence_length`
+    where it has one."""
+    dynamic = keras.config.backend() == "tensorflow" and format != "litert"
+    length = None if dynamic else _max_sequence_length(model)
+    return {
+        name: keras.InputSpec(
+            shape=(None,) + (length,) * (len(tensor.shape) - 1),
+            dtype=keras.backend.standardize_dtype(tensor.dtype),
+        )
+        for name, tensor in model.input.items()
+    }
+
+
 def preprocessor_of(model):
     """The preprocessor of a keras-hub task; `None` for other models."""
     if isinstance(model, keras_hub.models.Task):
@@ -199,16 +216,7 @@ class EnsembleClassifier(ZooTask):
         exports take them padded to the wrapped backbone's
         `max_sequence_length` where it has one."""
         if isinstance(self.input, dict):
-            dynamic = keras.config.backend() == "tensorflow" and format != "litert"
-            length = None if dynamic else _max_sequence_length(self)
-            specs = {
-                name: keras.InputSpec(
-                    shape=(None,) + (length,) * (len(tensor.shape) - 1),
-                    dtype=keras.backend.standardize_dtype(tensor.dtype),
-                )
-                for name, tensor in self.input.items()
-            }
-            return [specs]
+            return [dict_input_signature(self, format)]
         return [
             keras.InputSpec(
                 shape=(None,) + tuple(self.member_input_shape), dtype="float32", name="images"

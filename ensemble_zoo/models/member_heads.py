@@ -107,3 +107,34 @@ def member_rows_classifier(model, num_members, reuse_head, dtype=None, adopt=Fal
     copy = own_wrapped_model(model, dtype, copy=True, adopt=adopt)
     network, heads = member_heads_network(copy, num_members, reuse_head)
     return input_spec, num_classes, copy, network, heads
+
+
+def head_features(task):
+    """`(features, head)`: a functional model from `task`'s inputs to what
+    its last `Dense` layer reads (the pooled embedding, after the family's
+    own pooling and any hidden head layer), and that `Dense` layer, whose
+    output must be `task`'s logits.
+
+    Raises:
+        TypeError: `task` is not a functional keras-hub task.
+        ValueError: `task`'s output is not its last `Dense` layer's (an
+            activation after the logits).
+    """
+    backbone = getattr(task, "backbone", None)
+    outputs = getattr(task, "outputs", None) or []
+    if not isinstance(backbone, keras.Model) or len(outputs) != 1:
+        raise TypeError(
+            "The model must be a keras-hub task (a classifier with a `backbone`, e.g. "
+            f"`keras_hub.models.DeiTImageClassifier`); got {type(task).__name__}."
+        )
+    head = outputs[0]._keras_history.operation
+    if type(head) is not keras.layers.Dense or head.activation not in (
+        None,
+        keras.activations.linear,
+    ):
+        raise ValueError(
+            f"The model's output comes from {type(head).__name__} '{head.name}'; its last "
+            "layer must be a `Dense` layer returning logits (build the classifier with "
+            "`activation=None`)."
+        )
+    return keras.Model(task.input, head.input, name=f"{task.name}_features"), head

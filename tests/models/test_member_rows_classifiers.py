@@ -1,6 +1,7 @@
-"""LoRA-Ensemble, BatchEnsemble and Masksembles on a keras-hub classifier
-of any family (`LoRAEnsembleClassifier`, `BatchEnsembleClassifier`,
-`MasksemblesClassifier`): the tiny text classifiers of every family
+"""LoRA-Ensemble, BatchEnsemble, Masksembles and loss prediction on a
+keras-hub classifier of any family (`LoRAEnsembleClassifier`,
+`BatchEnsembleClassifier`, `MasksemblesClassifier`,
+`LossPredictionImageClassifier.from_keras_hub`): the tiny text classifiers of every family
 keras-hub ships (`fixtures/tiny_text_classifiers.py`) and the transformer
 image classifiers (`fixtures/tiny_image_classifiers.py`). Members that
 start as the model (LoRA's `B = 0`, BatchEnsemble's fast weights of ones,
@@ -25,6 +26,7 @@ from zoo_testing import to_np
 from ensemble_zoo.models import BatchEnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleTextClassifier
+from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models import MasksemblesClassifier
 from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
 from ensemble_zoo.models.member_sites import attention_sites
@@ -222,3 +224,31 @@ def test_fit_trains_what_the_method_trains_and_the_preset_round_trips(tmp_path, 
     np.testing.assert_allclose(restored.predict(x, verbose=0), logits, atol=1e-6)
     uncertainty = restored.predict_uncertainty(x)
     assert uncertainty["probabilities"].shape == (8, 3)
+
+
+@pytest.mark.parametrize("family", families_this_run(FAMILIES, SLICE))
+def test_loss_prediction_on_every_family(tmp_path, family):
+    """The loss predictor reads the embedding the classifier's last `Dense`
+    layer reads (the family's pooling and hidden head layers kept): its
+    logits are the keras-hub model's; with both frozen, `fit` trains the
+    uncertainty head alone; the preset round-trips through the zoo's
+    loader."""
+    model, x = _build(family)
+    loss_model = LossPredictionImageClassifier.from_keras_hub(
+        model, head_hidden_units=(8,), freeze_backbone=True, freeze_classifier=True
+    )
+    outputs = loss_model.predict(x, verbose=0)
+    np.testing.assert_allclose(outputs["logits"], to_np(model(x)), atol=1e-5)
+    assert outputs["uncertainty"].shape == (len(outputs["logits"]),)
+    head = {v.path for v in loss_model.uncertainty_head.weights}
+    assert {v.path for v in loss_model.trainable_weights} == head
+    before = {v.path: to_np(v) for v in loss_model.weights}
+    loss_model.fit(x, np.arange(len(outputs["logits"])) % 3, epochs=1, verbose=0)
+    changed = {v.path for v in loss_model.weights if np.any(to_np(v) != before[v.path])}
+    assert changed and changed <= head
+    loss_model.save_to_preset(str(tmp_path))
+    restored = LossPredictionImageClassifier.from_preset(str(tmp_path))
+    again = restored.predict(x, verbose=0)
+    np.testing.assert_allclose(
+        again["uncertainty"], loss_model.predict(x, verbose=0)["uncertainty"], atol=1e-6
+    )

@@ -6,6 +6,8 @@ from keras import ops
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
+from ensemble_zoo.models.ensemble_classifier import dict_input_signature
+from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionModelBackbone
 from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
 from ensemble_zoo.models.member_head import pool_tokens
 from ensemble_zoo.models.method_backbone import method_backbone
@@ -74,9 +76,12 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
     `train_head_from_cache`), which gives the same head.
 
     Args:
-        backbone: a built keras-hub `ViTBackbone`, or any functional Keras
+        backbone: a built keras-hub `ViTBackbone`, any functional Keras
             model returning `(batch, tokens, dim)` features or already
-            pooled `(batch, dim)` embeddings (then `pooling=None`).
+            pooled `(batch, dim)` embeddings (then `pooling=None`), or a
+            `LossPredictionModelBackbone` (the embedding of a keras-hub
+            classifier of any family, image or text, as `from_keras_hub`
+            builds it; `pooling=None`).
         num_classes: int.
         pooling: `"token"` (class token, default) or `"gap"`, as keras-hub's
             `ViTImageClassifier`; `None` for a backbone that returns pooled
@@ -154,7 +159,8 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
                 f"tokens, dim) features; its output has shape {output_shape} "
                 "(pass `pooling=None` for pooled embeddings)."
             )
-        backbone = method_backbone(backbone, (LossPredictionViTBackbone,), {}, lambda b: None)
+        if not isinstance(backbone, LossPredictionModelBackbone):
+            backbone = method_backbone(backbone, (LossPredictionViTBackbone,), {}, lambda b: None)
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
@@ -197,7 +203,11 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         self.stop_gradient = bool(stop_gradient)
         self.freeze_backbone = bool(freeze_backbone)
         self.freeze_classifier = bool(freeze_classifier)
-        self.image_shape = tuple(backbone.inputs[0].shape[1:])
+        # None for a backbone taking a dict (a keras-hub text classifier's
+        # features): ZooTask then checks the dict against its inputs.
+        self.image_shape = (
+            None if isinstance(backbone.input, dict) else tuple(backbone.inputs[0].shape[1:])
+        )
         self.embedding_dim = int(backbone.outputs[0].shape[-1])
         if self.freeze_backbone:
             set_trainable(self.backbone, False)
@@ -233,9 +243,13 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         `freeze_backbone=True` it runs in inference mode: the frozen
         backbone must (its dropout off, as in the authors' code), and the
         classifier and head have no layer that the mode changes."""
-        shape = tuple(images.shape)
-        if len(shape) != len(self.image_shape) + 1 or any(
-            a is not None and b is not None and a != b for a, b in zip(shape[1:], self.image_shape)
+        shape = None if self.image_shape is None else tuple(images.shape)
+        if shape is not None and (
+            len(shape) != len(self.image_shape) + 1
+            or any(
+                a is not None and b is not None and a != b
+                for a, b in zip(shape[1:], self.image_shape)
+            )
         ):
             raise ValueError(
                 f"{type(self).__name__} expects images of shape (batch,) + "
@@ -308,6 +322,8 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
         }
 
     def _export_input_signature(self, format=None):
+        if self.image_shape is None:
+            return [dict_input_signature(self, format)]
         return [keras.InputSpec(shape=(None,) + self.image_shape, dtype="float32", name="images")]
 
     def get_config(self):
@@ -372,13 +388,18 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
 
     @classmethod
     def from_keras_hub(cls, model, num_classes=None, **kwargs):
-        """A loss-prediction model on a copy of a keras-hub ViT.
+        """A loss-prediction model on a copy of a keras-hub classifier.
 
         Args:
             model: a `keras_hub.models.ViTImageClassifier` (its backbone,
                 pooling and `Dense` head are copied; no `intermediate_dim`)
                 or a `ViTBackbone` (then `num_classes` is required and the
-                classifier is new).
+                classifier is new); or a keras-hub classifier of any other
+                family, image or text: the backbone is then the
+                classifier's graph up to its last `Dense` layer (the
+                family's own pooling and hidden head layers,
+                `ensemble_zoo.models.member_heads.head_features`), which
+                becomes the classifier, and the head reads its input.
             num_classes: int, for a backbone.
             **kwargs: other constructor arguments.
         """
@@ -398,7 +419,13 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
             if num_classes is None:
                 raise ValueError("Converting a backbone needs `num_classes`.")
             return cls(model, num_classes, **kwargs)
-        raise ValueError(
-            "`model` must be a keras_hub.models.ViTImageClassifier or "
-            f"ViTBackbone; got {type(model).__name__}."
-        )
+        if not isinstance(model, keras_hub.models.Task):
+            raise ValueError(
+                "`model` must be a keras-hub classifier (e.g. a keras_hub.models."
+                f"ViTImageClassifier) or a ViTBackbone; got {type(model).__name__}."
+            )
+        backbone = LossPredictionModelBackbone(model)
+        kwargs.setdefault("preprocessor", model.preprocessor)
+        loss_model = cls(backbone, int(backbone.head.units), pooling=None, **kwargs)
+        loss_model.classifier.set_weights(backbone.head.get_weights())
+        return loss_model
