@@ -24,15 +24,18 @@ from zoo_testing import families_this_run
 from zoo_testing import to_np
 
 from ensemble_zoo.models import BatchEnsembleClassifier
+from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleTextClassifier
 from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models import MasksemblesClassifier
+from ensemble_zoo.models import MCDropoutClassifier
+from ensemble_zoo.models import SubnetworkEnsembleClassifier
 from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
 from ensemble_zoo.models.member_sites import attention_sites
 from ensemble_zoo.models.member_sites import projection_sites
 
-SLICE = 3
+SLICE = 2
 #: family -> the number of adapted attention projections: 4 per attention
 #: layer (Swin fuses query, key and value: 2 per block, 2 blocks; MiT has
 #: 2 attention layers).
@@ -181,19 +184,21 @@ def test_models_the_methods_cannot_take_are_refused():
         LoRAEnsembleTextClassifier.from_keras_hub(roberta, num_members=2, rank=2)
 
 
-@pytest.mark.parametrize(
-    "cls,frozen",
-    [
-        (LoRAEnsembleClassifier, True),
-        (BatchEnsembleClassifier, False),
-        (MasksemblesClassifier, False),
-    ],
-    ids=["lora_ensemble", "batch_ensemble", "masksembles"],
-)
-def test_fit_trains_what_the_method_trains_and_the_preset_round_trips(tmp_path, cls, frozen):
+#: method -> (its task, whether it freezes the classifier's copy).
+TRAINING = {
+    "lora_ensemble": (LoRAEnsembleClassifier, True),
+    "batch_ensemble": (BatchEnsembleClassifier, False),
+    "masksembles": (MasksemblesClassifier, False),
+}
+
+
+@pytest.mark.parametrize("method", families_this_run(TRAINING, 1))
+def test_fit_trains_what_the_method_trains_and_the_preset_round_trips(tmp_path, method):
     """LoRA-Ensemble trains its adapters and heads alone (the copy of the
     classifier is frozen); BatchEnsemble and Masksembles train every
-    weight. keras-hub's loader finds the class from the preset."""
+    weight. keras-hub's loader finds the class from the preset. Every
+    method under PyTorch, one a day in turn under JAX and TensorFlow."""
+    cls, frozen = TRAINING[method]
     model = tiny_text_classifiers.build_text_classifier("roberta")
     x = tiny_text_classifiers.text_inputs(model, batch=8)
     y = np.arange(8) % 3
@@ -252,3 +257,40 @@ def test_loss_prediction_on_every_family(tmp_path, family):
     np.testing.assert_allclose(
         again["uncertainty"], loss_model.predict(x, verbose=0)["uncertainty"], atol=1e-6
     )
+
+
+#: family -> its feed-forward blocks (ViT, DeiT: 1 block; Swin, MiT: 2).
+BLOCKS = {"vit": 1, "deit": 1, "swin": 2, "mit": 2}
+
+
+@pytest.mark.parametrize("family", families_this_run(tiny_image_classifiers.FAMILIES, 1))
+def test_whole_model_methods_on_every_image_transformer(family):
+    """Deep ensembles, MC dropout and sub-network masks on DeiT, Swin and
+    MiT as on ViT (the text families: test_whole_model_methods_on_text):
+    members equal their models, MC dropout at rate 0 equals the model, and
+    a sub-network member equals the model with its masks multiplied into
+    the feed-forward kernels."""
+    model, x = _build(family)
+    expected = to_np(model(x))
+    ensemble = DeepEnsembleClassifier([model, _build(family)[0]])
+    np.testing.assert_allclose(ensemble.predict(x, verbose=0)[:, 0], expected, atol=1e-5)
+    mc = MCDropoutClassifier(model, num_members=2, rate=0.0)
+    np.testing.assert_allclose(mc.predict(x, verbose=0)[:, 1], expected, atol=1e-5)
+
+    masks = SubnetworkEnsembleClassifier(model, num_members=2, seed=0)
+    assert len(masks.masked_layers) == 2 * BLOCKS[family]
+    _perturb([w for layer in masks.masked_layers for w in layer.mask_logits()], scale=3.0)
+    logits = masks.predict(x, verbose=0)
+    for m in range(2):
+        reference, _ = _build(family)
+        sites = projection_sites(reference.backbone, FEEDFORWARD_ROLES)
+        # Matched by kernel shape (each differs in these tiny models).
+        by_shape = {tuple(getattr(p, a).kernel.shape): getattr(p, a) for _, p, a in sites}
+        assert len(by_shape) == len(masks.masked_layers)
+        for wrapper in masks.masked_layers:
+            layer = by_shape[tuple(wrapper.base_layer.kernel.shape)]
+            column = 1 / (1 + np.exp(-to_np(wrapper.column_logits)[m]))
+            row = 1 / (1 + np.exp(-to_np(wrapper.row_logits)[m]))
+            layer.kernel.assign(to_np(layer.kernel) * np.outer(column, row))
+            layer.bias.assign(to_np(layer.bias) * row)
+        np.testing.assert_allclose(logits[:, m], to_np(reference(x)), atol=1e-5)
