@@ -13,11 +13,14 @@ family the method cannot take is refused by name. The whole list runs
 under PyTorch (no compilation); JAX and TensorFlow run a slice that
 rotates with the day."""
 
+import os
+
 import keras
 import keras_hub
 import numpy as np
 import pytest
 from conftest import BACKEND
+from conftest import REPO_ROOT
 from fixtures import tiny_image_classifiers
 from fixtures import tiny_text_classifiers
 from zoo_testing import families_this_run
@@ -294,3 +297,27 @@ def test_whole_model_methods_on_every_image_transformer(family):
             layer.kernel.assign(to_np(layer.kernel) * np.outer(column, row))
             layer.bias.assign(to_np(layer.bias) * row)
         np.testing.assert_allclose(logits[:, m], to_np(reference(x)), atol=1e-5)
+
+
+def family_table():
+    """The rows of the family table in docs/add_a_model_family.md."""
+    methods = ("lora", "batch", "masks", "loss", "deep", "mc", "sub", "hydra")
+    rows = []
+    for family in FAMILIES:
+        kind = "image" if family in tiny_image_classifiers.FAMILIES else "text"
+        cells = dict.fromkeys(methods, "yes")
+        if family == "f_net":
+            cells["lora"] = "refused: no attention"
+        if family not in ("vit", "bert"):
+            cells["hydra"] = "ViT and BERT only"
+        rows.append(f"| {family} | {kind} | " + " | ".join(cells.values()) + " |")
+    return rows
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="reads the docs: once")
+def test_the_family_table_lists_every_tested_family():
+    path = os.path.join(REPO_ROOT, "docs", "add_a_model_family.md")
+    text = open(path, encoding="utf-8").read()
+    table = text.split("<!-- family-table -->")[1].split("<!-- /family-table -->")[0]
+    rows = [line for line in table.strip().splitlines()[2:]]
+    assert rows == family_table(), "\n".join(family_table())
