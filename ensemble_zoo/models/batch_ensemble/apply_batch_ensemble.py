@@ -113,6 +113,16 @@ def apply_batch_ensemble(
     sites = projection_sites(backbone)
     if not sites:
         raise ValueError(f"`backbone` '{backbone.name}' has no dense projection to replace.")
+    return replace_projections(
+        sites, num_members, fast_weight_initializer, fast_weight_stddev, seed
+    )
+
+
+def replace_projections(sites, num_members, fast_weight_initializer, fast_weight_stddev, seed):
+    """Replaces the projection `getattr(parent, attribute)` of every site
+    (`(parent, attribute)` pairs, in order) by its `batch_ensemble_from`
+    (site `i` seeded `seed + 2 i`, under its parent's name scope).
+    Returns the `BatchEnsembleDense` layers."""
     layers = []
     for i, (parent, attribute) in enumerate(sites):
         with path_scope(parent.path):

@@ -1,6 +1,7 @@
 import keras
 
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_from
+from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import replace_projections
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import METHOD_DEFAULTS as TASK_DEFAULTS
 from ensemble_zoo.models.member_heads import member_rows_classifier
 from ensemble_zoo.models.member_sites import ATTENTION_ROLES
 from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
@@ -8,20 +9,13 @@ from ensemble_zoo.models.member_sites import FUSED_ROLE
 from ensemble_zoo.models.member_sites import projection_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
-from ensemble_zoo.utils.naming import path_scope
-from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
 
-#: The method's arguments (the backbone's `method_keys`) and their defaults.
-METHOD_DEFAULTS = {
-    "num_members": 4,
-    "fast_weight_initializer": "normal",
-    "fast_weight_stddev": 0.5,
-    "reuse_head": True,
-    "seed": None,
-}
+#: The method's arguments (the backbone's `method_keys`) and their
+#: defaults: the ViT and BERT tasks' and `reuse_head`.
+METHOD_DEFAULTS = {**TASK_DEFAULTS, "reuse_head": True}
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -92,18 +86,13 @@ class BatchEnsembleModelBackbone(WrappedModelsBackbone):
                 f"`model` '{model.name}' has no attention or feed-forward projection "
                 "(ensemble_zoo.models.member_sites) for BatchEnsemble's layers."
             )
-        layers = []
-        for i, (_, parent, attribute) in enumerate(sites):
-            with path_scope(parent.path):
-                layer = batch_ensemble_from(
-                    getattr(parent, attribute),
-                    num_members,
-                    fast_weight_initializer,
-                    fast_weight_stddev,
-                    None if seed is None else seed + 2 * i,
-                )
-            replace_sublayer(parent, attribute, layer)
-            layers.append(layer)
+        layers = replace_projections(
+            [(parent, attribute) for _, parent, attribute in sites],
+            num_members,
+            fast_weight_initializer,
+            fast_weight_stddev,
+            seed,
+        )
 
         # === Functional Model ===
         inputs = wrapped_inputs(input_spec)

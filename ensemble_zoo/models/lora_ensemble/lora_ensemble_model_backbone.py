@@ -3,6 +3,7 @@ import keras
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import METHOD_DEFAULTS as TASK_DEFAULTS
 from ensemble_zoo.models.member_heads import member_rows_classifier
 from ensemble_zoo.models.member_sites import attention_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
@@ -12,16 +13,9 @@ from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
 
-#: The method's arguments (the backbone's `method_keys`) and their defaults.
-METHOD_DEFAULTS = {
-    "num_members": 8,
-    "rank": 4,
-    "targets": DEFAULT_TARGETS,
-    "lora_alpha": None,
-    "a_gain": 10.0,
-    "reuse_head": True,
-    "seed": None,
-}
+#: The method's arguments (the backbone's `method_keys`) and their
+#: defaults: the ViT and BERT tasks' and `reuse_head`.
+METHOD_DEFAULTS = {**TASK_DEFAULTS, "reuse_head": True}
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
