@@ -1,4 +1,3 @@
-import datetime
 import os
 import shutil
 import subprocess
@@ -90,6 +89,8 @@ import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up
 import keras
 import numpy as np
 import pytest
+from zoo_testing import TENSORFLOW_MODEL_ROTATION
+from zoo_testing import run_day
 
 BACKEND = keras.config.backend()
 ALL_BACKENDS = ("jax", "tensorflow", "torch")
@@ -166,13 +167,14 @@ def pytest_report_header(config):
     return f"keras backend: {BACKEND}"
 
 
-#: Under TensorFlow, the model tests (`tests/models/`) run one day in
-#: `TENSORFLOW_MODEL_ROTATION`, each on its own day (test budget: every
-#: model test builds, traces and runs its models, 5 to 40 s under
-#: TensorFlow on 2 cores against about 1 s under PyTorch; JAX and PyTorch
-#: run them all, and TensorFlow's own code paths, its layers, exports and
-#: presets, are tested every run).
-TENSORFLOW_MODEL_ROTATION = 3
+# Under TensorFlow, the model tests (`tests/models/`) run one day in
+# `TENSORFLOW_MODEL_ROTATION`, each on its own day (test budget: every
+# model test builds, traces and runs its models, 5 to 40 s under
+# TensorFlow on 2 cores against about 1 s under PyTorch; JAX and PyTorch
+# run them all, and TensorFlow's own code paths, its layers, exports and
+# presets, are tested every run). The day is fixed once per run (the
+# workers inherit it).
+run_day()
 
 
 def _runs_today(item):
@@ -180,16 +182,14 @@ def _runs_today(item):
     `TENSORFLOW_MODEL_ROTATION`). Tests that choose their backends
     themselves (a `skipif` other than `requires_jit` or
     `requires_saved_model`, keras-hub's harness) always keep their choice."""
-    path = str(item.path)
-    if os.sep + "models" + os.sep not in path or "keras_hub_harness" in path:
+    if not item.nodeid.startswith("tests/models/") or "keras_hub_harness" in item.nodeid:
         return True
     shared = (requires_jit.mark, requires_saved_model.mark)
     if item.get_closest_marker("skip") or any(
         mark not in shared for mark in item.iter_markers("skipif")
     ):
         return True
-    day = datetime.date.today().toordinal()
-    return (zlib.crc32(item.nodeid.encode()) + day) % TENSORFLOW_MODEL_ROTATION == 0
+    return (zlib.crc32(item.nodeid.encode()) + run_day()) % TENSORFLOW_MODEL_ROTATION == 0
 
 
 def pytest_collection_modifyitems(config, items):

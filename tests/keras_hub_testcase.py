@@ -36,13 +36,13 @@ out, and why:
   tests the rest); subnetwork ensembles refuse quantization.
 """
 
-import datetime
 import sys
 import types
 
 import keras
 import keras_hub  # noqa: F401  (before the stand-in, see above)
 from keras import tree
+from zoo_testing import run_day
 
 from ensemble_zoo.layers.moe import TopKRouter
 
@@ -64,7 +64,7 @@ def _policies_this_run():
     """The policy this run's precision checks use: one of
     `PRECISION_POLICIES`, another per backend, rotating with the day."""
     backends = ("jax", "tensorflow", "torch")
-    index = datetime.date.today().toordinal() + backends.index(keras.config.backend())
+    index = run_day() + backends.index(keras.config.backend())
     return [PRECISION_POLICIES[index % len(PRECISION_POLICIES)]]
 
 

@@ -7,6 +7,7 @@ helper belongs here once two test files need the same one.
 """
 
 import datetime
+import os
 
 import keras
 import numpy as np
@@ -165,20 +166,44 @@ def np_token_figures(member_logits, tokens=None, weights=None):
     return out
 
 
+#: Under TensorFlow the model tests (`tests/models/`) run one day in
+#: `TENSORFLOW_MODEL_ROTATION`, each on its own day (`conftest.py`).
+TENSORFLOW_MODEL_ROTATION = 3
+
+
+def run_day():
+    """The day the rotations of this run follow: today's ordinal, fixed
+    once per run in the environment (the first process that asks sets it;
+    pytest-xdist's workers inherit it), so that workers collecting across
+    midnight still collect the same tests."""
+    return int(
+        os.environ.setdefault("ENSEMBLE_ZOO_TEST_DAY", str(datetime.date.today().toordinal()))
+    )
+
+
 def families_this_run(names, size):
     """The families a family test runs: every one under PyTorch (eager,
     the quickest to build), and under JAX and TensorFlow, which compile
     each family, `size` of them that rotate with the day (the suite's time
-    budget), so that every family runs under every backend in turn."""
-    if keras.config.backend() == "torch":
+    budget), so that every family runs under every backend in turn. Under
+    TensorFlow the slice stays for `TENSORFLOW_MODEL_ROTATION` days, the
+    days over which TensorFlow's model-test rotation runs each test once."""
+    backend = keras.config.backend()
+    if backend == "torch":
         return sorted(names)
-    return this_run(names, size)
+    day = run_day()
+    if backend == "tensorflow":
+        day //= TENSORFLOW_MODEL_ROTATION
+    return this_run(names, size, day)
 
 
-def this_run(names, size):
-    """`size` of `names` (sorted) that rotate with the day: what a test
-    too slow to run for every item in every run (the suite's time budget)
-    runs, so that every item runs in turn."""
+def this_run(names, size, day=None):
+    """`size` of `names` (sorted) that rotate with `day` (default
+    `run_day()`): what a test too slow to run for every item in every run
+    (the suite's time budget) runs, so that every item runs in turn."""
     names = sorted(names)
-    start = datetime.date.today().toordinal() * size % len(names)
+    if not names:
+        return []
+    day = run_day() if day is None else day
+    start = day * size % len(names)
     return [names[(start + i) % len(names)] for i in range(min(size, len(names)))]

@@ -59,10 +59,7 @@ def keras_hub_parts(model, kwargs, classifier_cls, backbone_cls, inherited=()):
         return model, None, None
     raise TypeError(
         f"`model` must be a keras_hub.models.{classifier_cls.__name__} or "
-        f"{backbone_cls.__name__}; got {type(model).__name__}. For a classifier of "
-        "another keras-hub family, `LoRAEnsembleClassifier.from_model`, "
-        "`BatchEnsembleClassifier.from_model` and `MasksemblesClassifier.from_model` "
-        "take any."
+        f"{backbone_cls.__name__}; got {type(model).__name__}."
     )
 
 

@@ -21,7 +21,14 @@ from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
 def member_head(dense, num_members, reuse_head):
     """A member-major `GroupedDense` with `dense`'s units, activation and
     initializers: each member a copy of `dense`'s kernel and bias
-    (`reuse_head=True`), or initialized on its own (`False`)."""
+    (`reuse_head=True`), or initialized on its own (`False`). A quantized
+    `dense` is refused (its kernel is not the float one)."""
+    if getattr(dense, "quantization_mode", None) is not None:
+        raise ValueError(
+            f"The classifier's head layer '{dense.name}' is quantized "
+            f"({dense.quantization_mode}); convert the float classifier, then quantize "
+            "the ensemble."
+        )
     head = GroupedDense(
         dense.units,
         num_members,
@@ -61,14 +68,10 @@ def member_heads_network(task, num_members, reuse_head=True):
         replaced by its `member_head`; and those heads, in graph order.
 
     Raises:
-        TypeError: `task` is not a functional keras-hub task.
+        TypeError, ValueError: see `logits_layer` (a functional keras-hub
+            task whose output is its last `Dense` layer's logits).
     """
-    backbone = getattr(task, "backbone", None)
-    if not isinstance(backbone, keras.Model) or not isinstance(task, keras.Model):
-        raise TypeError(
-            "The model must be a keras-hub task (a classifier with a `backbone`, e.g. "
-            f"`keras_hub.models.RobertaTextClassifier`); got {type(task).__name__}."
-        )
+    logits_layer(task)
     heads = []
 
     def replace(layer):
@@ -103,7 +106,7 @@ def member_rows_classifier(model, num_members, reuse_head, dtype=None, adopt=Fal
         method changes in place (`model` is not changed), and
         `member_heads_network(copy, ...)`.
     """
-    input_spec, num_classes = member_io_shapes(model, 0)
+    input_spec, num_classes = member_io_shapes(model)
     copy = own_wrapped_model(model, dtype, copy=True, adopt=adopt)
     network, heads = member_heads_network(copy, num_members, reuse_head)
     return input_spec, num_classes, copy, network, heads
@@ -113,19 +116,25 @@ def head_features(task):
     """`(features, head)`: a functional model from `task`'s inputs to what
     its last `Dense` layer reads (the pooled embedding, after the family's
     own pooling and any hidden head layer), and that `Dense` layer, whose
-    output must be `task`'s logits.
+    output is `task`'s logits (`logits_layer`)."""
+    head = logits_layer(task)
+    return keras.Model(task.input, head.input, name=f"{task.name}_features"), head
+
+
+def logits_layer(task):
+    """The `Dense` layer whose output is `task`'s output: its logits.
 
     Raises:
         TypeError: `task` is not a functional keras-hub task.
-        ValueError: `task`'s output is not its last `Dense` layer's (an
-            activation after the logits).
+        ValueError: `task`'s output is not a linear `Dense` layer's (an
+            activation after the logits), or that layer is quantized.
     """
     backbone = getattr(task, "backbone", None)
     outputs = getattr(task, "outputs", None) or []
     if not isinstance(backbone, keras.Model) or len(outputs) != 1:
         raise TypeError(
             "The model must be a keras-hub task (a classifier with a `backbone`, e.g. "
-            f"`keras_hub.models.DeiTImageClassifier`); got {type(task).__name__}."
+            f"`keras_hub.models.RobertaTextClassifier`); got {type(task).__name__}."
         )
     head = outputs[0]._keras_history.operation
     if type(head) is not keras.layers.Dense or head.activation not in (
@@ -137,4 +146,9 @@ def head_features(task):
             "layer must be a `Dense` layer returning logits (build the classifier with "
             "`activation=None`)."
         )
-    return keras.Model(task.input, head.input, name=f"{task.name}_features"), head
+    if head.quantization_mode is not None:
+        raise ValueError(
+            f"The classifier's head layer '{head.name}' is quantized "
+            f"({head.quantization_mode}); convert the float classifier."
+        )
+    return head

@@ -137,13 +137,20 @@ def attention_sites(model, targets):
 
     Raises:
         ValueError: `model` has no projection for some target (FNet mixes
-            tokens by Fourier transforms and has no attention).
+            tokens by Fourier transforms and has no attention), or fuses
+            the query, key and value and `targets` names only some.
     """
     qkv = ("query", "key", "value")
     found = projection_sites(model, ATTENTION_ROLES + (FUSED_ROLE,))
     present = {role for role, _, _ in found}
     roles = set(targets)
     if roles & set(qkv) and not present & set(qkv) and FUSED_ROLE in present:
+        if not set(qkv) <= roles:
+            raise ValueError(
+                f"`{model.name}` ({type(model).__name__}) computes the query, key and value "
+                "in one fused projection: `targets` must name all three or none of them; "
+                f"got {list(targets)}."
+            )
         roles = (roles - set(qkv)) | {FUSED_ROLE}
     missing = [t for t in targets if t not in present and not (t in qkv and FUSED_ROLE in roles)]
     if missing:

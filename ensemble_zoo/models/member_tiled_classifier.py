@@ -201,7 +201,14 @@ class MemberTiledClassifier(EnsembleClassifier):
         (`keras_hub_parts`; `model` is not changed), its head started
         from the classifier's (`_copy_head`) when `resolve_head` says so.
         `kwargs` holds the other constructor arguments."""
-        backbone, head, classes = cls.keras_hub_parts(model, kwargs)
+        try:
+            backbone, head, classes = cls.keras_hub_parts(model, kwargs)
+        except TypeError as error:
+            raise TypeError(
+                f"{error} For a classifier of another keras-hub family, "
+                "`LoRAEnsembleClassifier.from_model`, `BatchEnsembleClassifier.from_model` "
+                "and `MasksemblesClassifier.from_model` take any."
+            ) from None
         num_classes, reuse_head = resolve_head(classes, num_classes, reuse_head)
         ensemble = cls(backbone, num_classes, **kwargs)
         if reuse_head:

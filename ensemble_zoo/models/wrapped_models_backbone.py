@@ -134,9 +134,9 @@ def own_wrapped_model(model, dtype=None, copy=False, scope="", adopt=False):
     return model
 
 
-def member_io_shapes(member, index):
+def member_io_shapes(member, index=None):
     """`(input_spec, num_classes)` of a wrapped classifier (`index` names
-    it in errors: `members[index]`).
+    it in errors: `members[index]`, or `model` for `None`).
 
     `input_spec` describes one example's inputs: `(shape, dtype)` for a
     model with one input tensor (an image classifier), or a dict of them
@@ -145,6 +145,7 @@ def member_io_shapes(member, index):
     that take the same inputs have equal specs; `wrapped_inputs` makes the
     `keras.Input`s of one.
     """
+    owner = "`model`" if index is None else f"`members[{index}]`"
     structure = getattr(member, "input", None) if getattr(member, "inputs", None) else None
     if isinstance(structure, (list, tuple)) and len(structure) == 1:
         structure = structure[0]
@@ -154,14 +155,14 @@ def member_io_shapes(member, index):
         spec = _tensor_spec(structure)
     else:
         raise ValueError(
-            f"`members[{index}]` must be a built Keras model with a single "
+            f"{owner} must be a built Keras model with a single "
             "input or a dict of inputs (e.g. a keras_hub ViTImageClassifier, "
             f"a BertTextClassifier or a functional model); got {type(member).__name__}."
         )
     output = member(wrapped_inputs(spec))
     if isinstance(output, (dict, list, tuple)) or len(output.shape) != 2:
         raise ValueError(
-            f"`members[{index}]` must map (batch, ...) inputs to logits of "
+            f"{owner} must map (batch, ...) inputs to logits of "
             f"shape (batch, classes); its output is {output!r}."
         )
     return spec, int(output.shape[-1])

@@ -139,8 +139,7 @@ def test_batch_ensemble_on_every_family(family):
 @pytest.mark.parametrize("family", families_this_run(FAMILIES, SLICE))
 def test_masksembles_on_every_family(family):
     """A member's mask multiplies the feed-forward block's hidden units:
-    folded into the first projection's columns when it is linear (MiT),
-    else into the second projection's rows."""
+    folded into the rows of the block's second projection."""
     model, x = _build(family)
     _amplify_feedforward(model)
     ensemble = MasksemblesClassifier.from_model(model, num_members=2, seed=0)
@@ -151,18 +150,11 @@ def test_masksembles_on_every_family(family):
 
     def fold(reference, m):
         _amplify_feedforward(reference)
-        ups = projection_sites(reference.backbone, ("mlp_up",))
         downs = projection_sites(reference.backbone, ("mlp_down",))
-        for (_, up, up_name), (_, down, down_name), mask in zip(
-            ups, downs, ensemble.masks, strict=True
-        ):
+        for (_, parent, attribute), mask in zip(downs, ensemble.masks, strict=True):
             factors = to_np(mask.member_factors()[m])
-            first, second = getattr(up, up_name), getattr(down, down_name)
-            if first.activation in (None, keras.activations.linear):
-                first.kernel.assign(to_np(first.kernel) * factors)
-                first.bias.assign(to_np(first.bias) * factors)
-            else:
-                second.kernel.assign(to_np(second.kernel) * factors[:, None])
+            layer = getattr(parent, attribute)
+            layer.kernel.assign(to_np(layer.kernel) * factors[:, None])
 
     _check_members(ensemble, family, x, fold)
 
@@ -180,6 +172,9 @@ def test_models_the_methods_cannot_take_are_refused():
     roberta = tiny_text_classifiers.build_text_classifier("roberta")
     with pytest.raises(ValueError, match="`targets` must be distinct names"):
         LoRAEnsembleClassifier.from_model(roberta, targets=["query", "mlp_up"])
+    swin = tiny_image_classifiers.build_image_classifier("swin")
+    with pytest.raises(ValueError, match="one fused projection: `targets` must name all three"):
+        LoRAEnsembleClassifier.from_model(swin, targets=["query", "value"])
     with pytest.raises(ValueError, match=r"`scale` must lie in \[1, inf\]"):
         MasksemblesClassifier.from_model(roberta, scale=0.5)
     # The BERT task points a RoBERTa to the class that takes every family.

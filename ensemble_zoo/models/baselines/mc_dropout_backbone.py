@@ -53,7 +53,7 @@ class MCDropoutBackbone(WrappedModelsBackbone):
     method_keys = ("rate", "seed")
 
     def __init__(self, model, rate=None, seed=None, dtype=None, *, adopt_models=False, **kwargs):
-        input_spec, num_classes = member_io_shapes(model, 0)
+        input_spec, num_classes = member_io_shapes(model)
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"`rate` must be in [0, 1) or None; got {rate!r}.")
         if not dropout_layers(model):

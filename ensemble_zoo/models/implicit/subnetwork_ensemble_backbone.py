@@ -83,7 +83,7 @@ class SubnetworkEnsembleBackbone(WrappedModelsBackbone):
         adopt_models=False,
         **kwargs,
     ):
-        input_spec, num_classes = member_io_shapes(model, 0)
+        input_spec, num_classes = member_io_shapes(model)
         num_members = check_positive_int(num_members, "num_members")
         model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         freeze_weights(model)

@@ -51,9 +51,12 @@ class LossPredictionModelBackbone(WrappedModelsBackbone):
     wrapped = ("model",)
 
     def __init__(self, model, dtype=None, *, adopt_models=False, **kwargs):
-        input_spec, _ = member_io_shapes(model, 0)
+        input_spec, _ = member_io_shapes(model)
         model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         features, head = head_features(model)
+        # The copy keeps its logits layer (its architecture); the task's
+        # classifier starts from it and the backbone never runs it.
+        head.trainable = False
         # === Functional Model ===
         inputs = wrapped_inputs(input_spec)
         super().__init__(inputs=inputs, outputs=features(inputs), dtype=dtype, **kwargs)

@@ -424,8 +424,14 @@ class LossPredictionImageClassifier(ZooTask, keras_hub.models.ImageClassifier):
                 "`model` must be a keras-hub classifier (e.g. a keras_hub.models."
                 f"ViTImageClassifier) or a ViTBackbone; got {type(model).__name__}."
             )
-        backbone = LossPredictionModelBackbone(model)
+        backbone = LossPredictionModelBackbone(model, dtype=kwargs.get("dtype"))
+        classes = int(backbone.head.units)
+        if num_classes is not None and num_classes != classes:
+            raise ValueError(
+                f"`model` classifies {classes} classes; got `num_classes={num_classes}` "
+                "(leave it `None` for a classifier)."
+            )
         kwargs.setdefault("preprocessor", model.preprocessor)
-        loss_model = cls(backbone, int(backbone.head.units), pooling=None, **kwargs)
+        loss_model = cls(backbone, classes, pooling=None, **kwargs)
         loss_model.classifier.set_weights(backbone.head.get_weights())
         return loss_model

@@ -31,6 +31,25 @@ class MaskedOutput(keras.layers.Layer):
         return self.layer.compute_output_shape(input_shape)
 
 
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class MaskedInput(keras.layers.Layer):
+    """`layer(mask(x))`: a built layer whose input passes a
+    `MasksemblesMask`, as `MasksemblesModelBackbone` places it on a
+    feed-forward block's second projection (its config re-applies it
+    when loading)."""
+
+    def __init__(self, layer, mask, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+        self.mask = mask
+
+    def call(self, inputs):
+        return self.layer(self.mask(inputs))
+
+    def compute_output_shape(self, input_shape):
+        return self.layer.compute_output_shape(input_shape)
+
+
 def mlp_sites(backbone):
     """The MLP of every keras-hub `ViTEncoderBlock`, in order."""
     encoder = backbone.get_layer("vit_encoder")

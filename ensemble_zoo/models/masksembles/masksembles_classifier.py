@@ -20,9 +20,10 @@ class MasksemblesClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
     channels of one network, one mask per member. This class takes a whole
     keras-hub classifier, image or text (DeiT, Swin, MiT, RoBERTa,
     DistilBERT, DeBERTa-v3, ALBERT, XLM-RoBERTa, RoFormer-V2, FNet, ViT,
-    BERT, ...), masks the first projection of every feed-forward block it
-    finds by layer type and role, and keeps the family's pooling and head
-    layers, one head per member (`MasksemblesModelBackbone`). The members
+    BERT, ...), masks the hidden units of every feed-forward block it finds
+    by layer type and role (the input of its second projection), and keeps
+    the family's pooling and head layers, one head per member
+    (`MasksemblesModelBackbone`). The members
     run in one pass on the input tiled to `(members * batch, ...)`; `call`
     returns member logits `(batch, members, classes)`.
 

@@ -1,7 +1,7 @@
 import keras
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
-from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedOutput
+from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedInput
 from ensemble_zoo.models.member_heads import member_rows_classifier
 from ensemble_zoo.models.member_sites import projection_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
@@ -24,10 +24,13 @@ class MasksemblesModelBackbone(WrappedModelsBackbone):
     The network of `MasksemblesClassifier`. The backbone copies `model`
     (config and weights; `model` itself is not changed) and puts a
     `MasksemblesMask` (fixed binary masks, one per member, overlap set by
-    `scale`) on the output of the first projection of every feed-forward
-    block of its keras-hub backbone, found by layer type and role
-    (`"mlp_up"`, `ensemble_zoo.models.member_sites`), as the ViT
-    Masksembles classifier does; every `Dense` layer of the classifier
+    `scale`) on the hidden units of every feed-forward block of its
+    keras-hub backbone: the input of the block's second projection, found
+    by layer type and role (`"mlp_down"`, `ensemble_zoo.models.member_sites`).
+    In a ViT that is where the ViT Masksembles classifier masks (after the
+    first projection's GELU); in MiT's `MixFFN`, whose first projection is
+    followed by a depthwise convolution with a bias and a GELU, only there
+    are masked units dropped. Every `Dense` layer of the classifier
     after its backbone becomes one layer per member
     (`ensemble_zoo.models.member_heads`). Every weight trains; the masks
     stay fixed (Durasov et al., "Masksembles for Uncertainty
@@ -71,7 +74,7 @@ class MasksemblesModelBackbone(WrappedModelsBackbone):
         input_spec, num_classes, model, network, heads = member_rows_classifier(
             model, num_members, reuse_head, dtype, adopt_models
         )
-        sites = projection_sites(model.backbone, ("mlp_up",))
+        sites = projection_sites(model.backbone, ("mlp_down",))
         if not sites:
             raise ValueError(
                 f"`model` '{model.name}' has no feed-forward block "
@@ -88,8 +91,8 @@ class MasksemblesModelBackbone(WrappedModelsBackbone):
                     dtype=layer.dtype_policy,
                     name="masksembles",
                 )
-                mask.build(tuple(layer.kernel.shape[-1:]))
-                masked = MaskedOutput(
+                mask.build(tuple(layer.kernel.shape[:1]))
+                masked = MaskedInput(
                     layer, mask, dtype=layer.dtype_policy, name=f"{attribute.lstrip('_')}_masked"
                 )
             replace_sublayer(parent, attribute, masked)
