@@ -89,7 +89,7 @@ import ensemble_zoo  # noqa: F401  (first: TensorFlow loads without its start-up
 import keras
 import numpy as np
 import pytest
-from zoo_testing import TENSORFLOW_MODEL_ROTATION
+from zoo_testing import MODEL_ROTATION
 from zoo_testing import run_day
 
 BACKEND = keras.config.backend()
@@ -167,19 +167,19 @@ def pytest_report_header(config):
     return f"keras backend: {BACKEND}"
 
 
-# Under TensorFlow, the model tests (`tests/models/`) run one day in
-# `TENSORFLOW_MODEL_ROTATION`, each on its own day (test budget: every
-# model test builds, traces and runs its models, 5 to 40 s under
-# TensorFlow on 2 cores against about 1 s under PyTorch; JAX and PyTorch
-# run them all, and TensorFlow's own code paths, its layers, exports and
-# presets, are tested every run). The day is fixed once per run (the
-# workers inherit it).
+# Under JAX and TensorFlow, the model tests (`tests/models/`) run one day
+# in `MODEL_ROTATION[backend]` (two and three), each on its own day (test
+# budget: every model test builds, compiles and runs its models, 5 to 40 s
+# under TensorFlow and 2 to 20 s under JAX on 2 cores against about 1 s
+# under PyTorch, which runs them all; each backend's own code paths, its
+# layers, exports and presets, are tested every run). The day is fixed
+# once per run (the workers inherit it).
 run_day()
 
 
 def _runs_today(item):
-    """Whether a model test runs under TensorFlow today (see
-    `TENSORFLOW_MODEL_ROTATION`). Tests that choose their backends
+    """Whether a model test runs under this backend today (see
+    `MODEL_ROTATION`). Tests that choose their backends
     themselves (a `skipif` other than `requires_jit` or
     `requires_saved_model`, keras-hub's harness) always keep their choice."""
     if not item.nodeid.startswith("tests/models/") or "keras_hub_harness" in item.nodeid:
@@ -189,19 +189,19 @@ def _runs_today(item):
         mark not in shared for mark in item.iter_markers("skipif")
     ):
         return True
-    return (zlib.crc32(item.nodeid.encode()) + run_day()) % TENSORFLOW_MODEL_ROTATION == 0
+    return (zlib.crc32(item.nodeid.encode()) + run_day()) % MODEL_ROTATION[BACKEND] == 0
 
 
 def pytest_collection_modifyitems(config, items):
     """Runs the slow tests (subprocesses: guides, README, docstrings,
     benchmarks) first, so that pytest-xdist's two workers share them instead
-    of one worker finishing a long tail alone; under TensorFlow, skips the
-    model tests whose day it is not (`TENSORFLOW_MODEL_ROTATION`)."""
+    of one worker finishing a long tail alone; under JAX and TensorFlow,
+    skips the model tests whose day it is not (`MODEL_ROTATION`)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    if BACKEND != "tensorflow":
+    if MODEL_ROTATION[BACKEND] == 1:
         return
     skip = pytest.mark.skip(
-        reason=f"under TensorFlow one day in {TENSORFLOW_MODEL_ROTATION} (test budget)"
+        reason=f"under {BACKEND} one day in {MODEL_ROTATION[BACKEND]} (test budget)"
     )
     for item in items:
         if not _runs_today(item):

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import requires_saved_model
+from zoo_testing import this_run
 from zoo_testing import to_np
 
 import ensemble_zoo as ez
@@ -19,8 +20,10 @@ def policy_scope():
     keras.config.set_dtype_policy("float32")
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("policy", this_run(["mixed_bfloat16", "mixed_float16"], 1))
 def test_trains_saves_and_reloads_under_a_mixed_policy(tmp_path, policy, policy_scope):
+    """One policy a run, in turn (test budget: 10 to 25 s each under JAX
+    and TensorFlow)."""
     policy_scope(policy)
     model = ez.models.EnsembleClassifier.from_preset("hydra_circuit_vit_tiny_digits")
     model.compile()

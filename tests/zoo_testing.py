@@ -166,9 +166,11 @@ def np_token_figures(member_logits, tokens=None, weights=None):
     return out
 
 
-#: Under TensorFlow the model tests (`tests/models/`) run one day in
-#: `TENSORFLOW_MODEL_ROTATION`, each on its own day (`conftest.py`).
-TENSORFLOW_MODEL_ROTATION = 3
+#: The model tests (`tests/models/`) run one day in `MODEL_ROTATION[backend]`
+#: under JAX and TensorFlow, which compile every model they build, each test
+#: on its own day (`conftest.py`); PyTorch (eager, the quickest to build)
+#: runs them all in every run.
+MODEL_ROTATION = {"jax": 2, "tensorflow": 3, "torch": 1}
 
 
 def run_day():
@@ -185,16 +187,13 @@ def families_this_run(names, size):
     """The families a family test runs: every one under PyTorch (eager,
     the quickest to build), and under JAX and TensorFlow, which compile
     each family, `size` of them that rotate with the day (the suite's time
-    budget), so that every family runs under every backend in turn. Under
-    TensorFlow the slice stays for `TENSORFLOW_MODEL_ROTATION` days, the
-    days over which TensorFlow's model-test rotation runs each test once."""
+    budget), so that every family runs under every backend in turn. The
+    slice stays for `MODEL_ROTATION[backend]` days, the days over which
+    the backend's model-test rotation runs each test once."""
     backend = keras.config.backend()
     if backend == "torch":
         return sorted(names)
-    day = run_day()
-    if backend == "tensorflow":
-        day //= TENSORFLOW_MODEL_ROTATION
-    return this_run(names, size, day)
+    return this_run(names, size, run_day() // MODEL_ROTATION[backend])
 
 
 def this_run(names, size, day=None):

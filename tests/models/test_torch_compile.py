@@ -143,12 +143,19 @@ def dynamo_backend(monkeypatch):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize(
-    "make",
-    [deep_ensemble, hydra, lora_ensemble, e3_with_router_noise, loss_prediction],
-    ids=["deep_ensemble", "hydra", "lora_ensemble", "e3", "loss_prediction"],
-)
-def test_predict_compiles_one_graph_and_matches_eager(dynamo_backend, make):
+PREDICT_MODELS = {
+    "deep_ensemble": deep_ensemble,
+    "hydra": hydra,
+    "lora_ensemble": lora_ensemble,
+    "e3": e3_with_router_noise,
+    "loss_prediction": loss_prediction,
+}
+
+
+@pytest.mark.parametrize("name", this_run(PREDICT_MODELS, 2))
+def test_predict_compiles_one_graph_and_matches_eager(dynamo_backend, name):
+    """Two models a run, in turn (test budget: 13 to 26 s each)."""
+    make = PREDICT_MODELS[name]
     eager = predict(make, jit_compile=False)
     dynamo_backend("eager")
     compiled = predict(make, jit_compile=True)
