@@ -6,6 +6,7 @@ from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.layers.member_layer_arguments import add_member_bias
 from ensemble_zoo.layers.member_layer_arguments import layer_config
 from ensemble_zoo.layers.member_layer_arguments import set_member_layer_arguments
+from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.layers.member_selection import selected_members
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_floating
@@ -47,8 +48,9 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
     for member `m` (`ensemble_zoo.ops.tile_members`), what a network that
     runs every member on one tiled batch passes its layers; the output is
     `(members * batch, ..., units)`. Inside
-    `ensemble_zoo.layers.member_selection.single_member(m)` the rows are
-    member `m`'s alone and its kernel alone computes them.
+    `ensemble_zoo.layers.member_selection.single_member(m)` the rows (or
+    the member axis, of size 1) are member `m`'s alone and its kernel
+    alone computes them.
 
     Each member's kernel and bias are initialized independently as a
     `Dense` layer's would be (see `MemberInitializer`).
@@ -124,10 +126,10 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
         middle = "cdefghjkl"[: rank - 3]
         return f"bm{middle}i,mio->bm{middle}o"
 
-    def _check_input_shape(self, input_shape):
+    def _check_input_shape(self, input_shape, num_members=None):
         input_shape = tuple(input_shape)
         if self.member_layout == "member_axis":
-            return check_member_axis_input(self, input_shape)
+            return check_member_axis_input(self, input_shape, num_members)
         if len(input_shape) < 2 or input_shape[-1] is None:
             raise ValueError(
                 f"GroupedDense '{self.name}' (member_layout='member_major') expects "
@@ -137,7 +139,7 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
         return input_shape
 
     def call(self, inputs):
-        shape = self._check_input_shape(static_shape(inputs))
+        shape = self._check_input_shape(static_shape(inputs), selected_count(self.num_members))
         check_floating(inputs, "inputs")
         if shape[-1] != self.input_dim:
             raise ValueError(
@@ -146,11 +148,12 @@ class GroupedDense(Int8KernelsMixin, keras.layers.Layer):
             )
         if self.member_layout == "member_major":
             return self._member_rows_call(inputs)
-        outputs = ops.einsum(self._equation, inputs, self.kernel_value("kernel"))
+        kernel, members = selected_members(self.kernel_value("kernel"), self.num_members)
+        outputs = ops.einsum(self._equation, inputs, kernel)
         if self.use_bias:
-            bias_shape = (1, self.num_members) + (1,) * (len(shape) - 3)
-            bias_shape += (self.units,)
-            outputs = outputs + ops.reshape(self.bias, bias_shape)
+            bias, _ = selected_members(self.bias, self.num_members)
+            bias_shape = (1, members) + (1,) * (len(shape) - 3) + (self.units,)
+            outputs = outputs + ops.reshape(bias, bias_shape)
         if self.activation is not None:
             outputs = self.activation(outputs)
         return outputs

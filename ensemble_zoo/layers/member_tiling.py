@@ -9,6 +9,7 @@ of sample `b`) and unfolds them into the zoo's member axis at the end.
 
 import keras
 
+from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.ops.member_tiling import ORDERS
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
@@ -54,7 +55,7 @@ class TileMembers(_MemberRows):
     """
 
     def call(self, inputs):
-        return tile_members(inputs, self.num_members, self.order)
+        return tile_members(inputs, selected_count(self.num_members), self.order)
 
     def compute_output_shape(self, input_shape):
         return (_times(input_shape[0], self.num_members),) + tuple(input_shape[1:])
@@ -82,7 +83,7 @@ class UntileMembers(_MemberRows):
     """
 
     def call(self, inputs):
-        return untile_members(inputs, self.num_members, self.order)
+        return untile_members(inputs, selected_count(self.num_members), self.order)
 
     def compute_output_shape(self, input_shape):
         batch = input_shape[0]

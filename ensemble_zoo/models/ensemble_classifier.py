@@ -5,38 +5,14 @@ from keras import ops
 
 from ensemble_zoo.losses import EnsembleSparseCategoricalCrossentropy
 from ensemble_zoo.metrics import EnsembleAccuracy
+from ensemble_zoo.models.dict_inputs import dict_input_signature
+from ensemble_zoo.models.member_passes import check_member_batching
+from ensemble_zoo.models.member_passes import resolve_member_batching
+from ensemble_zoo.models.member_passes import run_members_sequentially
 from ensemble_zoo.models.zoo_task import ZooTask
 from ensemble_zoo.ops.uncertainty import _predictive_probabilities
 from ensemble_zoo.ops.uncertainty import _uncertainty_decomposition
 from ensemble_zoo.utils import backend as backend_utils
-
-
-def _max_sequence_length(model):
-    """The `max_sequence_length` of the first keras-hub backbone inside
-    `model` that has one (`None` if none has)."""
-    for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, keras_hub.models.Backbone):
-            length = getattr(layer, "max_sequence_length", None)
-            if length:
-                return int(length)
-    return None
-
-
-def dict_input_signature(model, format=None):
-    """The exports' input specs of a model taking a dict of token tensors
-    (keras-hub's text classifiers): its keys and dtypes, `(batch, tokens)`.
-    Tokens are dynamic under TensorFlow (LiteRT aside, as for the BERT
-    tasks); elsewhere padded to the backbone's `max_sequence_length`
-    where it has one."""
-    dynamic = keras.config.backend() == "tensorflow" and format != "litert"
-    length = None if dynamic else _max_sequence_length(model)
-    return {
-        name: keras.InputSpec(
-            shape=(None,) + (length,) * (len(tensor.shape) - 1),
-            dtype=keras.backend.standardize_dtype(tensor.dtype),
-        )
-        for name, tensor in model.input.items()
-    }
 
 
 def preprocessor_of(model):
@@ -152,9 +128,50 @@ class EnsembleClassifier(ZooTask):
             return self._run_graph(inputs, training=training, mask=mask, **kwargs)
 
     def _run_graph(self, inputs, training=None, **kwargs):
-        """Runs the functional graph (`MemberTiledClassifier` may run it one
-        member at a time)."""
-        return super().call(inputs, training=training, **kwargs)
+        """Runs the functional graph: once, or for a member-tiled task at
+        inference, once per member (`member_batching`)."""
+        graph = super().call
+        batching = self.member_batching
+        batch = tuple(keras.tree.flatten(inputs)[0].shape)[0]
+        if (
+            batching is None
+            or training
+            or resolve_member_batching(batching) == "tiled"
+            # A batch of unknown size (a SavedModel's `serve`, traced for
+            # any batch) runs the tiled pass too.
+            or not isinstance(batch, int)
+        ):
+            return graph(inputs, training=training, **kwargs)
+        return run_members_sequentially(
+            lambda: graph(inputs, training=False, **kwargs), inputs, self.num_members
+        )
+
+    # A class default, so that `dir()` lists it whether or not an instance
+    # set its own (keras-hub's harness compares `dir` of revived models).
+    _member_batching = None
+
+    @property
+    def member_batching(self):
+        """How a member-tiled task (LoRA-Ensemble, BatchEnsemble,
+        Masksembles on a ViT or BERT backbone) runs its members at
+        inference: `"auto"`, `"tiled"` or `"sequential"`
+        (`ensemble_zoo.models.member_passes`); `None` for the other tasks,
+        which run their graph as built."""
+        return self.__dict__.get("_member_batching")
+
+    @member_batching.setter
+    def member_batching(self, value):
+        if self.member_batching is None:
+            raise AttributeError(f"{type(self).__name__} has no `member_batching`.")
+        object.__setattr__(self, "_member_batching", check_member_batching(value))
+        # Compiled predict / evaluate functions hold the previous choice.
+        for name in ("predict_function", "test_function"):
+            if getattr(self, name, None) is not None:
+                setattr(self, name, None)
+
+    def _set_member_batching(self, value):
+        """Sets a member-tiled task's `member_batching` (its constructor)."""
+        object.__setattr__(self, "_member_batching", check_member_batching(value))
 
     # === Training defaults ===
 

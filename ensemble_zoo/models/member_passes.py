@@ -24,9 +24,11 @@ that the dropout draws and the gradients are those of the whole tiled
 batch, and so does a batch whose size is unknown when the graph is
 traced (an exported model's `serve`, for any batch size).
 
-`MemberTiledClassifier` (`member_tiled_classifier.py`) builds its graph as
-`_member_outputs(_member_features(tile_members(inputs, M)))` and, at
-inference, runs it as this module says.
+A member-tiled task builds its graph with `member_tiled.member_rows`
+(the tiling and untiling are layers, `TileMembers` / `UntileMembers`) and
+sets `member_batching`; `EnsembleClassifier` then runs the whole graph
+once per member within `single_member(m)`, where the tiling layers move
+member `m`'s rows alone and every member layer uses member `m`'s weights.
 """
 
 import keras
@@ -55,31 +57,29 @@ def resolve_member_batching(value):
     return "tiled"
 
 
-def run_members_sequentially(features_fn, outputs_fn, inputs, num_members):
-    """`outputs_fn(features)`, the features computed member by member.
+def run_members_sequentially(graph, inputs, num_members):
+    """The member logits of a member-tiled task's graph, computed member
+    by member.
 
     Args:
-        features_fn: member-major inputs -> member-major features (the
-            backbone and pooling of a member-tiled task); called on the
-            untiled `inputs` within `single_member(m)` for each member.
-        outputs_fn: member-major features `(members * batch, ...)` -> the
-            task's outputs.
+        graph: callable running the task's functional graph on `inputs`
+            (not tiled) at inference; called within `single_member(m)` for
+            each member, it returns member `m`'s logits `(batch, 1,
+            classes)`.
         inputs: the batch (a tensor or a dict of them), not tiled.
         num_members: int.
 
     Returns:
-        What the tiled graph `outputs_fn(features_fn(tile_members(inputs,
-        num_members)))` returns.
+        `(batch, num_members, classes)`: what the tiled pass returns.
     """
 
     def member(m):
         with single_member(m):
-            return features_fn(inputs)
+            return graph()[:, 0]
 
     first = keras.tree.flatten(inputs)[0]
     if backend_utils.backend() == "jax" and backend_utils.is_tracing(first):
         stacked = ops.map(member, ops.arange(num_members, dtype="int32"))
     else:
         stacked = ops.stack([member(m) for m in range(num_members)])
-    features = ops.reshape(stacked, (-1,) + tuple(stacked.shape[2:]))
-    return outputs_fn(features)
+    return ops.moveaxis(stacked, 0, 1)

@@ -61,9 +61,7 @@ class HarnessCase:
             `"member_axis"` (inputs in, `(batch, members, tokens, dim)`
             out), `"member_major"` (a keras-hub backbone applied to
             `members * batch` rows) or `"stacked_channels"` (MIMO: the
-            members' images stacked on channels). Defaults to the task's
-            base: `"member_major"` for a `MemberTiledClassifier`,
-            `"member_axis"` for a `MemberAxisClassifier`.
+            members' images stacked on channels).
         modality: `"image"` or `"text"`. Defaults to `"text"` for a
             `keras_hub.models.TextClassifier`, else `"image"`.
         preset: optional shipped preset of an image task, loaded by the
@@ -75,7 +73,9 @@ class HarnessCase:
     import ensemble_zoo as ez
     from ensemble_zoo.models.method_registry import HarnessCase
 
-    case = HarnessCase(ez.models.LoRAEnsembleTextClassifier, dict(num_members=2))
+    case = HarnessCase(
+        ez.models.LoRAEnsembleTextClassifier, dict(num_members=2), layout="member_major"
+    )
     case.num_members, case.layout, case.modality  # (2, 'member_major', 'text')
     ```
     """
@@ -88,18 +88,10 @@ class HarnessCase:
     preset: str = None
 
     def __post_init__(self):
-        # The task's bases are imported by the time its package registers.
-        from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
-        from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
-
         kwargs = self.backbone_kwargs
         if self.num_members is None:
             members = kwargs.get("num_members", kwargs.get("ensemble_size"))
             object.__setattr__(self, "num_members", members)
-        if self.layout is None:
-            bases = {MemberTiledClassifier: "member_major", MemberAxisClassifier: "member_axis"}
-            layouts = [v for base, v in bases.items() if issubclass(self.task_cls, base)]
-            object.__setattr__(self, "layout", layouts[0] if layouts else None)
         if self.modality is None:
             text = issubclass(self.task_cls, keras_hub.models.TextClassifier)
             object.__setattr__(self, "modality", "text" if text else "image")

@@ -9,6 +9,10 @@ import keras
 import keras_hub
 import numpy as np
 
+from ensemble_zoo.models.dict_inputs import backbone_attribute
+from ensemble_zoo.models.dict_inputs import check_dict_inputs
+from ensemble_zoo.models.dict_inputs import check_raw_texts
+from ensemble_zoo.models.dict_inputs import check_token_values
 from ensemble_zoo.models.loop_checks import check_loop_arguments
 from ensemble_zoo.models.loop_checks import check_raw_image_batch
 from ensemble_zoo.models.loop_checks import check_real_dtype
@@ -117,7 +121,8 @@ class ZooTask:
         `call`, where the tensors may be symbolic)."""
         template = getattr(self, "input", None)
         if expected is None and isinstance(template, dict):
-            check_dict_inputs(type(self).__name__, inputs, template)
+            max_length = backbone_attribute(self, "max_sequence_length")
+            check_dict_inputs(type(self).__name__, inputs, template, max_length)
             return
         expected = tuple(self.member_input_shape if expected is None else expected)
         if isinstance(inputs, (dict, list, tuple)):
@@ -144,10 +149,12 @@ class ZooTask:
     def _check_data(self, x):
         """Checks the array inputs of the loops: `_check_inputs`, then, for
         values that exist now, a non-empty batch of finite numbers (NaN
-        images gave NaN predictions and an accuracy of 0.1)."""
+        images gave NaN predictions and an accuracy of 0.1), or for dict
+        inputs ids within the backbone's vocabulary (`check_token_values`)."""
         if isinstance(x, dict):
             if x and all(hasattr(v, "shape") for v in x.values()):
                 self._check_inputs(x)
+                check_token_values(self, x)
             return
         if isinstance(x, (list, tuple)):
             self._check_inputs(x)  # a single tensor (or dict) is expected
@@ -208,10 +215,12 @@ class ZooTask:
     def _check_raw_loop_data(self, x, y=None):
         """The checks of the loops with a preprocessor: what the model can
         check without preprocessing (the raw images' rank, channels and
-        values; labels)."""
+        values, or raw texts for a tokenizer; labels)."""
         if getattr(self.preprocessor, "image_converter", None) is not None:
             shape = self.member_input_shape
             check_raw_image_batch(x, None if shape is None else shape[-1])
+        elif getattr(self.preprocessor, "tokenizer", None) is not None:
+            check_raw_texts(x)
         self._check_labels(y)
 
     def _check_loop_call(self, x, y=None, batch_size=None, epochs=None, sample_weight=None):
@@ -370,34 +379,6 @@ class ZooTask:
             verbose=verbose,
             **kwargs,
         )
-
-
-def check_dict_inputs(owner, inputs, template):
-    """Checks a dict of input tensors against the `keras.Input`s of a model
-    that takes one (`template`, e.g. a keras-hub text classifier's
-    `token_ids`, `padding_mask` and `segment_ids`): the same keys, each
-    tensor of the template's rank and dtype kind, and one length on axis 1
-    (the tokens). Keras would cast float ids and pad a missing key
-    silently. `owner` names the model in the errors."""
-    if not isinstance(inputs, dict) or set(inputs) != set(template):
-        got = sorted(inputs) if isinstance(inputs, dict) else f"a {type(inputs).__name__}"
-        raise ValueError(f"{owner} expects a dict with keys {sorted(template)}; got {got}.")
-    lengths = set()
-    for name, expected in template.items():
-        shape = static_shape(inputs[name])
-        if len(shape) != len(expected.shape):
-            raise ValueError(
-                f"`{name}` must have shape {('batch',) + tuple(expected.shape[1:])}; got {shape}."
-            )
-        dtype = keras.backend.standardize_dtype(inputs[name].dtype)
-        wanted = keras.backend.standardize_dtype(expected.dtype)
-        if ("float" in dtype) != ("float" in wanted):
-            raise TypeError(f"`{name}` must hold {wanted} values; got dtype {dtype}.")
-        if len(shape) > 1 and shape[1] is not None:
-            lengths.add(shape[1])
-    if len(lengths) > 1:
-        shapes = {name: static_shape(value) for name, value in inputs.items()}
-        raise ValueError(f"The inputs must share their length on axis 1; got shapes {shapes}.")
 
 
 @contextlib.contextmanager

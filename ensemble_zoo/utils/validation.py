@@ -72,22 +72,24 @@ def check_positive_int(value, name):
     return int(value)
 
 
-def check_member_axis_input(layer, input_shape):
+def check_member_axis_input(layer, input_shape, num_members=None):
     """Checks a `(batch, members, ..., features)` input of a grouped layer.
 
     `layer` must have `num_members` and `name`; the message names both and
-    the `inputs` argument.
+    the `inputs` argument. `num_members` (default `layer.num_members`) is
+    how many members the layer computes now (1 within `single_member`).
     """
     input_shape = tuple(input_shape)
+    expected = layer.num_members if num_members is None else num_members
     owner = f"{type(layer).__name__} '{layer.name}'"
     if len(input_shape) < 3:
         raise ValueError(
             f"{owner} expects `inputs` of shape (batch, members, ..., "
             f"features) with at least 3 axes; got shape {input_shape}."
         )
-    if input_shape[1] is not None and input_shape[1] != layer.num_members:
+    if input_shape[1] is not None and input_shape[1] != expected:
         raise ValueError(
-            f"{owner} was built for num_members={layer.num_members}, but its "
+            f"{owner} was built for num_members={expected}, but its "
             f"`inputs` have {input_shape[1]} members on axis 1 (shape "
             f"{input_shape})."
         )

@@ -34,8 +34,9 @@ register_method(
                 BatchEnsembleImageClassifier,
                 dict(_FAST_WEIGHTS, num_heads=2),
                 preset="batch_ensemble_vit_tiny_digits",
+                layout="member_major",
             ),
-            HarnessCase(BatchEnsembleTextClassifier, _FAST_WEIGHTS),
+            HarnessCase(BatchEnsembleTextClassifier, _FAST_WEIGHTS, layout="member_major"),
         ),
         keras_hub_kwargs=dict(num_members=2, seed=0),
         benchmark=BenchmarkCase(

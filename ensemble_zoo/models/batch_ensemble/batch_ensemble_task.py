@@ -1,4 +1,6 @@
-"""What the BatchEnsemble image and text classifiers share."""
+"""What the BatchEnsemble image and text classifiers share: the method's
+defaults, its backbone, the graph, the config, members as keras-hub
+models and the keras-hub conversion."""
 
 import numpy as np
 from keras import ops
@@ -9,12 +11,14 @@ from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemb
 from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import projection_sites
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BACKBONES
 from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_tiled import from_keras_hub_parts
+from ensemble_zoo.models.member_tiled import member_rows
+from ensemble_zoo.models.member_tiled import members_of_rows
 from ensemble_zoo.models.method_backbone import MethodBackbone
 from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.method_backbone import method_backbone
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.models.task_head import task_head
-from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils.validation import check_positive_int
 
 #: The method's arguments and their defaults.
@@ -46,138 +50,101 @@ def batch_ensemble_backbone(backbone, **given):
     return method_backbone(backbone, BACKBONES, config, lambda b: apply_batch_ensemble(b, **config))
 
 
-class BatchEnsembleTask:
-    """Behaviour shared by the BatchEnsemble image and text classifiers (no
-    Keras base; listed before `MemberTiledClassifier`).
-
-    The constructor takes the method's arguments (documented on
-    `BatchEnsembleImageClassifier`); `MemberTiledClassifier.__init__`
-    converts the backbone (`batch_ensemble_backbone`); a subclass implements
-    `_plain_task(backbone)` (the keras-hub task of one member).
-    """
-
-    method_backbone = staticmethod(batch_ensemble_backbone)
-
-    def __init__(
-        self,
+def batch_ensemble_head(backbone, dropout, num_classes):
+    """`(output_dropout, head)`: a `BatchEnsembleDense` head whose fast
+    weights continue the backbone's seeds."""
+    config = backbone.method_config
+    seed = config["seed"]
+    return task_head(
         backbone,
+        dropout,
+        BatchEnsembleDense,
         num_classes,
-        num_members=None,
-        *,
-        fast_weight_initializer=None,
-        fast_weight_stddev=None,
-        seed=None,
-        **kwargs,
-    ):
-        # Rows of member m use W * outer(r_m, s_m) and b_m in every projection.
-        super().__init__(
-            backbone=backbone,
-            num_classes=num_classes,
-            method_arguments={
-                "num_members": num_members,
-                "fast_weight_initializer": fast_weight_initializer,
-                "fast_weight_stddev": fast_weight_stddev,
-                "seed": seed,
-            },
-            **kwargs,
-        )
+        config["num_members"],
+        fast_weight_initializer=config["fast_weight_initializer"],
+        fast_weight_stddev=config["fast_weight_stddev"],
+        seed=None if seed is None else seed + 2 * len(batch_ensemble_layers(backbone)),
+    )
 
-    def _make_head(self, backbone, num_classes, dropout):
-        config = backbone.method_config
-        seed = config["seed"]
-        self.output_dropout, self.head = task_head(
-            backbone,
-            dropout,
-            BatchEnsembleDense,
-            num_classes,
-            config["num_members"],
-            fast_weight_initializer=config["fast_weight_initializer"],
-            fast_weight_stddev=config["fast_weight_stddev"],
-            seed=None if seed is None else seed + 2 * len(batch_ensemble_layers(backbone)),
-        )
 
-    def _member_outputs(self, features):
-        """Pooled features `(members * batch, dim)` of the member-major
-        batch -> float32 member logits `(batch, members, classes)`."""
-        x = self.output_dropout(features)
-        x = self.head(x)
-        return member_logits(untile_members(x, self.backbone.method_config["num_members"]))
+def batch_ensemble_logits(backbone, inputs, pooling, output_dropout, head):
+    """The functional graph of a BatchEnsemble classifier: the backbone
+    once on the member-major batch (rows of member m use `W * outer(r_m,
+    s_m)` and `b_m` in every projection), the head on the same rows,
+    float32 member logits `(batch, members, classes)`."""
+    num_members = backbone.method_config["num_members"]
+    features = member_rows(backbone, inputs, num_members, pooling)
+    x = head(output_dropout(features))
+    return member_logits(members_of_rows(x, num_members))
 
-    def _set_method_config(self):
-        super()._set_method_config()
-        self.fast_weight_stddev = float(self.fast_weight_stddev)
 
-    @property
-    def batch_ensemble_layers(self):
-        """The backbone's `BatchEnsembleDense` layers, then the head."""
-        return batch_ensemble_layers(self.backbone) + [self.head]
+def batch_ensemble_config(task):
+    """The constructor arguments of a BatchEnsemble classifier `task`
+    beyond keras-hub's task config (`get_config`)."""
+    config = {
+        "num_classes": task.num_classes,
+        "num_members": task.num_members,
+        "fast_weight_initializer": task.fast_weight_initializer,
+        "fast_weight_stddev": task.fast_weight_stddev,
+        "seed": task.seed,
+        "dropout": task.dropout,
+        "member_batching": task.member_batching,
+    }
+    if task.pooling is not None:
+        config["pooling"] = task.pooling
+    return config
 
-    def member_model(self, member):
-        """Member `member` as the plain keras-hub task (`ViTImageClassifier`
-        or `BertTextClassifier`): every converted projection holds
-        `W * outer(r_m, s_m)` and `b_m`.
 
-        Useful to inspect or export one member alone; running the M member
-        models one by one gives the same logits as this model (tested).
-        """
-        if not 0 <= member < self.num_members:
-            raise ValueError(f"`member` must be in [0, {self.num_members - 1}]; got {member!r}.")
-        backbone = plain_backbone_copy(self.backbone)
-        sites = projection_sites(backbone)
-        converted = {id(w) for p, a in sites for w in getattr(p, a).weights}
-        mine = {id(w) for layer in batch_ensemble_layers(self.backbone) for w in layer.weights}
-        targets = [w for w in backbone.weights if id(w) not in converted]
-        sources = [w for w in self.backbone.weights if id(w) not in mine]
-        for target, source in zip(targets, sources, strict=True):
-            if tuple(target.shape) != tuple(source.shape):
-                raise RuntimeError(f"Weight order mismatch: {target.path} vs {source.path}.")
-            target.assign(ops.convert_to_numpy(source))
-        for (parent, attribute), layer in zip(
-            sites, batch_ensemble_layers(self.backbone), strict=True
-        ):
-            _set_member_weights(getattr(parent, attribute), layer, member)
-        model = self._plain_task(backbone)
-        _set_member_weights(model.output_dense, self.head, member)
-        return model
+def set_batch_ensemble_config(task, backbone, num_classes, pooling, dropout):
+    """Sets `task`'s config attributes: its arguments and the method's,
+    as its backbone holds them."""
+    method_config = backbone.method_config
+    task.num_members = int(method_config["num_members"])
+    task.num_classes = num_classes
+    task.pooling = pooling
+    task.dropout = dropout
+    task.fast_weight_initializer = method_config["fast_weight_initializer"]
+    task.fast_weight_stddev = float(method_config["fast_weight_stddev"])
+    task.seed = method_config["seed"]
 
-    # === keras-hub conversion ===
 
-    @classmethod
-    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
-        """A BatchEnsemble built from a copy of a keras-hub ViT (image
-        classifier) or BERT (text classifier).
+def batch_ensemble_member_model(task, member, plain_task):
+    """Member `member` of the BatchEnsemble classifier `task` as the plain
+    keras-hub task `plain_task(task, backbone)` builds (`ViTImageClassifier`
+    or `BertTextClassifier`): every converted projection holds `W *
+    outer(r_m, s_m)` and `b_m`."""
+    if not 0 <= member < task.num_members:
+        raise ValueError(f"`member` must be in [0, {task.num_members - 1}]; got {member!r}.")
+    backbone = plain_backbone_copy(task.backbone)
+    sites = projection_sites(backbone)
+    converted = {id(w) for p, a in sites for w in getattr(p, a).weights}
+    mine = {id(w) for layer in batch_ensemble_layers(task.backbone) for w in layer.weights}
+    targets = [w for w in backbone.weights if id(w) not in converted]
+    sources = [w for w in task.backbone.weights if id(w) not in mine]
+    for target, source in zip(targets, sources, strict=True):
+        if tuple(target.shape) != tuple(source.shape):
+            raise RuntimeError(f"Weight order mismatch: {target.path} vs {source.path}.")
+        target.assign(ops.convert_to_numpy(source))
+    for (parent, attribute), layer in zip(sites, batch_ensemble_layers(task.backbone), strict=True):
+        _set_member_weights(getattr(parent, attribute), layer, member)
+    model = plain_task(task, backbone)
+    _set_member_weights(model.output_dense, task.head, member)
+    return model
 
-        Every member starts from the pretrained kernels and biases (E³
-        paper, App. B.2: BatchEnsemble fine-tuned from ViT checkpoints);
-        only the fast weights are new. They default to `N(1, 0.1)` here
-        (a decision): with `N(1, 0.5)` on every projection of
-        `vit_tiny_digits` the converted model starts at 65% accuracy and
-        fine-tunes to 95.2% (NLL 0.220) in 10 epochs, with `N(1, 0.1)` to
-        97.6% (NLL 0.069). Pass `fast_weight_stddev=0.5` for the paper's
-        sweep value.
 
-        Args:
-            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`
-                (`BatchEnsembleImageClassifier`), a `BertTextClassifier` or
-                `BertBackbone` (`BatchEnsembleTextClassifier`); not changed.
-            num_members: int. Defaults to `4`.
-            num_classes: int; defaults to the classifier's. Required for a
-                backbone.
-            reuse_head: bool; `True` starts the head from the classifier's
-                (shared kernel and every member's bias). `None` (default)
-                reuses it when the class counts match.
-            **kwargs: other constructor arguments.
-        """
-        kwargs.setdefault("fast_weight_stddev", 0.1)
-        kwargs["num_members"] = num_members
-        return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
-
-    def _copy_head(self, dense):
-        """The classifier's kernel as the shared kernel, its bias as every
-        member's."""
-        self.head.kernel.assign(ops.convert_to_numpy(dense.kernel))
+def batch_ensemble_from_keras_hub(cls, parts, model, num_members, num_classes, reuse_head, kwargs):
+    """`cls.from_keras_hub` (the image and text classifiers'; see
+    `BatchEnsembleImageClassifier.from_keras_hub`): the task on a copy of
+    `model`, the head started from the classifier's when it is reused
+    (its kernel shared, its bias every member's)."""
+    kwargs.setdefault("fast_weight_stddev", 0.1)
+    kwargs["num_members"] = num_members
+    task, dense = from_keras_hub_parts(cls, parts, model, num_classes, reuse_head, kwargs)
+    if dense is not None:
+        task.head.kernel.assign(ops.convert_to_numpy(dense.kernel))
         bias = np.asarray(ops.convert_to_numpy(dense.bias))
-        self.head.bias.assign(np.broadcast_to(bias, self.head.bias.shape))
+        task.head.bias.assign(np.broadcast_to(bias, task.head.bias.shape))
+    return task
 
 
 def _set_member_weights(target, source, member):

@@ -1,17 +1,25 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
-from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import BatchEnsembleTask
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
-from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_config
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_from_keras_hub
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_head
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_logits
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_member_model
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import set_batch_ensemble_config
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.text_inputs import bert_parts
+from ensemble_zoo.models.text_inputs import check_bert_backbone
 from ensemble_zoo.models.text_inputs import plain_bert_classifier
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class BatchEnsembleTextClassifier(
-    TextInputsMixin, BatchEnsembleTask, MemberTiledClassifier, keras_hub.models.TextClassifier
-):
+class BatchEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassifier):
     """BatchEnsemble on a keras-hub BERT: one shared network, rank-1 members.
 
     The text counterpart of `BatchEnsembleImageClassifier`: every attention
@@ -36,10 +44,14 @@ class BatchEnsembleTextClassifier(
         fast_weight_stddev: float. Defaults to `0.5`.
         seed: optional int for the fast weights. The method arguments left
             `None` are the backbone's, as for `BatchEnsembleImageClassifier`.
-        **kwargs: `MemberTiledClassifier`'s `preprocessor` (a
-            `keras_hub.models.TextClassifierPreprocessor`), `dropout`
-            (default `0.1`, keras-hub's `BertTextClassifier`'s) and
-            `member_batching`, and other `keras_hub.models.Task` arguments.
+        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
+            run on raw strings by `fit`, `predict` and `evaluate`.
+        dropout: float, dropout before the head. Defaults to `0.1`
+            (keras-hub's `BertTextClassifier`).
+        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`
+            (`ensemble_zoo.models.member_passes`).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -70,4 +82,73 @@ class BatchEnsembleTextClassifier(
 
     backbone_cls = BatchEnsembleBertBackbone
 
-    _plain_task = plain_bert_classifier
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=None,
+        *,
+        fast_weight_initializer=None,
+        fast_weight_stddev=None,
+        seed=None,
+        preprocessor=None,
+        dropout=0.1,
+        member_batching="auto",
+        **kwargs,
+    ):
+        check_bert_backbone(backbone)
+        backbone = batch_ensemble_backbone(
+            backbone,
+            num_members=num_members,
+            fast_weight_initializer=fast_weight_initializer,
+            fast_weight_stddev=fast_weight_stddev,
+            seed=seed,
+        )
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout, self.head = batch_ensemble_head(backbone, dropout, num_classes)
+
+        # === Functional Model ===
+        # BERT's pooled output of every member's rows.
+        inputs = backbone.input
+        outputs = batch_ensemble_logits(backbone, inputs, None, self.output_dropout, self.head)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        set_batch_ensemble_config(self, backbone, num_classes, None, dropout)
+        self._set_member_batching(member_batching)
+
+    def get_config(self):
+        return {**super().get_config(), **batch_ensemble_config(self)}
+
+    @property
+    def batch_ensemble_layers(self):
+        """The backbone's `BatchEnsembleDense` layers, then the head."""
+        return batch_ensemble_layers(self.backbone) + [self.head]
+
+    def member_model(self, member):
+        """Member `member` as a plain keras-hub `BertTextClassifier`: every converted
+        projection holds `W * outer(r_m, s_m)` and `b_m`.
+
+        Useful to inspect or export one member alone; running the M member
+        models one by one gives the same logits as this model (tested).
+        """
+        return batch_ensemble_member_model(self, member, plain_bert_classifier)
+
+    @classmethod
+    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+        """A BatchEnsemble built from a copy of a keras-hub BERT (as
+        `BatchEnsembleImageClassifier.from_keras_hub` from a ViT).
+
+        Args:
+            model: a `keras_hub.models.BertTextClassifier` or
+                `BertBackbone`; not changed.
+            num_members, num_classes, reuse_head, **kwargs: as
+                `BatchEnsembleImageClassifier.from_keras_hub` takes them.
+        """
+        return batch_ensemble_from_keras_hub(
+            cls, bert_parts, model, num_members, num_classes, reuse_head, kwargs
+        )

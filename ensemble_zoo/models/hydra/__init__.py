@@ -16,8 +16,13 @@ register_method(
                 HydraImageClassifier,
                 dict(num_heads=2, num_members=3, member_num_heads=[[2, 1, 1], [1, 2, 2]]),
                 preset="hydra_circuit_vit_tiny_digits",
+                layout="member_axis",
             ),
-            HarnessCase(HydraTextClassifier, dict(num_members=2, member_num_heads=[[2, 1]])),
+            HarnessCase(
+                HydraTextClassifier,
+                dict(num_members=2, member_num_heads=[[2, 1]]),
+                layout="member_axis",
+            ),
         ),
         export=("tf_saved_model", "hydra_circuit_vit_tiny_digits"),
     )

@@ -7,12 +7,11 @@ from ensemble_zoo.models.hydra.hydra_text_backbone import BERT_ARGUMENTS
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.keras_hub_vit import check_keras_hub_classifier
 from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
-from ensemble_zoo.models.text_inputs import TextInputsMixin
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class HydraTextClassifier(
-    TextInputsMixin, HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.TextClassifier
+    HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.TextClassifier
 ):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 

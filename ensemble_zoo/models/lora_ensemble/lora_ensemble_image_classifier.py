@@ -1,15 +1,25 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
+from ensemble_zoo.models.keras_hub_vit import vit_parts
+from ensemble_zoo.models.lora_ensemble import adapter_files
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_config
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_from_keras_hub
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_head
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_logits
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import set_lora_ensemble_config
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleImageClassifier(
-    LoRAEnsembleTask, MemberTiledClassifier, keras_hub.models.ImageClassifier
-):
+class LoRAEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """LoRA-Ensemble image classifier: M low-rank members on one frozen ViT.
 
     LoRA-Ensemble (the LoRA-Ensemble paper, "LoRA-Ensemble: Efficient
@@ -47,10 +57,18 @@ class LoRAEnsembleImageClassifier(
         seed: optional int, seeds the adapters' `A` initialization. The
             method arguments (`num_members` to `seed`) left `None` are the
             backbone's when it is a `LoRAEnsembleViTBackbone`, else the
-            defaults named here. `seed` is keyword-only.
-        **kwargs: `MemberTiledClassifier`'s `preprocessor`, `pooling`
-            (`"token"`, the default, or `"gap"`), `dropout` and
-            `member_batching`, and other `keras_hub.models.Task` arguments.
+            defaults named here. `seed` and the arguments after it are
+            keyword-only.
+        preprocessor: optional keras-hub preprocessor run by `fit`,
+            `predict` and `evaluate` on raw images.
+        pooling: `"token"` (the class token, default) or `"gap"` (the mean
+            of the tokens).
+        dropout: float, dropout before the heads. Defaults to `0.0`
+            (keras-hub's `ViTImageClassifier`).
+        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`
+            (`ensemble_zoo.models.member_passes`).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -70,3 +88,118 @@ class LoRAEnsembleImageClassifier(
     """
 
     backbone_cls = LoRAEnsembleViTBackbone
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=None,
+        rank=None,
+        targets=None,
+        lora_alpha=None,
+        a_gain=None,
+        *,
+        seed=None,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
+        member_batching="auto",
+        **kwargs,
+    ):
+        check_image_backbone(backbone)
+        backbone = lora_ensemble_backbone(
+            backbone,
+            num_members=num_members,
+            rank=rank,
+            targets=targets,
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
+        )
+        num_classes = check_positive_int(num_classes, "num_classes")
+        pooling = check_pooling(pooling)
+        dropout = check_rate(dropout, "dropout")
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout, self.head = lora_ensemble_head(backbone, dropout, num_classes)
+
+        # === Functional Model ===
+        # One backbone pass over the member-major batch: the rows of member
+        # m take member m's adapters, then member m's head.
+        inputs = backbone.input
+        outputs = lora_ensemble_logits(backbone, inputs, pooling, self.output_dropout, self.head)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        set_lora_ensemble_config(self, backbone, num_classes, pooling, dropout)
+        self._set_member_batching(member_batching)
+
+    def get_config(self):
+        return {**super().get_config(), **lora_ensemble_config(self)}
+
+    @property
+    def adapters(self):
+        """The `LoRAEnsembleAdapter`s, in a fixed order."""
+        return lora_ensemble_adapters(self.backbone)
+
+    @property
+    def method_config(self):
+        """The LoRA-Ensemble arguments the backbone was built with."""
+        return self.backbone.method_config
+
+    @property
+    def base_backbone_class(self):
+        """The keras-hub backbone class the adapters sit on."""
+        return self.backbone.base_cls()
+
+    def save_adapter_weights(self, filepath):
+        """Saves only what training changes: every adapter and the heads.
+
+        A few MB instead of the whole backbone; reload them with
+        `load_adapter_weights` into a model built on the same frozen
+        backbone. The file is HDF5 (`.h5`), readable under every backend,
+        in the causal LMs' adapter format (`adapter_files`) with the heads.
+        """
+        adapter_files.save_adapters(self, filepath, suffix=".h5", head=self.head)
+
+    def load_adapter_weights(self, filepath):
+        """Loads weights written by `save_adapter_weights`.
+
+        Raises a `ValueError` naming the file and the first variable that
+        is missing or has the wrong shape.
+        """
+        adapter_files.load_adapters(self, filepath, suffix=".h5", head=self.head)
+
+    @classmethod
+    def from_keras_hub(
+        cls, model, num_members=8, rank=4, num_classes=None, reuse_head=None, **kwargs
+    ):
+        """A LoRA-Ensemble on a copy of a keras-hub ViT.
+
+        Args:
+            model: a `keras_hub.models.ViTImageClassifier` or `ViTBackbone`;
+                it is not changed.
+            num_members: int. Defaults to `8`.
+            rank: int. Defaults to `4`.
+            num_classes: int; defaults to the classifier's. Required for a
+                backbone.
+            reuse_head: bool. `True` starts every member's head as a copy of
+                the classifier's, so that before training (B = 0) every
+                member equals `model`; `False` gives fresh heads (the
+                paper's fine-tuning setting). `None` (default) reuses the
+                head when `model` is a classifier with `num_classes` classes.
+            **kwargs: other constructor arguments (`targets`, `lora_alpha`,
+                `a_gain`, `seed`, and for a backbone `pooling`, `dropout`).
+
+        Returns:
+            A `LoRAEnsembleImageClassifier`.
+
+        Raises:
+            TypeError: `model` is of another family; the message points
+                to `LoRAEnsembleClassifier.from_model`, which takes every
+                keras-hub classifier with attention.
+        """
+        return lora_ensemble_from_keras_hub(
+            cls, vit_parts, model, num_members, rank, num_classes, reuse_head, kwargs
+        )

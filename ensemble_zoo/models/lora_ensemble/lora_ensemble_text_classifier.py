@@ -1,16 +1,24 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.lora_ensemble import adapter_files
+from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
-from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import LoRAEnsembleTask
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
-from ensemble_zoo.models.text_inputs import TextInputsMixin
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_config
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_from_keras_hub
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_head
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_logits
+from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import set_lora_ensemble_config
+from ensemble_zoo.models.text_inputs import bert_parts
+from ensemble_zoo.models.text_inputs import check_bert_backbone
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class LoRAEnsembleTextClassifier(
-    TextInputsMixin, LoRAEnsembleTask, MemberTiledClassifier, keras_hub.models.TextClassifier
-):
+class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassifier):
     """LoRA-Ensemble text classifier: M low-rank members on one frozen BERT.
 
     The text counterpart of `LoRAEnsembleImageClassifier` (the SST-2
@@ -32,10 +40,16 @@ class LoRAEnsembleTextClassifier(
             backbone with its config and weights plus the adapters;
             `backbone` is not changed.
         num_classes: int.
-        **kwargs: `MemberTiledClassifier`'s `preprocessor` (a
-            `keras_hub.models.TextClassifierPreprocessor` run on raw
-            strings), `dropout` (default `0.1`) and `member_batching`, and
-            other `keras_hub.models.Task` arguments.
+        num_members, rank, targets, lora_alpha, a_gain, seed: the method's
+            arguments, as `LoRAEnsembleImageClassifier` takes them.
+        preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
+            run on raw strings by `fit`, `predict` and `evaluate`.
+        dropout: float, dropout before the heads. Defaults to `0.1`
+            (keras-hub's `BertTextClassifier`).
+        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`
+            (`ensemble_zoo.models.member_passes`).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -61,3 +75,98 @@ class LoRAEnsembleTextClassifier(
     """
 
     backbone_cls = LoRAEnsembleBertBackbone
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=None,
+        rank=None,
+        targets=None,
+        lora_alpha=None,
+        a_gain=None,
+        *,
+        seed=None,
+        preprocessor=None,
+        dropout=0.1,
+        member_batching="auto",
+        **kwargs,
+    ):
+        check_bert_backbone(backbone)
+        backbone = lora_ensemble_backbone(
+            backbone,
+            num_members=num_members,
+            rank=rank,
+            targets=targets,
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
+        )
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout, self.head = lora_ensemble_head(backbone, dropout, num_classes)
+
+        # === Functional Model ===
+        # BERT's (frozen) pooled output of every member's rows.
+        inputs = backbone.input
+        outputs = lora_ensemble_logits(backbone, inputs, None, self.output_dropout, self.head)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        set_lora_ensemble_config(self, backbone, num_classes, None, dropout)
+        self._set_member_batching(member_batching)
+
+    def get_config(self):
+        return {**super().get_config(), **lora_ensemble_config(self)}
+
+    @property
+    def adapters(self):
+        """The `LoRAEnsembleAdapter`s, in a fixed order."""
+        return lora_ensemble_adapters(self.backbone)
+
+    @property
+    def method_config(self):
+        """The LoRA-Ensemble arguments the backbone was built with."""
+        return self.backbone.method_config
+
+    @property
+    def base_backbone_class(self):
+        """The keras-hub backbone class the adapters sit on."""
+        return self.backbone.base_cls()
+
+    def save_adapter_weights(self, filepath):
+        """Saves every adapter and the heads (as
+        `LoRAEnsembleImageClassifier.save_adapter_weights`)."""
+        adapter_files.save_adapters(self, filepath, suffix=".h5", head=self.head)
+
+    def load_adapter_weights(self, filepath):
+        """Loads weights written by `save_adapter_weights` (as
+        `LoRAEnsembleImageClassifier.load_adapter_weights`)."""
+        adapter_files.load_adapters(self, filepath, suffix=".h5", head=self.head)
+
+    @classmethod
+    def from_keras_hub(
+        cls, model, num_members=8, rank=4, num_classes=None, reuse_head=None, **kwargs
+    ):
+        """A LoRA-Ensemble on a copy of a keras-hub BERT.
+
+        Args:
+            model: a `keras_hub.models.BertTextClassifier` or
+                `BertBackbone`; it is not changed.
+            num_members, rank, num_classes, reuse_head, **kwargs: as
+                `LoRAEnsembleImageClassifier.from_keras_hub` takes them.
+
+        Returns:
+            A `LoRAEnsembleTextClassifier`.
+
+        Raises:
+            TypeError: `model` is of another family; the message points
+                to `LoRAEnsembleClassifier.from_model`, which takes every
+                keras-hub classifier with attention.
+        """
+        return lora_ensemble_from_keras_hub(
+            cls, bert_parts, model, num_members, rank, num_classes, reuse_head, kwargs
+        )

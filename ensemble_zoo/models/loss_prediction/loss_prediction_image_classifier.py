@@ -6,7 +6,7 @@ from keras import ops
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
 from ensemble_zoo.losses.loss_prediction_losses import pairwise_ranking_loss
 from ensemble_zoo.losses.loss_prediction_losses import squared_error_loss
-from ensemble_zoo.models.ensemble_classifier import dict_input_signature
+from ensemble_zoo.models.dict_inputs import dict_input_signature
 from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionModelBackbone
 from ensemble_zoo.models.loss_prediction.loss_prediction_backbone import LossPredictionViTBackbone
 from ensemble_zoo.models.member_head import pool_tokens

@@ -20,6 +20,7 @@ register_method(
                 MasksemblesImageClassifier,
                 dict(num_heads=2, num_members=2, scale=2.0, seed=0),
                 preset="masksembles_vit_tiny_digits",
+                layout="member_major",
             ),
         ),
         keras_hub_kwargs=dict(num_members=2, seed=0),

@@ -4,19 +4,26 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
+from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.masksembles.masksembles_backbone import MasksemblesViTBackbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import masksembles_backbone
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
+from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
-from ensemble_zoo.models.member_tiled_classifier import MemberTiledClassifier
+from ensemble_zoo.models.member_tiled import from_keras_hub_parts
+from ensemble_zoo.models.member_tiled import member_rows
+from ensemble_zoo.models.member_tiled import members_of_rows
 from ensemble_zoo.models.method_backbone import plain_backbone_copy
 from ensemble_zoo.models.task_head import task_head
-from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageClassifier):
+class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Masksembles on a keras-hub ViT: one network, M fixed channel masks.
 
     Masksembles (Durasov et al., CVPR 2021; a baseline of the
@@ -46,9 +53,16 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
             arguments (`num_members`, `scale`, `seed`) left `None` are the
             backbone's when it is a `MasksemblesViTBackbone`, else the
             defaults named here.
-        **kwargs: `MemberTiledClassifier`'s `preprocessor`, `pooling`
-            (`"token"`, the default, or `"gap"`), `dropout` and
-            `member_batching`, and other `keras_hub.models.Task` arguments.
+        preprocessor: optional keras-hub preprocessor run by `fit`,
+            `predict` and `evaluate` on raw images.
+        pooling: `"token"` (the class token, default) or `"gap"` (the mean
+            of the tokens).
+        dropout: float, dropout before the head. Defaults to `0.0`
+            (keras-hub's `ViTImageClassifier`).
+        member_batching: `"auto"` (default), `"tiled"` or `"sequential"`
+            (`ensemble_zoo.models.member_passes`).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`,
+            `compile`).
 
     Example:
 
@@ -66,24 +80,34 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
 
     backbone_cls = MasksemblesViTBackbone
 
-    def __init__(self, backbone, num_classes, num_members=None, scale=None, *, seed=None, **kwargs):
-        # Rows of member m pass its mask in every MLP and before the head.
-        super().__init__(
-            backbone=backbone,
-            num_classes=num_classes,
-            method_arguments={"num_members": num_members, "scale": scale, "seed": seed},
-            **kwargs,
-        )
-
-    method_backbone = staticmethod(masksembles_backbone)
-
-    def _make_head(self, backbone, num_classes, dropout):
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        num_members=None,
+        scale=None,
+        *,
+        seed=None,
+        preprocessor=None,
+        pooling="token",
+        dropout=0.0,
+        member_batching="auto",
+        **kwargs,
+    ):
+        check_image_backbone(backbone)
+        backbone = masksembles_backbone(backbone, num_members=num_members, scale=scale, seed=seed)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        pooling = check_pooling(pooling)
+        dropout = check_rate(dropout, "dropout")
         config = backbone.method_config
-        seed = config["seed"]
+        num_members = config["num_members"]
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
         self.feature_mask = MasksemblesMask(
-            config["num_members"],
+            num_members,
             config["scale"],
-            seed=None if seed is None else seed + len(mlp_sites(backbone)),
+            seed=None if config["seed"] is None else config["seed"] + len(mlp_sites(backbone)),
             dtype=backbone.dtype_policy,
             name="feature_masks",
         )
@@ -91,11 +115,37 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
             backbone, dropout, keras.layers.Dense, num_classes
         )
 
-    def _member_outputs(self, features):
-        """Member-major pooled features -> member logits."""
-        x = self.output_dropout(self.feature_mask(features))
-        num_members = self.backbone.method_config["num_members"]
-        return member_logits(untile_members(self.head(x), num_members))
+        # === Functional Model ===
+        # Rows of member m pass its mask in every MLP and before the head.
+        inputs = backbone.input
+        features = member_rows(backbone, inputs, num_members, pooling)
+        x = self.head(self.output_dropout(self.feature_mask(features)))
+        outputs = member_logits(members_of_rows(x, num_members))
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.num_members = int(num_members)
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.dropout = dropout
+        self.scale = float(config["scale"])
+        self.seed = config["seed"]
+        self._set_member_batching(member_batching)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "num_members": self.num_members,
+                "scale": self.scale,
+                "seed": self.seed,
+                "pooling": self.pooling,
+                "dropout": self.dropout,
+                "member_batching": self.member_batching,
+            }
+        )
+        return config
 
     @property
     def mask_layers(self):
@@ -145,12 +195,11 @@ class MasksemblesImageClassifier(MemberTiledClassifier, keras_hub.models.ImageCl
             **kwargs: other constructor arguments (`scale`, `seed`, ...).
         """
         kwargs["num_members"] = num_members
-        return cls._from_keras_hub(model, num_classes, reuse_head, kwargs)
-
-    def _copy_head(self, dense):
-        """The classifier's `Dense` head as the shared head."""
-        self.head.kernel.assign(_np(dense.kernel))
-        self.head.bias.assign(_np(dense.bias))
+        task, dense = from_keras_hub_parts(cls, vit_parts, model, num_classes, reuse_head, kwargs)
+        if dense is not None:  # the shared head
+            task.head.kernel.assign(_np(dense.kernel))
+            task.head.bias.assign(_np(dense.bias))
+        return task
 
 
 def _np(variable):

@@ -16,6 +16,7 @@ register_method(
                 PackedEnsembleImageClassifier,
                 dict(num_heads=2, num_members=2, alpha=2),
                 preset="packed_ensemble_vit_tiny_digits",
+                layout="member_axis",
             ),
         ),
         export=("openvino", "packed_ensemble_vit_tiny_digits"),

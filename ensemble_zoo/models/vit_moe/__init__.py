@@ -31,6 +31,7 @@ register_method(
                     seed=0,
                 ),
                 preset="e3_vit_tiny_digits",
+                layout="member_axis",
             ),
         ),
     )
