@@ -3,8 +3,6 @@ that a preset's model config only gives its class those."""
 
 import inspect
 
-import keras
-
 from ensemble_zoo.presets.preset_error import PresetError
 
 #: Keyword arguments every `keras.Model` takes.
@@ -13,27 +11,16 @@ MODEL_KEYWORDS = ("name", "trainable", "dtype", "compile")
 
 def constructor_arguments(cls):
     """The names of the keyword arguments `cls`'s constructor takes: those
-    of the constructors up the class's MRO while they pass `**kwargs` on
-    (a superset where a class calls a grandparent's constructor), e.g. a
-    member-tiled classifier's `preprocessor`, which its method's
-    constructor passes on to `MemberTiledClassifier`'s, plus
-    `MODEL_KEYWORDS`."""
-    skipped = {keras.Model, keras.layers.Layer, object}
-    skipped |= {k for k in cls.__mro__ if k.__name__ in ("Functional", "Function")}
-    accepted = set(MODEL_KEYWORDS)
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or klass in skipped:
-            continue
-        parameters = inspect.signature(init).parameters.values()
-        accepted |= {
-            p.name
-            for p in parameters
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
-        }
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            break  # this constructor passes nothing further up
-    return accepted
+    its own constructor (the first in its MRO, as Python calls it) spells
+    out, plus `MODEL_KEYWORDS`, which a task's `**kwargs` passes on to
+    `keras_hub.models.Task`."""
+    init = next(k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__)
+    parameters = inspect.signature(init).parameters.values()
+    return set(MODEL_KEYWORDS) | {
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+    }
 
 
 def check_constructor_arguments(cls, arguments, path):

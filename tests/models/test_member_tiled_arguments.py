@@ -1,6 +1,7 @@
 """The member-tiled classifiers' constructors: the method's arguments in
-their old positions, the task's arguments (`MemberTiledClassifier`'s) by
-keyword, each task kind's dropout default."""
+their old positions, the task's arguments (`preprocessor`, `pooling`,
+`dropout`, `member_batching`) by keyword, each task kind's dropout
+default."""
 
 import json
 

@@ -1,18 +1,25 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import member_weights
-from ensemble_zoo.models.hydra.hydra_conversions import HydraConversionsMixin
+from ensemble_zoo.models.hydra.hydra_conversions import fuse_hydra_members
+from ensemble_zoo.models.hydra.hydra_conversions import hydra_from_specs
+from ensemble_zoo.models.hydra.hydra_conversions import split_hydra_members
 from ensemble_zoo.models.hydra.hydra_text_backbone import BERT_ARGUMENTS
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.keras_hub_vit import check_keras_hub_classifier
-from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+from ensemble_zoo.models.member_axis import check_backbone_class
+from ensemble_zoo.models.member_axis import member_axis_config
+from ensemble_zoo.models.member_axis import member_axis_logits
+from ensemble_zoo.models.task_head import task_head
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraTextClassifier(
-    HydraConversionsMixin, MemberAxisClassifier, keras_hub.models.TextClassifier
-):
+class HydraTextClassifier(EnsembleClassifier, keras_hub.models.TextClassifier):
     """Hydra Ensemble text classifier: pruned BERT members, fused.
 
     The text counterpart of `HydraImageClassifier` (the Hydra paper,
@@ -63,19 +70,47 @@ class HydraTextClassifier(
     ```
     """
 
+    backbone_cls = HydraTextBackbone
+
     def __init__(self, backbone, num_classes, dropout=0.1, preprocessor=None, **kwargs):
-        super().__init__(
-            backbone,
-            num_classes,
-            preprocessor=preprocessor,
-            pooling=None,
-            dropout=dropout,
-            **kwargs,
+        check_backbone_class(backbone, HydraTextBackbone)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        dropout = check_rate(dropout, "dropout")
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, GroupedDense, num_classes, backbone.num_members
         )
+
+        # === Functional Model ===
+        # Every member's pooled output (BERT's pooler, per member).
+        inputs = backbone.input
+        outputs = member_axis_logits(backbone, inputs, None, self.output_dropout, self.head)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = num_classes
+        self.pooling = None
+        self.dropout = dropout
+
+    def get_config(self):
+        return {**super().get_config(), **member_axis_config(self)}
 
     # === Conversions ===
 
-    backbone_cls = HydraTextBackbone
+    def split_members(self, trainable_embedding=True):
+        """The members as separate one-member models (as
+        `HydraImageClassifier.split_members`)."""
+        return split_hydra_members(self, trainable_embedding)
+
+    @classmethod
+    def fuse(cls, members, mlp="merge"):
+        """Fuses separately trained members into one Hydra model (as
+        `HydraImageClassifier.fuse`)."""
+        return fuse_hydra_members(cls, members, mlp)
+
     specs_of = staticmethod(member_weights.text_specs_from_hydra)
     load_specs = staticmethod(member_weights.load_text_specs)
 
@@ -111,7 +146,8 @@ class HydraTextClassifier(
         specs = member_weights.text_specs_from_keras_hub(classifier, head_masks)
         kwargs = {name: getattr(backbone, name) for name in BERT_ARGUMENTS}
         kwargs["attention_implementation"] = attention_implementation
-        return cls._from_specs(
+        return hydra_from_specs(
+            cls,
             specs,
             kwargs,
             classifier.num_classes,

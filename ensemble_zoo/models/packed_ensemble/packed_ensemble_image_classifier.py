@@ -1,16 +1,24 @@
 import keras
 import keras_hub
 
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+from ensemble_zoo.models.member_axis import check_backbone_class
+from ensemble_zoo.models.member_axis import member_axis_config
+from ensemble_zoo.models.member_axis import member_axis_logits
+from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.packed_ensemble.packed_ensemble_backbone import PackedEnsembleBackbone
 from ensemble_zoo.models.packed_ensemble.packed_member_weights import load_member_into_keras_hub
+from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
+from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifier):
+class PackedEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Packed-Ensembles image classifier: M narrow ViTs, one grouped pass.
 
     A `PackedEnsembleBackbone` (see there: widths `alpha * D / M`,
@@ -26,7 +34,7 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
         preprocessor: optional `keras_hub.models.ImageClassifierPreprocessor`
             run on raw images by `fit`, `predict` and `evaluate`.
         pooling: `"token"` (default) or `"gap"`.
-        dropout: float, dropout before the heads.
+        dropout: float, dropout before the heads. Defaults to `0.0`.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
             `compile`).
 
@@ -47,6 +55,34 @@ class PackedEnsembleImageClassifier(MemberAxisClassifier, keras_hub.models.Image
     """
 
     backbone_cls = PackedEnsembleBackbone
+
+    def __init__(
+        self, backbone, num_classes, preprocessor=None, pooling="token", dropout=0.0, **kwargs
+    ):
+        check_backbone_class(backbone, PackedEnsembleBackbone)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        pooling = check_pooling(pooling)
+        dropout = check_rate(dropout, "dropout")
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, GroupedDense, num_classes, backbone.num_members
+        )
+
+        # === Functional Model ===
+        inputs = backbone.input
+        outputs = member_axis_logits(backbone, inputs, pooling, self.output_dropout, self.head)
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.dropout = dropout
+
+    def get_config(self):
+        return {**super().get_config(), **member_axis_config(self)}
 
     # === keras-hub interop ===
 

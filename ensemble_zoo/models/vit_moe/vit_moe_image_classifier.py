@@ -3,18 +3,24 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_keras_hub_classifier
-from ensemble_zoo.models.member_axis_classifier import MemberAxisClassifier
+from ensemble_zoo.models.member_axis import check_backbone_class
+from ensemble_zoo.models.member_axis import member_axis_config
+from ensemble_zoo.models.member_axis import member_axis_logits
+from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.task_head import task_head
 from ensemble_zoo.models.vit_geometry import VIT_ARGUMENTS
 from ensemble_zoo.models.vit_moe.vit_moe_backbone import ViTMoEBackbone
 from ensemble_zoo.utils.validation import check_positive_int
+from ensemble_zoo.utils.validation import check_rate
 
 #: The `ViTMoEBackbone` MoE options that `from_vmoe_checkpoint` takes (with
 #: vmoe's defaults) and passes on; `num_slots` comes from the checkpoint.
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifier):
+class ViTMoEImageClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """V-MoE and E³ image classifiers ("Sparse MoEs meet Efficient Ensembles").
 
     A `ViTMoEBackbone`, class-token (or average) pooling, optionally a
@@ -69,8 +75,6 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
 
     backbone_cls = ViTMoEBackbone
 
-    shared_head = True
-
     def __init__(
         self,
         backbone,
@@ -81,24 +85,41 @@ class ViTMoEImageClassifier(MemberAxisClassifier, keras_hub.models.ImageClassifi
         intermediate_dim=None,
         **kwargs,
     ):
+        check_backbone_class(backbone, ViTMoEBackbone)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        pooling = check_pooling(pooling)
+        dropout = check_rate(dropout, "dropout")
         if intermediate_dim is not None:
             intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        self.intermediate_dim = intermediate_dim
-        super().__init__(backbone, num_classes, preprocessor, pooling, dropout, **kwargs)
-
-    def _pre_logits(self, x):
-        if self.intermediate_dim is None:
-            return x
-        self.intermediate_layer = keras.layers.Dense(
-            self.intermediate_dim,
-            activation="tanh",
-            dtype=self.backbone.dtype_policy,
-            name="pre_logits",
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        pre_logits = None
+        if intermediate_dim is not None:
+            self.intermediate_layer = pre_logits = keras.layers.Dense(
+                intermediate_dim, activation="tanh", dtype=backbone.dtype_policy, name="pre_logits"
+            )
+        # One head shared by the members (E³ shares every non-expert weight).
+        self.output_dropout, self.head = task_head(
+            backbone, dropout, keras.layers.Dense, num_classes
         )
-        return self.intermediate_layer(x)
+
+        # === Functional Model ===
+        inputs = backbone.input
+        outputs = member_axis_logits(
+            backbone, inputs, pooling, self.output_dropout, self.head, pre_logits
+        )
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.num_members = backbone.num_members
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.dropout = dropout
+        self.intermediate_dim = intermediate_dim
 
     def get_config(self):
-        config = super().get_config()
+        config = {**super().get_config(), **member_axis_config(self)}
         config["intermediate_dim"] = self.intermediate_dim
         return config
 
