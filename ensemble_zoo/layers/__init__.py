@@ -3,6 +3,7 @@
 from ensemble_zoo.layers.batch_ensemble_dense import BatchEnsembleDense
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormalization
+from ensemble_zoo.layers.head_mask import HeadMask
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead

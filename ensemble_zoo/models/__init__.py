@@ -14,7 +14,9 @@ from ensemble_zoo.models.deep_ensemble import DeepEnsembleBackbone
 from ensemble_zoo.models.deep_ensemble import DeepEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import HydraBackbone
+from ensemble_zoo.models.hydra import HydraClassifier
 from ensemble_zoo.models.hydra import HydraImageClassifier
+from ensemble_zoo.models.hydra import HydraModelBackbone
 from ensemble_zoo.models.hydra import HydraTextBackbone
 from ensemble_zoo.models.hydra import HydraTextClassifier
 from ensemble_zoo.models.implicit import SubnetworkEnsembleBackbone

@@ -280,6 +280,8 @@ def _wrapped_models(name):
     from ensemble_zoo.models import BatchEnsembleModelBackbone
     from ensemble_zoo.models import DeepEnsembleBackbone
     from ensemble_zoo.models import DeepEnsembleClassifier
+    from ensemble_zoo.models import HydraClassifier
+    from ensemble_zoo.models import HydraModelBackbone
     from ensemble_zoo.models import LoRAEnsembleClassifier
     from ensemble_zoo.models import LoRAEnsembleModelBackbone
     from ensemble_zoo.models import MasksemblesClassifier
@@ -333,12 +335,18 @@ def _wrapped_models(name):
         "lora_ensemble": (LoRAEnsembleModelBackbone, LoRAEnsembleClassifier, dict(rank=2)),
         "batch_ensemble": (BatchEnsembleModelBackbone, BatchEnsembleClassifier, {}),
         "masksembles": (MasksemblesModelBackbone, MasksemblesClassifier, {}),
+        # Two members, each without another head of the first layer.
+        "hydra": (HydraModelBackbone, HydraClassifier, None),
     }
     if name in member_rows:
         backbone_cls, task_cls, method = member_rows[name]
+        if method is None:
+            method = dict(head_masks=[[[0, 1], [1, 1]], [[1, 0], [1, 1]]])
+        else:
+            method = dict(num_members=2, seed=0, **method)
         return (
             backbone_cls,
-            dict(model=_vit_classifier(0), num_members=2, seed=0, **method),
+            dict(model=_vit_classifier(0), **method),
             task_cls,
             {},
             keras.ops.ones((4, 8, 8, 1)),
@@ -369,6 +377,7 @@ WRAPPED_CASES = [
         "lora_ensemble",
         "batch_ensemble",
         "masksembles",
+        "hydra",
     )
 ]
 #: The wrapped-model methods that ship a preset.

@@ -1,6 +1,6 @@
-"""LoRA-Ensemble, BatchEnsemble, Masksembles and loss prediction on a
-keras-hub classifier of any family (`LoRAEnsembleClassifier`,
-`BatchEnsembleClassifier`, `MasksemblesClassifier`,
+"""LoRA-Ensemble, BatchEnsemble, Masksembles, Hydra and loss prediction
+on a keras-hub classifier of any family (`LoRAEnsembleClassifier`,
+`BatchEnsembleClassifier`, `MasksemblesClassifier`, `HydraClassifier`,
 `LossPredictionImageClassifier.from_keras_hub`): the tiny text classifiers of every family
 keras-hub ships (`fixtures/tiny_text_classifiers.py`) and the transformer
 image classifiers (`fixtures/tiny_image_classifiers.py`). Members that
@@ -8,7 +8,8 @@ start as the model (LoRA's `B = 0`, BatchEnsemble's fast weights of ones,
 heads copied) compute the keras-hub model's logits; with members that
 differ, each member equals the keras-hub model with that member's merged
 kernels (LoRA's `W0 + A_m B_m`, BatchEnsemble's `W * r_m s_m^T`, the
-Masksembles mask folded into a feed-forward projection) and its head; a
+Masksembles mask folded into a feed-forward projection, Hydra's pruned
+heads' rows of the attention output projections zeroed) and its head; a
 family the method cannot take is refused by name. The whole list runs
 under PyTorch (no compilation); JAX and TensorFlow run a slice that
 rotates with the day."""
@@ -28,12 +29,16 @@ from zoo_testing import to_np
 
 from ensemble_zoo.models import BatchEnsembleClassifier
 from ensemble_zoo.models import DeepEnsembleClassifier
+from ensemble_zoo.models import HydraClassifier
+from ensemble_zoo.models import HydraImageClassifier
+from ensemble_zoo.models import HydraTextClassifier
 from ensemble_zoo.models import LoRAEnsembleClassifier
 from ensemble_zoo.models import LoRAEnsembleTextClassifier
 from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models import MasksemblesClassifier
 from ensemble_zoo.models import MCDropoutClassifier
 from ensemble_zoo.models import SubnetworkEnsembleClassifier
+from ensemble_zoo.models.hydra.hydra_model_backbone import head_sites
 from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
 from ensemble_zoo.models.member_sites import attention_sites
 from ensemble_zoo.models.member_sites import projection_sites
@@ -159,11 +164,82 @@ def test_masksembles_on_every_family(family):
     _check_members(ensemble, family, x, fold)
 
 
+def _pruned_masks(model, num_members=2):
+    """Member `m` drops head `m` (modulo the heads) of every attention
+    layer with more than one head (`[members][layers][heads]`)."""
+    sites = head_sites(model.backbone)
+    return [
+        [[int(heads == 1 or h != m % heads) for h in range(heads)] for *_, heads, _ in sites]
+        for m in range(num_members)
+    ]
+
+
+def _zero_pruned_heads(reference, masks):
+    """Zeroes, in `reference`, the rows of each attention output
+    projection's kernel that read a head `masks` prunes."""
+    for (parent, attribute, heads, layout), mask in zip(
+        head_sites(reference.backbone), masks, strict=True
+    ):
+        layer = getattr(parent, attribute)
+        kernel = to_np(layer.kernel)
+        rows = kernel.reshape((heads, -1) + kernel.shape[-1:])
+        rows = rows * np.asarray(mask, "float32")[:, None, None]
+        layer.kernel.assign(rows.reshape(kernel.shape))
+
+
+def _amplify_attention(model, gain=30.0):
+    """Scales `model`'s attention output projections, so that a pruned
+    head shows in a tiny random model's logits."""
+    for parent, attribute, _, _ in head_sites(model.backbone):
+        kernel = getattr(parent, attribute).kernel
+        kernel.assign(to_np(kernel) * gain)
+
+
+@pytest.mark.parametrize("family", families_this_run(ATTENTION_FAMILIES, SLICE))
+def test_hydra_on_every_family(family):
+    """Member `m` equals the keras-hub model whose attention output
+    projections read none of the heads `head_masks[m]` prunes; with every
+    head kept, every member is the model. On ViT and BERT it equals the
+    fused `HydraImageClassifier` / `HydraTextClassifier` of the same
+    masks (an independent implementation: pruned head slots, no zeroes)."""
+    model, x = _build(family)
+    keep_all = [[[1] * heads for *_, heads, _ in head_sites(model.backbone)]] * 2
+    _check_starts_as_the_model(HydraClassifier.from_model(model, keep_all), model, x)
+    _amplify_attention(model)
+    masks = _pruned_masks(model)
+    ensemble = HydraClassifier.from_model(model, masks)
+    logits_layer = ensemble.heads[-1]
+    logits_layer.kernel.assign(to_np(logits_layer.kernel) * 100.0)
+
+    def prune(reference, m):
+        _amplify_attention(reference)
+        _zero_pruned_heads(reference, masks[m])
+
+    _check_members(ensemble, family, x, prune)
+    fused = {"vit": HydraImageClassifier, "bert": HydraTextClassifier}.get(family)
+    if fused is not None:
+        ensemble = HydraClassifier.from_model(model, masks)
+        np.testing.assert_allclose(
+            ensemble.predict(x, verbose=0),
+            fused.from_keras_hub(model, np.asarray(masks)).predict(x, verbose=0),
+            atol=1e-4,
+        )
+
+
 @pytest.mark.skipif(BACKEND != "jax", reason="the checks before any computation: once")
 def test_models_the_methods_cannot_take_are_refused():
     fnet = tiny_text_classifiers.build_text_classifier("f_net")
     with pytest.raises(ValueError, match=r"no attention projection.*\(FNet\) cannot"):
         LoRAEnsembleClassifier.from_model(fnet, num_members=2, rank=2)
+    with pytest.raises(ValueError, match=r"Hydra prunes attention heads.*\(FNet\) cannot"):
+        HydraClassifier.from_model(fnet)
+    mit = tiny_image_classifiers.build_image_classifier("mit")  # 1 and 2 heads
+    with pytest.raises(ValueError, match=r"`head_masks\[0\]` must hold one mask per"):
+        HydraClassifier.from_model(mit, [[[1, 1]]])
+    with pytest.raises(ValueError, match=r"`head_masks\[:, 0\]` must have 1 heads; got 2"):
+        HydraClassifier.from_model(mit, [[[1, 1], [1, 1]]])
+    with pytest.raises(ValueError, match="has a member that keeps none"):
+        HydraClassifier.from_model(mit, [[[1], [0, 0]]])
     inputs = keras.Input((4,))
     mlp = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Dense(8)(inputs)))
     for cls in (LoRAEnsembleClassifier, BatchEnsembleClassifier, MasksemblesClassifier):
@@ -182,25 +258,27 @@ def test_models_the_methods_cannot_take_are_refused():
         LoRAEnsembleTextClassifier.from_keras_hub(roberta, num_members=2, rank=2)
 
 
-#: method -> (its task, whether it freezes the classifier's copy).
+#: method -> (its task, whether it freezes the classifier's copy, its
+#: arguments beyond `reuse_head`).
 TRAINING = {
-    "lora_ensemble": (LoRAEnsembleClassifier, True),
-    "batch_ensemble": (BatchEnsembleClassifier, False),
-    "masksembles": (MasksemblesClassifier, False),
+    "lora_ensemble": (LoRAEnsembleClassifier, True, dict(num_members=2, seed=0)),
+    "batch_ensemble": (BatchEnsembleClassifier, False, dict(num_members=2, seed=0)),
+    "masksembles": (MasksemblesClassifier, False, dict(num_members=2, seed=0)),
+    "hydra": (HydraClassifier, False, dict(head_masks=[[[0, 1]], [[1, 0]]])),
 }
 
 
 @pytest.mark.parametrize("method", families_this_run(TRAINING, 1))
 def test_fit_trains_what_the_method_trains_and_the_preset_round_trips(tmp_path, method):
     """LoRA-Ensemble trains its adapters and heads alone (the copy of the
-    classifier is frozen); BatchEnsemble and Masksembles train every
-    weight. keras-hub's loader finds the class from the preset. Every
+    classifier is frozen); BatchEnsemble, Masksembles and Hydra train
+    every weight. keras-hub's loader finds the class from the preset. Every
     method under PyTorch, one a day in turn under JAX and TensorFlow."""
-    cls, frozen = TRAINING[method]
+    cls, frozen, arguments = TRAINING[method]
     model = tiny_text_classifiers.build_text_classifier("roberta")
     x = tiny_text_classifiers.text_inputs(model, batch=8)
     y = np.arange(8) % 3
-    ensemble = cls.from_model(model, num_members=2, reuse_head=False, seed=0)
+    ensemble = cls.from_model(model, reuse_head=False, **arguments)
     if frozen:
         adapted = [w for a in ensemble.adapters for w in (a.lora_a, a.lora_b)]
         heads = [w for h in ensemble.heads for w in h.weights]
@@ -303,8 +381,8 @@ def family_table():
         cells = dict.fromkeys(methods, "yes")
         if family == "f_net":
             cells["lora"] = "refused: no attention"
-        if family not in ("vit", "bert"):
-            cells["hydra"] = "ViT and BERT only"
+        if family == "f_net":
+            cells["hydra"] = "refused: no attention"
         rows.append(f"| {family} | {kind} | " + " | ".join(cells.values()) + " |")
     return rows
 

@@ -1,6 +1,8 @@
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
+from ensemble_zoo.models.hydra.hydra_classifier import HydraClassifier
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_image_classifier import HydraImageClassifier
+from ensemble_zoo.models.hydra.hydra_model_backbone import HydraModelBackbone
 from ensemble_zoo.models.hydra.hydra_text_backbone import HydraTextBackbone
 from ensemble_zoo.models.hydra.hydra_text_classifier import HydraTextClassifier
 from ensemble_zoo.models.method_registry import HarnessCase
@@ -10,7 +12,11 @@ from ensemble_zoo.models.method_registry import register_method
 register_method(
     Method(
         name="hydra",
-        tasks=(HydraImageClassifier, HydraTextClassifier),
+        tasks=(
+            HydraImageClassifier,
+            HydraTextClassifier,
+            HydraClassifier,  # every keras-hub classifier with multi-head attention
+        ),
         harness=(
             HarnessCase(
                 HydraImageClassifier,

@@ -33,10 +33,11 @@ class MaskedOutput(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class MaskedInput(keras.layers.Layer):
-    """`layer(mask(x))`: a built layer whose input passes a
-    `MasksemblesMask`, as `MasksemblesModelBackbone` places it on a
-    feed-forward block's second projection (its config re-applies it
-    when loading)."""
+    """`layer(mask(x))`: a built layer whose input passes a mask layer:
+    a `MasksemblesMask`, as `MasksemblesModelBackbone` places it on a
+    feed-forward block's second projection, or a `HeadMask`, as
+    `HydraModelBackbone` places it on an attention layer's output
+    projection (their configs re-apply it when loading)."""
 
     def __init__(self, layer, mask, **kwargs):
         super().__init__(**kwargs)
