@@ -64,14 +64,18 @@ def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False
 def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", batch_size=None):
     """A `score_fn` for `circuit_head_ranking` that ablates heads of a model.
 
-    The mask is written into the head masks of a one-member
-    `HydraImageClassifier` with every head (e.g.
-    `HydraImageClassifier.from_keras_hub(vit)`); masking a head equals
+    The mask is written into the head masks of a one-member Hydra model
+    with every head: a `HydraImageClassifier` (e.g.
+    `HydraImageClassifier.from_keras_hub(vit)`) or a `HydraClassifier` of
+    any keras-hub family (`HydraClassifier.from_model(model)`, whose
+    attention layers have as many heads each); masking a head equals
     zeroing its block of the output projection (the paper's ablation).
 
     Args:
-        model: a one-member `HydraImageClassifier` keeping all heads.
-        id_data: labelled in-distribution validation data `(x, y)`.
+        model: a one-member `HydraImageClassifier` or `HydraClassifier`
+            keeping all heads.
+        id_data: labelled in-distribution validation data `(x, y)` (`x`
+            images, or the dict of token tensors a text model takes).
         ood_data: OOD validation inputs, needed for `"ood"` and `"average"`.
         criterion: `"accuracy"` (S_acc), `"ood"` (AUROC of
             `1 - max softmax probability`, OOD positive: S_ood) or
@@ -87,23 +91,27 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
         raise ValueError(f"criterion={criterion!r} needs `ood_data`.")
     if model.num_members != 1:
         raise ValueError(f"head_ablation_scorer needs a one-member model; got {model.num_members}.")
-    attentions = [b.attention for b in model.backbone.encoder_blocks]
+    masks = _head_mask_variables(model)
     x_id, y_id = id_data
 
     def msp(x):
-        size = batch_size or max(1, min(len(x), 1024))
-        logits, _ = predict_member_logits(model, x, size, "data", progress=False)
+        if isinstance(x, dict):  # text: one batch of the model's own `predict`
+            size = batch_size or len(next(iter(x.values())))
+            logits = model.predict(x, batch_size=size, verbose=0)
+        else:
+            size = batch_size or max(1, min(len(x), 1024))
+            logits, _ = predict_member_logits(model, x, size, "data", progress=False)
         return as_member_probabilities(logits, from_logits=True)[:, 0]
 
     def score_fn(mask):
         mask = np.asarray(mask, np.float32)
-        for attention, row in zip(attentions, mask):
-            if attention.num_heads != row.shape[0]:
+        for (num_heads, variable), row in zip(masks, mask, strict=True):
+            if num_heads != row.shape[0]:
                 raise ValueError(
                     "The model must keep every head (one slot per head) for "
-                    "ablation; build it with from_keras_hub(vit)."
+                    "ablation; build it with from_keras_hub(vit) or from_model(model)."
                 )
-            attention.head_mask.assign(row[None])
+            variable.assign(row[None])
         probs = msp(x_id)
         accuracy = metrics.accuracy(probs, y_id)
         if criterion == "accuracy":
@@ -113,3 +121,13 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
         return auroc if criterion == "ood" else 0.5 * (accuracy + auroc)
 
     return score_fn
+
+
+def _head_mask_variables(model):
+    """`[(num_heads, mask variable)]` of every attention layer of a
+    one-member Hydra model: a `HydraClassifier`'s `HeadMask`s or a
+    `HydraImageClassifier`'s attention head masks, each `(1, heads)`."""
+    layers = getattr(model, "head_mask_layers", None)
+    if layers is not None:
+        return [(layer.num_heads, layer.masks) for layer in layers]
+    return [(b.attention.num_heads, b.attention.head_mask) for b in model.backbone.encoder_blocks]

@@ -145,3 +145,29 @@ def test_member_masks_from_rankings():
     assert len({m.tobytes() for m in sampled}) > 1  # seeds differ
     with pytest.raises(ValueError, match="twice"):
         pruning.masks_from_rankings([[(0, 1), (0, 1)]], 2, 4, 1)
+
+
+def test_head_ablation_scorer_takes_a_hydra_classifier_of_any_family():
+    """On a text family (dict inputs): the score is that of the keras-hub
+    model whose output projection reads none of the ablated heads."""
+    from fixtures import tiny_text_classifiers
+    from sklearn.metrics import roc_auc_score
+
+    from ensemble_zoo.models import HydraClassifier
+
+    model = tiny_text_classifiers.build_text_classifier("roberta")
+    x = tiny_text_classifiers.text_inputs(model, batch=12, seed=1)
+    x_ood = tiny_text_classifiers.text_inputs(model, batch=8, seed=2)
+    y = np.arange(12) % 3
+    score = pruning.head_ablation_scorer(
+        HydraClassifier.from_model(model), (x, y), x_ood, "average"
+    )
+    value = score([[1.0, 0.0]])
+    attention = model.backbone.get_layer("transformer_layer_0")._self_attention_layer
+    kernel = to_np(attention._output_dense.kernel)  # (heads, head_dim, hidden)
+    kernel[1] = 0.0
+    attention._output_dense.kernel.assign(kernel)
+    p, q = (keras.ops.convert_to_numpy(keras.ops.softmax(model(v))) for v in (x, x_ood))
+    accuracy = np.mean(p.argmax(1) == y)
+    auroc = roc_auc_score(np.r_[np.zeros(12), np.ones(8)], np.r_[1 - p.max(1), 1 - q.max(1)])
+    assert value == pytest.approx((accuracy + auroc) / 2, abs=1e-6)
