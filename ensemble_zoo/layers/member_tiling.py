@@ -32,6 +32,12 @@ class _MemberRows(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_members": self.num_members, "order": self.order}
 
+    def compute_output_spec(self, inputs):
+        # The rows keep their dtype (token ids stay integers), whatever the
+        # layer's dtype policy.
+        shape = self.compute_output_shape(inputs.shape)
+        return keras.KerasTensor(shape, dtype=inputs.dtype)
+
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class TileMembers(_MemberRows):

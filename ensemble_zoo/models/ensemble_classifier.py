@@ -132,15 +132,11 @@ class EnsembleClassifier(ZooTask):
         inference, once per member (`member_batching`)."""
         graph = super().call
         batching = self.member_batching
-        batch = tuple(keras.tree.flatten(inputs)[0].shape)[0]
-        if (
-            batching is None
-            or training
-            or resolve_member_batching(batching) == "tiled"
+        if batching is None or training or resolve_member_batching(batching) == "tiled":
+            return graph(inputs, training=training, **kwargs)
+        if not isinstance(tuple(keras.tree.flatten(inputs)[0].shape)[0], int):
             # A batch of unknown size (a SavedModel's `serve`, traced for
             # any batch) runs the tiled pass too.
-            or not isinstance(batch, int)
-        ):
             return graph(inputs, training=training, **kwargs)
         return run_members_sequentially(
             lambda: graph(inputs, training=False, **kwargs), inputs, self.num_members
@@ -162,7 +158,11 @@ class EnsembleClassifier(ZooTask):
     @member_batching.setter
     def member_batching(self, value):
         if self.member_batching is None:
-            raise AttributeError(f"{type(self).__name__} has no `member_batching`.")
+            raise AttributeError(
+                f"{type(self).__name__} runs its graph as built: only the member-tiled "
+                "tasks (LoRA-Ensemble, BatchEnsemble, Masksembles on a ViT or BERT) "
+                "take a `member_batching`."
+            )
         object.__setattr__(self, "_member_batching", check_member_batching(value))
         # Compiled predict / evaluate functions hold the previous choice.
         for name in ("predict_function", "test_function"):

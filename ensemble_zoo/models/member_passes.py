@@ -15,8 +15,8 @@ on the same machine.
 over the whole batch, as an explicit ensemble does: the backbone computes
 member `m`'s rows alone with member `m`'s fast weights, masks or adapters
 (`ensemble_zoo.layers.member_selection.single_member`; a `keras.ops.map`
-over the members in a JAX program, one loop body), and the task's head
-then runs once on every member's features. Every layer computes what it
+over the members in a JAX program, one loop body), and so does the
+task's head: the whole graph runs once per member. Every layer computes what it
 computes in the tiled pass, row for row (same numbers up to float
 round-off). `"auto"` (the default) picks `"sequential"` for JAX on a CPU
 and `"tiled"` everywhere else. Training always runs the tiled pass, so

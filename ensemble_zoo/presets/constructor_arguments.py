@@ -11,16 +11,26 @@ MODEL_KEYWORDS = ("name", "trainable", "dtype", "compile")
 
 def constructor_arguments(cls):
     """The names of the keyword arguments `cls`'s constructor takes: those
-    its own constructor (the first in its MRO, as Python calls it) spells
-    out, plus `MODEL_KEYWORDS`, which a task's `**kwargs` passes on to
-    `keras_hub.models.Task`."""
-    init = next(k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__)
-    parameters = inspect.signature(init).parameters.values()
-    return set(MODEL_KEYWORDS) | {
-        p.name
-        for p in parameters
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
-    }
+    of its constructor and, while a constructor passes `**kwargs` on, of
+    the ones above it in its MRO (a user's subclass over a zoo task) up
+    to Keras' and keras-hub's classes, plus `MODEL_KEYWORDS`, which a
+    task's `**kwargs` passes on to `keras_hub.models.Task`."""
+    accepted = set(MODEL_KEYWORDS)
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if klass.__module__.split(".")[0] in ("keras", "keras_hub", "builtins"):
+            break
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        accepted |= {
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        }
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break  # this constructor passes nothing further up
+    return accepted
 
 
 def check_constructor_arguments(cls, arguments, path):

@@ -88,8 +88,9 @@ def check_member_axis_input(layer, input_shape, num_members=None):
             f"features) with at least 3 axes; got shape {input_shape}."
         )
     if input_shape[1] is not None and input_shape[1] != expected:
+        now = "" if expected == layer.num_members else " (one within `single_member`)"
         raise ValueError(
-            f"{owner} was built for num_members={expected}, but its "
+            f"{owner} was built for num_members={layer.num_members}{now}, but its "
             f"`inputs` have {input_shape[1]} members on axis 1 (shape "
             f"{input_shape})."
         )

@@ -5,6 +5,7 @@ default."""
 
 import json
 
+import keras
 import keras_hub
 import pytest
 import zoo_testing
@@ -51,10 +52,22 @@ def test_method_arguments_keep_their_positions(cls, method, old_next):
     assert model.pooling == (None if text else "gap")
 
 
+class _TaggedLoRAEnsemble(LoRAEnsembleImageClassifier):
+    """A user's subclass that passes the task's arguments on."""
+
+    def __init__(self, *args, tag="x", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tag = tag
+
+    def get_config(self):
+        return {**super().get_config(), "tag": self.tag}
+
+
 def test_a_preset_without_preprocessor_entry_takes_one(tmp_path):
-    # The classes' constructors pass `preprocessor` on through `**kwargs`:
-    # the loader finds it up the MRO, not in the class's own signature.
-    model = LoRAEnsembleImageClassifier(zoo_testing.tiny_vit().backbone, 3, 2, 1, seed=0)
+    # A subclass's constructor passes `preprocessor` on through `**kwargs`:
+    # the loader finds it up the MRO, not in the subclass's own signature.
+    keras.saving.register_keras_serializable(package="tests")(_TaggedLoRAEnsemble)
+    model = _TaggedLoRAEnsemble(zoo_testing.tiny_vit().backbone, 3, 2, 1, seed=0, tag="y")
     model.save_to_preset(str(tmp_path))
     task_path = tmp_path / "task.json"
     task = json.loads(task_path.read_text())
@@ -62,5 +75,5 @@ def test_a_preset_without_preprocessor_entry_takes_one(tmp_path):
     task_path.write_text(json.dumps(task))
     converter = keras_hub.layers.ViTImageConverter(image_size=(8, 8), scale=1 / 255.0)
     preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
-    loaded = LoRAEnsembleImageClassifier.from_preset(str(tmp_path), preprocessor=preprocessor)
-    assert loaded.preprocessor is preprocessor
+    loaded = _TaggedLoRAEnsemble.from_preset(str(tmp_path), preprocessor=preprocessor)
+    assert loaded.preprocessor is preprocessor and loaded.tag == "y"

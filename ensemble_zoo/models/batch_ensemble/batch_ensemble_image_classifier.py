@@ -15,6 +15,7 @@ from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
 from ensemble_zoo.models.keras_hub_vit import vit_parts
 from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_passes import check_member_batching
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 
@@ -93,6 +94,7 @@ class BatchEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         **kwargs,
     ):
         check_image_backbone(backbone)
+        member_batching = check_member_batching(member_batching)
         backbone = batch_ensemble_backbone(
             backbone,
             num_members=num_members,

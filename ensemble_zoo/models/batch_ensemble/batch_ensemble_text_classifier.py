@@ -11,6 +11,7 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensembl
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_member_model
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import set_batch_ensemble_config
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.member_passes import check_member_batching
 from ensemble_zoo.models.text_inputs import bert_parts
 from ensemble_zoo.models.text_inputs import check_bert_backbone
 from ensemble_zoo.models.text_inputs import plain_bert_classifier
@@ -97,6 +98,7 @@ class BatchEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClass
         **kwargs,
     ):
         check_bert_backbone(backbone)
+        member_batching = check_member_batching(member_batching)
         backbone = batch_ensemble_backbone(
             backbone,
             num_members=num_members,

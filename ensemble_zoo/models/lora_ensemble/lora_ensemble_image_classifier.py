@@ -14,6 +14,7 @@ from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_h
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_logits
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import set_lora_ensemble_config
 from ensemble_zoo.models.member_head import check_pooling
+from ensemble_zoo.models.member_passes import check_member_batching
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_rate
 
@@ -107,6 +108,7 @@ class LoRAEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClas
         **kwargs,
     ):
         check_image_backbone(backbone)
+        member_batching = check_member_batching(member_batching)
         backbone = lora_ensemble_backbone(
             backbone,
             num_members=num_members,

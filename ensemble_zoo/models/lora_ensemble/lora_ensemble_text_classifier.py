@@ -11,6 +11,7 @@ from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_f
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_head
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_logits
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import set_lora_ensemble_config
+from ensemble_zoo.models.member_passes import check_member_batching
 from ensemble_zoo.models.text_inputs import bert_parts
 from ensemble_zoo.models.text_inputs import check_bert_backbone
 from ensemble_zoo.utils.validation import check_positive_int
@@ -93,6 +94,7 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
         **kwargs,
     ):
         check_bert_backbone(backbone)
+        member_batching = check_member_batching(member_batching)
         backbone = lora_ensemble_backbone(
             backbone,
             num_members=num_members,

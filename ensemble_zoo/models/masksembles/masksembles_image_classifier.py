@@ -13,6 +13,7 @@ from ensemble_zoo.models.masksembles.masksembles_backbone import masksembles_bac
 from ensemble_zoo.models.masksembles.masksembles_backbone import mlp_sites
 from ensemble_zoo.models.member_head import check_pooling
 from ensemble_zoo.models.member_head import member_logits
+from ensemble_zoo.models.member_passes import check_member_batching
 from ensemble_zoo.models.member_tiled import from_keras_hub_parts
 from ensemble_zoo.models.member_tiled import member_rows
 from ensemble_zoo.models.member_tiled import members_of_rows
@@ -95,6 +96,7 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
         **kwargs,
     ):
         check_image_backbone(backbone)
+        member_batching = check_member_batching(member_batching)
         backbone = masksembles_backbone(backbone, num_members=num_members, scale=scale, seed=seed)
         num_classes = check_positive_int(num_classes, "num_classes")
         pooling = check_pooling(pooling)
