@@ -127,7 +127,8 @@ def logits_layer(task):
     Raises:
         TypeError: `task` is not a functional keras-hub task.
         ValueError: `task`'s output is not a linear `Dense` layer's (an
-            activation after the logits), or that layer is quantized.
+            activation after the logits, or a nested model's output), or
+            that layer is quantized.
     """
     backbone = getattr(task, "backbone", None)
     outputs = getattr(task, "outputs", None) or []
@@ -137,6 +138,12 @@ def logits_layer(task):
             f"`keras_hub.models.RobertaTextClassifier`); got {type(task).__name__}."
         )
     head = outputs[0]._keras_history.operation
+    if isinstance(head, keras.Model):
+        raise ValueError(
+            f"The model's logits come from the nested model '{head.name}' "
+            f"({type(head).__name__}; VGG's classifier head is one): the methods that read "
+            "or replace a classifier's logits layer need it at the classifier's top level."
+        )
     if type(head) is not keras.layers.Dense or head.activation not in (
         None,
         keras.activations.linear,

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from conftest import BACKEND
 from conftest import REPO_ROOT
+from fixtures import tiny_conv_classifiers
 from fixtures import tiny_image_classifiers
 from fixtures import tiny_text_classifiers
 from zoo_testing import families_this_run
@@ -240,6 +241,17 @@ def test_models_the_methods_cannot_take_are_refused():
         HydraClassifier.from_model(mit, [[[1, 1], [1, 1]]])
     with pytest.raises(ValueError, match="has a member that keeps none"):
         HydraClassifier.from_model(mit, [[[1], [0, 0]]])
+    # The convolutional families (VGG's nested head may be named first).
+    for family in sorted(tiny_conv_classifiers.FAMILIES):
+        conv = tiny_conv_classifiers.build_conv_classifier(family)
+        for cls, reason in (
+            (LoRAEnsembleClassifier, "no attention projection"),
+            (BatchEnsembleClassifier, "no attention or feed-forward projection"),
+            (MasksemblesClassifier, "no feed-forward block"),
+            (HydraClassifier, "no attention output projection"),
+        ):
+            with pytest.raises(ValueError, match=f"{reason}|nested model 'head'"):
+                cls.from_model(conv)
     inputs = keras.Input((4,))
     mlp = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Dense(8)(inputs)))
     for cls in (LoRAEnsembleClassifier, BatchEnsembleClassifier, MasksemblesClassifier):
@@ -372,6 +384,41 @@ def test_whole_model_methods_on_every_image_transformer(family):
         np.testing.assert_allclose(logits[:, m], to_np(reference(x)), atol=1e-5)
 
 
+#: The convolutional families without a dropout layer (MC dropout has
+#: nothing to sample) and the one whose logits come from a nested head.
+NO_DROPOUT = ("mobilenet", "mobilenetv5")
+NESTED_HEAD = ("vgg",)
+
+
+@pytest.mark.parametrize("family", families_this_run(tiny_conv_classifiers.FAMILIES, SLICE))
+def test_whole_model_methods_and_loss_prediction_on_every_conv_family(family):
+    """Deep ensembles, MC dropout (its BatchNormalization in inference
+    mode: at rate 0 every member is the model) and loss prediction on the
+    convolutional families: members and logits equal the keras-hub
+    model's; MC dropout without a dropout layer, and loss prediction on a
+    nested head, are refused by name."""
+    model = tiny_conv_classifiers.build_conv_classifier(family)
+    x = tiny_image_classifiers.images()
+    expected = to_np(model(x))
+    other = tiny_conv_classifiers.build_conv_classifier(family, seed=1)
+    ensemble = DeepEnsembleClassifier([model, other])
+    np.testing.assert_allclose(ensemble.predict(x, verbose=0)[:, 0], expected, atol=1e-5)
+    if family in NO_DROPOUT:
+        with pytest.raises(ValueError, match="has no Dropout layer"):
+            MCDropoutClassifier(model, num_members=2, rate=0.0)
+    else:
+        mc = MCDropoutClassifier(model, num_members=2, rate=0.0)
+        np.testing.assert_allclose(mc.predict(x, verbose=0)[:, 1], expected, atol=1e-5)
+    if family in NESTED_HEAD:
+        with pytest.raises(ValueError, match="logits come from the nested model 'head'"):
+            LossPredictionImageClassifier.from_keras_hub(model)
+    else:
+        loss_model = LossPredictionImageClassifier.from_keras_hub(
+            model, head_hidden_units=(8,), freeze_backbone=True, freeze_classifier=True
+        )
+        np.testing.assert_allclose(loss_model.predict(x, verbose=0)["logits"], expected, atol=1e-5)
+
+
 def family_table():
     """The rows of the family table in docs/add_a_model_family.md."""
     methods = ("lora", "batch", "masks", "loss", "deep", "mc", "sub", "hydra")
@@ -380,10 +427,19 @@ def family_table():
         kind = "image" if family in tiny_image_classifiers.FAMILIES else "text"
         cells = dict.fromkeys(methods, "yes")
         if family == "f_net":
-            cells["lora"] = "refused: no attention"
-        if family == "f_net":
-            cells["hydra"] = "refused: no attention"
+            cells["lora"] = cells["hydra"] = "refused: no attention"
         rows.append(f"| {family} | {kind} | " + " | ".join(cells.values()) + " |")
+    for family in sorted(tiny_conv_classifiers.FAMILIES):
+        cells = dict.fromkeys(methods, "yes")
+        cells["lora"] = cells["hydra"] = "refused: no attention"
+        cells["batch"] = "refused: no projection"
+        cells["masks"] = "refused: no feed-forward block"
+        cells["sub"] = "not tested"
+        if family in NO_DROPOUT:
+            cells["mc"] = "refused: no dropout layer"
+        if family in NESTED_HEAD:
+            cells["loss"] = "refused: nested head"
+        rows.append(f"| {family} | image (conv) | " + " | ".join(cells.values()) + " |")
     return rows
 
 
