@@ -115,10 +115,40 @@ def member_rows_classifier(model, num_members, reuse_head, dtype=None, adopt=Fal
 def head_features(task):
     """`(features, head)`: a functional model from `task`'s inputs to what
     its last `Dense` layer reads (the pooled embedding, after the family's
-    own pooling and any hidden head layer), and that `Dense` layer, whose
-    output is `task`'s logits (`logits_layer`)."""
-    head = logits_layer(task)
-    return keras.Model(task.input, head.input, name=f"{task.name}_features"), head
+    own pooling and any hidden head layer, also those of a nested
+    `Sequential` head such as VGG's), and that `Dense` layer, whose output
+    is `task`'s logits (`logits_layer`)."""
+    nested = _nested_head(task)
+    if nested is None:
+        head = logits_layer(task)
+        return keras.Model(task.input, head.input, name=f"{task.name}_features"), head
+    # A nested `Sequential` head ending in the logits `Dense` (VGG's): the
+    # features are its other layers' output on what the task passes it.
+    node, head = nested
+    x = node.input_tensors[0]
+    for layer in node.operation.layers[:-1]:
+        x = layer(x)
+    return keras.Model(task.input, x, name=f"{task.name}_features"), head
+
+
+def _nested_head(task):
+    """`(node, dense)` when `task`'s output comes from a nested
+    `keras.Sequential` (its call's node in the task's graph) whose last
+    layer is a linear float `Dense`; else `None`."""
+    outputs = getattr(task, "outputs", None) or []
+    if len(outputs) != 1:
+        return None
+    history = outputs[0]._keras_history
+    sequential = history.operation
+    if not isinstance(sequential, keras.Sequential) or not sequential.layers:
+        return None
+    dense = sequential.layers[-1]
+    linear = (None, keras.activations.linear)
+    if type(dense) is not keras.layers.Dense or dense.activation not in linear:
+        return None
+    if dense.quantization_mode is not None:
+        return None
+    return sequential._inbound_nodes[history.node_index], dense
 
 
 def logits_layer(task):
