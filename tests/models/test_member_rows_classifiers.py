@@ -39,6 +39,7 @@ from ensemble_zoo.models import LossPredictionImageClassifier
 from ensemble_zoo.models import MasksemblesClassifier
 from ensemble_zoo.models import MCDropoutClassifier
 from ensemble_zoo.models import SubnetworkEnsembleClassifier
+from ensemble_zoo.models import TileEnsembleClassifier
 from ensemble_zoo.models.hydra.hydra_model_backbone import head_sites
 from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
 from ensemble_zoo.models.member_sites import attention_sites
@@ -387,15 +388,20 @@ def test_whole_model_methods_on_every_image_transformer(family):
 #: The convolutional families without a dropout layer: MC dropout has
 #: nothing to sample.
 NO_DROPOUT = ("mobilenet", "mobilenetv5")
+#: ... and those whose head does not read an average-pooled vector (tile
+#: ensembles need one): MobileNet keeps the pooled axes for a convolution,
+#: MobileNetV5 and VGG do not average-pool.
+NO_AVERAGE_POOLING = ("mobilenet", "mobilenetv5", "vgg")
 
 
 @pytest.mark.parametrize("family", families_this_run(tiny_conv_classifiers.FAMILIES, SLICE))
 def test_whole_model_methods_and_loss_prediction_on_every_conv_family(family):
     """Deep ensembles, MC dropout (its BatchNormalization in inference
-    mode: at rate 0 every member is the model) and loss prediction on the
-    convolutional families: members and logits equal the keras-hub
+    mode: at rate 0 every member is the model), loss prediction and one
+    tile on the convolutional families: members and logits equal the keras-hub
     model's (VGG's logits `Dense` ends a nested head); MC dropout without
-    a dropout layer is refused by name."""
+    a dropout layer and tiles without an average-pooled head are refused
+    by name."""
     model = tiny_conv_classifiers.build_conv_classifier(family)
     x = tiny_image_classifiers.images()
     expected = to_np(model(x))
@@ -412,6 +418,13 @@ def test_whole_model_methods_and_loss_prediction_on_every_conv_family(family):
         model, head_hidden_units=(8,), freeze_backbone=True, freeze_classifier=True
     )
     np.testing.assert_allclose(loss_model.predict(x, verbose=0)["logits"], expected, atol=1e-5)
+    # One tile is the model (its average pooling over the whole map).
+    if family in NO_AVERAGE_POOLING:
+        with pytest.raises(ValueError, match="GlobalAveragePooling2D"):
+            TileEnsembleClassifier.from_model(model, grid_size=1)
+    else:
+        tiles = TileEnsembleClassifier.from_model(model, grid_size=1)
+        np.testing.assert_allclose(tiles.predict(x, verbose=0)[:, 0], expected, atol=1e-5)
 
 
 def family_table():

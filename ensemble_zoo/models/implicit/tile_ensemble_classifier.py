@@ -162,7 +162,10 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
 
     @classmethod
     def from_model(cls, model, grid_size, **kwargs):
-        """Tiles of a functional classifier with one `GlobalAveragePooling2D`.
+        """Tiles of a functional classifier with one `GlobalAveragePooling2D`
+        (without `keepdims`): a Keras CNN, or a keras-hub classifier of a
+        family that average-pools its feature map (CSPNet, DenseNet,
+        EfficientNet, HGNetV2, ResNet, Xception, MiT).
 
         The model is split at that layer: the part before it is the
         feature model and the part after it (applied to pooled features)
@@ -179,6 +182,12 @@ class TileEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
                 f"GlobalAveragePooling2D layer; found {len(pools)}."
             )
         pool = pools[0]
+        if pool.keepdims:
+            raise ValueError(
+                f"`model`'s GlobalAveragePooling2D '{pool.name}' keeps its spatial axes "
+                "(keepdims=True: a convolutional head follows, as in keras-hub's "
+                "MobileNet); tiles need a head on pooled feature vectors."
+            )
         feature_model = keras.Model(model.inputs, pool.input, name="features")
         head_input = keras.Input(tuple(pool.output.shape[1:]))
         x = head_input
