@@ -365,6 +365,9 @@ def test_whole_model_methods_on_every_image_transformer(family):
     np.testing.assert_allclose(ensemble.predict(x, verbose=0)[:, 0], expected, atol=1e-5)
     mc = MCDropoutClassifier(model, num_members=2, rate=0.0)
     np.testing.assert_allclose(mc.predict(x, verbose=0)[:, 1], expected, atol=1e-5)
+    if family == "mit":  # average-pools its last feature map: one tile is the model
+        tiles = TileEnsembleClassifier.from_model(model, grid_size=1)
+        np.testing.assert_allclose(tiles.predict(x, verbose=0)[:, 0], expected, atol=1e-5)
 
     masks = SubnetworkEnsembleClassifier(model, num_members=2, seed=0)
     assert len(masks.masked_layers) == 2 * BLOCKS[family]
