@@ -122,7 +122,7 @@ class BatchEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifi
         return config
 
     @classmethod
-    def from_model(cls, model, num_members=4, **kwargs):
+    def from_model(cls, model, num_members=None, **kwargs):
         """BatchEnsemble on a copy of the keras-hub classifier `model`
         (which is not changed); the ensemble takes over its preprocessor.
         `kwargs` are the constructor's other arguments."""

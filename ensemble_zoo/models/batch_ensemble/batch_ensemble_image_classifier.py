@@ -138,7 +138,7 @@ class BatchEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCla
         return batch_ensemble_member_model(self, member, plain_vit_classifier)
 
     @classmethod
-    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+    def from_keras_hub(cls, model, num_members=None, num_classes=None, reuse_head=None, **kwargs):
         """A BatchEnsemble built from a copy of a keras-hub ViT.
 
         Every member starts from the pretrained kernels and biases (E³

@@ -141,7 +141,7 @@ class BatchEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClass
         return batch_ensemble_member_model(self, member, plain_bert_classifier)
 
     @classmethod
-    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+    def from_keras_hub(cls, model, num_members=None, num_classes=None, reuse_head=None, **kwargs):
         """A BatchEnsemble built from a copy of a keras-hub BERT (as
         `BatchEnsembleImageClassifier.from_keras_hub` from a ViT).
 

@@ -139,7 +139,7 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         return config
 
     @classmethod
-    def from_model(cls, model, num_members=8, rank=4, **kwargs):
+    def from_model(cls, model, num_members=None, rank=None, **kwargs):
         """LoRA-Ensemble on a copy of the keras-hub classifier `model`
         (which is not changed); the ensemble takes over its preprocessor.
         `kwargs` are the constructor's other arguments."""

@@ -151,7 +151,7 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
 
     @classmethod
     def from_keras_hub(
-        cls, model, num_members=8, rank=4, num_classes=None, reuse_head=None, **kwargs
+        cls, model, num_members=None, rank=None, num_classes=None, reuse_head=None, **kwargs
     ):
         """A LoRA-Ensemble on a copy of a keras-hub BERT.
 

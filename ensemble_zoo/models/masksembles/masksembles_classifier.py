@@ -117,7 +117,7 @@ class MasksemblesClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier
         return config
 
     @classmethod
-    def from_model(cls, model, num_members=4, **kwargs):
+    def from_model(cls, model, num_members=None, **kwargs):
         """Masksembles on a copy of the keras-hub classifier `model`
         (which is not changed); the ensemble takes over its preprocessor.
         `kwargs` are the constructor's other arguments."""

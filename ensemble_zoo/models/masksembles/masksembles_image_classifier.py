@@ -183,7 +183,7 @@ class MasksemblesImageClassifier(EnsembleClassifier, keras_hub.models.ImageClass
     # === keras-hub conversion ===
 
     @classmethod
-    def from_keras_hub(cls, model, num_members=4, num_classes=None, reuse_head=None, **kwargs):
+    def from_keras_hub(cls, model, num_members=None, num_classes=None, reuse_head=None, **kwargs):
         """Masksembles on a copy of a keras-hub ViT (`model` is unchanged).
 
         Args:
