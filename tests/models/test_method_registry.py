@@ -95,13 +95,20 @@ def test_bad_registrations_are_named_errors():
 
 def test_registration_defaults_are_read_from_the_method():
     """A method's presets default to its `<method>_presets.py`; a harness
-    case's members, layout and modality to its arguments and task."""
+    case's members and modality to its arguments and task; its layout is
+    named."""
     assert Method(name="mimo", tasks=(ez.models.MIMOImageClassifier,)).presets == (
         "mimo_vit_tiny_digits",
         "mimo_vit_b16_3",
     )
-    packed = HarnessCase(ez.models.PackedEnsembleImageClassifier, {"num_members": 3})
+    packed = HarnessCase(
+        ez.models.PackedEnsembleImageClassifier, {"num_members": 3}, layout="member_axis"
+    )
     assert (packed.num_members, packed.layout, packed.modality) == (3, "member_axis", "image")
+    # The layout is data: a case that names none is refused.
+    unnamed = HarnessCase(ez.models.PackedEnsembleImageClassifier, {"num_members": 3})
+    with pytest.raises(ValueError, match="`layout` must be one of"):
+        Method(name="packed_ensemble", tasks=(unnamed.task_cls,), harness=(unnamed,))
     e3 = HarnessCase(ez.models.ViTMoEImageClassifier, {"ensemble_size": 2})
     assert e3.num_members == 2
     assert HarnessCase(ez.models.HydraTextClassifier, {"num_members": 2}).modality == "text"
