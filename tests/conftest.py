@@ -177,12 +177,26 @@ def pytest_report_header(config):
 run_day()
 
 
+#: The tests the rotation takes, by backend: the model tests, and under JAX,
+#: which compiles every model and layer it runs, also keras-hub's harness
+#: (each of its tests picks one backend by a hash of its name; JAX's share
+#: then runs one day in two) and the mixture-of-experts layers (their
+#: routers compile a program per configuration: 2 minutes a run).
+ROTATED = {
+    "jax": ("tests/models/", "tests/layers/moe/"),
+    "tensorflow": ("tests/models/",),
+    "torch": (),
+}
+
+
 def _runs_today(item):
-    """Whether a model test runs under this backend today (see
-    `MODEL_ROTATION`). Tests that choose their backends
-    themselves (a `skipif` other than `requires_jit` or
-    `requires_saved_model`, keras-hub's harness) always keep their choice."""
-    if not item.nodeid.startswith("tests/models/") or "keras_hub_harness" in item.nodeid:
+    """Whether a test runs under this backend today (see `MODEL_ROTATION`
+    and `ROTATED`). Tests that choose their backends themselves (a
+    `skipif` other than `requires_jit` or `requires_saved_model`, and
+    keras-hub's harness but under JAX) always keep their choice."""
+    if not item.nodeid.startswith(ROTATED[BACKEND]):
+        return True
+    if "keras_hub_harness" in item.nodeid and BACKEND != "jax":
         return True
     shared = (requires_jit.mark, requires_saved_model.mark)
     if item.get_closest_marker("skip") or any(
