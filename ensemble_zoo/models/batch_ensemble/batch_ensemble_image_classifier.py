@@ -1,7 +1,6 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleViTBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_config
@@ -10,6 +9,7 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensembl
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_logits
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_member_model
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import set_batch_ensemble_config
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import task_batch_ensemble_layers
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import plain_vit_classifier
@@ -123,10 +123,7 @@ class BatchEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageCla
     def get_config(self):
         return {**super().get_config(), **batch_ensemble_config(self)}
 
-    @property
-    def batch_ensemble_layers(self):
-        """The backbone's `BatchEnsembleDense` layers, then the head."""
-        return batch_ensemble_layers(self.backbone) + [self.head]
+    batch_ensemble_layers = property(task_batch_ensemble_layers)
 
     def member_model(self, member):
         """Member `member` as a plain keras-hub `ViTImageClassifier`: every converted

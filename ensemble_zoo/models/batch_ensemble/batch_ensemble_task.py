@@ -156,3 +156,8 @@ def _set_member_weights(target, source, member):
     if getattr(target, "bias", None) is None:
         raise ValueError(f"Layer '{target.name}' has no bias to hold member {member}'s.")
     target.bias.assign(bias.reshape(tuple(target.bias.shape)))
+
+
+def task_batch_ensemble_layers(task):
+    """The backbone's `BatchEnsembleDense` layers, then the head."""
+    return batch_ensemble_layers(task.backbone) + [task.head]

@@ -1,7 +1,6 @@
 import keras
 import keras_hub
 
-from ensemble_zoo.models.batch_ensemble.apply_batch_ensemble import batch_ensemble_layers
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_backbones import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_backbone
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_config
@@ -10,6 +9,7 @@ from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensembl
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_logits
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import batch_ensemble_member_model
 from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import set_batch_ensemble_config
+from ensemble_zoo.models.batch_ensemble.batch_ensemble_task import task_batch_ensemble_layers
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.member_passes import check_member_batching
 from ensemble_zoo.models.text_inputs import bert_parts
@@ -126,10 +126,7 @@ class BatchEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClass
     def get_config(self):
         return {**super().get_config(), **batch_ensemble_config(self)}
 
-    @property
-    def batch_ensemble_layers(self):
-        """The backbone's `BatchEnsembleDense` layers, then the head."""
-        return batch_ensemble_layers(self.backbone) + [self.head]
+    batch_ensemble_layers = property(task_batch_ensemble_layers)
 
     def member_model(self, member):
         """Member `member` as a plain keras-hub `BertTextClassifier`: every converted

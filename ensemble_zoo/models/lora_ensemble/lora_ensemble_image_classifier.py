@@ -4,8 +4,7 @@ import keras_hub
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.keras_hub_vit import check_image_backbone
 from ensemble_zoo.models.keras_hub_vit import vit_parts
-from ensemble_zoo.models.lora_ensemble import adapter_files
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
+from ensemble_zoo.models.lora_ensemble import lora_ensemble_task
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleViTBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_config
@@ -140,38 +139,11 @@ class LoRAEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClas
     def get_config(self):
         return {**super().get_config(), **lora_ensemble_config(self)}
 
-    @property
-    def adapters(self):
-        """The `LoRAEnsembleAdapter`s, in a fixed order."""
-        return lora_ensemble_adapters(self.backbone)
-
-    @property
-    def method_config(self):
-        """The LoRA-Ensemble arguments the backbone was built with."""
-        return self.backbone.method_config
-
-    @property
-    def base_backbone_class(self):
-        """The keras-hub backbone class the adapters sit on."""
-        return self.backbone.base_cls()
-
-    def save_adapter_weights(self, filepath):
-        """Saves only what training changes: every adapter and the heads.
-
-        A few MB instead of the whole backbone; reload them with
-        `load_adapter_weights` into a model built on the same frozen
-        backbone. The file is HDF5 (`.h5`), readable under every backend,
-        in the causal LMs' adapter format (`adapter_files`) with the heads.
-        """
-        adapter_files.save_adapters(self, filepath, suffix=".h5", head=self.head)
-
-    def load_adapter_weights(self, filepath):
-        """Loads weights written by `save_adapter_weights`.
-
-        Raises a `ValueError` naming the file and the first variable that
-        is missing or has the wrong shape.
-        """
-        adapter_files.load_adapters(self, filepath, suffix=".h5", head=self.head)
+    adapters = property(lora_ensemble_task.task_adapters)
+    method_config = property(lora_ensemble_task.task_method_config)
+    base_backbone_class = property(lora_ensemble_task.task_base_backbone_class)
+    save_adapter_weights = lora_ensemble_task.save_adapter_weights
+    load_adapter_weights = lora_ensemble_task.load_adapter_weights
 
     @classmethod
     def from_keras_hub(

@@ -1,11 +1,14 @@
 """What the LoRA-Ensemble image and text classifiers share: the method's
-defaults, its backbone, the graph, the config and the keras-hub
-conversion."""
+defaults, its backbone, the graph, the config, the keras-hub conversion,
+and the methods both classes take as they are (`adapters`,
+`method_config`, `base_backbone_class`, `save_adapter_weights`,
+`load_adapter_weights`)."""
 
 import keras
 import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import apply_lora_ensemble
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
@@ -129,3 +132,41 @@ def copy_head_to_members(grouped, dense):
         )
     grouped.kernel.assign(np.broadcast_to(kernel, grouped.kernel.shape))
     grouped.bias.assign(np.broadcast_to(bias, grouped.bias.shape))
+
+
+# === Methods of both classifiers (assigned in their class bodies) ===
+
+
+def task_adapters(task):
+    """The `LoRAEnsembleAdapter`s, in a fixed order."""
+    return lora_ensemble_adapters(task.backbone)
+
+
+def task_method_config(task):
+    """The LoRA-Ensemble arguments the backbone was built with."""
+    return task.backbone.method_config
+
+
+def task_base_backbone_class(task):
+    """The keras-hub backbone class the adapters sit on."""
+    return task.backbone.base_cls()
+
+
+def save_adapter_weights(task, filepath):
+    """Saves only what training changes: every adapter and the heads.
+
+    A few MB instead of the whole backbone; reload them with
+    `load_adapter_weights` into a model built on the same frozen
+    backbone. The file is HDF5 (`.h5`), readable under every backend,
+    in the causal LMs' adapter format (`adapter_files`) with the heads.
+    """
+    adapter_files.save_adapters(task, filepath, suffix=".h5", head=task.head)
+
+
+def load_adapter_weights(task, filepath):
+    """Loads weights written by `save_adapter_weights`.
+
+    Raises a `ValueError` naming the file and the first variable that
+    is missing or has the wrong shape.
+    """
+    adapter_files.load_adapters(task, filepath, suffix=".h5", head=task.head)

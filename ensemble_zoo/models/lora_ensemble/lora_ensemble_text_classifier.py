@@ -2,8 +2,7 @@ import keras
 import keras_hub
 
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
-from ensemble_zoo.models.lora_ensemble import adapter_files
-from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import lora_ensemble_adapters
+from ensemble_zoo.models.lora_ensemble import lora_ensemble_task
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_backbones import LoRAEnsembleBertBackbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_backbone
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import lora_ensemble_config
@@ -124,30 +123,11 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
     def get_config(self):
         return {**super().get_config(), **lora_ensemble_config(self)}
 
-    @property
-    def adapters(self):
-        """The `LoRAEnsembleAdapter`s, in a fixed order."""
-        return lora_ensemble_adapters(self.backbone)
-
-    @property
-    def method_config(self):
-        """The LoRA-Ensemble arguments the backbone was built with."""
-        return self.backbone.method_config
-
-    @property
-    def base_backbone_class(self):
-        """The keras-hub backbone class the adapters sit on."""
-        return self.backbone.base_cls()
-
-    def save_adapter_weights(self, filepath):
-        """Saves every adapter and the heads (as
-        `LoRAEnsembleImageClassifier.save_adapter_weights`)."""
-        adapter_files.save_adapters(self, filepath, suffix=".h5", head=self.head)
-
-    def load_adapter_weights(self, filepath):
-        """Loads weights written by `save_adapter_weights` (as
-        `LoRAEnsembleImageClassifier.load_adapter_weights`)."""
-        adapter_files.load_adapters(self, filepath, suffix=".h5", head=self.head)
+    adapters = property(lora_ensemble_task.task_adapters)
+    method_config = property(lora_ensemble_task.task_method_config)
+    base_backbone_class = property(lora_ensemble_task.task_base_backbone_class)
+    save_adapter_weights = lora_ensemble_task.save_adapter_weights
+    load_adapter_weights = lora_ensemble_task.load_adapter_weights
 
     @classmethod
     def from_keras_hub(
