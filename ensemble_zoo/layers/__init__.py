@@ -6,6 +6,8 @@ from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormaliz
 from ensemble_zoo.layers.head_mask import HeadMask
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExpertKernel
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts
 from ensemble_zoo.layers.loss_prediction_head import LossPredictionHead
 from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
 from ensemble_zoo.layers.masksembles_mask import masksembles_masks

@@ -13,6 +13,8 @@ role than elsewhere (one entry per keras-hub layer class).
 
 import keras
 
+from ensemble_zoo.utils.sublayers import sublayers
+
 #: Roles of the projections, each with the attribute or layer names
 #: keras-hub gives that projection (without leading underscores): the
 #: attention's query, key, value and output projections (GPT-NeoX fuses the
@@ -69,17 +71,6 @@ ROLE_OVERRIDES = {
         "proj": "attention_output",
     },
 }
-
-
-def sublayers(layer):
-    """`(attribute, sublayer)` pairs held directly by `layer`'s attributes
-    (under PyTorch Keras keeps them in the module's `_modules`)."""
-    names = dict.fromkeys(vars(layer))
-    names.update(dict.fromkeys(vars(layer).get("_modules", {})))
-    for name in names:
-        value = getattr(layer, name, None)
-        if isinstance(value, keras.layers.Layer) and value is not layer:
-            yield name, value
 
 
 def projection_role(parent, attribute, projection):

@@ -2,9 +2,11 @@
 
 LoRA-Ensemble adapters and subnetwork masks attach to layers that live
 inside custom keras-hub layers (attention projections, MLP blocks), which
-`keras.models.clone_model` cannot reach; these two helpers are the one
+`keras.models.clone_model` cannot reach; these helpers are the one
 place that does it.
 """
+
+import keras
 
 
 def freeze_weights(model):
@@ -54,3 +56,14 @@ def replace_sublayer(parent, attribute, new_layer):
     finally:
         parent._tracker.lock()
     return old_layer
+
+
+def sublayers(layer):
+    """`(attribute, sublayer)` pairs held directly by `layer`'s attributes
+    (under PyTorch Keras keeps them in the module's `_modules`)."""
+    names = dict.fromkeys(vars(layer))
+    names.update(dict.fromkeys(vars(layer).get("_modules", {})))
+    for name in names:
+        value = getattr(layer, name, None)
+        if isinstance(value, keras.layers.Layer) and value is not layer:
+            yield name, value

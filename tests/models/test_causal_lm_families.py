@@ -19,6 +19,8 @@ from fixtures.tiny_causal_lms import build_causal_lm
 from zoo_testing import families_this_run
 from zoo_testing import to_np
 
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExpertKernel
+from ensemble_zoo.layers.lora_ensemble_experts import expert_kernels
 from ensemble_zoo.models import LoRAEnsembleCausalLM
 from ensemble_zoo.models import LoRAEnsembleDecoderBackbone
 from ensemble_zoo.models import TokenLossPredictor
@@ -109,13 +111,81 @@ def test_a_refused_family_says_why(family):
         TokenLossPredictor.from_keras_hub(causal_lm)
 
 
+#: The mixture-of-experts families (keras-hub's stacked expert banks).
+MOE = ("gpt_oss", "mixtral", "qwen3_5_moe", "qwen3_moe", "qwen_moe")
+EXPERT_TARGETS = families.ATTENTION_TARGETS + ("experts",)
+
+
+@pytest.mark.parametrize("family", families_this_run(MOE, 1))
+def test_experts_take_members_equal_to_models_with_merged_expert_kernels(family, tmp_path):
+    """`targets` with `"experts"`: zero adapters give keras-hub's logits;
+    with trained factors each member equals the plain keras-hub model
+    whose stacked expert kernels (and attention kernels) are that
+    member's merged ones, set in the model itself; `fit` trains the expert
+    factors and nothing frozen; a preset round trip keeps the members."""
+    causal_lm = build_causal_lm(family)
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+        causal_lm, num_members=2, rank=2, targets=EXPERT_TARGETS, seed=0
+    )
+    expert_factors = [a for a in ensemble.adapters if isinstance(a, LoRAEnsembleExpertKernel)]
+    assert expert_factors and all(k.lora_a.shape[:2] == (2, 4) for k in expert_factors)
+    reference = to_np(causal_lm(keras_hub_inputs(causal_lm)))
+    np.testing.assert_allclose(to_np(ensemble(PROMPT)), np.stack([reference] * 2, 1), atol=1e-5)
+
+    rng = np.random.default_rng(0)
+    for adapter in ensemble.adapters:
+        adapter.lora_b.assign(rng.normal(size=adapter.lora_b.shape) * 0.3)
+    logits = to_np(ensemble(PROMPT))
+    for member in range(2):
+        plain = build_causal_lm(family)
+        for ours, theirs in zip(
+            ensemble.backbone.transformer_layers, plain.backbone.transformer_layers
+        ):
+            sites = families.block_sites(ours, EXPERT_TARGETS, required=False)
+            plain_sites = families.block_sites(theirs, EXPERT_TARGETS, required=False)
+            for (role, (parent, name)), (_, (plain_parent, plain_name)) in zip(sites, plain_sites):
+                layer, plain_layer = getattr(parent, name), getattr(plain_parent, plain_name)
+                if role != "experts":
+                    plain_layer.kernel.assign(layer.merged_kernel(member))
+                    continue
+                # W[e] + A[m, e] @ B[m, e] in NumPy, into the expert bank.
+                _, kernels = expert_kernels(plain_layer)
+                for (_, variable), factors in zip(kernels, layer.kernel_adapters, strict=True):
+                    a, b = to_np(factors.lora_a)[member], to_np(factors.lora_b)[member]
+                    variable.assign(to_np(variable) + np.einsum("eir,ero->eio", a, b))
+        np.testing.assert_allclose(
+            logits[:, member], to_np(plain(keras_hub_inputs(plain))), atol=1e-4
+        )
+    assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
+
+    preset = str(tmp_path / "preset")
+    ensemble.save_to_preset(preset)
+    np.testing.assert_array_equal(to_np(LoRAEnsembleCausalLM.from_preset(preset)(PROMPT)), logits)
+
+    frozen = {w.path: to_np(w) for w in ensemble.weights if "lora" not in w.path}
+    before = [to_np(k.lora_b) for k in expert_factors]
+    tokens = rng.integers(4, 50, size=(4, 9)).astype("int32")
+    x = {"token_ids": tokens[:, :-1], "padding_mask": np.ones((4, 8), bool)}
+    ensemble.compile(optimizer=keras.optimizers.Adam(1e-2))
+    history = ensemble.fit(x, tokens[:, 1:], batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert all(np.abs(to_np(k.lora_b) - b).max() > 0 for k, b in zip(expert_factors, before))
+    for w in ensemble.weights:
+        if "lora" not in w.path:
+            np.testing.assert_array_equal(to_np(w), frozen[w.path], err_msg=w.path)
+
+
 @pytest.mark.skipif(BACKEND != "jax", reason="site finding is backend-independent")
-def test_mlp_targets_of_a_mixture_of_experts_are_refused_by_name():
+def test_mlp_targets_of_a_mixture_of_experts_and_experts_of_a_dense_model_are_refused():
     causal_lm = build_causal_lm("mixtral")
-    with pytest.raises(ValueError, match="0 projections for target 'mlp_gate'"):
+    with pytest.raises(ValueError, match="0 projections for target 'mlp_gate'.*'experts'"):
         LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, targets=["mlp_gate"])
     sites, roles = families.decoder_sites(causal_lm.backbone, families.ATTENTION_TARGETS)
     assert roles == list(families.ATTENTION_TARGETS) * 2
+    with pytest.raises(ValueError, match="no block of `backbone` .* is a mixture of experts"):
+        LoRAEnsembleCausalLM.from_keras_hub(
+            build_causal_lm("llama"), num_members=2, rank=2, targets=EXPERT_TARGETS
+        )
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="weights copied across dtypes: backend-independent")

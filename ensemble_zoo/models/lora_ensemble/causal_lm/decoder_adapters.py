@@ -3,22 +3,31 @@
 `apply_decoder_adapters` puts one batch-major `LoRAEnsembleAdapter` (row
 `b * M + m` is member `m`'s copy of sample `b`, so that keras-hub's
 samplers, which index the batch on axis 0, and its KV cache work
-unchanged) on every target projection of every decoder block, found by
-`families.decoder_sites`, and freezes every other weight. It changes the
+unchanged) on every target projection of every decoder block, and a
+`LoRAEnsembleExperts` on every mixture-of-experts block for the
+`"experts"` target, found by `families.decoder_sites`, and freezes every
+other weight. It changes the
 backbone in place, as keras-hub's `enable_lora` does;
 `LoRAEnsembleCausalLM.from_keras_hub` gives it a copy of the user's.
 """
+
+import math
 
 import keras
 import keras_hub
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExpertKernel
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts
 from ensemble_zoo.models.causal_lm_inputs import text_inputs
 from ensemble_zoo.models.causal_lm_inputs import with_position_ids
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import EXPERTS_TARGET
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import check_targets
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import decoder_sites
+from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import freeze_weights
+from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -36,12 +45,24 @@ def check_ranks(rank, targets):
     return {t: rank for t in targets}
 
 
-def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_gain, seed):
-    """The `LoRAEnsembleAdapter`s of `backbone`'s decoder blocks, block by
-    block and within a block in `targets` order.
+def factor_layers(site_layers):
+    """The layers holding the members' factors (`lora_a`, `lora_b`) of
+    the adapted sites' layers, in order: a `LoRAEnsembleAdapter` itself,
+    a `LoRAEnsembleExperts`' kernel adapters one per stacked kernel."""
+    layers = []
+    for layer in site_layers:
+        layers += layer.kernel_adapters if isinstance(layer, LoRAEnsembleExperts) else [layer]
+    return layers
 
-    A backbone without adapters is frozen and gets them (adapter `i` seeds
-    its members with `seed + i * num_members + m`); one that holds
+
+def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_gain, seed):
+    """The adapters of `backbone`'s decoder blocks (`LoRAEnsembleAdapter`,
+    or `LoRAEnsembleExperts` for `"experts"`), block by block and within a
+    block in `targets` order.
+
+    A backbone without adapters is frozen and gets them (projection
+    adapter `i` seeds its members with `seed + i * num_members + m`, an
+    experts adapter takes one seed per member and expert of each kernel); one that holds
     adapters of the same members, ranks and scaling on the same sites (a
     second task on the same backbone, as keras-hub tasks share one) keeps
     them.
@@ -66,7 +87,7 @@ def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_g
     # A fused query-key-value projection takes the rank of its first target.
     role_ranks = [ranks.get(role, ranks[_first_fused(targets)]) for role in roles]
     held = [getattr(parent, attribute) for parent, attribute in sites]
-    adapted = [isinstance(layer, LoRAEnsembleAdapter) for layer in held]
+    adapted = [isinstance(layer, (LoRAEnsembleAdapter, LoRAEnsembleExperts)) for layer in held]
     if all(adapted):
         expected = [(num_members, r, lora_alpha, "batch_major") for r in role_ranks]
         found = [(a.num_members, a.rank, a.lora_alpha, a.member_layout) for a in held]
@@ -80,9 +101,40 @@ def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_g
     if any(adapted):
         raise ValueError("`backbone` holds LoRA-Ensemble adapters on some targets only.")
     freeze_weights(backbone)
-    return adapt_projections(
-        sites, num_members, role_ranks, lora_alpha, a_gain, seed, member_layout="batch_major"
-    )
+    adapters, seeds_used = [], 0
+    for site, role, site_rank in zip(sites, roles, role_ranks, strict=True):
+        site_seed = None if seed is None else seed + seeds_used
+        if role == EXPERTS_TARGET:
+            adapters.append(
+                adapt_experts(site, num_members, site_rank, lora_alpha, a_gain, site_seed)
+            )
+            seeds_used += sum(math.prod(k.lora_a.shape[:2]) for k in adapters[-1].kernel_adapters)
+        else:
+            adapters += adapt_projections(
+                [site], num_members, site_rank, lora_alpha, a_gain, site_seed, "batch_major"
+            )
+            seeds_used += num_members
+    return adapters
+
+
+def adapt_experts(site, num_members, rank, lora_alpha, a_gain, seed):
+    """Replaces the mixture-of-experts block `getattr(parent, attribute)`
+    of `site` by a batch-major `LoRAEnsembleExperts` on it."""
+    parent, attribute = site
+    block = getattr(parent, attribute)
+    with path_scope(parent.path):
+        experts = LoRAEnsembleExperts(
+            block,
+            num_members=num_members,
+            rank=rank,
+            lora_alpha=lora_alpha,
+            a_gain=a_gain,
+            seed=seed,
+            member_layout="batch_major",
+            dtype=block.dtype_policy,
+        )
+    replace_sublayer(parent, attribute, experts)
+    return experts
 
 
 def plain_decoder_copy(decoder, dtype=None):
@@ -98,7 +150,7 @@ def plain_decoder_copy(decoder, dtype=None):
     factors = {
         id(variable)
         for layer in decoder._flatten_layers(include_self=False)
-        if isinstance(layer, LoRAEnsembleAdapter)
+        if isinstance(layer, (LoRAEnsembleAdapter, LoRAEnsembleExpertKernel))
         for variable in (layer.lora_a, layer.lora_b)
     }
     frozen = [v for v in decoder.weights if id(v) not in factors]
@@ -149,12 +201,16 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         ):
             sites, _ = decoder_sites(backbone, check_targets(targets))
             held = [getattr(parent, attribute) for parent, attribute in sites]
-            held = [layer for layer in held if isinstance(layer, LoRAEnsembleAdapter)]
+            held = [
+                layer
+                for layer in held
+                if isinstance(layer, (LoRAEnsembleAdapter, LoRAEnsembleExperts))
+            ]
             backbone = plain_decoder_copy(backbone, dtype)
         adapters = apply_decoder_adapters(
             backbone, num_members, rank, targets, lora_alpha, a_gain, seed
         )
-        for source, adapter in zip(held, adapters):
+        for source, adapter in zip(factor_layers(held), factor_layers(adapters)):
             adapter.lora_a.assign(keras.ops.cast(source.lora_a, adapter.lora_a.dtype))
             adapter.lora_b.assign(keras.ops.cast(source.lora_b, adapter.lora_b.dtype))
         # === Layers ===

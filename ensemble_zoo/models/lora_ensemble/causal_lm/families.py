@@ -29,21 +29,26 @@ import keras_hub
 from keras import ops
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts
+from ensemble_zoo.layers.lora_ensemble_experts import expert_kernels
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets as _check_names
 from ensemble_zoo.models.member_sites import ATTENTION_ROLES
 from ensemble_zoo.models.member_sites import FUSED_ROLE
 from ensemble_zoo.models.member_sites import ROLE_NAMES
 from ensemble_zoo.models.member_sites import projection_role
-from ensemble_zoo.models.member_sites import sublayers
+from ensemble_zoo.utils.sublayers import sublayers
 
 #: Roles a LoRA-Ensemble adapts: `member_sites.ROLE_NAMES` (the
 #: attention's query, key, value and output projections, the paper's four,
-#: and the MLP's gate, up and down projections).
+#: and the MLP's gate, up and down projections), and a mixture-of-experts
+#: block's experts (`"experts"`: every stacked expert kernel of the
+#: block, `layers.lora_ensemble_experts`).
 ATTENTION_TARGETS = ATTENTION_ROLES
 MLP_TARGETS = ("mlp_gate", "mlp_up", "mlp_down")
+EXPERTS_TARGET = "experts"
 #: What a user may name in `targets`; `"query_key_value"` is where
 #: `"query"`, `"key"` and `"value"` go in a family that fuses them.
-TARGETS = ATTENTION_TARGETS + MLP_TARGETS
+TARGETS = ATTENTION_TARGETS + MLP_TARGETS + (EXPERTS_TARGET,)
 FUSED_TARGET = FUSED_ROLE
 DEFAULT_TARGETS = ATTENTION_TARGETS
 
@@ -178,10 +183,12 @@ def check_targets(targets):
 def _projections(block):
     """role -> `[(parent, attribute)]` of every `Dense` / `EinsumDense`
     under `block` (or a `LoRAEnsembleAdapter` on one) whose attribute or
-    layer name keras-hub uses for that role. Mixture-of-experts parts
-    (attributes naming an expert) are not searched: their MLPs are not one
-    projection."""
-    found = {role: [] for role in ROLE_NAMES}
+    layer name keras-hub uses for that role, and under `"experts"` every
+    mixture-of-experts block (a layer holding an expert bank,
+    `expert_kernels`, or a `LoRAEnsembleExperts` on one). Expert banks
+    (attributes naming an expert, and a shared expert) are not searched for
+    projections: their MLPs are not one projection."""
+    found = {role: [] for role in (*ROLE_NAMES, EXPERTS_TARGET)}
     seen = set()
 
     def walk(layer):
@@ -189,6 +196,9 @@ def _projections(block):
             if id(sublayer) in seen:
                 continue
             seen.add(id(sublayer))
+            if isinstance(sublayer, LoRAEnsembleExperts) or expert_kernels(sublayer)[0]:
+                found[EXPERTS_TARGET].append((layer, attribute))
+                continue
             if isinstance(sublayer, LoRAEnsembleAdapter):
                 projection = sublayer.base_layer
             elif isinstance(sublayer, (keras.layers.Dense, keras.layers.EinsumDense)):
@@ -211,6 +221,9 @@ def block_sites(block, targets, required=True):
     decoder block, in `targets` order (`"query"`, `"key"` and `"value"`
     share one `"query_key_value"` site in a family that fuses them).
 
+    A block without a mixture of experts (Qwen-MoE's dense blocks) leaves
+    `"experts"` out.
+
     Raises:
         ValueError: the block has no projection, or more than one, for a
             target (with `required=False` a missing one is left out).
@@ -221,15 +234,17 @@ def block_sites(block, targets, required=True):
         role = target
         if target in ("query", "key", "value") and not found[target] and found[FUSED_TARGET]:
             role = FUSED_TARGET
-        if any(role == r for r, _ in sites) or (not found[role] and not required):
-            continue
+        if any(role == r for r, _ in sites) or (
+            not found[role] and (not required or role == EXPERTS_TARGET)
+        ):
+            continue  # a block with a dense MLP has no experts
         if len(found[role]) != 1:
             where = [f"{type(p).__name__}.{a}" for p, a in found[role]]
             raise ValueError(
                 f"{type(block).__name__} has {len(found[role])} projections for "
                 f"target {target!r} {where}; LoRA-Ensemble needs exactly one per "
-                "block (a mixture-of-experts MLP has none: adapt the attention "
-                "targets)."
+                "block (a mixture-of-experts MLP has none: adapt its experts, "
+                f"target {EXPERTS_TARGET!r})."
             )
         sites.append((role, found[role][0]))
     return sites
@@ -258,11 +273,20 @@ def decoder_sites(backbone, targets):
             "LoRA-Ensemble adapts the decoder blocks of a keras-hub causal LM."
         )
     linear_blocks = FAMILIES.get(causal_lm_class(backbone).__name__, STANDARD).linear_blocks
+    projections = [t for t in targets if t != EXPERTS_TARGET]
     pairs = []
     for block in blocks:
-        if linear_blocks and not block_sites(block, targets, required=False):
-            continue  # a linear-attention block: no projection to adapt
+        if linear_blocks and not block_sites(block, projections, required=False):
+            # A linear-attention block: only its experts, if any, to adapt.
+            pairs += block_sites(block, [t for t in targets if t == EXPERTS_TARGET])
+            continue
         pairs += block_sites(block, targets)
     if not pairs:
         raise ValueError(f"No block of `backbone` has the projections {list(targets)}.")
+    if EXPERTS_TARGET in targets and all(role != EXPERTS_TARGET for role, _ in pairs):
+        raise ValueError(
+            f"`targets` names {EXPERTS_TARGET!r}, but no block of `backbone` "
+            f"({type(backbone).__name__}) is a mixture of experts: no sublayer holds an "
+            "expert bank (an int `num_experts` and kernels (num_experts, d_in, d_out))."
+        )
     return [site for _, site in pairs], [role for role, _ in pairs]

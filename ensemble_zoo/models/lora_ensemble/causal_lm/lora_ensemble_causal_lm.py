@@ -31,6 +31,7 @@ from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
 from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
 from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import LoRAEnsembleDecoderBackbone
+from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import factor_layers
 from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import DEFAULT_TARGETS
 from ensemble_zoo.utils.model_copies import copy_model
@@ -85,9 +86,11 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
             imported keras-hub LoRA needs one rank per target).
         targets: projections to adapt, among `"query"`, `"key"`, `"value"`,
             `"attention_output"` (the paper's four, the default) and the
-            MLP's `"mlp_gate"`, `"mlp_up"` and `"mlp_down"`. In a family
-            that fuses the query, key and value projections (GPT-NeoX) the
-            three share one adapter on the fused projection.
+            MLP's `"mlp_gate"`, `"mlp_up"` and `"mlp_down"`, or a mixture
+            of experts' `"experts"` (every expert of every stacked kernel,
+            `ez.layers.LoRAEnsembleExperts`). In a family that fuses the
+            query, key and value projections (GPT-NeoX) the three share
+            one adapter on the fused projection.
         lora_alpha: optional float; updates are scaled by `lora_alpha /
             rank` (`None`: 1).
         a_gain: float, the Xavier-uniform gain of each `A_m` (the paper's
@@ -269,7 +272,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
             targets: projections to adapt, among `"query"`, `"key"`,
                 `"value"`, `"attention_output"` (the default: these four,
                 as the paper) and the MLP's `"mlp_gate"`, `"mlp_up"`,
-                `"mlp_down"`.
+                `"mlp_down"`, or a mixture of experts' `"experts"`.
             lora_alpha: optional float; updates are scaled by
                 `lora_alpha / rank` (`None`: 1).
             a_gain: float, the Xavier-uniform gain of each `A_m` (the
@@ -401,8 +404,11 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
 
     @property
     def adapters(self):
-        """The `LoRAEnsembleAdapter`s, block by block, in `targets` order."""
-        return list(self.backbone._adapters)
+        """The layers holding the members' factors (`lora_a`, `lora_b`),
+        block by block, in `targets` order: a `LoRAEnsembleAdapter` per
+        projection, and for `"experts"` one `LoRAEnsembleExpertKernel` per
+        stacked expert kernel of each mixture-of-experts block."""
+        return factor_layers(self.backbone._adapters)
 
 
 def _check_causal_lm(causal_lm):

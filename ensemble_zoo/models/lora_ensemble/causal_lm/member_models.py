@@ -2,6 +2,8 @@
 from keras-hub's LoRA files: one member's merged model, the frozen base
 model, and the factors of keras-hub `.lora.h5` adapters."""
 
+from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts
+from ensemble_zoo.layers.lora_ensemble_experts import expert_kernels
 from ensemble_zoo.models.lora_ensemble.causal_lm import keras_hub_lora
 from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import plain_decoder_copy
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import TARGETS
@@ -15,10 +17,16 @@ def plain_causal_lm(ensemble, member):
     `member` is `None`, member `member`'s adapters merged."""
     backbone = plain_decoder_copy(ensemble.backbone.decoder)
     sites, _ = decoder_sites(backbone, ensemble.targets)
-    for (parent, attribute), adapter in zip(sites, ensemble.adapters, strict=True):
-        getattr(parent, attribute).kernel.assign(
-            adapter.base_layer.kernel if member is None else adapter.merged_kernel(member)
-        )
+    for (parent, attribute), adapter in zip(sites, ensemble.backbone._adapters, strict=True):
+        if member is None:
+            continue  # the copy holds the frozen weights
+        if isinstance(adapter, LoRAEnsembleExperts):
+            _, kernels = expert_kernels(getattr(parent, attribute))
+            merged = adapter.merged_kernels(member)
+            for name, variable in kernels:
+                variable.assign(merged[name])
+        else:
+            getattr(parent, attribute).kernel.assign(adapter.merged_kernel(member))
     return ensemble.keras_hub_class(
         backbone=backbone, preprocessor=copy_preprocessor(ensemble.preprocessor)
     )
