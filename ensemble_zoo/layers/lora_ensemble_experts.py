@@ -209,7 +209,8 @@ class LoRAEnsembleExperts(keras.layers.Layer):
     ```python
     import keras_hub
     import numpy as np
-    from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts
+    from keras import ops
+    from ensemble_zoo.layers import LoRAEnsembleExperts
 
     mixtral = keras_hub.models.MixtralBackbone(
         vocabulary_size=16, num_layers=1, num_query_heads=2,
@@ -220,7 +221,8 @@ class LoRAEnsembleExperts(keras.layers.Layer):
     experts = LoRAEnsembleExperts(block, num_members=2, rank=2, seed=0)
     x = np.random.normal(size=(2 * 3, 5, 8)).astype("float32")
     out, router_logits = experts(x)  # every B_m is zero: members equal the block
-    np.allclose(out, block(x)[0], atol=1e-5)  # True
+    to_numpy = ops.convert_to_numpy
+    np.allclose(to_numpy(out), to_numpy(block(x)[0]), atol=1e-5)  # True
     ```
     """
 
