@@ -2,7 +2,7 @@
 `generate`, teacher-forced `score_uncertainty` and one `fit` step.
 
     python benchmarks/llm_memory.py [--real] [--lengths 128 542 2048]
-        [--members 4] [--rank 8] [--no-fit]
+        [--members 4] [--rank 8] [--no-fit] [--compare-fit] [--calls ...]
 
 Each figure is the peak resident memory of the process during the call,
 above its resident memory just before it (sampled every 5 ms from
@@ -16,10 +16,18 @@ loads Google's Gemma 3 270M from the PyPI package of its GGUF file
 tokens of vocabulary, where the members' logits dominate: 4 members take
 4 MB per position in float32.
 
+The fit step trains under `compile()`'s default loss, which projects the
+members' hidden states onto the vocabulary in blocks of positions
+(`chunked_loss`); `--compare-fit` adds the same step with the loss on the
+whole member logits (`fit, logits loss`) and keras-hub's own fit step of
+the base model (`keras-hub fit`, its default loss and optimizer), each
+on a fresh model.
+
 Goals (Gemma 3 270M, 4 members of rank 8, float32): `score_uncertainty`
 of 542 tokens within +2 GB and within 3x the time of `generate` on the
 same prompt, on every backend; memory growing with the length by the
-backbone's activations and cache, not by `members x vocabulary` per token.
+backbone's activations and cache, not by `members x vocabulary` per token;
+the fit step of 1,024 tokens within the memory of keras-hub's own.
 """
 
 import argparse
@@ -33,6 +41,9 @@ import keras_hub
 import numpy as np
 
 import ensemble_zoo as ez
+from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import (
+    member_token_cross_entropy,
+)
 
 NEW_TOKENS = 12
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -98,9 +109,17 @@ def prompt(length, vocabulary):
     return {"token_ids": token_ids, "padding_mask": padding_mask}
 
 
-def rows(ensemble, lengths, fit):
+def fit_step(model, ids):
+    """One `fit` step of `model` on `ids` (next-token targets)."""
+    x = {"token_ids": ids[:, :-1], "padding_mask": np.ones_like(ids[:, :-1], bool)}
+    return lambda: model.fit(x, ids[:, 1:], batch_size=1, epochs=1, shuffle=False, verbose=0)
+
+
+def rows(ensemble, lengths, fit, compare_fit=None, only=None):
     """One dict per length and call: `call`, `length`, `peak_gb`,
-    `seconds`."""
+    `seconds`. `compare_fit`: a callable giving `(fresh ensemble compiled
+    with the logits loss, keras-hub base model compiled)`; `only`: the
+    calls to measure (default all)."""
     vocabulary = ensemble.backbone.vocabulary_size
     out = []
     for length in lengths:
@@ -114,13 +133,16 @@ def rows(ensemble, lengths, fit):
         calls["score_uncertainty"] = lambda: ensemble.score_uncertainty(
             generated["token_ids"], prompt_mask=~generated["generated_mask"]
         )
+        ids = generated["token_ids"]
         if fit:
-            ids = generated["token_ids"]
-            x = {"token_ids": ids[:, :-1], "padding_mask": np.ones_like(ids[:, :-1], bool)}
-            calls["fit step"] = lambda: ensemble.fit(
-                x, ids[:, 1:], batch_size=1, epochs=1, shuffle=False, verbose=0
-            )
+            calls["fit step"] = fit_step(ensemble, ids)
+        if compare_fit is not None:
+            logits_loss, keras_hub_model = compare_fit()
+            calls["fit, logits loss"] = fit_step(logits_loss, ids)
+            calls["keras-hub fit"] = fit_step(keras_hub_model, ids)
         for name, call in calls.items():
+            if only and name not in only:
+                continue
             if name != "generate":
                 call()  # compiles
             _, peak, seconds = peak_above_start(call)
@@ -137,6 +159,12 @@ def main(argv=None):
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--no-fit", action="store_true", help="skip the fit step")
+    parser.add_argument(
+        "--compare-fit",
+        action="store_true",
+        help="add the fit step with the logits loss and keras-hub's own fit step",
+    )
+    parser.add_argument("--calls", nargs="+", help="measure these calls only")
     args = parser.parse_args(argv)
     if min(args.lengths) <= NEW_TOKENS:
         parser.error(f"--lengths must exceed the {NEW_TOKENS} new tokens")
@@ -150,7 +178,23 @@ def main(argv=None):
         f"{ensemble.backbone.vocabulary_size}, {args.members} members of rank {args.rank}; "
         "peak resident memory above the start of each call"
     )
-    return rows(ensemble, args.lengths, fit=not args.no_fit)
+
+    def compare_fit():
+        fresh = real_base() if args.real else tiny_base()
+        logits_loss = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
+            fresh, num_members=args.members, rank=args.rank, seed=0
+        )
+        logits_loss.compile(loss=member_token_cross_entropy)
+        fresh.compile()  # keras-hub's default loss and optimizer
+        return logits_loss, fresh
+
+    return rows(
+        ensemble,
+        args.lengths,
+        fit=not args.no_fit,
+        compare_fit=compare_fit if args.compare_fit else None,
+        only=args.calls,
+    )
 
 
 if __name__ == "__main__":

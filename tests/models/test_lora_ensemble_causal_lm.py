@@ -20,6 +20,9 @@ from zoo_testing import to_np
 import ensemble_zoo as ez
 from ensemble_zoo.models import LoRAEnsembleCausalLM
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
+from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import (
+    member_token_cross_entropy,
+)
 
 TINY = dict(
     vocabulary_size=50,
@@ -687,6 +690,40 @@ def test_fit_trains_the_adapters_only(pair):
     assert {w.path for w in model.trainable_weights} == {
         w.path for a in model.adapters for w in (a.lora_a, a.lora_b)
     }
+
+
+def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
+    """Under the default loss the training forward stops at the hidden
+    states and the loss projects them in blocks (of 3 positions, one
+    ragged); one epoch of SGD gives the loss and the adapters that the
+    loss on the whole member logits gives."""
+    family, base, _ = pair
+    if family != "gemma":
+        pytest.skip("one family suffices: the loss is family-independent")
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(4, 50, size=(4, 9)).astype("int32")
+    x = {"token_ids": tokens[:, :-1], "padding_mask": np.ones((4, 8), bool)}
+    weights = np.ones((4, 8), "float32")
+    weights[1, 5:] = 0.0
+    results = []
+    for options in ({"loss_chunk_size": 3}, {"loss": member_token_cross_entropy}):
+        model = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, seed=0)
+        randomize_adapters(model, scale=0.2)
+        model.compile(optimizer=keras.optimizers.SGD(0.5), **options)
+        history = model.fit(
+            x, tokens[:, 1:], sample_weight=weights, batch_size=2, shuffle=False, verbose=0
+        )
+        factors = [to_np(f) for a in model.adapters for f in (a.lora_a, a.lora_b)]
+        results.append((history.history["loss"][0], factors))
+        if "loss_chunk_size" in options:
+            assert model(x, training=True).shape == (4, 2, 8, 32)  # hidden states
+            assert model(x).shape == (4, 2, 8, 50)
+    (blocked_loss, blocked), (full_loss, full) = results
+    np.testing.assert_allclose(blocked_loss, full_loss, rtol=1e-5)
+    for ours, theirs in zip(blocked, full, strict=True):
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)  # two steps of float32
+    with pytest.raises(ValueError, match="`loss_chunk_size` sizes the default loss"):
+        model.compile(loss_chunk_size=4, metrics=["accuracy"])
 
 
 def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):

@@ -16,6 +16,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import decode_compilation
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import generation
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
+from ensemble_zoo.models.lora_ensemble.causal_lm.chunked_loss import chunked_token_cross_entropy
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
@@ -44,17 +45,78 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
     `num_members`, `family` (`families.Family`), `call_with_cache` and
     `_build_cache`."""
 
-    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        *,
+        weighted_metrics="auto",
+        loss_chunk_size=None,
+        **kwargs,
+    ):
         """keras-hub's `CausalLM.compile`; the default loss is the mean over
         members of the token cross-entropy (`member_token_cross_entropy`),
         and there is no default metric (keras-hub's token accuracy expects
-        one model's logits)."""
+        one model's logits).
+
+        With the default loss and no metric, `fit` computes that loss in
+        blocks of positions (`chunked_loss`): the training forward
+        (`model(x, training=True)`) returns the members' final hidden
+        states `(batch, members, tokens, hidden_dim)` instead of their
+        logits, and the loss projects them onto the vocabulary
+        `loss_chunk_size` positions at a time (`None`: sized from the
+        members and the vocabulary), recomputing each block's logits in
+        the backward pass. The loss and its gradients are those of the
+        logits (float32 round-off); `evaluate` and `predict` see logits.
+
+        Args:
+            loss_chunk_size: optional int, positions per block of the
+                training loss.
+        """
+        blocked = (
+            loss == "auto" and not kwargs.get("metrics") and weighted_metrics in ("auto", None)
+        )
+        if loss_chunk_size is not None:
+            loss_chunk_size = check_positive_int(loss_chunk_size, "loss_chunk_size")
+            if not blocked:
+                raise ValueError(
+                    "`loss_chunk_size` sizes the default loss's blocks; it needs `loss='auto'` "
+                    "and no metric (a metric reads the member logits)."
+                )
         if loss == "auto":
             loss = member_token_cross_entropy
         if weighted_metrics == "auto":
             weighted_metrics = None
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs)
         self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
+        # The compiled configuration, as Keras keeps `loss`: `None` for
+        # a loss on the member logits.
+        self.__dict__["_loss_blocks"] = (loss_chunk_size,) if blocked else None
+
+    def call(self, inputs, training=None):
+        """The member logits; in training under the default loss, the
+        members' final hidden states, which `compute_loss` projects in
+        blocks (`compile`)."""
+        if training and self.__dict__.get("_loss_blocks") is not None:
+            tiled = {name: self.repeat_members(x) for name, x in inputs.items()}
+            return self.split_members(self.backbone(tiled, training=training))
+        return super().call(inputs, training=training)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Keras' loss; in training under the default loss, from the
+        members' hidden states in blocks of positions
+        (`chunked_loss.chunked_token_cross_entropy`), plus the layers'
+        added losses."""
+        blocks = self.__dict__.get("_loss_blocks")
+        if not training or blocks is None:
+            return super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        losses = [
+            chunked_token_cross_entropy(
+                self.backbone.token_embedding, y_pred, y, sample_weight, blocks[0]
+            )
+        ]
+        losses += [self._aggregate_additional_loss(loss) for loss in self.losses]
+        return losses[0] if len(losses) == 1 else ops.sum(ops.stack(losses))
 
     # === Decoding (see `decode_engine`) ===
 
