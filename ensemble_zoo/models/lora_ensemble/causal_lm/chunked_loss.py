@@ -42,10 +42,6 @@ def chunked_token_cross_entropy(token_embedding, hidden, labels, sample_weight, 
         A float32 scalar.
     """
     members, length = hidden.shape[1], hidden.shape[2]
-    if chunk_size is None:
-        chunk_size = positions_per_chunk(members, token_embedding.input_dim)
-    if length is None:
-        chunk_size = length = None  # an unknown length: one block
     labels = ops.cast(labels, "int32")
     weights = (
         ops.ones(ops.shape(labels), "float32")
@@ -59,13 +55,38 @@ def chunked_token_cross_entropy(token_embedding, hidden, labels, sample_weight, 
         ce = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
         return ops.sum(ops.mean(ce, axis=1) * w)
 
-    block_loss = keras.remat(block_loss)
-    starts = [0] if length is None else range(0, length, chunk_size)
-    total = 0.0
-    for start in starts:
-        stop = None if length is None else min(start + chunk_size, length)
-        total = total + block_loss(
-            hidden[:, :, start:stop], labels[:, start:stop], weights[:, start:stop]
-        )
     count = ops.cast(ops.shape(labels)[0], "float32") * ops.cast(ops.shape(labels)[1], "float32")
+    if length is None:  # an unknown length: one block
+        return block_loss(hidden, labels, weights) / count
+    if chunk_size is None:
+        chunk_size = positions_per_chunk(members, token_embedding.input_dim)
+    chunk_size = min(chunk_size, length)
+    steps = -(-length // chunk_size)
+    pad = steps * chunk_size - length  # the last block padded, with zero weight
+    hidden = ops.pad(hidden, [[0, 0], [0, 0], [0, pad], [0, 0]])
+    labels = ops.pad(labels, [[0, 0], [0, pad]])
+    weights = ops.pad(weights, [[0, 0], [0, pad]])
+    block_loss = keras.remat(block_loss)
+
+    def body(step, total):
+        positions = step * chunk_size + ops.arange(chunk_size)
+        return total + block_loss(
+            ops.take(hidden, positions, axis=2),
+            ops.take(labels, positions, axis=1),
+            ops.take(weights, positions, axis=1),
+        )
+
+    if keras.config.backend() == "tensorflow":
+        # TensorFlow cannot differentiate `tf.recompute_grad` inside a
+        # `tf.while_loop` when the block reads a variable (the embedding):
+        # "... is in list of internal_captures but not in
+        # internal_capture_to_output" (TensorFlow 2.21). Its blocks are
+        # unrolled.
+        total = ops.zeros((), "float32")
+        for step in range(steps):
+            total = body(step, total)
+    else:
+        # One loop, not `steps` unrolled blocks: XLA runs an unrolled
+        # graph's blocks in any order and holds their logits at once.
+        total = ops.fori_loop(0, steps, body, ops.zeros((), "float32"))
     return total / count
