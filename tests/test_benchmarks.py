@@ -377,6 +377,12 @@ def test_llm_memory_benchmark_measures_each_call():
     )
     llm_memory = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(llm_memory)
-    rows = llm_memory.main(["--lengths", "20", "--members", "2", "--rank", "2"])
-    assert [row["call"] for row in rows] == ["generate", "score_uncertainty", "fit step"]
+    rows = llm_memory.main(["--lengths", "20", "--members", "2", "--rank", "2", "--compare-fit"])
+    assert [row["call"] for row in rows] == [
+        "generate",
+        "score_uncertainty",
+        "fit step",
+        "fit, logits loss",
+        "keras-hub fit",
+    ]
     assert all(row["length"] == 20 and 0.0 <= row["peak_gb"] < 1.0 for row in rows), rows
