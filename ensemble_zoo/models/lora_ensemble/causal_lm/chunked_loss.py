@@ -66,15 +66,14 @@ def chunked_token_cross_entropy(token_embedding, hidden, labels, sample_weight, 
     hidden = ops.pad(hidden, [[0, 0], [0, 0], [0, pad], [0, 0]])
     labels = ops.pad(labels, [[0, 0], [0, pad]])
     weights = ops.pad(weights, [[0, 0], [0, pad]])
-    block_loss = keras.remat(block_loss)
-
     def body(step, total):
         positions = step * chunk_size + ops.arange(chunk_size)
-        return total + block_loss(
-            ops.take(hidden, positions, axis=2),
-            ops.take(labels, positions, axis=1),
-            ops.take(weights, positions, axis=1),
-        )
+        y = ops.take(labels, positions, axis=1)
+        w = ops.take(weights, positions, axis=1)
+        # Only the hidden states are the rematerialised block's argument
+        # (TensorFlow's `recompute_grad` would watch the integer labels).
+        block = keras.remat(lambda h: block_loss(h, y, w))
+        return total + block(ops.take(hidden, positions, axis=2))
 
     if keras.config.backend() == "tensorflow":
         # TensorFlow cannot differentiate `tf.recompute_grad` inside a
