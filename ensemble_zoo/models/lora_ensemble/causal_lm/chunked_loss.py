@@ -66,26 +66,26 @@ def chunked_token_cross_entropy(token_embedding, hidden, labels, sample_weight, 
     hidden = ops.pad(hidden, [[0, 0], [0, 0], [0, pad], [0, 0]])
     labels = ops.pad(labels, [[0, 0], [0, pad]])
     weights = ops.pad(weights, [[0, 0], [0, pad]])
+    # The embedding's weights reach each block as arguments (read through
+    # a `keras.StatelessScope`), not as captured variables: TensorFlow
+    # cannot differentiate a `tf.recompute_grad` that reads a variable
+    # inside a `tf.while_loop` ("... is in list of internal_captures but
+    # not in internal_capture_to_output", TensorFlow 2.21).
+    variables = token_embedding.weights
+
     def body(step, total):
         positions = step * chunk_size + ops.arange(chunk_size)
         y = ops.take(labels, positions, axis=1)
         w = ops.take(weights, positions, axis=1)
-        # Only the hidden states are the rematerialised block's argument
-        # (TensorFlow's `recompute_grad` would watch the integer labels).
-        block = keras.remat(lambda h: block_loss(h, y, w))
-        return total + block(ops.take(hidden, positions, axis=2))
 
-    if keras.config.backend() == "tensorflow":
-        # TensorFlow cannot differentiate `tf.recompute_grad` inside a
-        # `tf.while_loop` when the block reads a variable (the embedding):
-        # "... is in list of internal_captures but not in
-        # internal_capture_to_output" (TensorFlow 2.21). Its blocks are
-        # unrolled.
-        total = ops.zeros((), "float32")
-        for step in range(steps):
-            total = body(step, total)
-    else:
-        # One loop, not `steps` unrolled blocks: XLA runs an unrolled
-        # graph's blocks in any order and holds their logits at once.
-        total = ops.fori_loop(0, steps, body, ops.zeros((), "float32"))
+        def block(h, *values):
+            with keras.StatelessScope(list(zip(variables, values))):
+                return block_loss(h, y, w)
+
+        values = [ops.stop_gradient(v.value) for v in variables]
+        return total + keras.remat(block)(ops.take(hidden, positions, axis=2), *values)
+
+    # One loop, not `steps` unrolled blocks: XLA runs an unrolled graph's
+    # blocks in any order and holds their logits at once.
+    total = ops.fori_loop(0, steps, body, ops.zeros((), "float32"))
     return total / count
