@@ -74,21 +74,11 @@ class LoRAEnsembleExpertKernel(keras.layers.Layer):
             rank` (`None`: 1).
         a_gain: float, the Xavier-uniform gain of `A`.
         seed: optional int; `A[m, e]` uses seed `seed + m * experts + e`.
-        member_layout: the row order of the block's batch, `"member_major"`
-            or `"batch_major"` (read by `LoRAEnsembleExperts`).
         **kwargs: other `keras.layers.Layer` arguments.
     """
 
     def __init__(
-        self,
-        kernel_shape,
-        num_members,
-        rank,
-        lora_alpha=None,
-        a_gain=10.0,
-        seed=None,
-        member_layout="member_major",
-        **kwargs,
+        self, kernel_shape, num_members, rank, lora_alpha=None, a_gain=10.0, seed=None, **kwargs
     ):
         super().__init__(**kwargs)
         kernel_shape = tuple(kernel_shape)
@@ -105,7 +95,6 @@ class LoRAEnsembleExpertKernel(keras.layers.Layer):
         self.lora_alpha = lora_alpha
         self.a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         self.seed = seed
-        self.member_layout = check_choice(member_layout, "member_layout", MEMBER_LAYOUTS)
         self.build(None)
 
     @property
@@ -159,7 +148,6 @@ class LoRAEnsembleExpertKernel(keras.layers.Layer):
                 "lora_alpha": self.lora_alpha,
                 "a_gain": self.a_gain,
                 "seed": self.seed,
-                "member_layout": self.member_layout,
             }
         )
         return config
@@ -270,7 +258,6 @@ class LoRAEnsembleExperts(keras.layers.Layer):
                 lora_alpha=lora_alpha,
                 a_gain=a_gain,
                 seed=None if seed is None else seed + k * stride,
-                member_layout=member_layout,
                 name=name.lstrip("_") + "_lora_ensemble",
                 dtype=block.dtype_policy,
             )
@@ -281,7 +268,7 @@ class LoRAEnsembleExperts(keras.layers.Layer):
     def merged_kernels(self, member):
         """`{attribute: kernel}`: the expert bank's kernels with member
         `member`'s updates merged, in the kernels' dtypes."""
-        bank, kernels = expert_kernels(self.block)
+        _, kernels = expert_kernels(self.block)
         return {
             name: ops.cast(
                 ops.cast(variable.value, "float32") + adapter.delta(member), variable.dtype
@@ -289,7 +276,7 @@ class LoRAEnsembleExperts(keras.layers.Layer):
             for (name, variable), adapter in zip(kernels, self.kernel_adapters, strict=True)
         }
 
-    def _member_rows(self, value, member, rows):
+    def _member_rows(self, value, member):
         """Member `member`'s rows of a row-first tensor (others as they are)."""
         if not _is_tensor(value) or len(value.shape) == 0:
             return value
@@ -300,15 +287,14 @@ class LoRAEnsembleExperts(keras.layers.Layer):
         return ops.reshape(value, (self.num_members, -1) + tuple(shape[1:]))[member]
 
     def call(self, inputs, *args, **kwargs):
-        shape = ops.shape(inputs)
-        rows = shape[0]
+        rows = ops.shape(inputs)[0]
         if isinstance(rows, int) and rows % self.num_members:
             raise ValueError(
                 f"LoRAEnsembleExperts '{self.name}' computes {self.num_members} members over "
                 f"the rows of its `inputs`, so their first axis must be a multiple of "
                 f"{self.num_members}; got shape {tuple(inputs.shape)}."
             )
-        bank, kernels = expert_kernels(self.block)
+        _, kernels = expert_kernels(self.block)
         adapted = {id(variable) for _, variable in kernels}
         others = [(v, v.value) for v in self.block.weights if id(v) not in adapted]
         outputs, losses = [], []
@@ -316,7 +302,7 @@ class LoRAEnsembleExperts(keras.layers.Layer):
             merged = self.merged_kernels(member)
             mapping = others + [(variable, merged[name]) for name, variable in kernels]
             member_args = tree.map_structure(
-                lambda v, m=member: self._member_rows(v, m, rows), (inputs, args, kwargs)
+                lambda v, m=member: self._member_rows(v, m), (inputs, args, kwargs)
             )
             with keras.StatelessScope(mapping, collect_losses=True) as scope:
                 x, a, k = member_args

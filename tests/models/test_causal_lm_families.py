@@ -161,6 +161,10 @@ def test_experts_take_members_equal_to_models_with_merged_expert_kernels(family,
     preset = str(tmp_path / "preset")
     ensemble.save_to_preset(preset)
     np.testing.assert_array_equal(to_np(LoRAEnsembleCausalLM.from_preset(preset)(PROMPT)), logits)
+    adapters = str(tmp_path / "experts.lora_ensemble.h5")
+    ensemble.save_adapters(adapters)
+    loaded = LoRAEnsembleCausalLM.from_adapters(build_causal_lm(family), adapters)
+    np.testing.assert_array_equal(to_np(loaded(PROMPT)), logits)
 
     frozen = {w.path: to_np(w) for w in ensemble.weights if "lora" not in w.path}
     before = [to_np(k.lora_b) for k in expert_factors]

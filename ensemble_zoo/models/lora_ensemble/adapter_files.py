@@ -47,7 +47,10 @@ def save_adapters(model, filepath, suffix=".lora_ensemble.h5", head=None):
         f.attrs["method_config"] = json.dumps(model.method_config)
         for i, adapter in enumerate(model.adapters):
             group = f.create_group(f"adapters/{i}")
-            group.attrs["base_layer"] = adapter.base_layer.path
+            # The adapted layer's path; an expert kernel's factors name
+            # the kernel themselves (`LoRAEnsembleExpertKernel`).
+            adapted = getattr(adapter, "base_layer", adapter)
+            group.attrs["base_layer"] = adapted.path
             group["lora_a"] = _float32(adapter.lora_a)
             group["lora_b"] = _float32(adapter.lora_b)
         for name, variable in _head_variables(head):
