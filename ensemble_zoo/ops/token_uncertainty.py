@@ -36,6 +36,8 @@ at each generated position; `token_uncertainty` is the same computation on
 arrays, for member logits from any model.
 """
 
+import math
+
 import keras
 from keras import ops
 
@@ -133,33 +135,99 @@ def token_figures_from_log_probs(log_p, log_weights=None):
     With the weights `P_m(y_<t) / sum_k P_k(y_<t)` of the members'
     likelihoods of the prefix these are Malinin & Gales' token-level
     figures of the expectation-of-products ensemble."""
-    if log_weights is None:
-        num_members = ops.shape(log_p)[1]
-        log_weights = ops.zeros_like(log_p[..., 0]) - ops.log(ops.cast(num_members, log_p.dtype))
-    log_w = ops.expand_dims(log_weights, -1)
-    weights = ops.exp(log_w)
-    log_mean = ops.logsumexp(log_p + log_w, axis=1)
-    p = ops.exp(log_p)
-    p_mean = ops.exp(log_mean)
-    member_entropy = -ops.sum(_xlogy(p, log_p), axis=-1)
-    mean_log_p = ops.sum(weights * log_p, axis=1)
-    # KL(p_m || p_w) and the EPKL term per member, summed term by term.
-    mutual = _xlogy(p, log_p - ops.expand_dims(log_mean, 1))
-    pairwise = _xlogy(p, log_p - ops.expand_dims(mean_log_p, 1))
-    reverse = _xlogy(p_mean, log_mean - mean_log_p)
+    return mixture_figures(log_p, [log_weights])[0]
 
-    def over_members(x):
-        return ops.sum(weights[..., 0] * x, axis=1)
 
-    return {
-        "total": -ops.sum(_xlogy(p_mean, log_mean), axis=-1),
-        "aleatoric": over_members(member_entropy),
-        "epistemic": ops.maximum(over_members(ops.sum(mutual, axis=-1)), 0.0),
-        "expected_pairwise_kl": ops.maximum(over_members(ops.sum(pairwise, axis=-1)), 0.0),
-        "reverse_mutual_information": ops.maximum(ops.sum(reverse, axis=-1), 0.0),
-        "max_probability": ops.amax(p_mean, axis=-1),  # Keras' torch `max` breaks dynamo
-        "member_entropy": member_entropy,
-    }
+def mixture_figures(log_p, weightings):
+    """`token_figures_from_log_probs(log_p, w)` for each `w` of
+    `weightings` (`None`: uniform), sharing the per-member work (the
+    probabilities and the member entropies) between them.
+
+    Speed. The members are a static axis of a few entries, so they are
+    unrolled: each member's log-probabilities are a `(rows, vocabulary)`
+    matrix, the sums over members are sums of such matrices, and every
+    reduction runs over the last axis of a matrix. XLA on a CPU reduced
+    the 4-D `(batch, members, positions, vocabulary)` tensor over its
+    member axis about 3 times slower (JAX 0.10, 4 members of a
+    262,144-token vocabulary: 0.51 s for the figures of 16 positions
+    against 0.17 s unrolled; eager PyTorch 0.68 s against 0.24 s). The
+    per-member terms of each divergence are summed over the members at
+    each token, then over the vocabulary: the same terms, summed in
+    another order.
+    """
+    shape = tuple(log_p.shape)
+    num_members, vocabulary = int(shape[1]), shape[-1]
+    leading = (-1,) + tuple(shape[2:-1])  # (batch, ...)
+    members = [ops.reshape(log_p[:, m], (-1, vocabulary)) for m in range(num_members)]
+    probabilities = [ops.exp(x) for x in members]
+    member_entropy = [-ops.sum(_xlogy(p, x), axis=-1) for p, x in zip(probabilities, members)]
+
+    def unflatten(x):
+        return ops.reshape(x, leading)
+
+    out = []
+    for log_weights in weightings:
+        if log_weights is None:
+            weights = [1.0 / num_members] * num_members
+            # log of the members' mean probability, from the
+            # probabilities: -inf only where every member's probability is
+            # 0 in float32, where every term below is 0 as well.
+            log_mean = ops.log(_weighted_sum(weights, probabilities))
+        else:
+            log_w = [ops.reshape(log_weights[:, m], (-1, 1)) for m in range(num_members)]
+            weights = [ops.exp(x) for x in log_w]
+            log_mean = _logsumexp([x + w for x, w in zip(members, log_w)])
+        p_mean = ops.exp(log_mean)
+        mean_log_p = _weighted_sum(weights, members)
+        # KL(p_m || p_w) and the EPKL term, summed term by term: over the
+        # members at each token, then over the vocabulary (one reduction
+        # per figure rather than one per member).
+        mutual = _weighted_sum(
+            weights, [_xlogy(p, x - log_mean) for p, x in zip(probabilities, members)]
+        )
+        pairwise = _weighted_sum(
+            weights, [_xlogy(p, x - mean_log_p) for p, x in zip(probabilities, members)]
+        )
+        row_weights = [w if isinstance(w, float) else w[:, 0] for w in weights]
+
+        def over_vocabulary(x):
+            return unflatten(ops.sum(x, axis=-1))
+
+        out.append(
+            {
+                "total": -over_vocabulary(_xlogy(p_mean, log_mean)),
+                "aleatoric": unflatten(_weighted_sum(row_weights, member_entropy)),
+                "epistemic": ops.maximum(over_vocabulary(mutual), 0.0),
+                "expected_pairwise_kl": ops.maximum(over_vocabulary(pairwise), 0.0),
+                "reverse_mutual_information": ops.maximum(
+                    over_vocabulary(_xlogy(p_mean, log_mean - mean_log_p)), 0.0
+                ),
+                # Keras' torch `max` breaks dynamo.
+                "max_probability": unflatten(ops.amax(p_mean, axis=-1)),
+                "member_entropy": ops.stack([unflatten(h) for h in member_entropy], axis=1),
+            }
+        )
+    return out
+
+
+def _weighted_sum(weights, values):
+    total = weights[0] * values[0]
+    for w, x in zip(weights[1:], values[1:]):
+        total = total + w * x
+    return total
+
+
+def _logsumexp(values):
+    """`log sum_i exp(values[i])`, elementwise over a list of tensors of
+    one shape (`-inf` where every entry is `-inf`)."""
+    top = values[0]
+    for x in values[1:]:
+        top = ops.maximum(top, x)
+    top = ops.stop_gradient(ops.where(ops.isinf(top), ops.zeros_like(top), top))
+    total = ops.exp(values[0] - top)
+    for x in values[1:]:
+        total = total + ops.exp(x - top)
+    return top + ops.log(total)
 
 
 def token_log_probs(log_p, tokens):
@@ -169,16 +237,16 @@ def token_log_probs(log_p, tokens):
     `(batch, members, ..., vocabulary)`; unchecked."""
     index = ops.expand_dims(ops.cast(tokens, "int32"), -1)
     member_index = ops.broadcast_to(ops.expand_dims(index, 1), tuple(ops.shape(log_p)[:-1]) + (1,))
-    return {
-        "log_prob": ops.take_along_axis(ensemble_log_probs(log_p), index, axis=-1)[..., 0],
-        "member_log_probs": ops.take_along_axis(log_p, member_index, axis=-1)[..., 0],
-    }
+    member_log_probs = ops.take_along_axis(log_p, member_index, axis=-1)[..., 0]
+    # log mean_m p_m(token), from the members' M values only.
+    return {"log_prob": ensemble_log_probs(member_log_probs), "member_log_probs": member_log_probs}
 
 
 def ensemble_log_probs(log_p):
-    """`log mean_m p_m` from member log-probabilities (members on axis 1)."""
-    num_members = ops.shape(log_p)[1]
-    return ops.logsumexp(log_p, axis=1) - ops.log(ops.cast(num_members, log_p.dtype))
+    """`log mean_m p_m` from member log-probabilities (members on axis 1,
+    static; unrolled as in `mixture_figures`)."""
+    num_members = int(log_p.shape[1])
+    return _logsumexp([log_p[:, m] for m in range(num_members)]) - math.log(num_members)
 
 
 def _checked_tokens(tokens, shape):

@@ -17,7 +17,7 @@ array.
 from keras import ops
 
 from ensemble_zoo.ops.token_uncertainty import TOKEN_FIGURES
-from ensemble_zoo.ops.token_uncertainty import token_figures_from_log_probs
+from ensemble_zoo.ops.token_uncertainty import mixture_figures
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
 
 #: The expectation-of-products figures (the same measures, members
@@ -58,9 +58,8 @@ def token_figures(member_log_probs, tokens, prefix_log_likelihoods):
         each member's entropy.
     """
     log_p = member_log_probs
-    figures = token_figures_from_log_probs(log_p)
     weights = ops.log_softmax(ops.cast(prefix_log_likelihoods, "float32"), axis=1)
-    weighted = token_figures_from_log_probs(log_p, weights)
+    figures, weighted = mixture_figures(log_p, [None, weights])
     for name in EP_FIGURES:
         figures[name] = weighted[name[len("ep_") :]]
     figures.update(token_log_probs(log_p, tokens))
