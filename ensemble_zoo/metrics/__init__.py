@@ -28,6 +28,10 @@ from ensemble_zoo.metrics.classification import calibration_bins
 from ensemble_zoo.metrics.classification import expected_calibration_error
 from ensemble_zoo.metrics.classification import maximum_calibration_error
 from ensemble_zoo.metrics.classification import negative_log_likelihood
+from ensemble_zoo.metrics.distribution_estimators import boosted_probability
+from ensemble_zoo.metrics.distribution_estimators import fisher_rao
+from ensemble_zoo.metrics.distribution_estimators import renyi_negentropy
+from ensemble_zoo.metrics.distribution_estimators import self_certainty
 from ensemble_zoo.metrics.diversity import disagreement
 from ensemble_zoo.metrics.diversity import entropy
 from ensemble_zoo.metrics.diversity import mutual_information
@@ -53,3 +57,9 @@ from ensemble_zoo.metrics.semantic_sets import number_of_semantic_sets
 from ensemble_zoo.metrics.semantic_sets import semantic_classes
 from ensemble_zoo.metrics.semantic_sets import semantic_entropy
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
+from ensemble_zoo.metrics.white_box_estimators import attention_score
+from ensemble_zoo.metrics.white_box_estimators import conditional_pointwise_mutual_information
+from ensemble_zoo.metrics.white_box_estimators import contextualized_sequence_likelihood
+from ensemble_zoo.metrics.white_box_estimators import maximum_token_probability
+from ensemble_zoo.metrics.white_box_estimators import pointwise_mutual_information
+from ensemble_zoo.metrics.white_box_estimators import rauq
