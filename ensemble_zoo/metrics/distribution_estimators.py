@@ -24,9 +24,10 @@ BOOSTED_EPSILON = 0.005
 
 
 def fisher_rao(log_probs, mask, temperature=TEMPERATURE):
-    """lm-polygraph's `FisherRao`, sign flipped: minus the mean over the
-    tokens of the Fisher-Rao distance between the next-token distribution
-    (at `temperature`) and the uniform distribution.
+    """lm-polygraph's `FisherRao` (after Darrin et al., "Rainproof",
+    arXiv:2212.09171), sign flipped: minus the mean over the tokens of the
+    Fisher-Rao distance between the next-token distribution (at
+    `temperature`) and the uniform distribution.
 
     Per token `t`, with `q = softmax(log p_t / temperature)` over a
     vocabulary of `V` entries: `d_t = (2 / pi) arccos(sum_v sqrt(q_v) /
@@ -55,7 +56,7 @@ def fisher_rao(log_probs, mask, temperature=TEMPERATURE):
 
 
 def renyi_negentropy(log_probs, mask, alpha=RENYI_ALPHA, temperature=TEMPERATURE):
-    """lm-polygraph's `RenyiNeg`, sign flipped.
+    """lm-polygraph's `RenyiNeg` (after arXiv:2212.09171), sign flipped.
 
     Per token, with `q = softmax(log p_t / temperature)` over `V` entries,
     lm-polygraph computes `r_t = (log sum_v q_v^alpha - (alpha - 1) log
@@ -118,9 +119,9 @@ def self_certainty(log_probs, mask):
 
 
 def boosted_probability(log_probs, tokens, mask):
-    """lm-polygraph's `BoostedProbSequence` (Dinh et al., "BoostedProb",
-    EMNLP 2025): minus the mean over the tokens of the taken token's
-    boosted probability.
+    """lm-polygraph's `BoostedProbSequence` (BoostedProb, EMNLP 2025,
+    aclanthology 2025.emnlp-main.166): minus the mean over the tokens of
+    the taken token's boosted probability.
 
     Per token, the probabilities sorted in decreasing order `s_0 >= s_1
     >= ...`; the dominant tokens are `s_0 .. s_c`, where `c` is the
