@@ -18,7 +18,8 @@ RENYI_ALPHA = 0.5
 #: BoostedProb's defaults (the `boostedprob` package 0.1.3 that
 #: lm-polygraph calls): a jump between consecutive sorted probabilities
 #: larger than `BOOSTED_JUMP` times the larger one and than
-#: `BOOSTED_EPSILON` closes the dominant set.
+#: `BOOSTED_EPSILON` can close the dominant set (the last such jump
+#: does).
 BOOSTED_JUMP = 0.3
 BOOSTED_EPSILON = 0.005
 
@@ -66,8 +67,11 @@ def renyi_negentropy(log_probs, mask, alpha=RENYI_ALPHA, temperature=TEMPERATURE
     divergence of order `alpha` from the uniform distribution minus
     `2 log V` (the sign of the uniform term is flipped in its code); the
     shift is the same for every sequence of one vocabulary, so rankings
-    do not change, and it is kept here to equal lm-polygraph. Returns
-    `-mean_t r_t`, higher = more uncertain.
+    do not change, and it is kept here to equal lm-polygraph. At
+    `alpha == 1` lm-polygraph's `log q * q` is NaN for the whole sequence
+    wherever some `q_v` is 0 (a `-inf` log-probability); here `0 log 0`
+    counts 0, deliberately. Returns `-mean_t r_t`, higher = more
+    uncertain.
 
     Args:
         log_probs: float array `(batch, length, vocabulary)`.
@@ -96,7 +100,7 @@ def self_certainty(log_probs, mask):
     """lm-polygraph's `SelfCertainty` (Kang et al., "Scalable Best-of-N
     Selection for Large Language Models via Self-Certainty",
     arXiv:2502.18581): minus the mean over the tokens of `KL(U || p_t)`,
-    the divergence of the next-token distribution from the uniform one.
+    the divergence of the uniform distribution from the next-token one.
 
     Per token, over the finite log-probabilities only (lm-polygraph drops
     the `-inf` entries, so a vocabulary of `V` finite entries):

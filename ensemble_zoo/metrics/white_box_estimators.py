@@ -8,7 +8,8 @@ returns one float64 score per sequence `(batch,)` (or, for the
 token-level ones, `(batch, length)` with NaN at the tokens lm-polygraph
 does not score). Every score is oriented **higher = more uncertain**;
 where lm-polygraph's is not (`FisherRao`, `RenyiNeg`), the sign is
-flipped and said so. A sequence with no counted token scores NaN.
+flipped and said so. A sequence with no counted token scores NaN
+(`attention_score`: 0, as lm-polygraph's).
 
 Which tokens count: those in `mask`. lm-polygraph counts the generated
 tokens up to and including the end-of-sequence token when the model
@@ -69,6 +70,13 @@ def pointwise_mutual_information(log_likelihoods, lm_log_likelihoods, mask, sequ
     where lm-polygraph subtracts nothing. Sequence level: `-mean_t s_t`
     over every counted token; token level: `-s_t` at every counted token
     but the last, NaN elsewhere.
+
+    lm-polygraph's own statistic `greedy_lm_log_likelihoods` (its
+    `GreedyLMProbsCalculator`) reads each token's probability one
+    position late, from the distribution after the token rather than
+    before it; given aligned `lm_log_likelihoods` as here, the scores are
+    those its estimator computes from aligned statistics, not the numbers
+    its pipeline reports.
 
     Args:
         log_likelihoods: float array `(batch, length)`, given the prompt.
@@ -153,7 +161,9 @@ def rauq(
     weight `a_j^{l,h}` that head `h` of layer `l` gives to the previous
     token (in a decode: at the step that takes `y_{j-1}` as input and
     generates `y_j`, the query's weight on its own, newest key; that is
-    lm-polygraph's `attention_all[l * H + h, j, j - 1]`):
+    lm-polygraph's `attention_all[l * H + h, j, j - 1]`; `mask` must be
+    one contiguous run per sequence, as `generated_mask` is, since the
+    weight is read at the counted token's own position):
 
     - per layer, the head `h*` with the largest mean `a_j^{l,h}` over
       `j = 1 .. n-1`;
@@ -232,7 +242,7 @@ def rauq(
                 step = alpha * p[j] + (1 - alpha) * a[layer, head, j - 1] * confidence[-1]
                 confidence.append(step)
             per_layer.append(1 - np.mean(np.log(confidence)))
-        scores[row] = max(per_layer)
+        scores[row] = np.max(per_layer)  # NaN propagates, as in lm-polygraph
     return scores
 
 

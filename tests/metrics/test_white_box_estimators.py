@@ -33,8 +33,12 @@ def inputs(polygraph, *names):
 
 def token_level(scores, mask):
     """lm-polygraph's concatenated token-level scores: every counted token
-    but each sequence's last, in order."""
-    return scores[~np.isnan(scores)]
+    but each sequence's last, in order (NaN everywhere else)."""
+    scored = mask.copy()
+    for row in np.flatnonzero(mask.any(axis=1)):
+        scored[row, np.flatnonzero(mask[row])[-1]] = False
+    assert np.isnan(scores[~scored]).all() and not np.isnan(scores[scored]).any()
+    return scores[scored]
 
 
 def test_distribution_estimators_equal_lm_polygraph(polygraph):
@@ -101,6 +105,13 @@ def test_likelihood_and_attention_estimators_equal_lm_polygraph(polygraph):
     np.testing.assert_allclose(
         metrics.rauq(attention, ll, mask, entropies=entropies, vocabulary_size=vocabulary),
         polygraph["rauq_entropy"],
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        metrics.rauq(
+            attention, ll, mask, entropies=entropies, vocabulary_size=vocabulary, instruct=True
+        ),
+        polygraph["rauq_entropy_instruct"],
         atol=1e-6,
     )
     (self_attention,) = inputs(polygraph, "self_attention")
