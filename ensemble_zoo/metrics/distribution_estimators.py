@@ -9,7 +9,7 @@ from ensemble_zoo.metrics.token_arrays import checked_distributions
 from ensemble_zoo.metrics.token_arrays import checked_tokens
 from ensemble_zoo.metrics.token_arrays import log_softmax
 from ensemble_zoo.metrics.token_arrays import masked_mean
-from ensemble_zoo.metrics.token_arrays import positive
+from ensemble_zoo.utils.validation import check_real
 
 #: lm-polygraph's defaults: FisherRao's and RenyiNeg's temperature and
 #: RenyiNeg's order.
@@ -48,7 +48,7 @@ def fisher_rao(log_probs, mask, temperature=TEMPERATURE):
         float64 array `(batch,)`.
     """
     log_probs, mask = checked_distributions(log_probs, mask)
-    temperature = positive(temperature, "temperature")
+    temperature = check_real(temperature, "temperature", low=0.0, low_open=True)
     log_q = log_softmax(log_probs / temperature)
     vocabulary = log_probs.shape[-1]
     cosine = np.exp(log_q / 2).sum(axis=-1) / np.sqrt(vocabulary)
@@ -83,8 +83,8 @@ def renyi_negentropy(log_probs, mask, alpha=RENYI_ALPHA, temperature=TEMPERATURE
         float64 array `(batch,)`.
     """
     log_probs, mask = checked_distributions(log_probs, mask)
-    alpha = positive(alpha, "alpha")
-    temperature = positive(temperature, "temperature")
+    alpha = check_real(alpha, "alpha", low=0.0, low_open=True)
+    temperature = check_real(temperature, "temperature", low=0.0, low_open=True)
     log_q = log_softmax(log_probs / temperature)
     log_v = np.log(log_probs.shape[-1])
     if alpha == 1:

@@ -95,11 +95,3 @@ def checked_tokens(tokens, mask, vocabulary):
     if tokens[mask].size and (tokens[mask].min() < 0 or tokens[mask].max() >= vocabulary):
         raise ValueError(f"`tokens` must be ids in [0, {vocabulary}) at counted tokens.")
     return np.where(mask, tokens, 0)
-
-
-def positive(value, name):
-    """`value` as a positive float, or a `ValueError` naming `name`."""
-    value = float(value)
-    if not value > 0:
-        raise ValueError(f"`{name}` must be positive; got {value}.")
-    return value

@@ -35,11 +35,14 @@ from ensemble_zoo.metrics.token_arrays import checked_mask
 from ensemble_zoo.metrics.token_arrays import checked_per_token
 from ensemble_zoo.metrics.token_arrays import first_counted
 from ensemble_zoo.metrics.token_arrays import masked_mean
+from ensemble_zoo.utils.validation import check_real
 
 #: CPMI's defaults in lm-polygraph: the entropy threshold and the weight
 #: of the unconditional term.
 CPMI_TAU = 0.0656
 CPMI_LAMBDA = 3.599
+#: RAUQ's default `alpha` in lm-polygraph by `(entropy variant, instruct)`.
+_RAUQ_ALPHA = {(False, False): 0.2, (True, False): 0.8, (False, True): 0.5, (True, True): 0.9}
 
 
 def maximum_token_probability(log_likelihoods, mask):
@@ -206,11 +209,8 @@ def rauq(
         )
     num_layers = attention.shape[1]
     if alpha is None:
-        alpha = (0.9 if entropies is not None else 0.5) if instruct else None
-        alpha = alpha if alpha is not None else (0.8 if entropies is not None else 0.2)
-    alpha = float(alpha)
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"`alpha` must be in [0, 1]; got {alpha}.")
+        alpha = _RAUQ_ALPHA[(entropies is not None, bool(instruct))]
+    alpha = check_real(alpha, "alpha", low=0.0, high=1.0)
     if layers is None:
         layers = range(num_layers // 3, int(np.ceil(num_layers / 3 * 2)) + 1)
         layers = [layer for layer in layers if layer < num_layers]

@@ -150,7 +150,7 @@ def test_orientation_and_bad_input(polygraph):
         metrics.fisher_rao(log_probs, mask.astype(int))
     with pytest.raises(ValueError, match="`log_probs` must have shape"):
         metrics.self_certainty(log_probs[0], mask)
-    with pytest.raises(ValueError, match="`temperature` must be positive"):
+    with pytest.raises(ValueError, match=r"`temperature` must lie in \(0, inf\]"):
         metrics.fisher_rao(log_probs, mask, temperature=0)
     with pytest.raises(ValueError, match="`tokens` must be ids"):
         metrics.boosted_probability(log_probs, tokens + vocabulary, mask)
