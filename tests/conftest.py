@@ -3,7 +3,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zlib
 
 #: Test budget: XLA compiles every eager JAX op and every jitted test model,
 #: tens of milliseconds each on CPU, which is most of the JAX run (and of
@@ -91,6 +90,7 @@ import numpy as np
 import pytest
 from zoo_testing import MODEL_ROTATION
 from zoo_testing import run_day
+from zoo_testing import runs_today
 
 BACKEND = keras.config.backend()
 ALL_BACKENDS = ("jax", "tensorflow", "torch")
@@ -167,25 +167,25 @@ def pytest_report_header(config):
     return f"keras backend: {BACKEND}"
 
 
-# Under JAX and TensorFlow, the model tests (`tests/models/`) run one day
-# in `MODEL_ROTATION[backend]` (two and three), each on its own day (test
-# budget: every model test builds, compiles and runs its models, 5 to 40 s
-# under TensorFlow and 2 to 20 s under JAX on 2 cores against about 1 s
-# under PyTorch, which runs them all; each backend's own code paths, its
-# layers, exports and presets, are tested every run). The day is fixed
-# once per run (the workers inherit it).
+# The model tests (`tests/models/`) rotate with the day (`MODEL_ROTATION`):
+# each runs under one backend a day at most, under JAX and TensorFlow one
+# day in four and under PyTorch one in two (test budget: every model test
+# builds, compiles and runs its models, 5 to 40 s under TensorFlow and 2
+# to 20 s under JAX on 2 cores against about 1 s under PyTorch; each
+# backend's own code paths, its layers, exports and presets, are tested
+# every run). The day is fixed once per run (the workers inherit it).
 run_day()
 
 
 #: The tests the rotation takes, by backend: the model tests, and under JAX,
 #: which compiles every model and layer it runs, also keras-hub's harness
 #: (each of its tests picks one backend by a hash of its name; JAX's share
-#: then runs one day in two) and the mixture-of-experts layers (their
+#: then runs one day in four) and the mixture-of-experts layers (their
 #: routers compile a program per configuration: 2 minutes a run).
 ROTATED = {
     "jax": ("tests/models/", "tests/layers/moe/"),
     "tensorflow": ("tests/models/",),
-    "torch": (),
+    "torch": ("tests/models/",),
 }
 
 
@@ -203,17 +203,15 @@ def _runs_today(item):
         mark not in shared for mark in item.iter_markers("skipif")
     ):
         return True
-    return (zlib.crc32(item.nodeid.encode()) + run_day()) % MODEL_ROTATION[BACKEND] == 0
+    return runs_today(item.nodeid, BACKEND)
 
 
 def pytest_collection_modifyitems(config, items):
     """Runs the slow tests (subprocesses: guides, README, docstrings,
     benchmarks) first, so that pytest-xdist's two workers share them instead
-    of one worker finishing a long tail alone; under JAX and TensorFlow,
-    skips the model tests whose day it is not (`MODEL_ROTATION`)."""
+    of one worker finishing a long tail alone; skips the model tests whose
+    day it is not (`MODEL_ROTATION`)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    if MODEL_ROTATION[BACKEND] == 1:
-        return
     skip = pytest.mark.skip(
         reason=f"under {BACKEND} one day in {MODEL_ROTATION[BACKEND]} (test budget)"
     )

@@ -11,6 +11,7 @@ from conftest import REPO_ROOT
 from conftest import copy_test_fixtures
 from conftest import run_python
 from conftest import with_xla_defaults
+from zoo_testing import skip_on_alternate_days
 
 import ensemble_zoo as ez
 
@@ -134,6 +135,7 @@ def test_python_blocks_run(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "jax", reason="the main command picks JAX itself")
+@skip_on_alternate_days("main_command")
 def test_main_command_runs_in_a_fresh_copy(tmp_path):
     """Runs the README's main command verbatim in a clean copy of the repo."""
     files = subprocess.run(

@@ -8,9 +8,11 @@ helper belongs here once two test files need the same one.
 
 import datetime
 import os
+import zlib
 
 import keras
 import numpy as np
+import pytest
 from keras import ops
 
 
@@ -167,10 +169,21 @@ def np_token_figures(member_logits, tokens=None, weights=None):
 
 
 #: The model tests (`tests/models/`) run one day in `MODEL_ROTATION[backend]`
-#: under JAX and TensorFlow, which compile every model they build, each test
-#: on its own day (`conftest.py`); PyTorch (eager, the quickest to build)
-#: runs them all in every run.
-MODEL_ROTATION = {"jax": 2, "tensorflow": 3, "torch": 1}
+#: (JAX and TensorFlow, which compile every model they build, one day in
+#: four; eager PyTorch, the quickest to build, one in two), each test on
+#: its own days, and on the day of `MODEL_ROTATION_RESIDUE[backend]`: the
+#: residues split every test's four days among the backends, so that each
+#: model test runs under exactly one backend every day (`conftest.py`).
+MODEL_ROTATION = {"jax": 4, "tensorflow": 4, "torch": 2}
+MODEL_ROTATION_RESIDUE = {"jax": 0, "tensorflow": 2, "torch": 1}
+
+
+def runs_today(name, backend):
+    """Whether the rotated test `name` (its node id) runs under `backend`
+    today (`MODEL_ROTATION`): one day in four under JAX and TensorFlow, one
+    in two under PyTorch, never two backends on the same day."""
+    day = zlib.crc32(name.encode()) + run_day()
+    return day % MODEL_ROTATION[backend] == MODEL_ROTATION_RESIDUE[backend]
 
 
 def run_day():
@@ -180,6 +193,22 @@ def run_day():
     midnight still collect the same tests."""
     return int(
         os.environ.setdefault("ENSEMBLE_ZOO_TEST_DAY", str(datetime.date.today().toordinal()))
+    )
+
+
+#: The suite's two longest single-backend checks run on alternate days
+#: (test budget, about 3 minutes each): the README's main command in a
+#: fresh copy under JAX on even days, PyTorch's compiled steps
+#: (`torch.compile` traces) on odd days.
+ALTERNATE_DAYS = {"main_command": 0, "torch_compile": 1}
+
+
+def skip_on_alternate_days(check):
+    """A `skipif` mark that runs `check` (an `ALTERNATE_DAYS` key) on its
+    days only."""
+    day = ALTERNATE_DAYS[check]
+    return pytest.mark.skipif(
+        run_day() % 2 != day, reason=f"runs on {'even' if day == 0 else 'odd'} days (test budget)"
     )
 
 

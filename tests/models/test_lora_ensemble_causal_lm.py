@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from zoo_testing import families_this_run
 from zoo_testing import np_token_figures
+from zoo_testing import skip_on_alternate_days
 from zoo_testing import to_np
 
 import ensemble_zoo as ez
@@ -434,6 +435,7 @@ def test_generations_share_no_state_nested_or_in_threads(pair):
 
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="torch.compile")
+@skip_on_alternate_days("torch_compile")
 def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
     """With `jit_compile=True` each decode step is one `torch.compile`
     graph: no graph break, no recompilation over steps and generations;

@@ -21,11 +21,15 @@ import numpy as np
 import pytest
 import zoo_testing
 from conftest import BACKEND
+from zoo_testing import skip_on_alternate_days
 from zoo_testing import this_run
 
 import ensemble_zoo as ez
 
-pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="torch.compile")
+pytestmark = [
+    pytest.mark.skipif(BACKEND != "torch", reason="torch.compile"),
+    skip_on_alternate_days("torch_compile"),
+]
 
 if BACKEND == "torch":
     import torch
