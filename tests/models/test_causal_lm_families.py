@@ -4,7 +4,8 @@ with no code per family. For each family (a tiny random model,
 `fixtures/tiny_causal_lms.py`): zero adapters give the keras-hub model's
 logits and greedy tokens with zero epistemic uncertainty, and with trained
 adapters a member equals the plain keras-hub model with its merged kernels,
-and the per-token loss predictor's token loss is the model's cross-entropy;
+the prompts' pass in blocks equals one pass, and the per-token loss
+predictor's token loss is the model's cross-entropy;
 a refused family names why. The whole list runs under PyTorch (eager, the
 quickest to build); JAX and TensorFlow, which compile each family's decode
 loop, run a slice that rotates with the day (the suite's time budget)."""
@@ -24,6 +25,7 @@ from ensemble_zoo.layers.lora_ensemble_experts import expert_kernels
 from ensemble_zoo.models import LoRAEnsembleCausalLM
 from ensemble_zoo.models import LoRAEnsembleDecoderBackbone
 from ensemble_zoo.models import TokenLossPredictor
+from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
 
 #: keras-hub classes the decode engine does not take yet, each refused by
@@ -89,6 +91,16 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
         logits[:, 1], to_np(ensemble.member_causal_lm(1)(keras_hub_inputs(causal_lm))), atol=1e-4
     )
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
+
+    # The prompts' pass in blocks (an eager pass's memory bound), the last
+    # shorter, gives the one pass's cache and hidden states.
+    ids = keras.ops.convert_to_tensor(PROMPT["token_ids"])
+    mask = keras.ops.convert_to_tensor(PROMPT["padding_mask"])
+    for length in (None, 4):
+        whole = decode_engine.prefill(ensemble, ids, mask, length)
+        blocks = decode_engine.prefill(ensemble, ids, mask, length, block=3)
+        for a, b in zip(keras.tree.flatten(whole), keras.tree.flatten(blocks)):
+            np.testing.assert_allclose(to_np(b), to_np(a), atol=1e-5)
 
     # The per-token loss predictor reads every family the ensemble takes:
     # its token loss is the keras-hub model's next-token cross-entropy.

@@ -696,9 +696,10 @@ def test_fit_trains_the_adapters_only(pair):
 
 def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
     """Under the default loss the training forward stops at the hidden
-    states and the loss projects them in blocks (of 3 positions, one
-    ragged); one epoch of SGD gives the loss and the adapters that the
-    loss on the whole member logits gives."""
+    states (each decoder block rematerialised, or not with `remat=False`)
+    and the loss projects them in blocks (of 3 positions, one ragged);
+    one epoch of SGD gives the loss and the adapters that the loss on the
+    whole member logits gives."""
     family, base, _ = pair
     if family != "gemma":
         pytest.skip("one family suffices: the loss is family-independent")
@@ -708,7 +709,8 @@ def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
     weights = np.ones((4, 8), "float32")
     weights[1, 5:] = 0.0
     results = []
-    for options in ({"loss_chunk_size": 3}, {"loss": member_token_cross_entropy}):
+    runs = ({"loss_chunk_size": 3}, {"loss_chunk_size": 3, "remat": False})
+    for options in runs + ({"loss": member_token_cross_entropy},):
         model = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, seed=0)
         randomize_adapters(model, scale=0.2)
         model.compile(optimizer=keras.optimizers.SGD(0.5), **options)
@@ -720,12 +722,24 @@ def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
         if "loss_chunk_size" in options:
             assert model(x, training=True).shape == (4, 2, 8, 32)  # hidden states
             assert model(x).shape == (4, 2, 8, 50)
-    (blocked_loss, blocked), (full_loss, full) = results
-    np.testing.assert_allclose(blocked_loss, full_loss, rtol=1e-5)
-    for ours, theirs in zip(blocked, full, strict=True):
-        np.testing.assert_allclose(ours, theirs, atol=1e-4)  # two steps of float32
+    full_loss, full = results[-1]
+    for blocked_loss, blocked in results[:-1]:
+        np.testing.assert_allclose(blocked_loss, full_loss, rtol=1e-5)
+        for ours, theirs in zip(blocked, full, strict=True):
+            np.testing.assert_allclose(ours, theirs, atol=1e-4)  # two steps of float32
     with pytest.raises(ValueError, match="`loss_chunk_size` sizes the default loss"):
         model.compile(loss_chunk_size=4, metrics=["accuracy"])
+    with pytest.raises(ValueError, match="`remat` rematerialises the training forward"):
+        model.compile(remat=True, metrics=["accuracy"])
+    with pytest.raises(TypeError, match="`remat` must be a bool"):
+        model.compile(remat="blocks")
+    if keras.config.backend() == "jax":  # one checkpoint per decoder block in the forward
+        import jax
+
+        for remat, count in ((None, len(base.backbone.transformer_layers)), (False, 0)):
+            model.compile(remat=remat)
+            jaxpr = str(jax.make_jaxpr(lambda t: model(t, training=True))(x))
+            assert jaxpr.count("remat2[") == count, remat
 
 
 def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):

@@ -26,6 +26,7 @@ import keras
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import generate_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
+from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_block
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
 from ensemble_zoo.utils.backend import no_gradients
 
@@ -189,9 +190,16 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
                 stop_token_ids,
                 step=step,
                 prefill_to=prefill_length(sampler, inputs["padding_mask"]),
+                prefill_block=_eager_prefill_block(model),
             )
 
     return run
+
+
+def _eager_prefill_block(model):
+    """The block of a prompts' pass that runs eagerly (PyTorch's, and any
+    under `run_eagerly`): `decode_engine.prefill_block`."""
+    return prefill_block(model.num_members, model.backbone.vocabulary_size)
 
 
 def decode_function(model, sampler, stop_token_ids):
@@ -204,8 +212,12 @@ def decode_function(model, sampler, stop_token_ids):
     if backend == "jax" and not model.run_eagerly:
         return _jax_function(model, sampler, stop_token_ids)
 
+    block = _eager_prefill_block(model) if model.run_eagerly else None
+
     def generation(inputs, prefill_to):
-        return generate_batch(model, sampler, inputs, stop_token_ids, prefill_to=prefill_to)
+        return generate_batch(
+            model, sampler, inputs, stop_token_ids, prefill_to=prefill_to, prefill_block=block
+        )
 
     if not model.run_eagerly:
         import tensorflow as tf

@@ -75,7 +75,7 @@ def _split(structure, num_members):
     return keras.tree.map_structure(lambda x: split_members(x, num_members), structure)
 
 
-def prefill(model, token_ids, padding_mask, length=None):
+def prefill(model, token_ids, padding_mask, length=None, block=None):
     """The members' KV cache of a padded prompt batch.
 
     Args:
@@ -87,6 +87,15 @@ def prefill(model, token_ids, padding_mask, length=None):
             the prompts' pass runs over (`prefill_length`); the cache is
             zero after them, and the decode loop writes each position
             before any token attends to it.
+        block: `None` (one pass) or a Python int, the positions of one
+            block of the prompts' pass (`prefill_block`): the family's
+            `_build_cache` seeds the cache over the first block and its
+            `call_with_cache` runs each further block at its offset, so
+            the members' logits that every pass computes (and that an
+            eager backend cannot drop, `(rows, positions, vocabulary)`)
+            are held for one block at a time. A family whose cache holds
+            states without a position axis (`Family.full_prefill`) runs
+            one pass.
 
     Returns:
         `(hidden_states, cache)`: the members' mean final hidden states
@@ -97,22 +106,44 @@ def prefill(model, token_ids, padding_mask, length=None):
     """
     m = model.num_members
     family = model.family
-    full = ops.shape(token_ids)[1]
-    short = length is not None and length < full and not family.full_prefill
-    if short:
-        token_ids, padding_mask = token_ids[:, :length], padding_mask[:, :length]
-    hidden, cache = family.seed_cache(
-        model, repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
-    )
-    if short:
+    full = int(ops.shape(token_ids)[1])
+    length = full if length is None or family.full_prefill else min(length, full)
+    if block is None or family.full_prefill:
+        block = length
+    token_rows, mask_rows = repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
+    first = min(block, length)
+    hidden, cache = family.seed_cache(model, token_rows[:, :first], mask_rows[:, :first])
+    if first < full:
 
         def pad(x):
             widths = [(0, 0)] * len(ops.shape(x))
-            widths[family.cache_length_axis] = (0, full - length)
+            widths[family.cache_length_axis] = (0, full - first)
             return ops.pad(x, widths)
 
         cache = keras.tree.map_structure(pad, cache)
+    hidden = [hidden]
+    for start in range(first, length, block):
+        _, part, cache = model.call_with_cache(
+            token_rows[:, start : start + block], cache, start, **family.block_arguments(mask_rows)
+        )
+        hidden.append(part)
+    hidden = hidden[0] if len(hidden) == 1 else ops.concatenate(hidden, axis=1)
     return ops.mean(split_members(hidden, m), axis=1), _split(cache, m)
+
+
+#: Values of the members' logits that one block of an eager prompts' pass
+#: holds per prompt of the batch (256 MiB in float32): 64 positions of 4
+#: Gemma 3 members (262,144-token vocabulary), every position of a small
+#: vocabulary.
+PREFILL_BUDGET = 2**26
+
+
+def prefill_block(num_members, vocabulary_size, budget=PREFILL_BUDGET):
+    """The positions of one block of an eager prompts' pass: the most
+    whose `members x positions x vocabulary` logits fit in `budget` values
+    (at least 1). A compiled pass (JAX, TensorFlow) needs none: XLA drops
+    the logits that nothing reads."""
+    return max(1, budget // (num_members * vocabulary_size))
 
 
 def prefill_length(sampler, padding_mask):
@@ -238,7 +269,9 @@ def _finished(prompt, prompt_mask, stop_token_ids):
     return ops.all(ops.any(ends, axis=-1))
 
 
-def generate_batch(model, sampler, inputs, stop_token_ids, step=None, prefill_to=None):
+def generate_batch(
+    model, sampler, inputs, stop_token_ids, step=None, prefill_to=None, prefill_block=None
+):
     """One generation of a batch of padded prompts.
 
     Args:
@@ -252,6 +285,8 @@ def generate_batch(model, sampler, inputs, stop_token_ids, step=None, prefill_to
             program).
         prefill_to: `None` or a Python int, the positions the prompts'
             pass runs over (`prefill_length`).
+        prefill_block: `None` or a Python int, the positions of one block
+            of the prompts' pass (`prefill`).
 
     Returns:
         dict: `token_ids`, `padding_mask` (as keras-hub returns them) and
@@ -259,7 +294,7 @@ def generate_batch(model, sampler, inputs, stop_token_ids, step=None, prefill_to
     """
     token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
     prompt_mask = ops.cast(ops.convert_to_tensor(inputs["padding_mask"]), "bool")
-    hidden, cache = prefill(model, token_ids, prompt_mask, prefill_to)
+    hidden, cache = prefill(model, token_ids, prompt_mask, prefill_to, prefill_block)
     index = _start(prompt_mask)
     batch, length = ops.shape(token_ids)
     if not isinstance(sampler, LOOP_SAMPLERS):

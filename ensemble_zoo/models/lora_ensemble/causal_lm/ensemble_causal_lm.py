@@ -16,6 +16,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import decode_compilation
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import generation
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
+from ensemble_zoo.models.lora_ensemble.causal_lm.block_remat import rematerialized_backbone_call
 from ensemble_zoo.models.lora_ensemble.causal_lm.chunked_loss import chunked_token_cross_entropy
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
@@ -52,6 +53,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         *,
         weighted_metrics="auto",
         loss_chunk_size=None,
+        remat=None,
         **kwargs,
     ):
         """keras-hub's `CausalLM.compile`; the default loss is the mean over
@@ -66,12 +68,19 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         logits, and the loss projects them onto the vocabulary
         `loss_chunk_size` positions at a time (`None`: sized from the
         members and the vocabulary), recomputing each block's logits in
-        the backward pass. The loss and its gradients are those of the
-        logits (float32 round-off); `evaluate` and `predict` see logits.
+        the backward pass. The training forward also rematerialises each
+        decoder block (`block_remat`): the members' rows keep M times the
+        activations of keras-hub's own `fit` of the base model otherwise.
+        The loss and its gradients are those of the logits (float32
+        round-off); `evaluate` and `predict` see logits.
 
         Args:
             loss_chunk_size: optional int, positions per block of the
                 training loss.
+            remat: optional bool, whether the training forward under the
+                blocked loss rematerialises each decoder block (`None`:
+                yes; `False` keeps the activations, quicker where memory
+                allows).
         """
         blocked = (
             loss == "auto" and not kwargs.get("metrics") and weighted_metrics in ("auto", None)
@@ -83,6 +92,13 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
                     "`loss_chunk_size` sizes the default loss's blocks; it needs `loss='auto'` "
                     "and no metric (a metric reads the member logits)."
                 )
+        if remat not in (None, True, False):
+            raise TypeError(f"`remat` must be a bool or None; got {remat!r}.")
+        if remat and not blocked:
+            raise ValueError(
+                "`remat` rematerialises the training forward of the default loss; it needs "
+                "`loss='auto'` and no metric (a metric reads the member logits)."
+            )
         if loss == "auto":
             loss = member_token_cross_entropy
         if weighted_metrics == "auto":
@@ -91,15 +107,20 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
         # The compiled configuration, as Keras keeps `loss`: `None` for
         # a loss on the member logits.
-        self.__dict__["_loss_blocks"] = (loss_chunk_size,) if blocked else None
+        self.__dict__["_loss_blocks"] = (loss_chunk_size, remat is not False) if blocked else None
 
     def call(self, inputs, training=None):
         """The member logits; in training under the default loss, the
         members' final hidden states, which `compute_loss` projects in
         blocks (`compile`)."""
-        if training and self.__dict__.get("_loss_blocks") is not None:
+        blocks = self.__dict__.get("_loss_blocks")
+        if training and blocks is not None:
             tiled = {name: self.repeat_members(x) for name, x in inputs.items()}
-            return self.split_members(self.backbone(tiled, training=training))
+            if blocks[1]:
+                hidden = rematerialized_backbone_call(self.backbone, tiled, training=training)
+            else:
+                hidden = self.backbone(tiled, training=training)
+            return self.split_members(hidden)
         return super().call(inputs, training=training)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

@@ -64,10 +64,23 @@ def no_step_arguments(padding_mask, index):
     return {}
 
 
+def no_block_arguments(padding_mask):
+    """The extra `call_with_cache` arguments of a block of the prompts'
+    pass (`decode_engine.prefill`): none."""
+    return {}
+
+
 def seed_gemma3_cache(causal_lm, token_ids, padding_mask):
     """Gemma 3's and Gemma 4's `_build_cache` on text: no image
     embeddings."""
     return causal_lm._build_cache(token_ids, None, None, padding_mask, None)
+
+
+def gemma3_block_arguments(padding_mask):
+    """Gemma 3's and Gemma 4's prompts' pass reads the prompts' padding
+    mask over the cache's positions (as their `_build_cache` passes it);
+    no `cache_update_mask`: every position of the block is written."""
+    return {"padding_mask": padding_mask}
 
 
 def gemma3_step_arguments(padding_mask, index):
@@ -88,6 +101,9 @@ class Family:
             (hidden_states, cache)` running the family's `_build_cache`.
         step_arguments: callable `(padding_mask, index) -> dict`, the
             family's extra `call_with_cache` arguments at a decode step.
+        block_arguments: callable `(padding_mask) -> dict`, its extra
+            `call_with_cache` arguments for a block of the prompts' pass
+            after the first (`padding_mask` over the cache's positions).
         cache_length_axis: int, the sequence axis of each array of the
             family's cache (3 in the stacked layout, 1 in Gemma 3's).
         refused: `None`, or why a LoRA-Ensemble cannot wrap the family
@@ -102,6 +118,7 @@ class Family:
 
     seed_cache: Callable = seed_stacked_cache
     step_arguments: Callable = no_step_arguments
+    block_arguments: Callable = no_block_arguments
     cache_length_axis: int = 3
     refused: str = None
     full_prefill: bool = False
@@ -128,14 +145,16 @@ QWEN3_5 = Family(seed_qwen3_5_cache, full_prefill=True, linear_blocks=True)
 #: keras-hub causal-LM class name -> its entry, for the families that
 #: need one.
 FAMILIES = {
-    "Gemma3CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments, cache_length_axis=1),
+    "Gemma3CausalLM": Family(
+        seed_gemma3_cache, gemma3_step_arguments, gemma3_block_arguments, cache_length_axis=1
+    ),
     "Gemma3nCausalLM": Family(
         refused="its text decoder keeps AltUp streams and per-layer inputs "
         "beside the KV cache, which the decode engine does not tile yet"
     ),
     # Gemma 4 seeds its (stacked) cache and steps it as Gemma 3 does; its
     # backbone's `position_ids` input: `causal_lm_inputs.with_position_ids`.
-    "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments),
+    "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments, gemma3_block_arguments),
     "Qwen3_5CausalLM": QWEN3_5,
     "Qwen3_5MoeCausalLM": QWEN3_5,
     "RWKV7CausalLM": Family(

@@ -1,0 +1,73 @@
+"""The training forward of a causal-LM ensemble with each decoder block
+rematerialised: what `fit` runs under the blocked default loss.
+
+Memory. The members run as `members x batch` rows, so a plain training
+forward keeps M times the activations that keras-hub's own `fit` of the
+base model keeps (the attention scores and MLP intermediates of every
+block, for every row). With each decoder block under `keras.remat`, the
+backward pass recomputes a block's internals from its input instead, and
+the forward keeps only the blocks' inputs: `layers x rows x tokens x
+hidden_dim` values. The cost is a second forward pass of the blocks in
+the backward pass.
+
+How. keras-hub backbones are Keras functional models; Keras applies
+rematerialisation to layers built inside a `keras.RematScope`, which
+would rematerialise the blocks in every call of the model (decoding,
+scoring, export). Instead the training forward walks the backbone's
+graph itself (`Function._run_through_graph`, the walk
+`Functional.call` makes, with the same call-context arguments) and calls
+each block of `backbone.transformer_layers` through `keras.remat`; every
+other call of the model is Keras' own. Checked with Keras 3.15.1
+(`_run_through_graph` and `_standardize_inputs` are Keras' private
+methods: `test_block_remat` fails if they change).
+"""
+
+import keras
+from keras.src.models.functional import operation_fn
+
+
+def rematerialized_backbone_call(backbone, inputs, training=None):
+    """`backbone(inputs, training=training)` with each decoder block
+    (`backbone.transformer_layers`) under `keras.remat`.
+
+    Args:
+        backbone: a keras-hub decoder backbone (a functional model).
+        inputs: its inputs (a dict of tensors).
+        training: bool or `None`.
+
+    Returns:
+        The backbone's output (its final hidden states).
+    """
+    blocks = {id(block) for block in backbone.transformer_layers}
+
+    def operation(op):
+        call = operation_fn(op, training=training)
+        return _rematerialized(call) if id(op) in blocks else call
+
+    outputs = backbone._run_through_graph(
+        backbone._standardize_inputs(inputs), operation_fn=operation
+    )
+    return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
+
+
+def _rematerialized(call):
+    """`call` under `keras.remat`, taking its tensors as positional
+    arguments (JAX's checkpoint would trace any other value, TensorFlow's
+    `recompute_grad` takes positional tensors) and its other arguments
+    (`None`, Python values) as they are."""
+
+    def run(*args, **kwargs):
+        structure = (args, kwargs)
+        flat = keras.tree.flatten(structure)
+        places = [i for i, x in enumerate(flat) if keras.ops.is_tensor(x)]
+
+        def with_tensors(*tensors):
+            values = list(flat)
+            for i, x in zip(places, tensors):
+                values[i] = x
+            call_args, call_kwargs = keras.tree.pack_sequence_as(structure, values)
+            return call(*call_args, **call_kwargs)
+
+        return keras.remat(with_tensors)(*[flat[i] for i in places])
+
+    return run
