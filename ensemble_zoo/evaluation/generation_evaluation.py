@@ -11,9 +11,9 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   measures (left out for a one-member model, where they are 0); the
   attached loss predictor's mean prediction (`loss_prediction`);
 - with `num_samples >= 2`, the sampling-based estimators of
-  `LoRAEnsembleCausalLM.sample_uncertainty` (`semantic_entropy`,
-  `number_of_semantic_sets`, `lexical_similarity`) over that many answers
-  drawn per prompt (with a seeded random sampler, so the report repeats);
+  `LoRAEnsembleCausalLM.sample_uncertainty` (`SAMPLING_ESTIMATORS`, and
+  with an `nli` model `NLI_ESTIMATORS`) over that many answers drawn per
+  prompt (with a seeded random sampler, so the report repeats);
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
   its single-model estimators, prefixed with its name (`base_model:
@@ -46,7 +46,22 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import norma
 from ensemble_zoo.utils.progress import progress_note
 
 #: The sampling-based estimators (`sample_uncertainty`'s per-prompt keys).
-SAMPLING_ESTIMATORS = ("semantic_entropy", "number_of_semantic_sets", "lexical_similarity")
+SAMPLING_ESTIMATORS = (
+    "semantic_entropy",
+    "number_of_semantic_sets",
+    "lexical_similarity",
+    "sentence_sar",
+    "monte_carlo_sequence_entropy",
+    "monte_carlo_normalized_sequence_entropy",
+)
+#: Those that need an NLI model (`sample_uncertainty(nli=...)`).
+NLI_ESTIMATORS = (
+    "degree_matrix",
+    "eccentricity",
+    "laplacian_eigenvalue_sum",
+    "kernel_language_entropy",
+    "luq",
+)
 
 #: Ranking measures per estimator, in report order.
 MEASURES = ("wrong_answer_auroc", "prr", "aurc", "ood_auroc")
@@ -144,6 +159,7 @@ def evaluate_generation(
     batch_size=None,
     progress=True,
     name="generation",
+    nli=None,
 ):
     """Accuracy and every estimator's ranking of wrong and OOD answers.
 
@@ -177,6 +193,8 @@ def evaluate_generation(
             `batch_size * num_samples` rows.
         progress: bool, a line per stage where stderr is not a terminal.
         name: str, the report's title.
+        nli: optional NLI model for the sampling-based estimators, as for
+            `sample_uncertainty`.
 
     Returns:
         A `GenerationReport`.
@@ -262,10 +280,10 @@ def evaluate_generation(
                         equivalence=equivalence,
                         max_length=max_length,
                         sampler=default_sampler(m, seed),
+                        nli=nli,
                     )
-                    scores.update(
-                        {k: np.asarray(sampled[k], np.float64) for k in SAMPLING_ESTIMATORS}
-                    )
+                    names = SAMPLING_ESTIMATORS + (NLI_ESTIMATORS if nli is not None else ())
+                    scores.update({k: np.asarray(sampled[k], np.float64) for k in names})
                 answers += chunk_answers
                 parts.append(scores)
             scores = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

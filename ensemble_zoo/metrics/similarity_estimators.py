@@ -17,6 +17,7 @@ uncertain question, as lm-polygraph's do.
 
 import numpy as np
 import scipy.linalg
+import scipy.special
 
 from ensemble_zoo.utils.validation import check_real
 
@@ -201,7 +202,7 @@ def luq(entailment_logits, contradiction_logits):
     n = entailment_logits.shape[1]
     if n < 2:
         raise ValueError(f"LUQ compares answers with others: it needs 2 or more; got {n}.")
-    similarity = 1.0 / (1.0 + np.exp(contradiction_logits - entailment_logits))
+    similarity = scipy.special.expit(entailment_logits - contradiction_logits)
     others = (similarity.sum(axis=2) - np.diagonal(similarity, axis1=1, axis2=2)) / (n - 1)
     return 1.0 - others.mean(axis=1)
 

@@ -11,6 +11,8 @@ from sklearn.metrics import roc_auc_score
 
 import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
+from ensemble_zoo.evaluation.generation_evaluation import NLI_ESTIMATORS
+from ensemble_zoo.evaluation.generation_evaluation import SAMPLING_ESTIMATORS
 
 pytestmark = pytest.mark.skipif(
     keras.config.backend() != "jax",
@@ -20,6 +22,12 @@ pytestmark = pytest.mark.skipif(
 
 def checker(text, answer):
     return arithmetic.parse_answer(text) == answer
+
+
+def nli(first, second):
+    """A toy NLI model: entailment between answers with the same number."""
+    same = arithmetic.parse_answer(first) == arithmetic.parse_answer(second)
+    return (0.9, 0.05, 0.05) if same else (0.05, 0.15, 0.8)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +46,7 @@ def evaluated():
         max_length=12,
         progress=False,
         name="tiny",
+        nli=nli,
     )
     return model, data, report
 
@@ -69,7 +78,7 @@ def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evalu
         assert row["ood_auroc"] == pytest.approx(
             roc_auc_score(labels, np.r_[scores[name], ood_scores[name]]), abs=1e-9
         )
-    for name in ("semantic_entropy", "number_of_semantic_sets", "lexical_similarity"):
+    for name in SAMPLING_ESTIMATORS + NLI_ESTIMATORS:
         assert set(report.metrics["estimators"][name]) == {
             "wrong_answer_auroc",
             "prr",

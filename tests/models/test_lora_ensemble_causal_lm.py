@@ -876,17 +876,25 @@ def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
 def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
     """Answers are drawn per prompt in one decode; their log-likelihoods are
     the ensemble's teacher-forced ones, and semantic entropy, the number of
-    sets and lexical similarity equal brute-force computations on them."""
+    sets, lexical similarity, SentenceSAR, the Monte-Carlo entropies and
+    the NLI-graph estimators (a toy NLI model on the answers' lengths)
+    equal brute-force computations on them."""
     family, base, ensemble = pair
     if family != "gemma":
         pytest.skip("one family suffices: sampling reuses the engine's loop")
     randomize_adapters(ensemble, scale=2.0)
     stop = 11
+
+    def nli(first, second):  # entailment when as long, contradiction when much longer
+        gap = abs(len(first) - len(second))
+        return (1.0, 0.0, 0.0) if gap == 0 else (0.1, 0.2, 0.7) if gap > 1 else (0.3, 0.5, 0.2)
+
     out = ensemble.sample_uncertainty(
         PROMPT,
         num_samples=6,
         stop_token_ids=(stop,),
         sampler=keras_hub.samplers.RandomSampler(seed=0),
+        nli=nli,
     )
     prompts, samples, length = out["token_ids"].shape
     assert (prompts, samples, length) == (2, 6, 7)
@@ -914,6 +922,32 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
         assert out["number_of_semantic_sets"][p] == len(distinct)
         lcs = [ez.metrics.rouge_l(a, b) for i, a in enumerate(row) for b in row[i + 1 :]]
         np.testing.assert_allclose(out["lexical_similarity"][p], -np.mean(lcs))
+        ll = out["log_likelihoods"][p]
+        rouge = np.array([[ez.metrics.rouge_l(a, b) for b in row] for a in row])
+        relevance = [sum(np.exp(ll[j]) * rouge[i, j] for j in range(6) if j != i) for i in range(6)]
+        expected = np.mean([-np.log(r / 1e-3 + np.exp(ll[i])) for i, r in enumerate(relevance)])
+        np.testing.assert_allclose(out["sentence_sar"][p], expected, rtol=1e-6)
+        np.testing.assert_allclose(out["monte_carlo_sequence_entropy"][p], -np.mean(ll))
+        lengths = out["generated_mask"][p].sum(-1)
+        np.testing.assert_allclose(
+            out["monte_carlo_normalized_sequence_entropy"][p], -np.mean(ll / lengths)
+        )
+        probabilities = np.array([[nli(a, b) for b in row] for a in row])
+        np.testing.assert_array_equal(out["nli_probabilities"][p], probabilities)
+        entail = probabilities[None, ..., 0]
+        for name, expected in (
+            ("degree_matrix", ez.metrics.degree_matrix(entail)),
+            ("eccentricity", ez.metrics.eccentricity(entail)),
+            (
+                "kernel_language_entropy",
+                ez.metrics.kernel_language_entropy(entail, probabilities[None, ..., 2]),
+            ),
+        ):
+            np.testing.assert_allclose(out[name][p], expected[0], rtol=1e-6, err_msg=name)
+        similar = probabilities[..., 0] / (probabilities[..., 0] + probabilities[..., 2])
+        np.testing.assert_allclose(
+            out["luq"][p], 1 - np.mean((similar.sum(1) - 1.0) / 5), rtol=1e-6
+        )
     # A callable equivalence: every answer the same meaning -> one set, entropy
     # the negative log of the total probability.
     same = ensemble.sample_uncertainty(
@@ -933,6 +967,12 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
         ensemble.sample_uncertainty(PROMPT, num_samples=2, equivalence="nli")
     with pytest.raises(TypeError, match="prompts"):
         ensemble.sample_uncertainty(np.ones((2, 3)), num_samples=2)
+    with pytest.raises(TypeError, match="`nli` must be callable"):
+        ensemble.sample_uncertainty(PROMPT, num_samples=2, nli="deberta")
+    with pytest.raises(ValueError, match="three values summing to 1"):
+        ensemble.sample_uncertainty(
+            PROMPT, num_samples=2, stop_token_ids=None, nli=lambda a, b: (0.5, 0.5, 0.5)
+        )
 
 
 @pytest.mark.skipif(

@@ -15,9 +15,10 @@ rematerialisation to layers built inside a `keras.RematScope`, which
 would rematerialise the blocks in every call of the model (decoding,
 scoring, export). Instead the training forward walks the backbone's
 graph itself (`Function._run_through_graph`, the walk
-`Functional.call` makes, with the same call-context arguments) and calls
-each block of `backbone.transformer_layers` through `keras.remat`; every
-other call of the model is Keras' own. Checked with Keras 3.15.1
+`Functional.call` makes, with the same call-context arguments; into the
+keras-hub backbone that a zoo backbone wraps) and calls each block of
+`backbone.transformer_layers` through `keras.remat`; every other call of
+the model is Keras' own. Checked with Keras 3.15.1
 (`_run_through_graph` and `_standardize_inputs` are Keras' private
 methods: `test_block_remat` fails if they change).
 """
@@ -31,7 +32,8 @@ def rematerialized_backbone_call(backbone, inputs, training=None):
     (`backbone.transformer_layers`) under `keras.remat`.
 
     Args:
-        backbone: a keras-hub decoder backbone (a functional model).
+        backbone: a keras-hub decoder backbone (a functional model), or a
+            functional model holding it (`LoRAEnsembleDecoderBackbone`).
         inputs: its inputs (a dict of tensors).
         training: bool or `None`.
 
@@ -39,13 +41,50 @@ def rematerialized_backbone_call(backbone, inputs, training=None):
         The backbone's output (its final hidden states).
     """
     blocks = {id(block) for block in backbone.transformer_layers}
+    return _walk(backbone, inputs, training, blocks)
+
+
+def _holds(functional, blocks):
+    """Whether a functional model's graph holds one of `blocks`, directly
+    or in a functional model it calls."""
+    for op in functional.operations:
+        if id(op) in blocks or (_is_functional(op) and _holds(op, blocks)):
+            return True
+    return False
+
+
+def _is_functional(op):
+    return isinstance(op, keras.Model) and hasattr(op, "_run_through_graph")
+
+
+def _walk(functional, inputs, training, blocks):
+    """`functional(inputs, training=training)` as `Functional.call` runs
+    it, the blocks under `keras.remat` and a nested functional model that
+    holds blocks walked alike."""
 
     def operation(op):
-        call = operation_fn(op, training=training)
-        return _rematerialized(call) if id(op) in blocks else call
+        if id(op) in blocks:
+            return _rematerialized(operation_fn(op, training=training))
+        if _is_functional(op) and _holds(op, blocks):
 
-    outputs = backbone._run_through_graph(
-        backbone._standardize_inputs(inputs), operation_fn=operation
+            def nested(inputs, **kwargs):
+                given = sorted(
+                    k
+                    for k, v in kwargs.items()
+                    if k != "training" and any(x is not None for x in keras.tree.flatten(v))
+                )
+                if given:
+                    raise ValueError(
+                        f"A nested model holding decoder blocks is called with {given}; "
+                        "the rematerialised walk takes its inputs only."
+                    )
+                return _walk(op, inputs, training, blocks)
+
+            return nested
+        return operation_fn(op, training=training)
+
+    outputs = functional._run_through_graph(
+        functional._standardize_inputs(inputs), operation_fn=operation
     )
     return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
 

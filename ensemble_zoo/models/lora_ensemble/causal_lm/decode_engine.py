@@ -94,7 +94,8 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
             the members' logits that every pass computes (and that an
             eager backend cannot drop, `(rows, positions, vocabulary)`)
             are held for one block at a time. A family whose cache holds
-            states without a position axis (`Family.full_prefill`) runs
+            states without a position axis (`Family.full_prefill`), or
+            whose blocks at an offset differ (`Family.offset_blocks`), runs
             one pass.
 
     Returns:
@@ -108,7 +109,7 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
     family = model.family
     full = int(ops.shape(token_ids)[1])
     length = full if length is None or family.full_prefill else min(length, full)
-    if block is None or family.full_prefill:
+    if block is None or family.full_prefill or not family.offset_blocks:
         block = length
     token_rows, mask_rows = repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
     first = min(block, length)
@@ -124,7 +125,10 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
     hidden = [hidden]
     for start in range(first, length, block):
         _, part, cache = model.call_with_cache(
-            token_rows[:, start : start + block], cache, start, **family.block_arguments(mask_rows)
+            token_rows[:, start : min(start + block, length)],
+            cache,
+            ops.convert_to_tensor(start, "int32"),
+            **family.block_arguments(mask_rows),
         )
         hidden.append(part)
     hidden = hidden[0] if len(hidden) == 1 else ops.concatenate(hidden, axis=1)

@@ -378,6 +378,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         stop_token_ids="auto",
         sampler=None,
         similarity=None,
+        nli=None,
     ):
         """Sampling-based uncertainty per prompt: `num_samples` answers
         drawn from the ensemble in one batched decode, grouped by meaning.
@@ -396,15 +397,23 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             max_length, stop_token_ids: as for `generate`.
             sampler: a keras-hub sampler; defaults to `RandomSampler`
                 at temperature 1.
-            similarity: `callable(first, second) -> float` for the lexical
-                similarity; defaults to ROUGE-L.
+            similarity: `callable(first, second) -> float` in `[0, 1]` for
+                the lexical similarity and SentenceSAR; defaults to
+                ROUGE-L (`ez.evaluation.EncoderSimilarity` makes one from a
+                keras-hub sentence encoder).
+            nli: optional `callable(first, second) -> (entailment,
+                neutral, contradiction)` probabilities, for lm-polygraph's
+                NLI-graph estimators.
 
         Returns:
             dict: `answers`, `log_likelihoods` and
             `member_log_likelihoods`, `equivalent`, `classes`, and
             `(prompts,)` arrays `semantic_entropy` (Kuhn et al.),
-            `number_of_semantic_sets` (Lin et al.) and
-            `lexical_similarity` (higher = more uncertain).
+            `number_of_semantic_sets` (Lin et al.), `lexical_similarity`,
+            `sentence_sar`, `monte_carlo_sequence_entropy`,
+            `monte_carlo_normalized_sequence_entropy` and with `nli` the
+            graph estimators (higher = more uncertain); see the module's
+            `sample_uncertainty` for every key.
 
         Example:
 
@@ -417,7 +426,15 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         ```
         """
         return sample_uncertainty(
-            self, prompts, num_samples, equivalence, max_length, stop_token_ids, sampler, similarity
+            self,
+            prompts,
+            num_samples,
+            equivalence,
+            max_length,
+            stop_token_ids,
+            sampler,
+            similarity,
+            nli,
         )
 
     def get_config(self):

@@ -114,6 +114,10 @@ class Family:
             without the attention projections: the adapters go on the
             other blocks (a block with some of the targets but not all is
             still an error).
+        offset_blocks: bool, the family's `call_with_cache` computes a
+            block of several positions at an offset as the one pass does,
+            so an eager prompts' pass may run in blocks
+            (`decode_engine.prefill`).
     """
 
     seed_cache: Callable = seed_stacked_cache
@@ -123,6 +127,7 @@ class Family:
     refused: str = None
     full_prefill: bool = False
     linear_blocks: bool = False
+    offset_blocks: bool = True
 
 
 STANDARD = Family()
@@ -155,6 +160,11 @@ FAMILIES = {
     # Gemma 4 seeds its (stacked) cache and steps it as Gemma 3 does; its
     # backbone's `position_ids` input: `causal_lm_inputs.with_position_ids`.
     "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments, gemma3_block_arguments),
+    # GPT-NeoX's attention rotates the queries from position 0 whatever
+    # the cache index (keras-hub 0.32, `GPTNeoXAttention.call`): a block at
+    # an offset would differ from keras-hub's one pass, so its prompts'
+    # pass is one pass (its decode steps share keras-hub's behaviour).
+    "GPTNeoXCausalLM": Family(offset_blocks=False),
     "Qwen3_5CausalLM": QWEN3_5,
     "Qwen3_5MoeCausalLM": QWEN3_5,
     "RWKV7CausalLM": Family(

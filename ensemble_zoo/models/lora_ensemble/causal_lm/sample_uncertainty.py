@@ -34,9 +34,17 @@ import keras_hub
 import numpy as np
 
 from ensemble_zoo.metrics.lexical_similarity import lexical_similarity
+from ensemble_zoo.metrics.lexical_similarity import rouge_l
+from ensemble_zoo.metrics.sampled_answer_estimators import monte_carlo_sequence_entropy
+from ensemble_zoo.metrics.sampled_answer_estimators import sentence_sar
 from ensemble_zoo.metrics.semantic_sets import number_of_semantic_sets
 from ensemble_zoo.metrics.semantic_sets import semantic_classes
 from ensemble_zoo.metrics.semantic_sets import semantic_entropy
+from ensemble_zoo.metrics.similarity_estimators import degree_matrix
+from ensemble_zoo.metrics.similarity_estimators import eccentricity
+from ensemble_zoo.metrics.similarity_estimators import kernel_language_entropy
+from ensemble_zoo.metrics.similarity_estimators import laplacian_eigenvalue_sum
+from ensemble_zoo.metrics.similarity_estimators import luq
 from ensemble_zoo.utils.validation import check_positive_int
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -74,6 +82,51 @@ def equivalence_matrix(answers, equivalence="exact"):
                 if i != j:
                     out[p, i, j] = bool(equivalence(row[i], row[j]))
     return out
+
+
+def pairwise_scores(answers, score, name):
+    """`(prompts, samples, samples, ...)` float64: `score(a_i, a_j)` for
+    every ordered pair of a prompt's answers, the diagonal included (as
+    lm-polygraph's similarity matrices hold it); `name` names `score` in
+    errors."""
+    out = []
+    for row in answers:
+        values = [[np.asarray(score(a, b), np.float64) for b in row] for a in row]
+        out.append(values)
+    out = np.asarray(out, np.float64)
+    if not np.isfinite(out).all():
+        raise ValueError(f"`{name}` returned NaN or infinite values.")
+    return out
+
+
+def nli_probabilities(answers, nli):
+    """`(prompts, samples, samples, 3)`: `nli(a_i, a_j)`, the entailment,
+    neutral and contradiction probabilities of every ordered pair."""
+    out = pairwise_scores(answers, nli, "nli")
+    if out.shape[3:] != (3,) or out.min() < 0 or np.abs(out.sum(-1) - 1).max() > 1e-3:
+        raise ValueError(
+            "`nli(first, second)` must return the probabilities (entailment, neutral, "
+            f"contradiction), three values summing to 1; got values of shape {out.shape[3:]}."
+        )
+    return out
+
+
+def nli_estimators(probabilities):
+    """lm-polygraph's NLI-graph estimators of each prompt's answers
+    (`ensemble_zoo.metrics.similarity_estimators`), from
+    `nli_probabilities`: the graph ones on the entailment probabilities
+    (lm-polygraph's default affinity), LUQ on the log-probabilities (the
+    softmax's shared denominator cancels in its `e / (e + c)`)."""
+    entailment, contradiction = probabilities[..., 0], probabilities[..., 2]
+    # A probability of 0 as a log-probability far below any other.
+    log_e, log_c = (np.log(np.maximum(p, 1e-300)) for p in (entailment, contradiction))
+    return {
+        "degree_matrix": degree_matrix(entailment),
+        "eccentricity": eccentricity(entailment),
+        "laplacian_eigenvalue_sum": laplacian_eigenvalue_sum(entailment),
+        "kernel_language_entropy": kernel_language_entropy(entailment, contradiction),
+        "luq": luq(log_e, log_c),
+    }
 
 
 def _repeat_prompts(prompts, num_samples):
@@ -137,8 +190,11 @@ def sample_uncertainty(
     stop_token_ids="auto",
     sampler=None,
     similarity=None,
+    nli=None,
 ):
-    """Semantic entropy, semantic sets and lexical similarity per prompt.
+    """Sampling-based estimators per prompt: semantic entropy, semantic
+    sets, lexical similarity, SentenceSAR, the Monte-Carlo sequence
+    entropies and, with an NLI model, lm-polygraph's NLI-graph estimators.
 
     See the module docstring for how the answers are drawn and compared.
 
@@ -154,8 +210,13 @@ def sample_uncertainty(
         sampler: a keras-hub sampler; defaults to `RandomSampler` at
             temperature 1 (the ensemble's predictive distribution). Pass
             one with a `seed` to draw the same answers again.
-        similarity: `callable(first, second) -> float` for
-            `lexical_similarity`; defaults to ROUGE-L.
+        similarity: `callable(first, second) -> float` in `[0, 1]`, the
+            similarity of two answers for `lexical_similarity` and
+            `sentence_sar` (lm-polygraph's SentenceSAR uses a
+            cross-encoder's); defaults to ROUGE-L.
+        nli: optional `callable(first, second) -> (entailment, neutral,
+            contradiction)` probabilities, called on every ordered pair of
+            a prompt's answers (diagonal included).
 
     Returns:
         dict: `answers`, a list over prompts of `num_samples` answers
@@ -166,8 +227,14 @@ def sample_uncertainty(
         under the ensemble; `member_log_likelihoods` `(prompts, samples,
         members)`; `equivalent` `(prompts, samples, samples)`; `classes`
         `(prompts, samples)`; and per prompt (higher = more uncertain)
-        `semantic_entropy`, `number_of_semantic_sets` and
-        `lexical_similarity`.
+        `semantic_entropy`, `number_of_semantic_sets`,
+        `lexical_similarity`, `sentence_sar` (the answers' ensemble
+        likelihoods and `similarity`), `monte_carlo_sequence_entropy` and
+        `monte_carlo_normalized_sequence_entropy` (per generated token,
+        the stop token included). With `nli`: `nli_probabilities`
+        `(prompts, samples, samples, 3)` and `degree_matrix`,
+        `eccentricity`, `laplacian_eigenvalue_sum`,
+        `kernel_language_entropy` and `luq` (`nli_estimators`).
     """
     if isinstance(num_samples, bool) or check_positive_int(num_samples, "num_samples") < 2:
         raise ValueError(
@@ -178,6 +245,9 @@ def sample_uncertainty(
             '`equivalence` must be "exact" or a callable(first, second) -> bool; '
             f"got {equivalence!r}."
         )
+    for value, name in ((similarity, "similarity"), (nli, "nli")):
+        if value is not None and not callable(value):
+            raise TypeError(f"`{name}` must be callable(first, second); got {value!r}.")
     if sampler is None:
         sampler = default_sampler(model)
     elif not isinstance(sampler, keras_hub.samplers.Sampler):
@@ -195,10 +265,12 @@ def sample_uncertainty(
     log_likelihoods = outputs["log_likelihood"].astype(np.float64).reshape(shape)
     equivalent = equivalence_matrix(answers, equivalence)
     classes = semantic_classes(equivalent)
-    return {
+    generated_mask = outputs["generated_mask"].reshape(shape + (-1,))
+    similarities = pairwise_scores(answers, similarity or rouge_l, "similarity")
+    out = {
         "answers": answers,
         "token_ids": outputs["token_ids"].reshape(shape + (-1,)),
-        "generated_mask": outputs["generated_mask"].reshape(shape + (-1,)),
+        "generated_mask": generated_mask,
         "log_likelihoods": log_likelihoods,
         "member_log_likelihoods": outputs["member_log_likelihoods"]
         .astype(np.float64)
@@ -208,4 +280,13 @@ def sample_uncertainty(
         "semantic_entropy": semantic_entropy(log_likelihoods, classes),
         "number_of_semantic_sets": number_of_semantic_sets(equivalent),
         "lexical_similarity": lexical_similarity(answers, similarity),
+        "sentence_sar": sentence_sar(log_likelihoods, similarities),
+        "monte_carlo_sequence_entropy": monte_carlo_sequence_entropy(log_likelihoods),
+        "monte_carlo_normalized_sequence_entropy": monte_carlo_sequence_entropy(
+            log_likelihoods, generated_mask.sum(-1)
+        ),
     }
+    if nli is not None:
+        out["nli_probabilities"] = nli_probabilities(answers, nli)
+        out.update(nli_estimators(out["nli_probabilities"]))
+    return out
