@@ -696,7 +696,7 @@ def test_fit_trains_the_adapters_only(pair):
 
 def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
     """Under the default loss the training forward stops at the hidden
-    states (each decoder block rematerialised, or not with `remat=False`)
+    states (each decoder block rematerialised or not)
     and the loss projects them in blocks (of 3 positions, one ragged);
     one epoch of SGD gives the loss and the adapters that the loss on the
     whole member logits gives."""
@@ -709,7 +709,7 @@ def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
     weights = np.ones((4, 8), "float32")
     weights[1, 5:] = 0.0
     results = []
-    runs = ({"loss_chunk_size": 3}, {"loss_chunk_size": 3, "remat": False})
+    runs = ({"loss_chunk_size": 3, "remat": True}, {"loss_chunk_size": 3, "remat": False})
     for options in runs + ({"loss": member_token_cross_entropy},):
         model = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, seed=0)
         randomize_adapters(model, scale=0.2)
@@ -736,7 +736,7 @@ def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
     if keras.config.backend() == "jax":  # one checkpoint per decoder block in the forward
         import jax
 
-        for remat, count in ((None, len(base.backbone.transformer_layers)), (False, 0)):
+        for remat, count in ((True, len(base.backbone.transformer_layers)), (None, 0)):
             model.compile(remat=remat)
             jaxpr = str(jax.make_jaxpr(lambda t: model(t, training=True))(x))
             assert jaxpr.count("remat2[") == count, remat
