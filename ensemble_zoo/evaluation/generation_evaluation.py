@@ -13,7 +13,8 @@ the wrong answers (and, given OOD prompts, the OOD ones):
 - with `num_samples >= 2`, the sampling-based estimators of
   `LoRAEnsembleCausalLM.sample_uncertainty` (`SAMPLING_ESTIMATORS`, and
   with an `nli` model `NLI_ESTIMATORS`) over that many answers drawn per
-  prompt (with a seeded random sampler, so the report repeats);
+  prompt (with a seeded random sampler, so the report repeats), and
+  CoCoA (`COCOA_ESTIMATORS`) on the greedy answer against them;
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
   its single-model estimators, prefixed with its name (`base_model:
@@ -37,7 +38,9 @@ from ensemble_zoo.evaluation.tables import text_table
 from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
+from ensemble_zoo.metrics.lexical_similarity import rouge_l
 from ensemble_zoo.metrics.ood import ood_auroc
+from ensemble_zoo.metrics.sampled_answer_estimators import cocoa
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import answers_of
@@ -54,6 +57,14 @@ SAMPLING_ESTIMATORS = (
     "monte_carlo_sequence_entropy",
     "monte_carlo_normalized_sequence_entropy",
 )
+#: lm-polygraph's CoCoA estimators (`ez.metrics.cocoa`): the greedy
+#: answer's sequence estimator of each name, times its mean ROUGE-L
+#: dissimilarity to the sampled answers.
+COCOA_ESTIMATORS = {
+    "cocoa_msp": "maximum_sequence_probability",
+    "cocoa_ppl": "perplexity",
+    "cocoa_mte": "mean_token_entropy",
+}
 #: Those that need an NLI model (`sample_uncertainty(nli=...)`).
 NLI_ESTIMATORS = (
     "degree_matrix",
@@ -284,6 +295,12 @@ def evaluate_generation(
                     )
                     names = SAMPLING_ESTIMATORS + (NLI_ESTIMATORS if nli is not None else ())
                     scores.update({k: np.asarray(sampled[k], np.float64) for k in names})
+                    similar = [
+                        [rouge_l(g, a) for a in row]
+                        for g, row in zip(chunk_answers, sampled["answers"])
+                    ]
+                    for cocoa_name, base in COCOA_ESTIMATORS.items():
+                        scores[cocoa_name] = cocoa(scores[base], similar)
                 answers += chunk_answers
                 parts.append(scores)
             scores = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -11,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
+from ensemble_zoo.evaluation.generation_evaluation import COCOA_ESTIMATORS
 from ensemble_zoo.evaluation.generation_evaluation import NLI_ESTIMATORS
 from ensemble_zoo.evaluation.generation_evaluation import SAMPLING_ESTIMATORS
 
@@ -78,7 +79,7 @@ def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evalu
         assert row["ood_auroc"] == pytest.approx(
             roc_auc_score(labels, np.r_[scores[name], ood_scores[name]]), abs=1e-9
         )
-    for name in SAMPLING_ESTIMATORS + NLI_ESTIMATORS:
+    for name in SAMPLING_ESTIMATORS + NLI_ESTIMATORS + tuple(COCOA_ESTIMATORS):
         assert set(report.metrics["estimators"][name]) == {
             "wrong_answer_auroc",
             "prr",
