@@ -18,30 +18,14 @@ uncertain question, as lm-polygraph's do.
 import numpy as np
 
 from ensemble_zoo.metrics.similarity_estimators import checked_matrices
+from ensemble_zoo.metrics.token_arrays import check_same_shapes
+from ensemble_zoo.metrics.token_arrays import checked_array
+from ensemble_zoo.metrics.token_arrays import checked_per_token
 from ensemble_zoo.metrics.token_arrays import masked_mean
 from ensemble_zoo.utils.validation import check_real
 
 #: SAR's and SentenceSAR's temperature `t` (lm-polygraph's 0.001).
 SAR_TEMPERATURE = 0.001
-
-
-def _checked(x, name, ndim, dtype="float64"):
-    x = np.asarray(x)
-    if x.ndim != ndim:
-        raise ValueError(f"`{name}` must have {ndim} axes; got shape {x.shape}.")
-    if dtype == "bool":
-        if x.dtype != bool:
-            raise ValueError(f"`{name}` must be a bool array; got dtype {x.dtype}.")
-        return x
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-        raise ValueError(f"`{name}` must hold real numbers; got dtype {x.dtype}.")
-    return x.astype(dtype)
-
-
-def _same_shape(**arrays):
-    shapes = {name: np.shape(x) for name, x in arrays.items()}
-    if len(set(shapes.values())) != 1:
-        raise ValueError(f"These arrays must have one shape: {shapes}.")
 
 
 def _token_relevance_entropy(log_likelihoods, token_similarity, mask):
@@ -71,10 +55,9 @@ def token_sar(log_likelihoods, token_similarity, mask):
     Returns:
         float64 array `(batch,)`.
     """
-    log_likelihoods = _checked(log_likelihoods, "log_likelihoods", 2)
-    token_similarity = _checked(token_similarity, "token_similarity", 2)
-    mask = _checked(mask, "mask", 2, "bool")
-    _same_shape(log_likelihoods=log_likelihoods, token_similarity=token_similarity, mask=mask)
+    log_likelihoods, token_similarity, mask = checked_per_token(
+        mask, log_likelihoods=log_likelihoods, token_similarity=token_similarity
+    )
     return _token_relevance_entropy(log_likelihoods, token_similarity, mask)
 
 
@@ -102,9 +85,9 @@ def sentence_sar(sample_log_likelihoods, similarity, temperature=SAR_TEMPERATURE
     Returns:
         float64 array `(batch,)`.
     """
-    log_likelihoods = _checked(sample_log_likelihoods, "sample_log_likelihoods", 2)
+    log_likelihoods = checked_array(sample_log_likelihoods, "sample_log_likelihoods", 2)
     similarity = checked_matrices(similarity, "similarity", 0.0, 1.0)
-    _same_shape(sample_log_likelihoods=log_likelihoods, similarity_rows=similarity[..., 0])
+    check_same_shapes(sample_log_likelihoods=log_likelihoods, similarity_rows=similarity[..., 0])
     temperature = check_real(temperature, "temperature", low=0.0, low_open=True)
     return _relevance_entropy(np.exp(log_likelihoods), similarity, temperature)
 
@@ -132,23 +115,23 @@ def sar(
     Returns:
         float64 array `(batch,)`.
     """
-    log_likelihoods = _checked(sample_token_log_likelihoods, "sample_token_log_likelihoods", 3)
-    token_similarity = _checked(sample_token_similarity, "sample_token_similarity", 3)
-    mask = _checked(sample_mask, "sample_mask", 3, "bool")
-    _same_shape(
+    log_likelihoods = checked_array(sample_token_log_likelihoods, "sample_token_log_likelihoods", 3)
+    token_similarity = checked_array(sample_token_similarity, "sample_token_similarity", 3)
+    mask = checked_array(sample_mask, "sample_mask", 3, "bool")
+    check_same_shapes(
         sample_token_log_likelihoods=log_likelihoods,
         sample_token_similarity=token_similarity,
         sample_mask=mask,
     )
     similarity = checked_matrices(similarity, "similarity", 0.0, 1.0)
-    _same_shape(answers=log_likelihoods.shape[:2], similarity_rows=similarity.shape[:2])
+    check_same_shapes(answers=log_likelihoods[..., 0], similarity_rows=similarity[..., 0])
     temperature = check_real(temperature, "temperature", low=0.0, low_open=True)
     probabilities = np.exp(-_token_relevance_entropy(log_likelihoods, token_similarity, mask))
     return _relevance_entropy(probabilities, similarity, temperature)
 
 
 def _mean_dissimilarity(similarity, answers):
-    similarity = _checked(similarity, "similarity", 2)
+    similarity = checked_array(similarity, "similarity", 2)
     if similarity.shape[0] != answers:
         raise ValueError(
             f"`similarity` must have one row per answer ({answers}); got {similarity.shape}."
@@ -176,7 +159,7 @@ def cocoa(sequence_uncertainty, similarity):
     Returns:
         float64 array `(batch,)`.
     """
-    uncertainty = _checked(sequence_uncertainty, "sequence_uncertainty", 1)
+    uncertainty = checked_array(sequence_uncertainty, "sequence_uncertainty", 1)
     return uncertainty * _mean_dissimilarity(similarity, uncertainty.shape[0])
 
 
@@ -217,16 +200,16 @@ def semantic_density(
     Returns:
         float64 array `(batch,)`.
     """
-    greedy = _checked(greedy_log_likelihoods, "greedy_log_likelihoods", 2)
-    greedy_mask = _checked(greedy_mask, "greedy_mask", 2, "bool")
-    _same_shape(greedy_log_likelihoods=greedy, greedy_mask=greedy_mask)
-    log_p = _checked(sample_log_likelihoods, "sample_log_likelihoods", 2)
-    lengths = _checked(sample_lengths, "sample_lengths", 2)
-    contradiction = _checked(contradiction, "contradiction", 2)
-    neutral = _checked(neutral, "neutral", 2)
+    greedy, greedy_mask = checked_per_token(
+        greedy_mask, greedy_log_likelihoods=greedy_log_likelihoods
+    )
+    log_p = checked_array(sample_log_likelihoods, "sample_log_likelihoods", 2)
+    lengths = checked_array(sample_lengths, "sample_lengths", 2)
+    contradiction = checked_array(contradiction, "contradiction", 2)
+    neutral = checked_array(neutral, "neutral", 2)
     distinct = np.ones(log_p.shape, bool) if distinct is None else distinct
-    distinct = _checked(distinct, "distinct", 2, "bool")
-    _same_shape(
+    distinct = checked_array(distinct, "distinct", 2, "bool")
+    check_same_shapes(
         sample_log_likelihoods=log_p,
         sample_lengths=lengths,
         contradiction=contradiction,
@@ -264,11 +247,11 @@ def monte_carlo_sequence_entropy(sample_log_likelihoods, sample_lengths=None):
         float64 array `(batch,)` (NaN for a question whose answers are all
         empty, normalised).
     """
-    log_p = _checked(sample_log_likelihoods, "sample_log_likelihoods", 2)
+    log_p = checked_array(sample_log_likelihoods, "sample_log_likelihoods", 2)
     if sample_lengths is None:
         return -log_p.mean(axis=1)
-    lengths = _checked(sample_lengths, "sample_lengths", 2)
-    _same_shape(sample_log_likelihoods=log_p, sample_lengths=lengths)
+    lengths = checked_array(sample_lengths, "sample_lengths", 2)
+    check_same_shapes(sample_log_likelihoods=log_p, sample_lengths=lengths)
     counted = lengths > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         return -masked_mean(log_p / np.where(counted, lengths, 1.0), counted)

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.linalg
 import scipy.special
 
+from ensemble_zoo.metrics.token_arrays import checked_array
 from ensemble_zoo.utils.validation import check_real
 
 #: Eccentricity's eigenvalue threshold (lm-polygraph's default).
@@ -33,12 +34,9 @@ EIGENSCORE_ALPHA = 1e-3
 def checked_matrices(x, name, low=None, high=None):
     """`x` as a float64 `(batch, n, n)` array of finite values (within
     `[low, high]` where given), or a `ValueError` naming `name`."""
-    x = np.asarray(x)
-    if x.ndim != 3 or x.shape[1] != x.shape[2] or x.shape[1] == 0:
+    x = checked_array(x, name, 3)
+    if x.shape[1] != x.shape[2] or x.shape[1] == 0:
         raise ValueError(f"`{name}` must be an array (batch, samples, samples); got {x.shape}.")
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-        raise ValueError(f"`{name}` must hold real numbers; got dtype {x.dtype}.")
-    x = x.astype("float64")
     if not np.isfinite(x).all():
         raise ValueError(f"`{name}` holds NaN or infinite values.")
     if (low is not None and x.min() < low) or (high is not None and x.max() > high):
@@ -222,12 +220,11 @@ def eigenscore(embeddings, alpha=EIGENSCORE_ALPHA):
     Returns:
         float64 array `(batch,)`.
     """
-    embeddings = np.asarray(embeddings)
-    if embeddings.ndim != 3 or 0 in embeddings.shape:
+    embeddings = checked_array(embeddings, "embeddings", 3)
+    if 0 in embeddings.shape:
         raise ValueError(
             f"`embeddings` must be an array (batch, samples, features); got {embeddings.shape}."
         )
-    embeddings = embeddings.astype("float64")
     if not np.isfinite(embeddings).all():
         raise ValueError("`embeddings` holds NaN or infinite values.")
     alpha = check_real(alpha, "alpha")

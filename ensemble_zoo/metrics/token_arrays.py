@@ -1,7 +1,8 @@
-"""Array checks and masked reductions shared by the white-box estimators
-(`white_box_estimators`, `distribution_estimators`): `(batch, length,
+"""Array checks and masked reductions shared by lm-polygraph's estimators
+(`white_box_estimators`, `distribution_estimators`,
+`similarity_estimators`, `sampled_answer_estimators`): `(batch, length,
 ...)` arrays with a bool `mask` `(batch, length)` of the tokens that
-count."""
+count, and `(batch, samples, ...)` arrays of sampled answers."""
 
 import numpy as np
 
@@ -48,6 +49,28 @@ def checked_mask(mask):
             f"shape {mask.shape}."
         )
     return mask
+
+
+def checked_array(x, name, ndim, dtype="float64"):
+    """`x` as an array of `ndim` axes: real numbers as `dtype`, or with
+    `dtype="bool"` a bool array; a `ValueError` naming `name` otherwise."""
+    x = np.asarray(x)
+    if x.ndim != ndim:
+        raise ValueError(f"`{name}` must have {ndim} axes; got shape {x.shape}.")
+    if dtype == "bool":
+        if x.dtype != bool:
+            raise ValueError(f"`{name}` must be a bool array; got dtype {x.dtype}.")
+        return x
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise ValueError(f"`{name}` must hold real numbers; got dtype {x.dtype}.")
+    return x.astype(dtype)
+
+
+def check_same_shapes(**arrays):
+    """A `ValueError` naming the arrays unless they share one shape."""
+    shapes = {name: np.shape(x) for name, x in arrays.items()}
+    if len(set(shapes.values())) != 1:
+        raise ValueError(f"These arrays must have one shape: {shapes}.")
 
 
 def checked_distributions(log_probs, mask):

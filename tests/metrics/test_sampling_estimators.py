@@ -142,6 +142,13 @@ def test_bad_input_names_the_argument(polygraph):
         metrics.eigenscore(np.full((1, 2, 3), np.nan))
     with pytest.raises(ValueError, match="`mask` must be a bool array"):
         metrics.token_sar(p["log_likelihoods"], p["token_similarity"], p["mask"].astype(int))
+    with pytest.raises(ValueError, match="These arrays must have one shape"):
+        metrics.sar(
+            p["sample_token_log_likelihoods"],
+            p["sample_token_similarity"],
+            p["sample_mask"],
+            p["similarity"][:, :3, :3],
+        )
     with pytest.raises(ValueError, match=r"`temperature` must lie in \(0, inf\]"):
         metrics.sentence_sar(p["sample_log_likelihoods"], p["similarity"], temperature=0)
     with pytest.raises(ValueError, match="`sample_lengths` must be positive"):

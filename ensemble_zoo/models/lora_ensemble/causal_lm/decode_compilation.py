@@ -26,7 +26,6 @@ import keras
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import generate_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
-from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_block
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
 from ensemble_zoo.utils.backend import no_gradients
 
@@ -196,10 +195,21 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
     return run
 
 
+#: Values of the members' logits that one block of an eager prompts' pass
+#: holds per prompt of the batch (256 MiB in float32): 64 positions of 4
+#: Gemma 3 members (262,144-token vocabulary), every position of a small
+#: vocabulary. A compiled pass (JAX, TensorFlow) needs no blocks: XLA
+#: drops the logits that nothing reads.
+PREFILL_BUDGET = 2**26
+
+
 def _eager_prefill_block(model):
-    """The block of a prompts' pass that runs eagerly (PyTorch's, and any
-    under `run_eagerly`): `decode_engine.prefill_block`."""
-    return prefill_block(model.num_members, model.backbone.vocabulary_size)
+    """The positions of one block of a prompts' pass that runs eagerly
+    (PyTorch's, and any under `run_eagerly`; `decode_engine.prefill`): as
+    many as keep the members' logits within `PREFILL_BUDGET` values."""
+    return teacher_forcing.positions_per_chunk(
+        model.num_members, model.backbone.vocabulary_size, PREFILL_BUDGET
+    )
 
 
 def decode_function(model, sampler, stop_token_ids):

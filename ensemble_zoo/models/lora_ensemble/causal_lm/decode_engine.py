@@ -88,7 +88,7 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
             zero after them, and the decode loop writes each position
             before any token attends to it.
         block: `None` (one pass) or a Python int, the positions of one
-            block of the prompts' pass (`prefill_block`): the family's
+            block of the prompts' pass (`decode_compilation.PREFILL_BUDGET`): the family's
             `_build_cache` seeds the cache over the first block and its
             `call_with_cache` runs each further block at its offset, so
             the members' logits that every pass computes (and that an
@@ -133,21 +133,6 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
         hidden.append(part)
     hidden = hidden[0] if len(hidden) == 1 else ops.concatenate(hidden, axis=1)
     return ops.mean(split_members(hidden, m), axis=1), _split(cache, m)
-
-
-#: Values of the members' logits that one block of an eager prompts' pass
-#: holds per prompt of the batch (256 MiB in float32): 64 positions of 4
-#: Gemma 3 members (262,144-token vocabulary), every position of a small
-#: vocabulary.
-PREFILL_BUDGET = 2**26
-
-
-def prefill_block(num_members, vocabulary_size, budget=PREFILL_BUDGET):
-    """The positions of one block of an eager prompts' pass: the most
-    whose `members x positions x vocabulary` logits fit in `budget` values
-    (at least 1). A compiled pass (JAX, TensorFlow) needs none: XLA drops
-    the logits that nothing reads."""
-    return max(1, budget // (num_members * vocabulary_size))
 
 
 def prefill_length(sampler, padding_mask):
