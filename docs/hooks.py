@@ -31,6 +31,7 @@ API = {
     "datasets": "The bundled data and the tfds loaders.",
     "presets": "Listing, loading and saving presets.",
     "pruning": "Hydra's head-importance scores and pruning.",
+    "training": "Training procedures that yield ensembles: Snapshot Ensembles.",
     "export": "Export to every format, and the runtimes that check it.",
 }
 

@@ -30,3 +30,4 @@ from ensemble_zoo import models
 from ensemble_zoo import ops
 from ensemble_zoo import presets
 from ensemble_zoo import pruning
+from ensemble_zoo import training

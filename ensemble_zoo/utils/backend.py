@@ -80,20 +80,6 @@ def no_gradients():
     return contextlib.nullcontext()
 
 
-def block_remat_pays():
-    """Whether rematerialising each decoder block in a causal-LM ensemble's
-    training forward saves memory here (`compile(remat=None)`'s default).
-
-    Measured on Gemma 3 270M, 4 members, one 1,024-token sequence, 2 CPU
-    cores (`benchmarks/llm_memory.py`): TensorFlow's fit step went from
-    +8.97 to +2.84 GB and PyTorch's from +2.69 to +0.39 GB; under JAX it
-    stayed at +9.1 GB (XLA's temporaries 10.8 against 11.2 GiB, about
-    0.6 GB per block either way: what JAX's checkpoint keeps of each
-    block is not its activations) and took 142 s instead of 90 s. So yes,
-    but under JAX."""
-    return backend() != "jax"
-
-
 def supports_saved_model_export():
     """Whether `model.export(format="tf_saved_model")` works here.
 

@@ -4,11 +4,12 @@ rematerialised: what `fit` runs under the blocked default loss.
 Memory. The members run as `members x batch` rows, so a plain training
 forward keeps M times the activations that keras-hub's own `fit` of the
 base model keeps (the attention scores and MLP intermediates of every
-block, for every row). With each decoder block under `keras.remat`, the
-backward pass recomputes a block's internals from its input instead, and
-the forward keeps only the blocks' inputs: `layers x rows x tokens x
-hidden_dim` values. The cost is a second forward pass of the blocks in
-the backward pass.
+block, for every row). With each decoder block rematerialised
+(`utils.gradients.remat`: `keras.remat`, with a JAX checkpoint that
+XLA:CPU cannot run early), the backward pass recomputes a block's
+internals from its input instead, and the forward keeps only the
+blocks' inputs: `layers x rows x tokens x hidden_dim` values. The cost
+is a second forward pass of the blocks in the backward pass.
 
 How. keras-hub backbones are Keras functional models; Keras applies
 rematerialisation to layers built inside a `keras.RematScope`, which
@@ -17,19 +18,22 @@ scoring, export). Instead the training forward walks the backbone's
 graph itself (`Function._run_through_graph`, the walk
 `Functional.call` makes, with the same call-context arguments; into the
 keras-hub backbone that a zoo backbone wraps) and calls each block of
-`backbone.transformer_layers` through `keras.remat`; every other call of
+`backbone.transformer_layers` rematerialised; every other call of
 the model is Keras' own. Checked with Keras 3.15.1
 (`_run_through_graph` and `_standardize_inputs` are Keras' private
-methods: `test_block_remat` fails if they change).
+methods: `test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss`
+fails if they change).
 """
 
 import keras
 from keras.src.models.functional import operation_fn
 
+from ensemble_zoo.utils.gradients import remat
+
 
 def rematerialized_backbone_call(backbone, inputs, training=None):
     """`backbone(inputs, training=training)` with each decoder block
-    (`backbone.transformer_layers`) under `keras.remat`.
+    (`backbone.transformer_layers`) rematerialised.
 
     Args:
         backbone: a keras-hub decoder backbone (a functional model), or a
@@ -59,7 +63,7 @@ def _is_functional(op):
 
 def _walk(functional, inputs, training, blocks):
     """`functional(inputs, training=training)` as `Functional.call` runs
-    it, the blocks under `keras.remat` and a nested functional model that
+    it, the blocks rematerialised and a nested functional model that
     holds blocks walked alike."""
 
     def operation(op):
@@ -90,7 +94,8 @@ def _walk(functional, inputs, training, blocks):
 
 
 def _rematerialized(call):
-    """`call` under `keras.remat`, taking its tensors as positional
+    """`call` under `utils.gradients.remat` (`keras.remat`, and under JAX
+    a checkpoint XLA:CPU cannot undo), taking its tensors as positional
     arguments (JAX's checkpoint would trace any other value, TensorFlow's
     `recompute_grad` takes positional tensors) and its other arguments
     (`None`, Python values) as they are."""
@@ -107,6 +112,6 @@ def _rematerialized(call):
             call_args, call_kwargs = keras.tree.pack_sequence_as(structure, values)
             return call(*call_args, **call_kwargs)
 
-        return keras.remat(with_tensors)(*[flat[i] for i in places])
+        return remat(with_tensors)(*[flat[i] for i in places])
 
     return run

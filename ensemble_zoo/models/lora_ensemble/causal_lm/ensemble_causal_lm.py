@@ -23,7 +23,6 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sampl
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
-from ensemble_zoo.utils.backend import block_remat_pays
 from ensemble_zoo.utils.validation import check_positive_int
 
 
@@ -69,10 +68,9 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         logits, and the loss projects them onto the vocabulary
         `loss_chunk_size` positions at a time (`None`: sized from the
         members and the vocabulary), recomputing each block's logits in
-        the backward pass. Under TensorFlow and PyTorch the training
-        forward also rematerialises each decoder block (`block_remat`):
-        the members' rows keep M times the activations of keras-hub's own
-        `fit` of the base model otherwise.
+        the backward pass. The training forward also rematerialises each
+        decoder block (`block_remat`): the members' rows keep M times the
+        activations of keras-hub's own `fit` of the base model otherwise.
         The loss and its gradients are those of the logits (float32
         round-off); `evaluate` and `predict` see logits.
 
@@ -81,9 +79,9 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
                 training loss.
             remat: optional bool, whether the training forward under the
                 blocked loss rematerialises each decoder block (`None`:
-                where it saves memory, under TensorFlow and PyTorch,
-                `utils.backend.block_remat_pays`; `False` keeps the
-                activations, quicker where memory allows).
+                it does; `False` keeps the activations, quicker where
+                memory allows; `True` with a loss or metric that reads the
+                member logits is an error).
         """
         blocked = (
             loss == "auto" and not kwargs.get("metrics") and weighted_metrics in ("auto", None)
@@ -110,9 +108,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         self.__dict__["_decoders"] = {}  # a new sampler or `jit_compile`
         # The compiled configuration, as Keras keeps `loss`: `None` for
         # a loss on the member logits.
-        if remat is None:
-            remat = block_remat_pays()
-        self.__dict__["_loss_blocks"] = (loss_chunk_size, remat) if blocked else None
+        self.__dict__["_loss_blocks"] = (loss_chunk_size, remat is not False) if blocked else None
 
     def call(self, inputs, training=None):
         """The member logits; in training under the default loss, the

@@ -1,0 +1,164 @@
+"""Snapshot Ensembles: the weights at the end of each learning-rate cycle
+of one training, made into an ensemble."""
+
+import keras
+import numpy as np
+
+from ensemble_zoo.training.snapshot_schedule import SnapshotSchedule
+
+
+class SnapshotEnsemble(keras.callbacks.Callback):
+    """Takes a snapshot of the model's weights at the end of each cycle of
+    a `SnapshotSchedule` and makes the snapshots an ensemble.
+
+    Snapshot Ensembles (Huang et al. 2017, arXiv 1704.00109; the
+    LoRA-Ensemble paper's baseline, appendix U) keep the weights at the
+    end of each cosine cycle, where the learning rate is at its lowest, as
+    the members of an ensemble. Add this callback to a `fit` whose
+    optimizer runs `schedule` for `schedule.epochs` epochs; after it:
+
+    - `deep_ensemble()`: a `DeepEnsembleClassifier` whose members are
+      copies of the model with each snapshot's weights (whole models: the
+      paper's Snapshot Ensemble of fully fine-tuned networks);
+    - `stacked_ensemble()`: for a model whose members share a frozen trunk
+      (a LoRA-Ensemble of any kind, causal LMs included, usually trained
+      with one member), one model of the same class with the snapshots'
+      members side by side: every snapshot in one batched pass.
+
+    A snapshot holds every weight of the model (`model.weights` order) as
+    a NumPy array; a weight unchanged since the previous snapshot (a
+    frozen trunk) is shared, not copied.
+
+    Args:
+        schedule: the `SnapshotSchedule` the optimizer runs; the snapshots
+            are taken after its `snapshot_epochs`.
+
+    Example:
+
+    ```python
+    schedule = ensemble_zoo.training.SnapshotSchedule(
+        1e-3, steps_per_epoch=len(train), epochs=6, num_snapshots=3
+    )
+    snapshots = ensemble_zoo.training.SnapshotEnsemble(schedule)
+    model.compile(optimizer=keras.optimizers.AdamW(schedule), loss=..., metrics=...)
+    model.fit(train, epochs=schedule.epochs, callbacks=[snapshots])
+    ensemble = snapshots.deep_ensemble()
+    ```
+    """
+
+    def __init__(self, schedule):
+        super().__init__()
+        if not isinstance(schedule, SnapshotSchedule):
+            raise TypeError(
+                f"`schedule` must be an `ensemble_zoo.training.SnapshotSchedule`; got {schedule!r}."
+            )
+        self.schedule = schedule
+        #: The snapshots so far: per snapshot, the model's weights.
+        self.snapshots = []
+        #: The epoch (counted from 1) of each snapshot.
+        self.snapshot_epochs = []
+
+    def on_train_begin(self, logs=None):
+        epochs, steps = self.params.get("epochs"), self.params.get("steps")
+        if epochs != self.schedule.epochs:
+            raise ValueError(
+                f"`fit(epochs={epochs})` must run the schedule's {self.schedule.epochs} epochs."
+            )
+        if steps is not None and steps != self.schedule.steps_per_epoch:
+            raise ValueError(
+                f"`fit` runs {steps} steps per epoch; the schedule was built for "
+                f"{self.schedule.steps_per_epoch} (`steps_per_epoch`)."
+            )
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 in self.schedule.snapshot_epochs and epoch + 1 not in self.snapshot_epochs:
+            previous = self.snapshots[-1] if self.snapshots else None
+            weights = []
+            for i, variable in enumerate(self.model.weights):
+                value = np.array(keras.ops.convert_to_numpy(variable.value))
+                if previous is not None and np.array_equal(previous[i], value):
+                    value = previous[i]
+                weights.append(value)
+            self.snapshots.append(weights)
+            self.snapshot_epochs.append(epoch + 1)
+
+    def deep_ensemble(self, **kwargs):
+        """A `DeepEnsembleClassifier` of the snapshots: member `s` is a copy
+        of the model (`DeepEnsembleClassifier.from_model`) with snapshot
+        `s`'s weights.
+
+        Args:
+            **kwargs: `DeepEnsembleClassifier` arguments.
+        """
+        from ensemble_zoo.models import DeepEnsembleClassifier
+
+        self._check_snapshots()
+        ensemble = DeepEnsembleClassifier.from_model(
+            self.model, num_members=len(self.snapshots), **kwargs
+        )
+        for member, weights in zip(ensemble.members, self.snapshots, strict=True):
+            _assign(member.weights, weights)
+        return ensemble
+
+    def stacked_ensemble(self):
+        """One model of the trained model's class whose members are every
+        snapshot's members, snapshot by snapshot: with `k` members per
+        snapshot and `S` snapshots, member `s * k + j` is member `j` of
+        snapshot `s`.
+
+        The model's config names its members (`num_members`, in the task's
+        and its backbone's config, as every member-axis model of the zoo
+        does); a weight with the members on its first axis (adapters,
+        heads) is stacked, every other weight (the trunk) must be the same
+        in every snapshot.
+
+        Raises:
+            ValueError: when a shared weight changed between snapshots (the
+                trunk was trained: use `deep_ensemble()`), or the model has
+                no `num_members`.
+        """
+        self._check_snapshots()
+        model = self.model
+        config = model.get_config()
+        backbone = config.get("backbone", {}).get("config", {})
+        places = [c for c in (config, backbone) if isinstance(c.get("num_members"), int)]
+        if not places:
+            raise ValueError(
+                "`stacked_ensemble()` needs a model whose config names its `num_members` "
+                f"(a LoRA-Ensemble); {type(model).__name__}'s does not: use `deep_ensemble()`."
+            )
+        members = places[0]["num_members"] * len(self.snapshots)
+        for place in places:
+            place["num_members"] = members
+        stacked = type(model).from_config(config)
+        for i, (variable, source) in enumerate(zip(stacked.weights, model.weights, strict=True)):
+            values = [snapshot[i] for snapshot in self.snapshots]
+            if tuple(variable.shape) != tuple(source.shape):
+                variable.assign(np.concatenate(values, axis=0))  # the members' axis
+            elif all(np.array_equal(values[0], v) for v in values[1:]):
+                variable.assign(values[0])
+            elif np.issubdtype(values[0].dtype, np.integer):
+                variable.assign(values[-1])  # a random generator's state
+            else:
+                raise ValueError(
+                    f"`{source.path}` differs between snapshots but is shared by the members: "
+                    "stacking needs a frozen trunk (use `deep_ensemble()`)."
+                )
+        return stacked
+
+    def _check_snapshots(self):
+        if not self.snapshots:
+            raise ValueError(
+                "No snapshot was taken: run `fit` with this callback for the schedule's "
+                f"{self.schedule.epochs} epochs first."
+            )
+
+
+def _assign(variables, values):
+    for variable, value in zip(variables, values, strict=True):
+        if tuple(variable.shape) != value.shape:
+            raise ValueError(
+                f"`{variable.path}` has shape {tuple(variable.shape)}; the snapshot's is "
+                f"{value.shape}."
+            )
+        variable.assign(value)
