@@ -14,6 +14,7 @@ import pytest
 from conftest import BACKEND
 from conftest import REPO_ROOT
 from conftest import run_python
+from zoo_testing import skip_on_alternate_days
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="NumPy-only script; one backend suffices")
@@ -31,6 +32,7 @@ def test_metrics_benchmark_results_equal_sklearn():
 
 @pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "torch", reason="one backend suffices for the script")
+@skip_on_alternate_days("benchmark_scripts")
 def test_implicit_ensembles_experiment_runs_and_collapse_shows(tmp_path):
     out = run_python(
         "import sys; sys.argv = ['implicit_ensembles.py', '--seeds', '0', '--epochs', '3',"
@@ -61,6 +63,7 @@ def test_loss_prediction_benchmark_heads_agree():
 
 @pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "torch", reason="one backend suffices for the script")
+@skip_on_alternate_days("benchmark_scripts")
 def test_moe_benchmark_runs_and_e3_members_are_vmoes():
     """Tiny V-MoE / E³ benchmark: every row prints and each E³ member
     equals the V-MoE of its expert partition."""

@@ -199,8 +199,9 @@ def run_day():
 #: The suite's two longest single-backend checks run on alternate days
 #: (test budget, about 3 minutes each): the README's main command in a
 #: fresh copy under JAX on even days, PyTorch's compiled steps
-#: (`torch.compile` traces) on odd days.
-ALTERNATE_DAYS = {"main_command": 0, "torch_compile": 1}
+#: (`torch.compile` traces) on odd days; two benchmark scripts (implicit
+#: ensembles, MoE: about 25 s each under PyTorch) on even days.
+ALTERNATE_DAYS = {"main_command": 0, "torch_compile": 1, "benchmark_scripts": 0}
 
 
 def skip_on_alternate_days(check):

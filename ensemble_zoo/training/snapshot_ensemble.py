@@ -36,13 +36,24 @@ class SnapshotEnsemble(keras.callbacks.Callback):
     Example:
 
     ```python
+    import keras
+    import ensemble_zoo
+
+    train = ensemble_zoo.datasets.load("digits", "train", batch_size=64)
     schedule = ensemble_zoo.training.SnapshotSchedule(
-        1e-3, steps_per_epoch=len(train), epochs=6, num_snapshots=3
+        1e-2, steps_per_epoch=len(train), epochs=3, num_snapshots=3
+    )
+    inputs = keras.Input((8, 8, 1))
+    x = keras.layers.Dense(32, activation="relu")(keras.layers.Flatten()(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(8)(x))
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     snapshots = ensemble_zoo.training.SnapshotEnsemble(schedule)
-    model.compile(optimizer=keras.optimizers.AdamW(schedule), loss=..., metrics=...)
-    model.fit(train, epochs=schedule.epochs, callbacks=[snapshots])
-    ensemble = snapshots.deep_ensemble()
+    model.fit(train, epochs=schedule.epochs, callbacks=[snapshots], verbose=0)
+    ensemble = snapshots.deep_ensemble()  # a DeepEnsembleClassifier
+    ensemble.num_members  # 3
     ```
     """
 

@@ -105,6 +105,8 @@ class SnapshotSchedule(keras.optimizers.schedules.LearningRateSchedule):
     Example:
 
     ```python
+    import ensemble_zoo
+
     schedule = ensemble_zoo.training.SnapshotSchedule(
         1e-3, steps_per_epoch=20, epochs=30, num_snapshots=4, burn_in_epochs=15
     )
