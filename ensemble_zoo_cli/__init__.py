@@ -19,6 +19,7 @@ they read the package's import-free modules by file path. Commands import
 """
 
 import argparse
+import difflib
 import functools
 import importlib.util
 import os
@@ -138,6 +139,22 @@ def _noise(spread):
     )
 
 
+def _one_of(names):
+    """An argparse `type` taking one of `names`; a mistyped name's error
+    suggests the closest (`choices=` would list them all without one)."""
+
+    def check(text):
+        if text in names:
+            return text
+        close = difflib.get_close_matches(text, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r}{hint} (choose from {', '.join(names)})"
+        )
+
+    return check
+
+
 def _positive_int(text):
     """argparse type: a positive int, checked before anything loads."""
     try:
@@ -230,7 +247,7 @@ def _parser():
         p.add_argument(
             "--dataset",
             default=default,
-            choices=datasets,
+            type=_one_of(datasets),
             metavar="NAME",
             help=f"dataset (default: {dataset_help}); one of: " + ", ".join(datasets),
         )
@@ -243,7 +260,7 @@ def _parser():
     evaluate.add_argument(
         "--preset",
         required=True,
-        choices=trained,
+        type=_one_of(trained),
         metavar="NAME",
         help="a trained preset, one of: " + ", ".join(trained),
     )
@@ -269,7 +286,7 @@ def _parser():
         "--presets",
         nargs="+",
         default=None,
-        choices=compared_preset_names(),
+        type=_one_of(compared_preset_names()),
         metavar="NAME",
         help="presets to compare (default: the "
         f"{len(compared_preset_names())} trained ensemble classifiers, "

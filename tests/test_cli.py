@@ -240,3 +240,16 @@ def test_evaluate_passes_the_base_model_of_an_adapter_preset(capsys):
     err = capsys.readouterr().err
     assert "do not fit the base model 'gemma_tiny_arithmetic'" in err
     assert "backbone: file Gemma3Backbone, model GemmaBackbone" in err
+
+
+def test_a_mistyped_name_gets_the_closest_suggested(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["evaluate", "--preset", "vit_tiny_digit"])
+    assert info.value.code == 2
+    assert "invalid choice: 'vit_tiny_digit'; did you mean 'vit_tiny_digits'?" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(ez.presets.PresetError, match="did you mean 'hydra_taylor_vit_tiny_digits'"):
+        ez.presets.get_preset_path("hydra_taylor_vit_tiny_digit")
+    with pytest.raises(ValueError, match="did you mean 'mimo_vit_tiny_digits'"):
+        ez.evaluation.evaluate_preset("mimo_vit_tiny", progress=False)

@@ -227,7 +227,7 @@ def check_compare_output(out, printed):
         for f in ("report.json", "report.md", "reliability.png", "accuracy_rejection.png"):
             assert (out / name / f).is_file()
     assert (out / "leaderboard.md").read_text().startswith("| preset | members |")
-    assert (out / "accuracy_rejection.png").is_file()
+    assert (out / "leaderboard.png").is_file()
     readme = readme_leaderboard()
     for values in board["rows"]:
         row = dict(zip(board["columns"], values))

@@ -224,3 +224,47 @@ def disagreement_histograms(member_logits, path, title=None):
     axis.set_title(title or "Member disagreement")
     _save(figure, path)
     return drawn
+
+
+def leaderboard_panels(points, path, cost_label="latency, ms", title=None):
+    """Accuracy, ECE and OOD AUROC against cost, one labelled point per
+    model, in three panels side by side: where each model lies in quality
+    for what it costs.
+
+    Args:
+        points: dict mapping a label (a preset name) to a dict with
+            `cost`, `accuracy`, `ece` and `ood_auroc` (floats; a `None`
+            leaves the point out of its panel).
+        path: output PNG path.
+        cost_label: the cost axis' label.
+
+    Returns:
+        dict mapping each panel's metric to `{label: (cost, value)}`.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    panels = (
+        ("accuracy", "accuracy"),
+        ("ece", "ECE (lower is better)"),
+        ("ood_auroc", "OOD AUROC"),
+    )
+    figure = Figure(figsize=(15.0, 5.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    drawn = {}
+    for i, (key, name) in enumerate(panels):
+        axis = figure.add_subplot(1, len(panels), i + 1)
+        drawn[key] = {
+            label: (p["cost"], p[key])
+            for label, p in points.items()
+            if p["cost"] is not None and p[key] is not None
+        }
+        for j, (label, (x, y)) in enumerate(drawn[key].items()):
+            axis.scatter([x], [y], color=f"C{j % 10}", marker="os^D"[(j // 10) % 4])
+            axis.annotate(label, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        axis.set_xlabel(cost_label)
+        axis.set_ylabel(name)
+        axis.set_title(name)
+    figure.suptitle(title or "Quality against cost")
+    _save(figure, path)
+    return drawn

@@ -15,6 +15,7 @@ from ensemble_zoo.evaluation.prediction import timing_spread
 from ensemble_zoo.evaluation.tables import markdown_table
 from ensemble_zoo.evaluation.tables import text_table
 from ensemble_zoo.presets.leaderboard import is_compared
+from ensemble_zoo.presets.preset_io import did_you_mean
 from ensemble_zoo.utils.output_dir import prepare_output_dir
 from ensemble_zoo.utils.progress import progress_bar
 from ensemble_zoo.utils.progress import progress_note
@@ -47,7 +48,10 @@ def trained_presets():
 def _check_preset(name):
     valid = preset_registry.list_presets()
     if name not in valid:
-        raise ValueError(f"Unknown preset {name!r}; valid presets: {', '.join(valid)}.")
+        raise ValueError(
+            f"Unknown preset {name!r}{did_you_mean(name, valid)}; valid presets: "
+            f"{', '.join(valid)}."
+        )
 
 
 def _split_data(model, dataset, split, batch_size, data_dir):
@@ -215,6 +219,11 @@ def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir, time
 
 
 #: Leaderboard columns: (header, function of (report metrics, base metrics)).
+def _short(name):
+    """A preset's name without the digits ViT suffix: a plot's label."""
+    return name.removesuffix("_tiny_digits").removesuffix("_vit")
+
+
 def _ood(m, set_name, key):
     entry = m["ood"].get(set_name)
     return entry["msp"][key] if entry else None
@@ -308,9 +317,10 @@ class Leaderboard:
         }
 
     def save(self, directory, plots_too=True):
-        """Writes `leaderboard.json`, `leaderboard.md`, a combined
-        accuracy-vs-rejection plot and one sub-directory per preset with
-        its report and plots. Returns the paths written."""
+        """Writes `leaderboard.json`, `leaderboard.md`, `leaderboard.png`
+        (accuracy, ECE and far-OOD AUROC against latency, one labelled
+        point per preset) and one sub-directory per preset with its report
+        and plots. Returns the paths written."""
         prepare_output_dir(directory)
         paths = {
             "json": os.path.join(directory, "leaderboard.json"),
@@ -322,13 +332,20 @@ class Leaderboard:
         with open(paths["markdown"], "w") as f:
             f.write(self.to_markdown())
         if plots_too:
-            paths["accuracy_rejection"] = os.path.join(directory, "accuracy_rejection.png")
-            plots.accuracy_rejection_curves(
+            paths["leaderboard_plot"] = os.path.join(directory, "leaderboard.png")
+            plots.leaderboard_panels(
                 {
-                    r.name: (r.arrays["id_probabilities"], r.arrays["id_labels"])
+                    _short(r.name): {
+                        "cost": self.latencies_ms.get(r.name, r.metrics["cost"]["latency_ms"]),
+                        "accuracy": r.metrics["in_distribution"]["accuracy"],
+                        "ece": r.metrics["in_distribution"]["ece"],
+                        "ood_auroc": _ood(r.metrics, "far", "auroc"),
+                    }
                     for r in self.reports
                 },
-                paths["accuracy_rejection"],
+                paths["leaderboard_plot"],
+                cost_label="latency of a batch of 4, ms (timed together)",
+                title="Presets: quality against cost (far-OOD AUROC, score 1 - max probability)",
             )
         for report in self.reports:
             paths[report.name] = report.save(os.path.join(directory, report.name), plots=plots_too)

@@ -21,6 +21,7 @@ leaves the previous preset as it was.
 """
 
 import copy
+import difflib
 import importlib
 import json
 import os
@@ -54,6 +55,13 @@ def list_presets():
     return sorted(PRESETS)
 
 
+def did_you_mean(name, names):
+    """`"; did you mean 'x'?"` for the name of `names` closest to a
+    mistyped `name` (difflib), or `""` when none is close."""
+    close = difflib.get_close_matches(str(name), list(names), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def get_preset_path(preset):
     """Resolves a preset to a local directory path.
 
@@ -81,7 +89,7 @@ def get_preset_path(preset):
     if os.path.isdir(preset):
         return preset
     raise PresetError(
-        f"Unknown preset {preset!r}. Valid names: "
+        f"Unknown preset {preset!r}{did_you_mean(preset, list_presets())}. Valid names: "
         f"{', '.join(list_presets())}; or pass the path of a directory "
         "written by `save_to_preset`, or a hub handle such as "
         "'hf://user/model' or 'kaggle://user/model/keras/variant'."

@@ -180,6 +180,13 @@ def test_plot_functions_return_what_they_drew(report, tmp_path):
         {"id": a["member_logits"]["id"]}, tmp_path / "d.png"
     )["id"]
     assert values.mean() == pytest.approx(report.metrics["diversity"]["id"]["disagreement"])
+    points = {
+        "deep_ensemble": {"cost": 3.0, "accuracy": 0.99, "ece": 0.02, "ood_auroc": 0.9},
+        "no_ood": {"cost": 1.0, "accuracy": 0.98, "ece": 0.05, "ood_auroc": None},
+    }
+    drawn = ez.evaluation.plots.leaderboard_panels(points, tmp_path / "l.png")
+    assert drawn["ece"] == {"deep_ensemble": (3.0, 0.02), "no_ood": (1.0, 0.05)}
+    assert drawn["ood_auroc"] == {"deep_ensemble": (3.0, 0.9)}
 
 
 def test_clear_errors(ensemble, digits, tmp_path):
