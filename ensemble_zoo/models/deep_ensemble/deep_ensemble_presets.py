@@ -12,5 +12,12 @@ PRESETS = {
             "Deep ensemble of three independently seeded and trained copies "
             "of vit_tiny_digits (member 0 is vit_tiny_digits itself)."
         ),
-    }
+    },
+    "snapshot_ensemble_vit_tiny_digits": {
+        "path": "snapshot_ensemble_vit_tiny_digits",
+        "description": (
+            "Snapshot Ensemble of vit_tiny_digits fine-tuned for 45 epochs: the weights at "
+            "the end of a 15-epoch burn-in and of two 15-epoch cosine cycles."
+        ),
+    },
 }
