@@ -14,7 +14,8 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   `LoRAEnsembleCausalLM.sample_uncertainty` (`SAMPLING_ESTIMATORS`, and
   with an `nli` model `NLI_ESTIMATORS`) over that many answers drawn per
   prompt (with a seeded random sampler, so the report repeats), and
-  CoCoA (`COCOA_ESTIMATORS`) on the greedy answer against them;
+  CoCoA (`COCOA_ESTIMATORS`) and, with an `nli` model, semantic density
+  (`GREEDY_NLI_ESTIMATORS`) on the greedy answer against them;
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
   its single-model estimators, prefixed with its name (`base_model:
@@ -41,6 +42,7 @@ from ensemble_zoo.metrics.generation import prediction_rejection_ratio
 from ensemble_zoo.metrics.lexical_similarity import rouge_l
 from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sampled_answer_estimators import cocoa
+from ensemble_zoo.metrics.sampled_answer_estimators import semantic_density
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import answers_of
@@ -54,6 +56,7 @@ SAMPLING_ESTIMATORS = (
     "number_of_semantic_sets",
     "lexical_similarity",
     "sentence_sar",
+    "sar",
     "monte_carlo_sequence_entropy",
     "monte_carlo_normalized_sequence_entropy",
 )
@@ -73,6 +76,12 @@ NLI_ESTIMATORS = (
     "kernel_language_entropy",
     "luq",
 )
+
+#: The greedy answer against the sampled ones with an NLI model:
+#: lm-polygraph's `SemanticDensity` (`ez.metrics.semantic_density`), its
+#: NLI model called as lm-polygraph's default calls it, on the prompt
+#: followed by the greedy answer and by each distinct sampled answer.
+GREEDY_NLI_ESTIMATORS = ("semantic_density",)
 
 #: Ranking measures per estimator, in report order.
 MEASURES = ("wrong_answer_auroc", "prr", "aurc", "ood_auroc")
@@ -123,9 +132,11 @@ def greedy_answers(model, prompts, max_length):
     """Greedy answers and their per-sequence estimators.
 
     Returns:
-        `(answers, scores)`: the stripped answers (strings) and a dict of
-        `(prompts,)` float64 arrays (`sequence_uncertainty`'s estimators,
-        and `loss_prediction` with a loss predictor attached).
+        `(answers, scores, tokens)`: the stripped answers (strings), a dict
+        of `(prompts,)` float64 arrays (`sequence_uncertainty`'s
+        estimators, and `loss_prediction` with a loss predictor attached)
+        and the answers' `log_prob` and `generated_mask` `(prompts,
+        length)`.
     """
     out = model._generate(list(prompts), max_length, "auto", True, True, sampler=greedy_sampler())
     scores = dict(sequence_uncertainty(out))
@@ -133,7 +144,37 @@ def greedy_answers(model, prompts, max_length):
         scores = {k: scores[k] for k in SINGLE_MODEL_ESTIMATORS}
     if "mean_loss_prediction" in out:
         scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
-    return answers_of(out, None), scores
+    tokens = {"log_prob": out["log_prob"], "generated_mask": out["generated_mask"]}
+    return answers_of(out, None), scores, tokens
+
+
+def _semantic_density(prompts, answers, greedy, sampled, nli):
+    """`ez.metrics.semantic_density` of each greedy answer among the
+    prompt's sampled answers: `nli(prompt + greedy answer, prompt +
+    sample)` on each distinct sample (its first occurrence), as
+    lm-polygraph's default (`ConcatGreedySemanticMatrixCalculator`, the
+    forward direction) computes it."""
+    contradiction = np.zeros(sampled["log_likelihoods"].shape)
+    neutral = np.zeros_like(contradiction)
+    distinct = np.zeros(contradiction.shape, bool)
+    for i, (prompt, answer, samples) in enumerate(zip(prompts, answers, sampled["answers"])):
+        seen = set()
+        for j, sample in enumerate(samples):
+            if sample in seen:
+                continue
+            seen.add(sample)
+            probabilities = np.asarray(nli(prompt + answer, prompt + sample), np.float64)
+            _, neutral[i, j], contradiction[i, j] = probabilities
+            distinct[i, j] = True
+    return semantic_density(
+        greedy["log_prob"],
+        greedy["generated_mask"],
+        sampled["log_likelihoods"],
+        sampled["generated_mask"].sum(-1),
+        contradiction,
+        neutral,
+        distinct,
+    )
 
 
 def _ranking(scores, quality, ood_scores=None):
@@ -283,7 +324,7 @@ def evaluate_generation(
             answers, parts = [], []
             for start in range(0, len(split_prompts), batch_size or len(split_prompts)):
                 chunk = split_prompts[start : start + (batch_size or len(split_prompts))]
-                chunk_answers, scores = greedy_answers(m, chunk, max_length)
+                chunk_answers, scores, greedy = greedy_answers(m, chunk, max_length)
                 if who == "ensemble" and num_samples:
                     sampled = m.sample_uncertainty(
                         chunk,
@@ -301,6 +342,10 @@ def evaluate_generation(
                     ]
                     for cocoa_name, base in COCOA_ESTIMATORS.items():
                         scores[cocoa_name] = cocoa(scores[base], similar)
+                    if nli is not None:
+                        scores["semantic_density"] = _semantic_density(
+                            chunk, chunk_answers, greedy, sampled, nli
+                        )
                 answers += chunk_answers
                 parts.append(scores)
             scores = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -12,6 +12,7 @@ from sklearn.metrics import roc_auc_score
 import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
 from ensemble_zoo.evaluation.generation_evaluation import COCOA_ESTIMATORS
+from ensemble_zoo.evaluation.generation_evaluation import GREEDY_NLI_ESTIMATORS
 from ensemble_zoo.evaluation.generation_evaluation import NLI_ESTIMATORS
 from ensemble_zoo.evaluation.generation_evaluation import SAMPLING_ESTIMATORS
 
@@ -79,7 +80,9 @@ def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evalu
         assert row["ood_auroc"] == pytest.approx(
             roc_auc_score(labels, np.r_[scores[name], ood_scores[name]]), abs=1e-9
         )
-    for name in SAMPLING_ESTIMATORS + NLI_ESTIMATORS + tuple(COCOA_ESTIMATORS):
+    for name in (
+        SAMPLING_ESTIMATORS + NLI_ESTIMATORS + tuple(COCOA_ESTIMATORS) + GREEDY_NLI_ESTIMATORS
+    ):
         assert set(report.metrics["estimators"][name]) == {
             "wrong_answer_auroc",
             "prr",
@@ -157,3 +160,32 @@ def test_bad_input_names_the_argument(evaluated):
         evaluate(model, questions[:3], answers[:3], batch_size=0)
     with pytest.raises(TypeError, match="single_models"):
         evaluate(model, questions[:3], answers[:3], single_models=["base"])
+
+
+def test_semantic_density_asks_nli_about_the_prompt_and_distinct_samples():
+    """The greedy answer's semantic density: NLI on prompt + greedy answer
+    against prompt + each distinct sample (lm-polygraph's default pairs),
+    weighed as the formula in NumPy."""
+    from ensemble_zoo.evaluation.generation_evaluation import _semantic_density
+
+    calls = []
+
+    def nli(first, second):
+        calls.append((first, second))
+        return (0.2, 0.3, 0.5) if second.endswith("7") else (0.9, 0.1, 0.0)
+
+    greedy = {
+        "log_prob": np.array([[-0.1, -0.3, 0.0]]),
+        "generated_mask": np.array([[1, 1, 0]], bool),
+    }
+    sampled = {
+        "answers": [["7", "5", "7"]],
+        "log_likelihoods": np.array([[-0.5, -1.0, -0.5]]),
+        "generated_mask": np.array([[[1, 0], [1, 1], [1, 0]]], bool),
+    }
+    ours = _semantic_density(["2+5="], ["7"], greedy, sampled, nli)
+    assert calls == [("2+5=7", "2+5=7"), ("2+5=7", "2+5=5")]
+    q = np.exp([-0.5, -1.0 / 2])  # distinct samples: length-normalised probabilities
+    k = np.array([1 - 0.5 - 0.3 / 2, 1 - 0.0 - 0.1 / 2])
+    g = np.exp((-0.1 - 0.3) / 2)
+    np.testing.assert_allclose(ours, [-(q @ k + g) / (q.sum() + g)])

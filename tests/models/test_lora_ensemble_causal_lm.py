@@ -876,8 +876,8 @@ def test_bfloat16_adapter_files_read_as_their_values(tmp_path):
 def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
     """Answers are drawn per prompt in one decode; their log-likelihoods are
     the ensemble's teacher-forced ones, and semantic entropy, the number of
-    sets, lexical similarity, SentenceSAR, the Monte-Carlo entropies and
-    the NLI-graph estimators (a toy NLI model on the answers' lengths)
+    sets, lexical similarity, SentenceSAR, SAR, the Monte-Carlo entropies
+    and the NLI-graph estimators (a toy NLI model on the answers' lengths)
     equal brute-force computations on them."""
     family, base, ensemble = pair
     if family != "gemma":
@@ -927,6 +927,31 @@ def test_sample_uncertainty_draws_per_prompt_and_scores_as_brute_force(pair):
         relevance = [sum(np.exp(ll[j]) * rouge[i, j] for j in range(6) if j != i) for i in range(6)]
         expected = np.mean([-np.log(r / 1e-3 + np.exp(ll[i])) for i, r in enumerate(relevance)])
         np.testing.assert_allclose(out["sentence_sar"][p], expected, rtol=1e-6)
+        # SAR: each answer's tokens weighed by how much dropping them
+        # changes it (ROUGE-L of the ids without the token).
+        token_sar = []
+        for i in range(6):
+            ids = out["token_ids"][p][i][out["generated_mask"][p][i]]
+            log_p = scored["log_prob"].reshape(prompts, samples, length)[p][i][
+                out["generated_mask"][p][i]
+            ]
+            whole = tuple(int(t) for t in ids if t != stop)
+            relevance = np.array(
+                [
+                    1.0
+                    - ez.metrics.rouge_l(
+                        tuple(int(t) for j, t in enumerate(ids) if j != k and t != stop), whole
+                    )
+                    if tuple(int(t) for j, t in enumerate(ids) if j != k and t != stop) != whole
+                    else 0.0
+                    for k in range(len(ids))
+                ]
+            )
+            token_sar.append(np.sum(-log_p * relevance) / relevance.sum())
+        weight = np.exp(-np.array(token_sar))
+        relevance = [sum(weight[j] * rouge[i, j] for j in range(6) if j != i) for i in range(6)]
+        expected = np.mean([-np.log(r / 1e-3 + weight[i]) for i, r in enumerate(relevance)])
+        np.testing.assert_allclose(out["sar"][p], expected, rtol=1e-4)
         np.testing.assert_allclose(out["monte_carlo_sequence_entropy"][p], -np.mean(ll))
         lengths = out["generated_mask"][p].sum(-1)
         np.testing.assert_allclose(

@@ -36,6 +36,7 @@ import numpy as np
 from ensemble_zoo.metrics.lexical_similarity import lexical_similarity
 from ensemble_zoo.metrics.lexical_similarity import rouge_l
 from ensemble_zoo.metrics.sampled_answer_estimators import monte_carlo_sequence_entropy
+from ensemble_zoo.metrics.sampled_answer_estimators import sar
 from ensemble_zoo.metrics.sampled_answer_estimators import sentence_sar
 from ensemble_zoo.metrics.semantic_sets import number_of_semantic_sets
 from ensemble_zoo.metrics.semantic_sets import semantic_classes
@@ -170,6 +171,46 @@ def answers_of(outputs, stop_token_ids):
     ]
 
 
+def token_similarities(model, outputs, stop_token_ids, similarity):
+    """`(rows, length)` float64: for each generated token of each answer,
+    the similarity of the answer without that token to the whole answer
+    (lm-polygraph's `token_similarity` of SAR: its answers decoded without
+    each token, compared by a sentence-similarity model), zero elsewhere.
+    Both texts are decoded the same way: the tokenizer's `detokenize`
+    with a preprocessor, the token ids (stop tokens dropped) without one.
+    A stop token's own row is 1 (dropping it changes nothing)."""
+    ids, mask = outputs["token_ids"], outputs["generated_mask"]
+    stops = set(stop_token_ids or ())
+    decode = None
+    if model.preprocessor is not None:
+        tokenizer = model.preprocessor.tokenizer
+
+        def decode(rows):
+            texts = tokenizer.detokenize(rows) if rows else []
+            return [t.decode() if isinstance(t, bytes) else str(t) for t in texts]
+
+    places, wholes, variants = [], [], []
+    for r in range(ids.shape[0]):
+        positions = np.flatnonzero(mask[r])
+        tokens = [int(t) for t in ids[r, positions]]
+        whole = [t for t in tokens if t not in stops]
+        wholes.append(whole)
+        for k, position in enumerate(positions):
+            places.append((r, position))
+            variants.append([t for j, t in enumerate(tokens) if j != k and t not in stops])
+    if decode is None:
+        wholes, variants = [tuple(w) for w in wholes], [tuple(v) for v in variants]
+    else:
+        wholes, variants = decode(wholes), decode(variants)
+    out = np.zeros(mask.shape, np.float64)
+    for (r, position), variant in zip(places, variants):
+        whole = wholes[r]
+        out[r, position] = 1.0 if variant == whole else float(similarity(variant, whole))
+    if not np.isfinite(out).all():
+        raise ValueError("`similarity` returned NaN or infinite values.")
+    return out
+
+
 def default_sampler(model, seed=None):
     """The random sampler (temperature 1, `seed`) that `sample_uncertainty`
     and `evaluate_generation` use by default: one per model and seed, kept
@@ -193,7 +234,7 @@ def sample_uncertainty(
     nli=None,
 ):
     """Sampling-based estimators per prompt: semantic entropy, semantic
-    sets, lexical similarity, SentenceSAR, the Monte-Carlo sequence
+    sets, lexical similarity, SentenceSAR, SAR, the Monte-Carlo sequence
     entropies and, with an NLI model, lm-polygraph's NLI-graph estimators.
 
     See the module docstring for how the answers are drawn and compared.
@@ -211,9 +252,10 @@ def sample_uncertainty(
             temperature 1 (the ensemble's predictive distribution). Pass
             one with a `seed` to draw the same answers again.
         similarity: `callable(first, second) -> float` in `[0, 1]`, the
-            similarity of two answers for `lexical_similarity` and
-            `sentence_sar` (lm-polygraph's SentenceSAR uses a
-            cross-encoder's); defaults to ROUGE-L.
+            similarity of two answers for `lexical_similarity`,
+            `sentence_sar` and `sar` (lm-polygraph's SentenceSAR uses a
+            cross-encoder's); defaults to ROUGE-L. `sar` calls it once per
+            generated token.
         nli: optional `callable(first, second) -> (entailment, neutral,
             contradiction)` probabilities, called on every ordered pair of
             a prompt's answers (diagonal included).
@@ -229,7 +271,10 @@ def sample_uncertainty(
         `(prompts, samples)`; and per prompt (higher = more uncertain)
         `semantic_entropy`, `number_of_semantic_sets`,
         `lexical_similarity`, `sentence_sar` (the answers' ensemble
-        likelihoods and `similarity`), `monte_carlo_sequence_entropy` and
+        likelihoods and `similarity`), `sar` (lm-polygraph's SAR: SentenceSAR
+        with each answer's probability from its tokens' likelihoods weighed
+        by their relevance, the similarity of the answer without each token,
+        `token_similarities`), `monte_carlo_sequence_entropy` and
         `monte_carlo_normalized_sequence_entropy` (per generated token,
         the stop token included). With `nli`: `nli_probabilities`
         `(prompts, samples, samples, 3)` and `degree_matrix`,
@@ -281,6 +326,12 @@ def sample_uncertainty(
         "number_of_semantic_sets": number_of_semantic_sets(equivalent),
         "lexical_similarity": lexical_similarity(answers, similarity),
         "sentence_sar": sentence_sar(log_likelihoods, similarities),
+        "sar": sar(
+            outputs["log_prob"].astype(np.float64).reshape(shape + (-1,)),
+            token_similarities(model, outputs, stops, similarity or rouge_l).reshape(shape + (-1,)),
+            generated_mask,
+            similarities,
+        ),
         "monte_carlo_sequence_entropy": monte_carlo_sequence_entropy(log_likelihoods),
         "monte_carlo_normalized_sequence_entropy": monte_carlo_sequence_entropy(
             log_likelihoods, generated_mask.sum(-1)
