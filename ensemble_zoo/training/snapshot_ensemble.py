@@ -70,6 +70,9 @@ class SnapshotEnsemble(keras.callbacks.Callback):
         self.snapshot_epochs = []
 
     def on_train_begin(self, logs=None):
+        """Checks `fit`'s epochs and steps against the schedule; a new
+        `fit` starts a new set of snapshots."""
+        self.snapshots, self.snapshot_epochs = [], []
         epochs, steps = self.params.get("epochs"), self.params.get("steps")
         if epochs != self.schedule.epochs:
             raise ValueError(
@@ -144,8 +147,14 @@ class SnapshotEnsemble(keras.callbacks.Callback):
         stacked = type(model).from_config(config)
         for i, (variable, source) in enumerate(zip(stacked.weights, model.weights, strict=True)):
             values = [snapshot[i] for snapshot in self.snapshots]
-            if tuple(variable.shape) != tuple(source.shape):
-                variable.assign(np.concatenate(values, axis=0))  # the members' axis
+            shape, each = tuple(variable.shape), tuple(source.shape)
+            if shape != each:
+                if shape != (each[0] * len(values),) + each[1:]:
+                    raise ValueError(
+                        f"`{source.path}` has shape {each} with one snapshot's members and "
+                        f"{shape} with all of them: not the members on its first axis."
+                    )
+                variable.assign(np.concatenate(values, axis=0))
             elif all(np.array_equal(values[0], v) for v in values[1:]):
                 variable.assign(values[0])
             elif np.issubdtype(values[0].dtype, np.integer):

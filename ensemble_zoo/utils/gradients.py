@@ -130,7 +130,7 @@ def remat(function):
             return converted(*values), values
 
         def backward(values, cotangent):
-            leaves = [g for g in jax.tree.leaves(cotangent) if inexact(g)]
+            leaves = [g for g in jax.tree.leaves(cotangent) if inexact(g) and g.size]
             if leaves:
                 zero = jnp.ravel(leaves[0])[0] * 0
                 values = [v + zero.astype(v.dtype) if inexact(v) else v for v in values]
