@@ -62,7 +62,7 @@ def test_commands_that_need_no_model_do_not_import_keras():
     ]
     assert tail == ["0", "0", "returned 0", "2", "2", "[]"], result.stdout + result.stderr
     assert f"ensemble-zoo {ez.__version__}" in result.stdout
-    assert "compare` ranks the 18 trained ensemble classifiers" in result.stdout
+    assert "compare` ranks the 19 trained ensemble classifiers" in result.stdout
     assert "invalid choice: 'nope'" in result.stderr
     assert "argument --batch-size: expected a positive integer" in result.stderr
     # The name tables the parser reads equal the package's own lists.

@@ -1,6 +1,7 @@
 """Ensemble models. Every classifier returns `(batch, members, classes)`."""
 
 from ensemble_zoo.models import method_registry
+from ensemble_zoo.models.baselines import L2AttentionViTBackbone
 from ensemble_zoo.models.baselines import MCDropoutBackbone
 from ensemble_zoo.models.baselines import MCDropoutClassifier
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleBertBackbone

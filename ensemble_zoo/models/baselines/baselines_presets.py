@@ -12,5 +12,12 @@ PRESETS = {
             "MC dropout: 8 seeded dropout samples of vit_tiny_digits at its "
             "training rates (0.1), run as one tiled batch; no training."
         ),
-    }
+    },
+    "l2_attention_vit_tiny_digits": {
+        "path": "l2_attention_vit_tiny_digits",
+        "description": (
+            "The vit_tiny_digits ViT with L2 self-attention (Kim et al. 2021; the "
+            "LoRA-Ensemble paper's L2 baseline), trained as vit_tiny_digits: a single model."
+        ),
+    },
 }

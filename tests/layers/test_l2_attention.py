@@ -1,0 +1,64 @@
+"""L2 self-attention against Kim et al.'s formula in NumPy (the explicit
+`A_h = W_h W_h^T / sqrt(d)` form), and its conversion from Keras'
+`MultiHeadAttention`."""
+
+import keras
+import numpy as np
+import pytest
+from zoo_testing import to_np
+
+from ensemble_zoo.layers import L2MultiHeadAttention
+
+
+def np_l2_attention(x, wq, wv, bv, wo, bo):
+    """The paper's L2-MHA: per head softmax of minus the scaled squared
+    distances, times X A_h W^V_h, heads concatenated, times W^O."""
+    heads, d = wq.shape[1], wq.shape[2]
+    out = np.zeros(x.shape[:2] + (heads, d))
+    for h in range(heads):
+        q = x @ wq[:, h]  # (batch, tokens, d)
+        logits = -((q[:, :, None] - q[:, None, :]) ** 2).sum(-1) / np.sqrt(d)
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        a = wq[:, h] @ wq[:, h].T / np.sqrt(d)
+        out[:, :, h] = p @ (x @ a @ wv[:, h]) + bv[h]
+    return np.einsum("bthv,hvd->btd", out, wo) + bo
+
+
+def test_equals_the_papers_formula_and_converts_from_multi_head_attention():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 5, 8)).astype("float32")
+    layer = L2MultiHeadAttention(num_heads=2, key_dim=3)
+    layer.build(x.shape)
+    for w in layer.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.5)
+    expected = np_l2_attention(
+        x,
+        *(to_np(w) for w in (layer.query_kernel, layer.value_kernel)),
+        to_np(layer.value_bias),
+        to_np(layer.output_kernel),
+        to_np(layer.output_bias),
+    )
+    np.testing.assert_allclose(to_np(layer(x, x)), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(to_np(layer(x)), expected, rtol=1e-4, atol=1e-4)
+    restored = L2MultiHeadAttention.from_config(layer.get_config())
+    assert restored.get_config() == layer.get_config()
+
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3, dropout=0.1)
+    mha(x, x)
+    converted = L2MultiHeadAttention.from_multi_head_attention(mha)
+    assert (converted.num_heads, converted.key_dim, converted.dropout) == (2, 3, 0.1)
+    for ours, theirs in (
+        (converted.query_kernel, mha.query_dense.kernel),
+        (converted.value_kernel, mha.value_dense.kernel),
+        (converted.value_bias, mha.value_dense.bias),
+        (converted.output_kernel, mha.output_dense.kernel),
+        (converted.output_bias, mha.output_dense.bias),
+    ):
+        np.testing.assert_array_equal(to_np(ours), to_np(theirs))
+    with pytest.raises(ValueError, match="is self-attention"):
+        layer(x, x[:, ::-1])
+    with pytest.raises(TypeError, match="built keras MultiHeadAttention"):
+        L2MultiHeadAttention.from_multi_head_attention(keras.layers.Dense(3))
+    with pytest.raises(ValueError, match="`num_heads` must be a positive integer"):
+        L2MultiHeadAttention(num_heads=0, key_dim=3)
