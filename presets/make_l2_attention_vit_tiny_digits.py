@@ -23,11 +23,9 @@ import os
 
 import keras
 import keras_hub
-import numpy as np
-import tensorflow as tf
 from make_vit_tiny_digits import BACKBONE
 from make_vit_tiny_digits import NUM_CLASSES
-from make_vit_tiny_digits import augment
+from make_vit_tiny_digits import digits_train
 from make_vit_tiny_digits import test_metrics
 
 import ensemble_zoo as ez
@@ -58,14 +56,8 @@ def main():
     )
     if args.convert:
         model.output_dense.set_weights(base.output_dense.get_weights())
-    x, y = ez.datasets.load_arrays("digits", "train")
-    train = (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .shuffle(len(x), seed=0, reshuffle_each_iteration=True)
-        .map(augment)
-        .batch(args.batch_size)
-    )
-    steps = args.epochs * int(np.ceil(len(x) / args.batch_size))
+    train, steps_per_epoch = digits_train(args.batch_size, seed=0)
+    steps = args.epochs * steps_per_epoch
     model.compile(
         optimizer=keras.optimizers.AdamW(
             keras.optimizers.schedules.CosineDecay(args.learning_rate, decay_steps=steps),

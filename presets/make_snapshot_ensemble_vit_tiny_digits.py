@@ -23,10 +23,8 @@ import argparse
 import os
 
 import keras
-import numpy as np
-import tensorflow as tf
 from make_vit_tiny_digits import BACKBONE
-from make_vit_tiny_digits import augment
+from make_vit_tiny_digits import digits_train
 from make_vit_tiny_digits import make_classifier
 from make_vit_tiny_digits import test_metrics
 
@@ -51,16 +49,10 @@ def main():
     parser.add_argument("--output", default=HERE)
     args = parser.parse_args()
 
-    x, y = ez.datasets.load_arrays("digits", "train")
-    train = (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .shuffle(len(x), seed=0, reshuffle_each_iteration=True)
-        .map(augment)
-        .batch(args.batch_size)
-    )
+    train, steps_per_epoch = digits_train(args.batch_size, seed=0)
     schedule = ez.training.SnapshotSchedule(
         args.learning_rate,
-        steps_per_epoch=int(np.ceil(len(x) / args.batch_size)),
+        steps_per_epoch=steps_per_epoch,
         epochs=args.epochs,
         num_snapshots=args.snapshots,
         burn_in_epochs=args.burn_in_epochs,

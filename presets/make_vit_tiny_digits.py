@@ -54,7 +54,9 @@ def augment(image, label):
     return tf.image.random_crop(padded, (8, 8, 1)), label
 
 
-def train_member(seed, epochs, batch_size, pooling="token"):
+def digits_train(batch_size, seed):
+    """`(dataset, steps per epoch)`: the digits' training split, shuffled
+    with `seed` every epoch and randomly translated by one pixel."""
     x, y = ez.datasets.load_arrays("digits", "train")
     train = (
         tf.data.Dataset.from_tensor_slices((x, y))
@@ -62,8 +64,13 @@ def train_member(seed, epochs, batch_size, pooling="token"):
         .map(augment)
         .batch(batch_size)
     )
+    return train, int(np.ceil(len(x) / batch_size))
+
+
+def train_member(seed, epochs, batch_size, pooling="token"):
+    train, steps_per_epoch = digits_train(batch_size, seed)
     model = ez.models.DeepEnsembleClassifier([make_classifier(seed, pooling)])
-    steps = epochs * int(np.ceil(len(x) / batch_size))
+    steps = epochs * steps_per_epoch
     schedule = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, warmup_target=None)
     model.compile(
         optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05),
