@@ -20,12 +20,14 @@ graph itself (`Function._run_through_graph`, the walk
 keras-hub backbone that a zoo backbone wraps) and calls each block of
 `backbone.transformer_layers` rematerialised; every other call of
 the model is Keras' own. Checked with Keras 3.15.1
-(`_run_through_graph` and `_standardize_inputs` are Keras' private
-methods: `test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss`
-fails if they change).
+(`_run_through_graph`, `_standardize_inputs` and
+`get_stateless_scope` are Keras' private functions:
+`test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss` and the
+mixture-of-experts family's fit test fail if they change).
 """
 
 import keras
+from keras.src.backend.common.stateless_scope import get_stateless_scope
 from keras.src.models.functional import operation_fn
 
 from ensemble_zoo.utils.gradients import remat
@@ -98,20 +100,41 @@ def _rematerialized(call):
     a checkpoint XLA:CPU cannot undo), taking its tensors as positional
     arguments (JAX's checkpoint would trace any other value, TensorFlow's
     `recompute_grad` takes positional tensors) and its other arguments
-    (`None`, Python values) as they are."""
+    (`None`, Python values) as they are.
+
+    Losses a layer adds in the block (a mixture of experts' auxiliary
+    loss) go, inside a stateless scope collecting them (Keras' JAX
+    training step), to that scope; there they would be values of the
+    rematerialised trace and escape it. They are taken out of the scope,
+    returned by the rematerialised function after its output, and added
+    to the scope again outside it."""
 
     def run(*args, **kwargs):
         structure = (args, kwargs)
         flat = keras.tree.flatten(structure)
         places = [i for i, x in enumerate(flat) if keras.ops.is_tensor(x)]
+        scope = get_stateless_scope()
+        collecting = scope is not None and scope.collect_losses
 
         def with_tensors(*tensors):
             values = list(flat)
             for i, x in zip(places, tensors):
                 values[i] = x
             call_args, call_kwargs = keras.tree.pack_sequence_as(structure, values)
-            return call(*call_args, **call_kwargs)
+            if not collecting:
+                return call(*call_args, **call_kwargs)
+            start = len(scope.losses)
+            out = call(*call_args, **call_kwargs)
+            added = scope.losses[start:]
+            del scope.losses[start:]
+            return out, added
 
-        return remat(with_tensors)(*[flat[i] for i in places])
+        out = remat(with_tensors)(*[flat[i] for i in places])
+        if not collecting:
+            return out
+        out, added = out
+        for loss in added:
+            scope.add_loss(loss)
+        return out
 
     return run
