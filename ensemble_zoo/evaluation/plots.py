@@ -254,12 +254,11 @@ def leaderboard_panels(points, path, cost_label="latency, ms", title=None):
     drawn = {}
     for i, (key, name) in enumerate(panels):
         axis = figure.add_subplot(1, len(panels), i + 1)
-        drawn[key] = {
-            label: (p["cost"], p[key])
-            for label, p in points.items()
-            if p["cost"] is not None and p[key] is not None
-        }
-        for j, (label, (x, y)) in enumerate(drawn[key].items()):
+        drawn[key] = {}
+        for j, (label, p) in enumerate(points.items()):  # one colour per label
+            if p["cost"] is None or p[key] is None:
+                continue
+            x, y = drawn[key][label] = (p["cost"], p[key])
             axis.scatter([x], [y], color=f"C{j % 10}", marker="os^D"[(j // 10) % 4])
             axis.annotate(label, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
         axis.set_xlabel(cost_label)

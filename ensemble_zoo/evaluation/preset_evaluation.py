@@ -218,7 +218,6 @@ def _evaluate_model(model, preset, dataset, batch_size, progress, data_dir, time
     )
 
 
-#: Leaderboard columns: (header, function of (report metrics, base metrics)).
 def _short(name):
     """A preset's name without the digits ViT suffix: a plot's label."""
     return name.removesuffix("_tiny_digits").removesuffix("_vit")
@@ -229,6 +228,7 @@ def _ood(m, set_name, key):
     return entry["msp"][key] if entry else None
 
 
+#: Leaderboard columns: (header, function of (report metrics, base metrics)).
 LEADERBOARD_COLUMNS = [
     ("preset", lambda m, b: m["name"]),
     ("members", lambda m, b: m["num_members"]),
@@ -336,7 +336,7 @@ class Leaderboard:
             plots.leaderboard_panels(
                 {
                     _short(r.name): {
-                        "cost": self.latencies_ms.get(r.name, r.metrics["cost"]["latency_ms"]),
+                        "cost": _with_latency(r.metrics, self.latencies_ms)["cost"]["latency_ms"],
                         "accuracy": r.metrics["in_distribution"]["accuracy"],
                         "ece": r.metrics["in_distribution"]["ece"],
                         "ood_auroc": _ood(r.metrics, "far", "auroc"),

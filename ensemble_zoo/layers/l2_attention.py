@@ -31,7 +31,10 @@ class L2MultiHeadAttention(keras.layers.Layer):
     dot-product attention. With `use_bias`, the value and output
     projections have biases (a bias on the shared projection would cancel
     in the distance); the attention weights go through `dropout` in
-    training, as Keras' `MultiHeadAttention` does.
+    training, as Keras' `MultiHeadAttention` does. The distances and the
+    softmax are float32 under any precision policy. `attention_mask`
+    (`(batch, tokens, tokens)`, true where a token may attend) is the only
+    mask it reads: no Keras mask of the inputs, no causal mask.
 
     It takes `MultiHeadAttention`'s self-attention call, `layer(x, x)`, so
     it replaces one in a built keras-hub model
@@ -108,15 +111,18 @@ class L2MultiHeadAttention(keras.layers.Layer):
             )
         scale = 1.0 / math.sqrt(self.key_dim)
         projected = ops.einsum("btd,dhk->bthk", query, self.query_kernel)
-        squared = ops.sum(ops.square(projected), axis=-1)  # (batch, tokens, heads)
-        products = ops.einsum("bihk,bjhk->bhij", projected, projected)
+        # The distances in float32: `|a|^2 + |b|^2 - 2 a.b` cancels, and a
+        # low-precision policy left the diagonal's zeros at up to 32.
+        exact = ops.cast(projected, "float32")
+        squared = ops.sum(ops.square(exact), axis=-1)  # (batch, tokens, heads)
+        products = ops.einsum("bihk,bjhk->bhij", exact, exact)
         norms = ops.transpose(squared, (0, 2, 1))  # (batch, heads, tokens)
-        distances = norms[..., :, None] + norms[..., None, :] - 2.0 * products
+        distances = ops.maximum(norms[..., :, None] + norms[..., None, :] - 2.0 * products, 0.0)
         logits = -distances * scale
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)
             logits = ops.where(mask, logits, ops.full_like(logits, -1e9))
-        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = ops.softmax(logits, axis=-1)
         weights = self.dropout_layer(ops.cast(weights, self.compute_dtype), training=training)
         mixing = ops.einsum("dhk,dhv->hkv", self.query_kernel, self.value_kernel) * scale
         values = ops.einsum("bthk,hkv->bthv", projected, mixing)
@@ -141,6 +147,12 @@ class L2MultiHeadAttention(keras.layers.Layer):
         here: fine-tune after converting."""
         if not isinstance(layer, keras.layers.MultiHeadAttention) or not layer.built:
             raise TypeError(f"`layer` must be a built keras MultiHeadAttention; got {layer!r}.")
+        if layer.attention_axes not in (None, (1,)) or layer._output_shape is not None:
+            raise ValueError(
+                f"L2 attention attends over the tokens and returns the input's width; "
+                f"`{layer.name}` has attention_axes={layer.attention_axes} and "
+                f"output_shape={layer._output_shape}."
+            )
         if layer.value_dim != layer.key_dim:
             raise ValueError(
                 f"L2 attention needs the value width equal to the key width; `{layer.name}` has "

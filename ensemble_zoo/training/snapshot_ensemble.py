@@ -70,9 +70,18 @@ class SnapshotEnsemble(keras.callbacks.Callback):
         self.snapshot_epochs = []
 
     def on_train_begin(self, logs=None):
-        """Checks `fit`'s epochs and steps against the schedule; a new
-        `fit` starts a new set of snapshots."""
+        """Checks `fit`'s epochs and steps against the schedule, and that
+        the optimizer starts at step 0 (the schedule's cycles count from
+        it: `compile` again before another `fit`); a new `fit` starts a new
+        set of snapshots."""
         self.snapshots, self.snapshot_epochs = [], []
+        optimizer = getattr(self.model, "optimizer", None)
+        done = 0 if optimizer is None else int(keras.ops.convert_to_numpy(optimizer.iterations))
+        if done:
+            raise ValueError(
+                f"The optimizer has taken {done} steps already; the schedule's cycles count "
+                "from step 0: `compile` the model again (a new optimizer) before this `fit`."
+            )
         epochs, steps = self.params.get("epochs"), self.params.get("steps")
         if epochs != self.schedule.epochs:
             raise ValueError(
@@ -97,22 +106,29 @@ class SnapshotEnsemble(keras.callbacks.Callback):
             self.snapshot_epochs.append(epoch + 1)
 
     def deep_ensemble(self, **kwargs):
-        """A `DeepEnsembleClassifier` of the snapshots: member `s` is a copy
-        of the model (`DeepEnsembleClassifier.from_model`) with snapshot
-        `s`'s weights.
+        """A `DeepEnsembleClassifier` of the snapshots: member `s` is the
+        model rebuilt from its config with snapshot `s`'s weights (a
+        keras-hub task's preprocessor goes to the ensemble, as
+        `DeepEnsembleClassifier.from_model` does).
 
         Args:
             **kwargs: `DeepEnsembleClassifier` arguments.
         """
         from ensemble_zoo.models import DeepEnsembleClassifier
+        from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 
         self._check_snapshots()
-        ensemble = DeepEnsembleClassifier.from_model(
-            self.model, num_members=len(self.snapshots), **kwargs
-        )
-        for member, weights in zip(ensemble.members, self.snapshots, strict=True):
+        members = []
+        for s, weights in enumerate(self.snapshots):
+            config = self.model.get_config()
+            if "preprocessor" in config:
+                config["preprocessor"] = None  # the ensemble's, once
+            config["name"] = f"member_{s}"
+            member = type(self.model).from_config(config)
             _assign(member.weights, weights)
-        return ensemble
+            members.append(member)
+        kwargs.setdefault("preprocessor", preprocessor_of(self.model))
+        return DeepEnsembleClassifier(members, **kwargs)
 
     def stacked_ensemble(self):
         """One model of the trained model's class whose members are every

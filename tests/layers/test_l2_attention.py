@@ -56,6 +56,17 @@ def test_equals_the_papers_formula_and_converts_from_multi_head_attention():
         (converted.output_bias, mha.output_dense.bias),
     ):
         np.testing.assert_array_equal(to_np(ours), to_np(theirs))
+    # Low precision: the distances stay float32 and a fully masked row
+    # gives uniform weights, not NaN.
+    mask = np.ones((3, 5, 5), bool)
+    mask[0, 2] = False
+    low = L2MultiHeadAttention(num_heads=2, key_dim=3, dtype="mixed_float16")
+    low.build(x.shape)
+    low.set_weights(layer.get_weights())
+    out = to_np(keras.ops.cast(low(x, x, attention_mask=mask), "float32"))
+    assert np.isfinite(out).all()
+    full = to_np(layer(x, x, attention_mask=mask))
+    np.testing.assert_allclose(out[1:], full[1:], rtol=2e-2, atol=2e-2)
     with pytest.raises(ValueError, match="is self-attention"):
         layer(x, x[:, ::-1])
     with pytest.raises(TypeError, match="built keras MultiHeadAttention"):

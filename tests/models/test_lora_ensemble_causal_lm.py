@@ -726,7 +726,9 @@ def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
     for blocked_loss, blocked in results[:-1]:
         np.testing.assert_allclose(blocked_loss, full_loss, rtol=1e-5)
         for ours, theirs in zip(blocked, full, strict=True):
-            np.testing.assert_allclose(ours, theirs, atol=1e-4)  # two steps of float32
+            # Two SGD steps at 0.5 amplify float32 round-off: up to 2.6e-4 of
+            # factors near 4 under TensorFlow's XLA (a wrong gradient: ~0.1).
+            np.testing.assert_allclose(ours, theirs, atol=5e-4)
     with pytest.raises(ValueError, match="`loss_chunk_size` sizes the default loss"):
         model.compile(loss_chunk_size=4, metrics=["accuracy"])
     with pytest.raises(ValueError, match="`remat` rematerialises the training forward"):
@@ -740,6 +742,19 @@ def test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss(pair):
             model.compile(remat=remat)
             jaxpr = str(jax.make_jaxpr(lambda t: model(t, training=True))(x))
             assert jaxpr.count("custom_vjp_call[") == count, remat
+    # Blocks that draw random numbers (dropout) run as they are, and train.
+    keras.utils.set_random_seed(0)
+    noisy = keras_hub.models.GemmaCausalLM(
+        backbone=keras_hub.models.GemmaBackbone(**FAMILIES["gemma"][2], dropout=0.1),
+        preprocessor=None,
+    )
+    model = LoRAEnsembleCausalLM.from_keras_hub(noisy, num_members=2, rank=2, seed=0)
+    model.compile(optimizer=keras.optimizers.SGD(0.5))
+    history = model.fit(x, tokens[:, 1:], batch_size=2, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    if keras.config.backend() == "jax":
+        jaxpr = str(jax.make_jaxpr(lambda t: model(t, training=True))(x))
+        assert jaxpr.count("custom_vjp_call[") == 0
 
 
 def test_temperature_tempers_the_ensembles_predictive_not_its_figures(pair):

@@ -110,3 +110,5 @@ def test_snapshots_are_the_weights_at_the_cycle_ends_and_become_a_deep_ensemble(
         np.testing.assert_allclose(member_logits[:, s], to_np(model(x)), atol=1e-5)
     with pytest.raises(ValueError, match="names its `num_members`"):
         snapshots.stacked_ensemble()
+    with pytest.raises(ValueError, match="has taken 24 steps already"):
+        model.fit(x, y, batch_size=8, epochs=6, callbacks=[snapshots], verbose=0)

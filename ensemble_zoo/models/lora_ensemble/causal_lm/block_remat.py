@@ -18,8 +18,9 @@ scoring, export). Instead the training forward walks the backbone's
 graph itself (`Function._run_through_graph`, the walk
 `Functional.call` makes, with the same call-context arguments; into the
 keras-hub backbone that a zoo backbone wraps) and calls each block of
-`backbone.transformer_layers` rematerialised; every other call of
-the model is Keras' own. Checked with Keras 3.15.1
+`backbone.transformer_layers` rematerialised, but for a block that
+draws random numbers (`draws_random_numbers`: dropout above 0), which
+runs as it is; every other call of the model is Keras' own. Checked with Keras 3.15.1
 (`_run_through_graph`, `_standardize_inputs` and
 `get_stateless_scope` are Keras' private functions:
 `test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss` and the
@@ -59,6 +60,16 @@ def _holds(functional, blocks):
     return False
 
 
+def draws_random_numbers(layer):
+    """Whether `layer` holds a random generator (a dropout rate above 0, a
+    noisy router): its state is `variables` beyond `weights`. Such a block
+    is not rematerialised: its recomputation would draw new numbers under
+    TensorFlow and PyTorch (another dropout mask than the forward's), and
+    under JAX the generator's new state would escape the rematerialised
+    trace."""
+    return len(layer.variables) != len(layer.weights)
+
+
 def _is_functional(op):
     return isinstance(op, keras.Model) and hasattr(op, "_run_through_graph")
 
@@ -69,7 +80,7 @@ def _walk(functional, inputs, training, blocks):
     holds blocks walked alike."""
 
     def operation(op):
-        if id(op) in blocks:
+        if id(op) in blocks and not draws_random_numbers(op):
             return _rematerialized(operation_fn(op, training=training))
         if _is_functional(op) and _holds(op, blocks):
 

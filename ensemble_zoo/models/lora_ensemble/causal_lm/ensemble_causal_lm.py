@@ -69,8 +69,9 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         `loss_chunk_size` positions at a time (`None`: sized from the
         members and the vocabulary), recomputing each block's logits in
         the backward pass. The training forward also rematerialises each
-        decoder block (`block_remat`): the members' rows keep M times the
-        activations of keras-hub's own `fit` of the base model otherwise.
+        decoder block (`block_remat`; not a block with dropout above 0):
+        the members' rows keep M times the activations of keras-hub's own
+        `fit` of the base model otherwise.
         The loss and its gradients are those of the logits (float32
         round-off); `evaluate` and `predict` see logits.
 

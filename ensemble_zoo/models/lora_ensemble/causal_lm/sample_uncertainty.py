@@ -178,7 +178,8 @@ def token_similarities(model, outputs, stop_token_ids, similarity):
     each token, compared by a sentence-similarity model), zero elsewhere.
     Both texts are decoded the same way: the tokenizer's `detokenize`
     with a preprocessor, the token ids (stop tokens dropped) without one.
-    A stop token's own row is 1 (dropping it changes nothing)."""
+    A stop token's own row is 1 (dropping it changes nothing) where
+    `stop_token_ids` names it."""
     ids, mask = outputs["token_ids"], outputs["generated_mask"]
     stops = set(stop_token_ids or ())
     decode = None
