@@ -3,9 +3,9 @@ training stacked as the members of one model (a classifier and a causal
 LM), each member equal to the trained model with its snapshot's weights."""
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
+from fixtures.tiny_causal_lms import build_causal_lm
 from fixtures.tiny_text_classifiers import build_text_classifier
 from zoo_testing import to_np
 
@@ -51,17 +51,7 @@ def test_classifier_snapshots_stack_into_one_lora_ensemble():
 
 
 def test_causal_lm_snapshots_stack_and_a_trained_trunk_is_refused():
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GemmaBackbone(
-        vocabulary_size=50,
-        num_layers=2,
-        num_query_heads=4,
-        num_key_value_heads=2,
-        hidden_dim=32,
-        intermediate_dim=64,
-        head_dim=8,
-    )
-    base = keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
+    base = build_causal_lm("gemma")
     model = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=1, rank=2, seed=0)
     tokens = np.random.default_rng(0).integers(4, 50, size=(4, 9)).astype("int32")
     x = {"token_ids": tokens[:, :-1], "padding_mask": np.ones((4, 8), bool)}
