@@ -106,29 +106,22 @@ class SnapshotEnsemble(keras.callbacks.Callback):
             self.snapshot_epochs.append(epoch + 1)
 
     def deep_ensemble(self, **kwargs):
-        """A `DeepEnsembleClassifier` of the snapshots: member `s` is the
-        model rebuilt from its config with snapshot `s`'s weights (a
-        keras-hub task's preprocessor goes to the ensemble, as
-        `DeepEnsembleClassifier.from_model` does).
+        """A `DeepEnsembleClassifier` of the snapshots: member `s` is a copy
+        of the model (`DeepEnsembleClassifier.from_model`, without
+        reseeding) with snapshot `s`'s weights.
 
         Args:
             **kwargs: `DeepEnsembleClassifier` arguments.
         """
         from ensemble_zoo.models import DeepEnsembleClassifier
-        from ensemble_zoo.models.ensemble_classifier import preprocessor_of
 
         self._check_snapshots()
-        members = []
-        for s, weights in enumerate(self.snapshots):
-            config = self.model.get_config()
-            if "preprocessor" in config:
-                config["preprocessor"] = None  # the ensemble's, once
-            config["name"] = f"member_{s}"
-            member = type(self.model).from_config(config)
+        ensemble = DeepEnsembleClassifier.from_model(
+            self.model, num_members=len(self.snapshots), seed=None, **kwargs
+        )
+        for member, weights in zip(ensemble.members, self.snapshots, strict=True):
             _assign(member.weights, weights)
-            members.append(member)
-        kwargs.setdefault("preprocessor", preprocessor_of(self.model))
-        return DeepEnsembleClassifier(members, **kwargs)
+        return ensemble
 
     def stacked_ensemble(self):
         """One model of the trained model's class whose members are every

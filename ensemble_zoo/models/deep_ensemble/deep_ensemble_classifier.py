@@ -108,7 +108,9 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
                 `ViTImageClassifier`) whose architecture is copied; its
                 weights are not.
             num_members: int, the ensemble size.
-            seed: int, the seed of member 0. Defaults to `0`.
+            seed: int, the seed of member 0, or `None` to leave the global
+                seed as it is (members whose weights the caller sets).
+                Defaults to `0`.
             **kwargs: passed to the constructor.
         """
         check_positive_int(num_members, "num_members")
@@ -118,7 +120,8 @@ class DeepEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             if "preprocessor" in config:
                 config["preprocessor"] = None
             config["name"] = f"member_{m}"
-            keras.utils.set_random_seed(seed + m)
+            if seed is not None:
+                keras.utils.set_random_seed(seed + m)
             members.append(model.__class__.from_config(config))
         kwargs.setdefault("preprocessor", preprocessor_of(model))
         return cls(members, **kwargs)
