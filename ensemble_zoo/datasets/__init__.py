@@ -24,6 +24,7 @@ while calling the model, `model(images)`, takes the [0, 1] images.
 """
 
 from ensemble_zoo.datasets import arithmetic
+from ensemble_zoo.datasets import digit_captions
 from ensemble_zoo.datasets import digits as _digits
 from ensemble_zoo.datasets.tfds_datasets import TFDS_SPLITS as _TFDS_SPLITS
 from ensemble_zoo.datasets.tfds_datasets import load_tfds as _load_tfds

@@ -1,9 +1,11 @@
 """Ensemble models. Every classifier returns `(batch, members, classes)`."""
 
 from ensemble_zoo.models import method_registry
+from ensemble_zoo.models.baselines import CLIPZeroShotClassifier
 from ensemble_zoo.models.baselines import L2AttentionViTBackbone
 from ensemble_zoo.models.baselines import MCDropoutBackbone
 from ensemble_zoo.models.baselines import MCDropoutClassifier
+from ensemble_zoo.models.baselines import class_prompt_token_ids
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleBertBackbone
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleClassifier
 from ensemble_zoo.models.batch_ensemble import BatchEnsembleImageClassifier
@@ -16,6 +18,7 @@ from ensemble_zoo.models.deep_ensemble import DeepEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import HydraBackbone
 from ensemble_zoo.models.hydra import HydraClassifier
+from ensemble_zoo.models.hydra import HydraCLIPZeroShotClassifier
 from ensemble_zoo.models.hydra import HydraImageClassifier
 from ensemble_zoo.models.hydra import HydraModelBackbone
 from ensemble_zoo.models.hydra import HydraTextBackbone

@@ -86,6 +86,22 @@ def projection_role(parent, attribute, projection):
     return next((role for role, known in ROLE_NAMES.items() if names & set(known)), None)
 
 
+def layers_in_order(model):
+    """Every layer under `model` (itself first), depth first, each parent's
+    sublayers in the order it holds them: the model's layer order (keras'
+    `_flatten_layers` visits each parent's sublayers last to first)."""
+    ordered, seen = [], set()
+    stack = [model]
+    while stack:
+        layer = stack.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        ordered.append(layer)
+        stack.extend(reversed(layer._layers))
+    return ordered
+
+
 def projection_sites(model, roles, types=(keras.layers.Dense, keras.layers.EinsumDense)):
     """`[(role, parent, attribute)]` of every projection of a type in
     `types` under `model` whose role is in `roles`, in the model's layer

@@ -12,6 +12,22 @@ from ensemble_zoo.utils.progress import progress_bar
 CRITERIA = ("accuracy", "ood", "average")
 
 
+def head_counts(num_layers, num_heads):
+    """`num_heads` as a list of each layer's head count (an int is every
+    layer's); a `ValueError` unless `num_layers` positive ints."""
+    if isinstance(num_heads, (int, np.integer)) and not isinstance(num_heads, bool):
+        num_heads = [int(num_heads)] * num_layers
+    counts = list(num_heads)
+    if len(counts) != num_layers or not all(
+        isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in counts
+    ):
+        raise ValueError(
+            f"`num_heads` must be a positive int or one per layer ({num_layers}); "
+            f"got {num_heads!r}."
+        )
+    return [int(c) for c in counts]
+
+
 def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False):
     """Greedy backward elimination of heads (Algorithm 1).
 
@@ -20,13 +36,16 @@ def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False
     whose removal leaves the highest score. Candidates are tried in
     (layer, head) order and a later candidate must score strictly higher to
     win, so ties go to the first. Costs
-    `sum_{t < budget} (num_layers * num_heads - t)` calls of `score_fn`.
+    `sum_{t < budget} (total heads - t)` calls of `score_fn`.
 
     Args:
-        score_fn: callable taking a `(num_layers, num_heads)` 0/1 float mask
-            (1 = head kept) and returning a float, higher = better.
+        score_fn: callable taking a `(num_layers, max heads)` 0/1 float
+            mask (1 = head kept; a layer with fewer heads is padded with 0)
+            and returning a float, higher = better.
         num_layers: int.
-        num_heads: int.
+        num_heads: int, or one int per layer where layers differ (a CLIP's
+            vision and text encoders, searched jointly as the Hydra paper's
+            zero-shot members are).
         budget: int, number of heads to remove.
         progress: bool, show a progress bar over the steps.
 
@@ -39,12 +58,15 @@ def circuit_head_ranking(score_fn, num_layers, num_heads, budget, progress=False
     >>> circuit_head_ranking(lambda mask: float((weights * mask).sum()), 2, 2, 3)
     [(0, 1), (1, 0), (0, 0)]
     """
-    total = num_layers * num_heads
+    counts = head_counts(num_layers, num_heads)
+    total = sum(counts)
     if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= total:
         raise ValueError(
             f"`budget` must be an int in [0, {total}] (heads to remove); got {budget!r}."
         )
-    mask = np.ones((num_layers, num_heads), np.float32)
+    mask = np.zeros((num_layers, max(counts)), np.float32)
+    for layer, count in enumerate(counts):
+        mask[layer, :count] = 1.0
     order = []
     for _ in progress_bar(
         range(budget), desc="circuit search", enable=progress, unit="search steps"
@@ -67,13 +89,16 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
     The mask is written into the head masks of a one-member Hydra model
     with every head: a `HydraImageClassifier` (e.g.
     `HydraImageClassifier.from_keras_hub(vit)`) or a `HydraClassifier` of
-    any keras-hub family (`HydraClassifier.from_model(model)`, whose
-    attention layers have as many heads each); masking a head equals
+    any keras-hub family (`HydraClassifier.from_model(model)`) or of a CLIP
+    zero-shot classifier (`HydraCLIPZeroShotClassifier.from_model(model)`,
+    whose text heads change the class embeddings); masking a head equals
     zeroing its block of the output projection (the paper's ablation).
 
     Args:
-        model: a one-member `HydraImageClassifier` or `HydraClassifier`
-            keeping all heads.
+        model: a one-member `HydraImageClassifier`, `HydraClassifier` or
+            `HydraCLIPZeroShotClassifier` keeping all heads (the mask's
+            rows are its attention layers, `head_sites` order: a CLIP's
+            vision layers, then its text layers).
         id_data: labelled in-distribution validation data `(x, y)` (`x`
             images, or the dict of token tensors a text model takes).
         ood_data: OOD validation inputs, needed for `"ood"` and `"average"`.
@@ -92,6 +117,9 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
     if model.num_members != 1:
         raise ValueError(f"head_ablation_scorer needs a one-member model; got {model.num_members}.")
     masks = _head_mask_variables(model)
+    # A zero-shot CLIP's members hold the class embeddings of their text
+    # heads: recomputed after the masks change.
+    refresh = getattr(model, "update_class_embeddings", None)
     x_id, y_id = id_data
 
     def msp(x):
@@ -106,12 +134,14 @@ def head_ablation_scorer(model, id_data, ood_data=None, criterion="accuracy", ba
     def score_fn(mask):
         mask = np.asarray(mask, np.float32)
         for (num_heads, variable), row in zip(masks, mask, strict=True):
-            if num_heads != row.shape[0]:
+            if num_heads > row.shape[0] or row[num_heads:].any():
                 raise ValueError(
                     "The model must keep every head (one slot per head) for "
                     "ablation; build it with from_keras_hub(vit) or from_model(model)."
                 )
-            variable.assign(row[None])
+            variable.assign(row[None, :num_heads])
+        if refresh is not None:
+            refresh()
         probs = msp(x_id)
         accuracy = metrics.accuracy(probs, y_id)
         if criterion == "accuracy":

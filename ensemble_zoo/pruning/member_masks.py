@@ -4,11 +4,14 @@ App. B.5)."""
 
 import numpy as np
 
+from ensemble_zoo.pruning.circuit import head_counts
+
 
 def _check_ranking(ranking, num_layers, num_heads):
+    counts = head_counts(num_layers, num_heads)
     ranking = [tuple(int(i) for i in pair) for pair in ranking]
     for layer, head in ranking:
-        if not (0 <= layer < num_layers and 0 <= head < num_heads):
+        if not (0 <= layer < num_layers and 0 <= head < counts[layer]):
             raise ValueError(
                 f"Ranking entry {(layer, head)} is outside ({num_layers} "
                 f"layers, {num_heads} heads)."
@@ -24,17 +27,28 @@ def masks_from_rankings(rankings, num_layers, num_heads, num_prune):
     The main-text Hydra (Circ) ensemble: one circuit per criterion
     (CircAcc, CircOOD, CircAvg), each a member.
 
+    Args:
+        rankings: one `circuit_head_ranking` result per member.
+        num_layers: int.
+        num_heads: int, or one int per layer (`circuit_head_ranking`).
+        num_prune: int, the heads each member prunes.
+
     Returns:
-        bool array `(len(rankings), num_layers, num_heads)`, True = kept.
+        bool array `(len(rankings), num_layers, num_heads)`, True = kept;
+        with layers of different head counts, nested lists
+        `[members][layers][heads]` (what `HydraClassifier` takes).
     """
-    masks = np.ones((len(rankings), num_layers, num_heads), bool)
+    counts = head_counts(num_layers, num_heads)
+    masks = [[np.ones(count, bool) for count in counts] for _ in rankings]
     for m, ranking in enumerate(rankings):
         ranking = _check_ranking(ranking, num_layers, num_heads)
         if len(ranking) < num_prune:
             raise ValueError(f"Ranking {m} has {len(ranking)} heads; cannot prune {num_prune}.")
         for layer, head in ranking[:num_prune]:
-            masks[m, layer, head] = False
-    return masks
+            masks[m][layer][head] = False
+    if len(set(counts)) == 1:
+        return np.array(masks, bool).reshape(len(rankings), num_layers, counts[0])
+    return [[layer.tolist() for layer in member] for member in masks]
 
 
 def sample_member_masks(ranking, num_layers, num_heads, num_prune, pool_size, num_members, seed=0):

@@ -20,4 +20,11 @@ PRESETS = {
             "LoRA-Ensemble paper's L2 baseline), trained as vit_tiny_digits: a single model."
         ),
     },
+    "clip_zero_shot_tiny_digits": {
+        "path": "clip_zero_shot_tiny_digits",
+        "description": (
+            "A small CLIP trained contrastively on the digits and their captions, as a "
+            "zero-shot classifier of the digits 0-7 ('a photo of a {}.'): a single model."
+        ),
+    },
 }

@@ -8,6 +8,7 @@ from ensemble_zoo.layers.head_mask import HeadMask
 from ensemble_zoo.layers.head_mask import check_head_masks
 from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedInput
 from ensemble_zoo.models.member_heads import member_rows_classifier
+from ensemble_zoo.models.member_sites import layers_in_order
 from ensemble_zoo.models.member_sites import projection_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
@@ -28,7 +29,8 @@ HEAD_COUNT_ATTRIBUTES = ("num_heads", "_num_heads", "heads")
 def head_sites(model):
     """`[(parent, attribute, num_heads, layout)]` of every attention
     layer's output projection under `model` (`member_sites`, by layer type
-    and role), with its attention layer's number of heads and where the
+    and role), in the model's layer order (`layers_in_order`: a CLIP's
+    vision encoder's layers first to last, then its text encoder's), with its attention layer's number of heads and where the
     heads lie in the projection's input (`HeadMask`'s `layout`: a
     projection whose kernel starts with a heads axis takes them `"split"`,
     one whose input features are the heads side by side `"flat"`).
@@ -38,7 +40,10 @@ def head_sites(model):
             no attention), or one whose heads cannot be told apart.
     """
     sites = []
-    for _, parent, attribute in projection_sites(model, ("attention_output",)):
+    order = {id(layer): i for i, layer in enumerate(layers_in_order(model))}
+    found = projection_sites(model, ("attention_output",))
+    found.sort(key=lambda site: order[id(site[1])])
+    for _, parent, attribute in found:
         heads = next(
             (getattr(parent, n) for n in HEAD_COUNT_ATTRIBUTES if hasattr(parent, n)), None
         )

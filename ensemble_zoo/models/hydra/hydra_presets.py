@@ -23,6 +23,14 @@ PRESETS = {
             "MLP."
         ),
     },
+    "hydra_clip_zero_shot_tiny_digits": {
+        "path": "hydra_clip_zero_shot_tiny_digits",
+        "description": (
+            "Zero-shot Hydra Ensemble of 3 circuit members (accuracy, OOD AUROC and "
+            "their average) pruned from clip_zero_shot_tiny_digits, heads of both "
+            "encoders searched jointly; no training."
+        ),
+    },
     "hydra_vit_b16_8x3": {
         "path": "hydra_vit_b16_8x3",
         "description": (

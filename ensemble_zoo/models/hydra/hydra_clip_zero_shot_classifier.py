@@ -1,0 +1,109 @@
+import keras
+
+from ensemble_zoo.models.baselines.clip_zero_shot_classifier import CLIPZeroShotClassifier
+from ensemble_zoo.models.hydra.hydra_classifier import HydraClassifier
+from ensemble_zoo.models.hydra.hydra_model_backbone import HydraModelBackbone
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class HydraCLIPZeroShotClassifier(HydraClassifier):
+    """Zero-shot Hydra Ensembles: members of a CLIP zero-shot classifier
+    that each keep their own heads in both encoders.
+
+    The Hydra paper's zero-shot system ("Ensembling Pruned Attention Heads
+    for Uncertainty-Aware Efficient Transformers", section 5.3 and Table 3):
+    members prune attention heads of a CLIP's vision *and* text encoders,
+    training-free (no weight changes: every non-attention weight is shared,
+    so the fused members equal the pruned models run separately). Built
+    from a `CLIPZeroShotClassifier`, as `HydraClassifier` builds members
+    from any keras-hub classifier (`HydraModelBackbone`, one pass over the
+    member-major batch): `head_masks` gives each member's heads in every
+    attention layer of the CLIP, the vision encoder's layers first, then
+    the text encoder's (`head_sites(clip)`). The image side prunes in the
+    pass itself; the text side computes each member's class embeddings
+    with its kept text heads (the prompts' member-major pass through the
+    masked text encoder) and holds them as member `m`'s head, as the plain
+    classifier holds its own. `update_class_embeddings` recomputes them
+    after the text head masks or weights change (circuit search does).
+
+    Heads are chosen as the paper does by circuit search over both
+    encoders (`ensemble_zoo.pruning.circuit_head_ranking` with
+    `head_ablation_scorer` on `from_model(classifier)`, one member that
+    keeps every head; one ranking per criterion, CircAcc / CircOOD /
+    CircAvg, one member each, `masks_from_rankings`). Temperature scaling,
+    the paper's calibration baseline and its complement ("Hydra combined
+    with temperature scaling"), is `ensemble_zoo.calibration.TemperatureScaling`
+    on the member logits.
+
+    Args:
+        model: a built `CLIPZeroShotClassifier`. It is copied, not changed.
+        head_masks: 0 / 1 masks `[members][layers][heads]` over the CLIP's
+            attention layers, vision encoder first. `None` (default) is one
+            member that keeps every head.
+        reuse_head: must be `True` or `None` (the members' heads are the
+            pruned text encoders' class embeddings); there for the config.
+        backbone: a `HydraModelBackbone`, instead of `model` (how the
+            classifier is rebuilt from its config).
+        preprocessor: optional keras-hub image preprocessor (`from_model`
+            takes the classifier's).
+        **kwargs: other `keras_hub.models.Task` arguments (`name`, `dtype`).
+
+    Example:
+
+    ```python
+    import keras_hub
+    import numpy as np
+    import ensemble_zoo as ez
+
+    clip = keras_hub.models.CLIPBackbone(
+        vision_encoder=keras_hub.models.CLIPVisionEncoder(
+            patch_size=4, hidden_dim=8, num_layers=1, num_heads=2,
+            intermediate_dim=16, image_shape=(8, 8, 1),
+        ),
+        text_encoder=keras_hub.models.CLIPTextEncoder(
+            vocabulary_size=10, embedding_dim=8, hidden_dim=8, num_layers=1,
+            num_heads=2, intermediate_dim=16, max_sequence_length=4,
+        ),
+        projection_dim=8,
+    )
+    prompts = np.array([[8, 1, 2, 9], [8, 3, 4, 9], [8, 5, 6, 9]])
+    single = ez.models.CLIPZeroShotClassifier(clip, prompts)
+    # Two members; one vision and one text layer of two heads each.
+    masks = [[[1, 0], [1, 1]], [[0, 1], [1, 0]]]
+    hydra = ez.models.HydraCLIPZeroShotClassifier.from_model(single, masks)
+    hydra.predict(np.ones((2, 8, 8, 1)), verbose=0).shape  # (2, 2, 3)
+    ```
+    """
+
+    backbone_cls = HydraModelBackbone
+
+    def __init__(
+        self, model=None, head_masks=None, reuse_head=None, backbone=None, preprocessor=None, **kwargs
+    ):
+        wrapped = model if backbone is None else getattr(backbone, "model", None)
+        if not isinstance(wrapped, CLIPZeroShotClassifier):
+            raise TypeError(
+                "HydraCLIPZeroShotClassifier prunes a CLIPZeroShotClassifier: `model` must be "
+                f"one; got {type(wrapped).__name__}. HydraClassifier takes other classifiers."
+            )
+        if reuse_head is not None and reuse_head is not True:
+            raise ValueError(
+                "`reuse_head` must be True (or None): the members' heads are their class "
+                f"embeddings; got {reuse_head!r}."
+            )
+        super().__init__(
+            model=model,
+            head_masks=head_masks,
+            reuse_head=True,
+            backbone=backbone,
+            preprocessor=preprocessor,
+            **kwargs,
+        )
+        self.update_class_embeddings()
+
+    def update_class_embeddings(self):
+        """Sets each member's head to the class embeddings of the text
+        encoder with its kept heads (`CLIPZeroShotClassifier.
+        class_embedding_kernels` on the copy whose heads the members
+        prune)."""
+        self.heads[-1].kernel.assign(self.model.class_embedding_kernels(self.num_members))
