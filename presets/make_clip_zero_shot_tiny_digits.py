@@ -308,11 +308,7 @@ def main():
         (
             HYDRA,
             hydra,
-            {
-                "method": "hydra (circuit, zero-shot)",
-                "base_preset": SINGLE,
-                "head_masks": masks,
-            },
+            {"method": "hydra (circuit, zero-shot)", "base_preset": SINGLE, "head_masks": masks},
         ),
     ):
         model.save_to_preset(

@@ -37,11 +37,10 @@ TEMPLATES = (
     "a scan of a {}.",
 )
 #: Every word of the captions: the tokenizer's vocabulary.
-WORDS = tuple(
-    dict.fromkeys(
-        w for t in TEMPLATES for w in t.replace(".", " .").split() if w != "{}"
-    )
-) + CLASS_NAMES
+WORDS = (
+    tuple(dict.fromkeys(w for t in TEMPLATES for w in t.replace(".", " .").split() if w != "{}"))
+    + CLASS_NAMES
+)
 #: Tokens per caption, with the start and end tokens.
 SEQUENCE_LENGTH = 10
 

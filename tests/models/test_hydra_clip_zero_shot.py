@@ -154,8 +154,7 @@ def test_zero_shot_classifiers_refuse_bad_input():
         ez.models.CLIPZeroShotClassifier(clip, PROMPTS.astype("float32"))
     vit = keras_hub.models.ViTImageClassifier(
         backbone=keras_hub.models.ViTBackbone(
-            image_shape=(8, 8, 1), patch_size=4, num_layers=1, num_heads=2, hidden_dim=8,
-            mlp_dim=16,
+            image_shape=(8, 8, 1), patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16
         ),  # fmt: skip
         num_classes=3,
         preprocessor=None,
@@ -169,7 +168,9 @@ def test_zero_shot_classifiers_refuse_bad_input():
 
 def test_class_prompts_are_keras_hubs_clip_preprocessing():
     preprocessor = digit_captions.caption_preprocessor()
-    ids = ez.models.class_prompt_token_ids(preprocessor, ["seven", "two"], ["A photo of a {}.", "the digit {}."])
+    ids = ez.models.class_prompt_token_ids(
+        preprocessor, ["seven", "two"], ["A photo of a {}.", "the digit {}."]
+    )
     assert ids.shape == (2, 2, digit_captions.SEQUENCE_LENGTH)
     expected = preprocessor({"images": None, "prompts": ["a photo of a two.", "the digit two."]})
     np.testing.assert_array_equal(ids[1], to_np(expected["token_ids"]))

@@ -6,4 +6,4 @@ from ensemble_zoo.models.baselines.mc_dropout_classifier import MCDropoutClassif
 from ensemble_zoo.models.method_registry import Method
 from ensemble_zoo.models.method_registry import register_method
 
-register_method(Method(name="baselines", tasks=(MCDropoutClassifier,)))
+register_method(Method(name="baselines", tasks=(MCDropoutClassifier, CLIPZeroShotClassifier)))

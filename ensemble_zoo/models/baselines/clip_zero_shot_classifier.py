@@ -142,7 +142,8 @@ class CLIPZeroShotClassifier(keras_hub.models.ImageClassifier):
     def __init__(self, backbone, class_token_ids, preprocessor=None, **kwargs):
         if not isinstance(backbone, keras_hub.models.CLIPBackbone):
             raise TypeError(
-                f"`backbone` must be a keras_hub.models.CLIPBackbone; got {type(backbone).__name__}."
+                "`backbone` must be a keras_hub.models.CLIPBackbone; "
+                f"got {type(backbone).__name__}."
             )
         class_token_ids = check_class_token_ids(class_token_ids, backbone.text_encoder)
         num_classes = class_token_ids.shape[0]
@@ -184,7 +185,9 @@ class CLIPZeroShotClassifier(keras_hub.models.ImageClassifier):
         rows), so that a text encoder whose members keep different heads
         (`HydraCLIPZeroShotClassifier`) gives each member its own."""
         classes, prompts, length = self.class_token_ids.shape
-        ids = tile_members(ops.convert_to_tensor(self.class_token_ids.reshape(-1, length)), num_members)
+        ids = tile_members(
+            ops.convert_to_tensor(self.class_token_ids.reshape(-1, length)), num_members
+        )
         text = self.backbone.get_text_embeddings(ids)
         text = text / ops.norm(text, axis=-1, keepdims=True)
         text = ops.mean(ops.reshape(text, (num_members, classes, prompts, -1)), axis=2)

@@ -1,12 +1,19 @@
 import keras
+import keras_hub
 
 from ensemble_zoo.models.baselines.clip_zero_shot_classifier import CLIPZeroShotClassifier
-from ensemble_zoo.models.hydra.hydra_classifier import HydraClassifier
+from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
+from ensemble_zoo.models.ensemble_classifier import preprocessor_of
+from ensemble_zoo.models.hydra.hydra_model_backbone import METHOD_DEFAULTS
 from ensemble_zoo.models.hydra.hydra_model_backbone import HydraModelBackbone
+from ensemble_zoo.models.method_backbone import method_arguments
+from ensemble_zoo.models.wrapped_models_backbone import backbone_attribute
+from ensemble_zoo.models.wrapped_models_backbone import build_member_rows_task
+from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
-class HydraCLIPZeroShotClassifier(HydraClassifier):
+class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Zero-shot Hydra Ensembles: members of a CLIP zero-shot classifier
     that each keep their own heads in both encoders.
 
@@ -15,7 +22,7 @@ class HydraCLIPZeroShotClassifier(HydraClassifier):
     members prune attention heads of a CLIP's vision *and* text encoders,
     training-free (no weight changes: every non-attention weight is shared,
     so the fused members equal the pruned models run separately). Built
-    from a `CLIPZeroShotClassifier`, as `HydraClassifier` builds members
+    from a `CLIPZeroShotClassifier` on the network `HydraClassifier` builds
     from any keras-hub classifier (`HydraModelBackbone`, one pass over the
     member-major batch): `head_masks` gives each member's heads in every
     attention layer of the CLIP, the vision encoder's layers first, then
@@ -78,7 +85,13 @@ class HydraCLIPZeroShotClassifier(HydraClassifier):
     backbone_cls = HydraModelBackbone
 
     def __init__(
-        self, model=None, head_masks=None, reuse_head=None, backbone=None, preprocessor=None, **kwargs
+        self,
+        model=None,
+        head_masks=None,
+        reuse_head=None,
+        backbone=None,
+        preprocessor=None,
+        **kwargs,
     ):
         wrapped = model if backbone is None else getattr(backbone, "model", None)
         if not isinstance(wrapped, CLIPZeroShotClassifier):
@@ -91,15 +104,43 @@ class HydraCLIPZeroShotClassifier(HydraClassifier):
                 "`reuse_head` must be True (or None): the members' heads are their class "
                 f"embeddings; got {reuse_head!r}."
             )
-        super().__init__(
-            model=model,
-            head_masks=head_masks,
-            reuse_head=True,
-            backbone=backbone,
-            preprocessor=preprocessor,
-            **kwargs,
+        method_config = method_arguments(
+            backbone, (HydraModelBackbone,), METHOD_DEFAULTS, head_masks=head_masks, reuse_head=True
         )
+        backbone = wrapping_backbone(
+            HydraModelBackbone,
+            backbone,
+            kwargs.get("dtype"),
+            method_config=method_config,
+            model=model,
+        )
+        # One pass over the member-major batch: member m's rows keep its
+        # vision heads and go through its head, its class embeddings.
+        build_member_rows_task(self, backbone, preprocessor, backbone.num_members, **kwargs)
         self.update_class_embeddings()
+
+    model = backbone_attribute("model", "The zero-shot classifier's copy the members prune.")
+    network = backbone_attribute("network", "`model`'s graph with a head per member.")
+    head_mask_layers = backbone_attribute(
+        "head_mask_layers", "Every `HeadMask`, one per attention layer of both encoders."
+    )
+    heads = backbone_attribute(
+        "heads", "The member heads (`GroupedDense`), the last the class embeddings."
+    )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.backbone.method_config)
+        return config
+
+    @classmethod
+    def from_model(cls, model, head_masks=None, **kwargs):
+        """Zero-shot Hydra members pruned from a copy of the
+        `CLIPZeroShotClassifier` `model` (which is not changed); the
+        ensemble takes over its preprocessor. `kwargs` are the
+        constructor's other arguments."""
+        kwargs.setdefault("preprocessor", preprocessor_of(model))
+        return cls(model, head_masks, **kwargs)
 
     def update_class_embeddings(self):
         """Sets each member's head to the class embeddings of the text

@@ -30,10 +30,11 @@ def head_sites(model):
     """`[(parent, attribute, num_heads, layout)]` of every attention
     layer's output projection under `model` (`member_sites`, by layer type
     and role), in the model's layer order (`layers_in_order`: a CLIP's
-    vision encoder's layers first to last, then its text encoder's), with its attention layer's number of heads and where the
-    heads lie in the projection's input (`HeadMask`'s `layout`: a
-    projection whose kernel starts with a heads axis takes them `"split"`,
-    one whose input features are the heads side by side `"flat"`).
+    vision encoder's layers first to last, then its text encoder's), with
+    its attention layer's number of heads and where the heads lie in the
+    projection's input (`HeadMask`'s `layout`: a projection whose kernel
+    starts with a heads axis takes them `"split"`, one whose input
+    features are the heads side by side `"flat"`).
 
     Raises:
         ValueError: `model` has no attention output projection (FNet has
