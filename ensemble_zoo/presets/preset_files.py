@@ -52,11 +52,16 @@ def _h5_datasets(path):
 
 def _dtype_kind(name):
     """`"float"` for every floating dtype name of an HDF5 dataset (h5py
-    writes bfloat16 as the opaque `void16`), else the name. Loading casts a
-    float32 file's weights to the model's dtype policy (a float32 preset
-    loads under `dtype="bfloat16"`); any other dtype must match."""
+    writes bfloat16 as the opaque `void16`), `"int"` for every signed
+    integer one, else the name. Loading casts a float32 file's weights to
+    the model's dtype policy (a float32 preset loads under
+    `dtype="bfloat16"`), and integer weights to the backend's width (Keras
+    lets the backend pick it: keras-hub's CLIP `position_ids` are int64
+    under TensorFlow, int32 under JAX); any other dtype must match."""
     if name.startswith(("float", "bfloat")) or name == "void16":
         return "float"
+    if name.startswith("int"):
+        return "int"
     return name
 
 
@@ -127,6 +132,7 @@ def check_weights_file(write_reference, path, sha256=None, what="the model"):
         if k not in wrong
         and expected[k][1] != found[k][1]
         and not (found[k][1] == "float32" and _dtype_kind(expected[k][1]) == "float")
+        and not (_dtype_kind(found[k][1]) == _dtype_kind(expected[k][1]) == "int")
     ]
     problems = [
         f"variable {k!r} has shape {found[k][0]}, the model expects {expected[k][0]}"

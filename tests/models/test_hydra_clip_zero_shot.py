@@ -114,6 +114,15 @@ def test_hydra_members_equal_separately_pruned_clips_in_both_encoders(tmp_path):
     restored = keras.saving.load_model(tmp_path / "hydra.keras")
     assert isinstance(restored, ez.models.HydraCLIPZeroShotClassifier)
     np.testing.assert_allclose(restored.predict(x, verbose=0), logits, atol=1e-6)
+    # Optional fine-tuning trains the vision side and the class embeddings;
+    # the text encoder, outside the pass, stays.
+    text = [to_np(w).copy() for w in restored.model.backbone.text_encoder.weights]
+    heads = to_np(restored.heads[-1].kernel).copy()
+    restored.compile(optimizer=keras.optimizers.SGD(0.1))
+    restored.fit(x, np.arange(5) % 3, epochs=1, verbose=0)
+    assert np.abs(to_np(restored.heads[-1].kernel) - heads).max() > 0
+    for before, w in zip(text, restored.model.backbone.text_encoder.weights, strict=True):
+        np.testing.assert_array_equal(to_np(w), before)
 
 
 def test_circuit_search_scores_heads_of_both_encoders():

@@ -97,7 +97,11 @@ class CLIPZeroShotClassifier(keras_hub.models.ImageClassifier):
     `logits = exp(logit_scale) * normalize(image embedding) @
     normalize(class embedding)^T`. The backbone (both encoders) is kept
     whole and saved with the classifier; `HydraCLIPZeroShotClassifier`
-    prunes heads in both.
+    prunes heads in both. `fit` trains the vision side and the class
+    embeddings; the text encoder, outside the pass, takes no gradient
+    (freeze it, `backbone.text_encoder.trainable = False`, to silence
+    Keras' warning), and `class_embedding_kernels` recomputes the zero-shot
+    head from it.
 
     Args:
         backbone: a `keras_hub.models.CLIPBackbone`.

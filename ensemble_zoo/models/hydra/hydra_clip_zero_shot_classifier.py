@@ -10,6 +10,7 @@ from ensemble_zoo.models.method_backbone import method_arguments
 from ensemble_zoo.models.wrapped_models_backbone import backbone_attribute
 from ensemble_zoo.models.wrapped_models_backbone import build_member_rows_task
 from ensemble_zoo.models.wrapped_models_backbone import wrapping_backbone
+from ensemble_zoo.utils.sublayers import set_trainable
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -40,7 +41,9 @@ class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClas
     CircAvg, one member each, `masks_from_rankings`). Temperature scaling,
     the paper's calibration baseline and its complement ("Hydra combined
     with temperature scaling"), is `ensemble_zoo.calibration.TemperatureScaling`
-    on the member logits.
+    on the member logits. `fit` fine-tunes the vision encoder and each
+    member's class embeddings (the text encoder is frozen: it does not run
+    in the pass).
 
     Args:
         model: a built `CLIPZeroShotClassifier`. It is copied, not changed.
@@ -117,6 +120,12 @@ class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClas
         # One pass over the member-major batch: member m's rows keep its
         # vision heads and go through its head, its class embeddings.
         build_member_rows_task(self, backbone, preprocessor, backbone.num_members, **kwargs)
+        # The text side runs in `update_class_embeddings` only: `fit` trains
+        # the vision side and the class embeddings, and the copy's text
+        # encoder takes no gradient.
+        clip = self.model.backbone
+        for layer in (clip.text_encoder, clip.text_projection, clip.clip_head):
+            set_trainable(layer, False)
         self.update_class_embeddings()
 
     model = backbone_attribute("model", "The zero-shot classifier's copy the members prune.")
