@@ -20,6 +20,7 @@ ensemble_zoo.metrics.ood_auroc(id_scores, ood_scores)  # ~0.76
 from ensemble_zoo.metrics.calibration_metrics import BrierScore
 from ensemble_zoo.metrics.calibration_metrics import ExpectedCalibrationError
 from ensemble_zoo.metrics.calibration_metrics import NegativeLogLikelihood
+from ensemble_zoo.metrics.claim_estimators import claim_conditioned_probability
 from ensemble_zoo.metrics.classification import NLL_EPSILON
 from ensemble_zoo.metrics.classification import accuracy
 from ensemble_zoo.metrics.classification import adaptive_calibration_error

@@ -160,3 +160,28 @@ def test_orientation_and_bad_input(polygraph):
         metrics.rauq(np.zeros((2, 3, 1, 2)), np.zeros((2, 2)), mask, entropies=np.zeros((2, 2)))
     with pytest.raises(ValueError, match="`log_likelihoods` has NaN"):
         metrics.maximum_token_probability(np.full((2, 2), np.nan), mask)
+
+
+def test_claim_conditioned_probability_equals_lm_polygraph(polygraph):
+    """CCP on 4 alternatives per token (one absent) with every pair of NLI
+    directions; the class combination against lm-polygraph's rule, and bad
+    input."""
+    names = ("alternative_log_likelihoods", "forward_nli", "backward_nli", "mask")
+    log_p, forward, backward, mask = inputs(polygraph, *names)
+    np.testing.assert_allclose(
+        metrics.claim_conditioned_probability(log_p, forward, backward, mask),
+        polygraph["claim_conditioned_probability"],
+        atol=1e-9,
+    )
+    from ensemble_zoo.metrics.claim_estimators import combined_nli
+
+    pairs = np.array([(f, b) for f in range(3) for b in range(3)])
+    # lm-polygraph's `_combine_nli`: entail=0, neutral=1, contra=2.
+    expected = [0, 0, 1, 0, 1, 2, 1, 2, 2]
+    np.testing.assert_array_equal(combined_nli(pairs[:, 0], pairs[:, 1]), expected)
+    with pytest.raises(ValueError, match="`forward_nli` must hold NLI classes"):
+        metrics.claim_conditioned_probability(log_p, forward + 3, backward, mask)
+    with pytest.raises(ValueError, match="must be log-probabilities"):
+        metrics.claim_conditioned_probability(-log_p, forward, backward, mask)
+    with pytest.raises(ValueError, match="must have shape"):
+        metrics.claim_conditioned_probability(log_p[0], forward, backward, mask)
