@@ -1,5 +1,8 @@
-"""Training procedures that yield ensembles: Snapshot Ensembles."""
+"""Training procedures that yield ensembles: Snapshot Ensembles, and
+Laplace-LoRA's posterior samples of a LoRA fine-tune."""
 
+from ensemble_zoo.training.kfac import kfac_factors
+from ensemble_zoo.training.laplace_lora import laplace_lora
 from ensemble_zoo.training.snapshot_ensemble import SnapshotEnsemble
 from ensemble_zoo.training.snapshot_schedule import SnapshotSchedule
 from ensemble_zoo.training.snapshot_schedule import snapshot_phases

@@ -31,8 +31,8 @@ from keras import ops
 
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.models.member_sites import layers_in_order
-from ensemble_zoo.utils.gradients import loss_gradients
 from ensemble_zoo.models.wrapped_models_backbone import copy_wrapped_model
+from ensemble_zoo.utils.gradients import loss_gradients
 from ensemble_zoo.utils.sublayers import replace_sublayer
 from ensemble_zoo.utils.sublayers import sublayers
 from ensemble_zoo.utils.validation import check_positive_int

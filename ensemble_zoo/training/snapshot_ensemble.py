@@ -4,6 +4,8 @@ of one training, made into an ensemble."""
 import keras
 import numpy as np
 
+from ensemble_zoo.training.member_stacking import num_members_of
+from ensemble_zoo.training.member_stacking import with_members
 from ensemble_zoo.training.snapshot_schedule import SnapshotSchedule
 
 
@@ -142,38 +144,29 @@ class SnapshotEnsemble(keras.callbacks.Callback):
         """
         self._check_snapshots()
         model = self.model
-        config = model.get_config()
-        backbone = config.get("backbone", {}).get("config", {})
-        places = [c for c in (config, backbone) if isinstance(c.get("num_members"), int)]
-        if not places:
+        try:
+            members = num_members_of(model) * len(self.snapshots)
+        except ValueError as e:
             raise ValueError(
                 "`stacked_ensemble()` needs a model whose config names its `num_members` "
                 f"(a LoRA-Ensemble); {type(model).__name__}'s does not: use `deep_ensemble()`."
+            ) from e
+        index = {id(v): i for i, v in enumerate(model.weights)}
+
+        def stacked(source, member_axis):
+            values = [snapshot[index[id(source)]] for snapshot in self.snapshots]
+            if member_axis:
+                return np.concatenate(values, axis=0)
+            if all(np.array_equal(values[0], v) for v in values[1:]):
+                return values[0]
+            if np.issubdtype(values[0].dtype, np.integer):
+                return values[-1]  # a random generator's state
+            raise ValueError(
+                f"`{source.path}` differs between snapshots but is shared by the members: "
+                "stacking needs a frozen trunk (use `deep_ensemble()`)."
             )
-        members = places[0]["num_members"] * len(self.snapshots)
-        for place in places:
-            place["num_members"] = members
-        stacked = type(model).from_config(config)
-        for i, (variable, source) in enumerate(zip(stacked.weights, model.weights, strict=True)):
-            values = [snapshot[i] for snapshot in self.snapshots]
-            shape, each = tuple(variable.shape), tuple(source.shape)
-            if shape != each:
-                if shape != (each[0] * len(values),) + each[1:]:
-                    raise ValueError(
-                        f"`{source.path}` has shape {each} with one snapshot's members and "
-                        f"{shape} with all of them: not the members on its first axis."
-                    )
-                variable.assign(np.concatenate(values, axis=0))
-            elif all(np.array_equal(values[0], v) for v in values[1:]):
-                variable.assign(values[0])
-            elif np.issubdtype(values[0].dtype, np.integer):
-                variable.assign(values[-1])  # a random generator's state
-            else:
-                raise ValueError(
-                    f"`{source.path}` differs between snapshots but is shared by the members: "
-                    "stacking needs a frozen trunk (use `deep_ensemble()`)."
-                )
-        return stacked
+
+        return with_members(model, members, stacked)
 
     def _check_snapshots(self):
         if not self.snapshots:
