@@ -12,9 +12,11 @@ are summed over the `C` columns of the square root of the logits'
 Hessian `diag(p) - p p^T` (`sqrt(p_c) (e_c - p)`, one backward pass each),
 which is the Fisher the Laplace-LoRA authors' code estimates from one
 sampled label per example. A layer applied at several positions (tokens,
-patches) counts every position ("expand" K-FAC). The input factor is the
-mean over examples, the output factor the sum, as laplace-torch holds them
-(their product is the curvature of the summed loss).
+patches) counts every position: curvlinops' K-FAC-expand (Eschenhagen et
+al. 2023, "Kronecker-Factored Approximate Curvature for Modern Neural
+Network Architectures"), the input factor the mean over examples and
+positions, the output factor the sum, as laplace-torch holds them (their
+product is the curvature of the summed loss).
 
 Keras has no hooks: the factors come from an analysis copy of the model
 whose adapters are wrapped so that each records its input and adds a zero
@@ -73,7 +75,7 @@ def lora_adapters(model):
     return found
 
 
-def _logits(output):
+def logits_of(output):
     """`(batch, classes)` logits of a classifier's output, a one-member
     LoRA-Ensemble's `(batch, 1, classes)` included."""
     output = np.asarray(ops.convert_to_numpy(output), np.float64)
@@ -120,9 +122,9 @@ def kfac_factors(model, x, batch_size=32):
         A list with one dict per adapter (`lora_adapters` order): `"a"` and
         `"b"`, each `(input_factor, output_factor)` float64 arrays of the
         matrix `A` `(d_in, rank)` resp. `B` `(rank, d_out)` (the input
-        factor the mean over examples, the output factor the sum, so that
-        the curvature of the summed loss is their Kronecker product), and
-        `"num_examples"`.
+        factor the mean over examples and positions, the output factor the
+        sum, so that the curvature of the summed loss is their Kronecker
+        product), and `"num_examples"`.
 
     Raises:
         ValueError: the model has no adapter, or one with more than one
@@ -156,6 +158,7 @@ def kfac_factors(model, x, batch_size=32):
         for a in adapters
     ]  # fmt: skip
     copies = {}
+    positions = [None] * len(adapters)  # rows per example: tokens, patches
     for start in range(0, count, batch_size):
         batch = (
             {k: v[start : start + batch_size] for k, v in x.items()}
@@ -166,7 +169,7 @@ def kfac_factors(model, x, batch_size=32):
         if size not in copies:
             copies[size] = _probed_copy(model)
         copy, probes = copies[size]
-        logits = _logits(copy(batch, training=False))
+        logits = logits_of(copy(batch, training=False))
         inputs = [np.asarray(ops.convert_to_numpy(p.recorded), np.float64) for p in probes]
         shifted = np.exp(logits - logits.max(-1, keepdims=True))
         p = shifted / shifted.sum(-1, keepdims=True)
@@ -181,15 +184,16 @@ def kfac_factors(model, x, batch_size=32):
                 g_z = g @ b.T
                 total["a_out"] += g_z.T @ g_z
                 total["b_out"] += g.T @ g
-        for total, (a, _, _), rows in zip(sums, kernels, inputs, strict=True):
+        for i, (total, (a, _, _), rows) in enumerate(zip(sums, kernels, inputs, strict=True)):
+            positions[i] = len(rows) // size
             z = rows @ a
             total["a_in"] += rows.T @ rows
             total["b_in"] += z.T @ z
     return [
         {
-            "a": (total["a_in"] / count, total["a_out"]),
-            "b": (total["b_in"] / count, total["b_out"]),
+            "a": (total["a_in"] / (count * rows), total["a_out"]),
+            "b": (total["b_in"] / (count * rows), total["b_out"]),
             "num_examples": count,
         }
-        for total in sums
+        for total, rows in zip(sums, positions, strict=True)
     ]

@@ -30,6 +30,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.training.kfac import kfac_factors
+from ensemble_zoo.training.kfac import logits_of
 from ensemble_zoo.training.kfac import lora_adapters
 from ensemble_zoo.training.member_stacking import with_members
 from ensemble_zoo.utils.validation import check_positive_int
@@ -74,7 +75,67 @@ def posterior_samples(mean, input_factor, output_factor, prior_precision, noise)
     return mean[None] + np.einsum("ia,sab,jb->sij", q_in, rotated * scale, q_out)
 
 
-def laplace_lora(model, x, num_samples, prior_variance=1e-3, n_kfac=10, batch_size=32, seed=None):
+def log_marginal_likelihood(log_likelihood, posteriors, prior_precision):
+    """The Laplace approximation of the log evidence (laplace-torch's
+    `log_marginal_likelihood` for a Kronecker-factored posterior):
+    `log p(D | theta) - (prior_precision / 2) ||theta||^2 - (1/2) (log det
+    P - log det P_0)`, with `P = I x O + prior_precision` per matrix.
+
+    Args:
+        log_likelihood: float, the training set's summed log-likelihood at
+            the fine-tuned weights.
+        posteriors: list of `(mean, input_factor, output_factor)`, each
+            factor `(eigenvalues, eigenvectors)` (`factor_eigen`).
+        prior_precision: float.
+    """
+    total = float(log_likelihood)
+    for mean, (a, _), (o, _) in posteriors:
+        total -= 0.5 * prior_precision * float(np.sum(np.square(mean)))
+        total -= 0.5 * float(np.sum(np.log1p(np.outer(a, o) / prior_precision)))
+    return total
+
+
+def _marginal_likelihood_precision(model, x, y, posteriors, batch_size):
+    """The prior precision maximising `log_marginal_likelihood` (a bounded
+    search over its log, 1e-4 to 1e8)."""
+    from scipy.optimize import minimize_scalar
+
+    count = len(x[next(iter(x))] if isinstance(x, dict) else x)
+    logits = np.concatenate(
+        [
+            logits_of(
+                model(
+                    {k: v[i : i + batch_size] for k, v in x.items()}
+                    if isinstance(x, dict)
+                    else x[i : i + batch_size],
+                    training=False,
+                )
+            )
+            for i in range(0, count, batch_size)
+        ]
+    )
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    log_likelihood = float(np.take_along_axis(log_p, np.asarray(y)[:, None], -1).sum())
+    result = minimize_scalar(
+        lambda t: -log_marginal_likelihood(log_likelihood, posteriors, float(np.exp(t))),
+        bounds=(np.log(1e-4), np.log(1e8)),
+        method="bounded",
+    )
+    return float(np.exp(result.x))
+
+
+def laplace_lora(
+    model,
+    x,
+    num_samples,
+    prior_variance=1e-3,
+    n_kfac=10,
+    batch_size=32,
+    seed=None,
+    y=None,
+    name=None,
+):
     """A LoRA-Ensemble whose members are Laplace-LoRA posterior samples.
 
     Args:
@@ -87,11 +148,16 @@ def laplace_lora(model, x, num_samples, prior_variance=1e-3, n_kfac=10, batch_si
         num_samples: int, the posterior samples, the new model's members
             (512 in the LoRA-Ensemble paper's SST-2 run).
         prior_variance: float, the Gaussian prior's variance over each
-            adapter weight (1e-3, the paper's).
+            adapter weight (1e-3, the paper's), or `"marginal_likelihood"`:
+            the variance that maximises the Laplace evidence
+            (`log_marginal_likelihood`) on `(x, y)`.
         n_kfac: int, the rank kept of a Kronecker factor with a side of at
             least `LOW_RANK_THRESHOLD` (10, the paper's); `None` keeps all.
         batch_size: int, examples per curvature pass.
         seed: optional int for the draws.
+        y: the labels of `x`, for `prior_variance="marginal_likelihood"`.
+        name: optional name of the new model. Defaults to `model`'s name
+            with `"_laplace"` appended.
 
     Returns:
         A model of `model`'s class with `num_samples` members: member `s`
@@ -120,24 +186,37 @@ def laplace_lora(model, x, num_samples, prior_variance=1e-3, n_kfac=10, batch_si
     ```
     """
     num_samples = check_positive_int(num_samples, "num_samples")
-    prior_variance = check_real(prior_variance, "prior_variance", low=0.0, low_open=True)
+    evidence = isinstance(prior_variance, str) and prior_variance == "marginal_likelihood"
+    if evidence and y is None:
+        raise ValueError('`prior_variance="marginal_likelihood"` needs the labels `y` of `x`.')
+    if not evidence:
+        prior_variance = check_real(prior_variance, "prior_variance", low=0.0, low_open=True)
     if n_kfac is not None:
         n_kfac = check_positive_int(n_kfac, "n_kfac")
     factors = kfac_factors(model, x, batch_size=batch_size)
-    rng = np.random.default_rng(seed)
-    samples = {}
+    posteriors = []  # (variable, mean, input eigen, output eigen)
     for (_, _, adapter), factor in zip(lora_adapters(model), factors, strict=True):
-        for name, variable in (("a", adapter.lora_a), ("b", adapter.lora_b)):
+        for matrix, variable in (("a", adapter.lora_a), ("b", adapter.lora_b)):
             mean = np.asarray(ops.convert_to_numpy(variable[0]), np.float64)
             # The mean input factor times the summed output factor: the
             # summed loss's curvature (laplace-torch's scale).
             eigens = [
                 factor_eigen(f, n_kfac if len(f) >= LOW_RANK_THRESHOLD else None)
-                for f in factor[name]
+                for f in factor[matrix]
             ]
-            noise = rng.standard_normal((num_samples,) + mean.shape)
-            drawn = posterior_samples(mean, *eigens, 1.0 / prior_variance, noise)
-            samples[id(variable)] = drawn.astype(variable.dtype)
+            posteriors.append((variable, mean, *eigens))
+    if evidence:
+        precision = _marginal_likelihood_precision(
+            model, x, y, [p[1:] for p in posteriors], batch_size
+        )
+    else:
+        precision = 1.0 / prior_variance
+    rng = np.random.default_rng(seed)
+    samples = {}
+    for variable, mean, input_eigen, output_eigen in posteriors:
+        noise = rng.standard_normal((num_samples,) + mean.shape)
+        drawn = posterior_samples(mean, input_eigen, output_eigen, precision, noise)
+        samples[id(variable)] = drawn.astype(variable.dtype)
 
     def values(source, member_axis):
         value = ops.convert_to_numpy(source)
@@ -147,4 +226,4 @@ def laplace_lora(model, x, num_samples, prior_variance=1e-3, n_kfac=10, batch_si
             return np.repeat(value, num_samples, axis=0)
         return value
 
-    return with_members(model, num_samples, values)
+    return with_members(model, num_samples, values, name=name or f"{model.name}_laplace")

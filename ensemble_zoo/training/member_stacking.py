@@ -21,7 +21,7 @@ def num_members_of(model):
     )
 
 
-def with_members(model, num_members, values):
+def with_members(model, num_members, values, name=None):
     """A model of `model`'s class and config with `num_members` members.
 
     Args:
@@ -33,6 +33,7 @@ def with_members(model, num_members, values):
             whether it holds the members on its first axis (its first
             axis is `model`'s number of members where the new one's is
             `num_members`); the value must have the new weight's shape.
+        name: optional name of the new model. Defaults to `model`'s.
 
     Returns:
         The new model, every weight set from `values`.
@@ -43,6 +44,8 @@ def with_members(model, num_members, values):
     for place in (config, backbone):
         if isinstance(place.get("num_members"), int):
             place["num_members"] = num_members
+    if name is not None:
+        config["name"] = name
     new = type(model).from_config(config)
     for variable, source in zip(new.weights, model.weights, strict=True):
         shape, each = tuple(variable.shape), tuple(source.shape)

@@ -15,6 +15,7 @@ from zoo_testing import to_np
 import ensemble_zoo as ez
 from ensemble_zoo.layers import LoRAEnsembleAdapter
 from ensemble_zoo.training.laplace_lora import factor_eigen
+from ensemble_zoo.training.laplace_lora import log_marginal_likelihood
 from ensemble_zoo.training.laplace_lora import posterior_samples
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "laplace_torch", "kfac.npz")
@@ -75,6 +76,14 @@ def test_kfac_factors_and_posterior_equal_laplace_torch():
     covariance = np.zeros((18, 18))
     covariance[:8, :8], covariance[8:, 8:] = blocks
     np.testing.assert_allclose(covariance, fixture["posterior_covariance"], atol=1e-6)
+    # The Laplace evidence, laplace-torch's `log_marginal_likelihood`.
+    posteriors = [
+        (fixture[f"lora_{name}"], *(factor_eigen(f) for f in factors[name])) for name in "ab"
+    ]
+    evidence = log_marginal_likelihood(
+        float(fixture["log_likelihood"]), posteriors, float(fixture["prior_precision"])
+    )
+    assert evidence == pytest.approx(float(fixture["log_marginal_likelihood"]), abs=1e-5)
 
 
 def test_low_rank_factor_keeps_the_largest_eigenpairs():
@@ -123,3 +132,10 @@ def test_members_are_the_fine_tune_with_sampled_adapters():
         ez.training.laplace_lora(keras_hub.models.ViTImageClassifier(vit, 3), x, num_samples=2)
     with pytest.raises(ValueError, match="prior_variance"):
         ez.training.laplace_lora(lora, x, num_samples=2, prior_variance=0.0)
+    with pytest.raises(ValueError, match="needs the labels"):
+        ez.training.laplace_lora(lora, x, num_samples=2, prior_variance="marginal_likelihood")
+    # The evidence's prior: a finite variance, and members that differ.
+    fitted = ez.training.laplace_lora(
+        lora, x, 2, prior_variance="marginal_likelihood", y=np.arange(12) % 3, seed=0
+    )
+    assert fitted.predict(x[:2], verbose=0).shape == (2, 2, 3)

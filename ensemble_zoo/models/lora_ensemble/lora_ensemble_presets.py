@@ -14,6 +14,14 @@ PRESETS = {
             "projections), each with its own classifier head."
         ),
     },
+    "laplace_lora_vit_tiny_digits": {
+        "path": "laplace_lora_vit_tiny_digits",
+        "description": (
+            "Laplace-LoRA: 32 posterior samples of the adapters of a rank-4 LoRA "
+            "fine-tune of vit_tiny_digits (Kronecker-factored Laplace), run as the "
+            "members of one LoRA-Ensemble."
+        ),
+    },
     "lora_ensemble_vit_b16_16x8": {
         "path": "lora_ensemble_vit_b16_16x8",
         "description": (
