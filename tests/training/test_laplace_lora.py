@@ -139,3 +139,24 @@ def test_members_are_the_fine_tune_with_sampled_adapters():
         lora, x, 2, prior_variance="marginal_likelihood", y=np.arange(12) % 3, seed=0
     )
     assert fitted.predict(x[:2], verbose=0).shape == (2, 2, 3)
+
+
+def test_text_classifier_with_a_partial_last_batch():
+    """Dict inputs (a keras-hub BERT classifier's token tensors) and a last
+    batch of another size: the factors equal those of one batch."""
+    from fixtures import tiny_text_classifiers
+
+    classifier = tiny_text_classifiers.build_text_classifier("bert")
+    lora = ez.models.LoRAEnsembleClassifier.from_model(classifier, num_members=1, rank=2, seed=0)
+    for w in lora.weights:
+        if "lora_b" in w.path:
+            w.assign(np.random.default_rng(2).normal(size=w.shape) * 0.3)
+    x = tiny_text_classifiers.text_inputs(classifier, batch=10, seed=1)
+    whole = ez.training.kfac_factors(lora, x, batch_size=10)
+    parts = ez.training.kfac_factors(lora, x, batch_size=4)  # 4 + 4 + 2
+    for one, other in zip(whole, parts, strict=True):
+        for name in ("a", "b"):
+            for f, g in zip(one[name], other[name], strict=True):
+                np.testing.assert_allclose(f, g, rtol=1e-5, atol=1e-9)
+    bayes = ez.training.laplace_lora(lora, x, num_samples=3, prior_variance=1e-2, seed=0)
+    assert bayes.predict(x, verbose=0).shape == (10, 3, 3)
