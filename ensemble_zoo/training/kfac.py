@@ -77,14 +77,17 @@ def lora_adapters(model):
 
 def logits_of(output):
     """`(batch, classes)` logits of a classifier's output, a one-member
-    LoRA-Ensemble's `(batch, 1, classes)` included."""
+    LoRA-Ensemble's `(batch, 1, classes)` included, or a one-member causal
+    LM's token logits `(batch, length, vocabulary)` from `(batch, 1,
+    length, vocabulary)`."""
     output = np.asarray(ops.convert_to_numpy(output), np.float64)
-    if output.ndim == 3 and output.shape[1] == 1:
+    if output.ndim in (3, 4) and output.shape[1] == 1:
         output = output[:, 0]
-    if output.ndim != 2:
+    if output.ndim not in (2, 3):
         raise ValueError(
             "K-FAC needs a classifier returning logits (batch, classes) or one member's "
-            f"(batch, 1, classes); got shape {output.shape}."
+            "(batch, 1, classes), or a one-member causal LM's (batch, 1, length, "
+            f"vocabulary); got shape {output.shape}."
         )
     return output
 
@@ -99,6 +102,16 @@ def _probed_copy(model):
     return copy, probes
 
 
+def _sampled_tokens_loss(targets, y_pred):
+    """The summed cross-entropy of sampled next tokens: `targets` is
+    `(token ids, weights)`, each `(batch, length)`."""
+    ids, weights = targets
+    logits = ops.cast(y_pred[:, 0], "float32")
+    taken = ops.take_along_axis(logits, ops.expand_dims(ops.cast(ids, "int32"), -1), axis=-1)
+    loss = ops.logsumexp(logits, axis=-1) - taken[..., 0]
+    return ops.sum(loss * ops.cast(weights, loss.dtype))
+
+
 def _contracted(weights, y_pred):
     """The sum of the logits times `weights` (a column of the square root
     of the logits' Hessian): its gradient is that column pulled back."""
@@ -106,7 +119,7 @@ def _contracted(weights, y_pred):
     return ops.sum(logits * ops.cast(weights, logits.dtype))
 
 
-def kfac_factors(model, x, batch_size=32):
+def kfac_factors(model, x, batch_size=32, seed=None):
     """The K-FAC factors of every adapter matrix of a one-member LoRA model.
 
     Args:
@@ -117,6 +130,13 @@ def kfac_factors(model, x, batch_size=32):
         x: the inputs it takes (an array, or a dict of arrays), the
             examples the curvature is summed over (the training set).
         batch_size: int, examples per backward pass.
+        seed: optional int, for a causal LM's sampled tokens.
+
+    A one-member `LoRAEnsembleCausalLM` (token logits) takes the Fisher of
+    its next-token distributions with one token sampled per position from
+    the model itself (the Laplace-LoRA authors' estimate; the exact GGN
+    would take a backward pass per vocabulary entry), counting the
+    positions of `x["padding_mask"]`.
 
     Returns:
         A list with one dict per adapter (`lora_adapters` order): `"a"` and
@@ -158,7 +178,8 @@ def kfac_factors(model, x, batch_size=32):
         for a in adapters
     ]  # fmt: skip
     copies = {}
-    positions = [None] * len(adapters)  # rows per example: tokens, patches
+    positions = [0.0] * len(adapters)  # each adapter's counted rows (examples x tokens)
+    rng = np.random.default_rng(seed)
     for start in range(0, count, batch_size):
         batch = (
             {k: v[start : start + batch_size] for k, v in x.items()}
@@ -171,28 +192,43 @@ def kfac_factors(model, x, batch_size=32):
         copy, probes = copies[size]
         logits = logits_of(copy(batch, training=False))
         inputs = [np.asarray(ops.convert_to_numpy(p.recorded), np.float64) for p in probes]
-        shifted = np.exp(logits - logits.max(-1, keepdims=True))
-        p = shifted / shifted.sum(-1, keepdims=True)
-        for c in range(p.shape[1]):
-            # Column c of the square root of diag(p) - p p^T.
-            column = np.sqrt(p[:, c : c + 1]) * (np.eye(p.shape[1])[c] - p)
-            grads = loss_gradients(
-                copy, _contracted, batch, column.astype("float32"), [q.probe for q in probes]
-            )
+        if logits.ndim == 3:  # token logits: sampled next tokens
+            mask = batch.get("padding_mask") if isinstance(batch, dict) else None
+            weights = np.ones(logits.shape[:2]) if mask is None else np.asarray(mask, np.float64)
+            gumbel = rng.gumbel(size=logits.shape)
+            targets = (np.argmax(logits + gumbel, -1).astype("int32"), weights.astype("float32"))
+            passes = [(_sampled_tokens_loss, targets)]
+            row_weights = weights.reshape(-1)
+        else:
+            shifted = np.exp(logits - logits.max(-1, keepdims=True))
+            p = shifted / shifted.sum(-1, keepdims=True)
+            # The columns of the square root of diag(p) - p p^T.
+            passes = [
+                (_contracted, (np.sqrt(p[:, c : c + 1]) * (np.eye(p.shape[1])[c] - p)))
+                for c in range(p.shape[1])
+            ]
+            passes = [(f, t.astype("float32")) for f, t in passes]
+            row_weights = None
+        for loss_fn, targets in passes:
+            grads = loss_gradients(copy, loss_fn, batch, targets, [q.probe for q in probes])
             for total, (a, b, scale), g in zip(sums, kernels, grads, strict=True):
                 g = scale * np.asarray(g, np.float64)
                 g_z = g @ b.T
                 total["a_out"] += g_z.T @ g_z
                 total["b_out"] += g.T @ g
         for i, (total, (a, _, _), rows) in enumerate(zip(sums, kernels, inputs, strict=True)):
-            positions[i] = len(rows) // size
+            if row_weights is None:
+                weights = np.ones(len(rows))
+            else:  # the member-major rows of a causal LM: (batch, length)
+                weights = row_weights
             z = rows @ a
-            total["a_in"] += rows.T @ rows
-            total["b_in"] += z.T @ z
+            total["a_in"] += (rows * weights[:, None]).T @ rows
+            total["b_in"] += (z * weights[:, None]).T @ z
+            positions[i] += float(weights.sum())
     return [
         {
-            "a": (total["a_in"] / (count * rows), total["a_out"]),
-            "b": (total["b_in"] / (count * rows), total["b_out"]),
+            "a": (total["a_in"] / rows, total["a_out"]),
+            "b": (total["b_in"] / rows, total["b_out"]),
             "num_examples": count,
         }
         for total, rows in zip(sums, positions, strict=True)

@@ -114,6 +114,11 @@ def _marginal_likelihood_precision(model, x, y, posteriors, batch_size):
             for i in range(0, count, batch_size)
         ]
     )
+    if logits.ndim != 2:
+        raise ValueError(
+            '`prior_variance="marginal_likelihood"` takes a classifier (labels `y` per '
+            "example); pass a number for a causal LM."
+        )
     shifted = logits - logits.max(-1, keepdims=True)
     log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     log_likelihood = float(np.take_along_axis(log_p, np.asarray(y)[:, None], -1).sum())
@@ -139,12 +144,15 @@ def laplace_lora(
     """A LoRA-Ensemble whose members are Laplace-LoRA posterior samples.
 
     Args:
-        model: a one-member LoRA-Ensemble classifier (a standard LoRA
-            fine-tune: `LoRAEnsembleImageClassifier`,
-            `LoRAEnsembleTextClassifier`, `LoRAEnsembleClassifier`). It is
-            not changed.
+        model: a one-member LoRA-Ensemble (a standard LoRA fine-tune): a
+            classifier (`LoRAEnsembleImageClassifier`,
+            `LoRAEnsembleTextClassifier`, `LoRAEnsembleClassifier`) or a
+            causal LM (`LoRAEnsembleCausalLM`, whose samples then decode as
+            members: `generate(..., return_uncertainty=True)`). It is not
+            changed.
         x: the training inputs the curvature sums over (what the model's
-            `call` takes: images in [0, 1], or the dict of token tensors).
+            `call` takes: images in [0, 1], or the dict of token tensors,
+            a causal LM's `token_ids` and `padding_mask`).
         num_samples: int, the posterior samples, the new model's members
             (512 in the LoRA-Ensemble paper's SST-2 run).
         prior_variance: float, the Gaussian prior's variance over each

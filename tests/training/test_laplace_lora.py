@@ -160,3 +160,49 @@ def test_text_classifier_with_a_partial_last_batch():
                 np.testing.assert_allclose(f, g, rtol=1e-5, atol=1e-9)
     bayes = ez.training.laplace_lora(lora, x, num_samples=3, prior_variance=1e-2, seed=0)
     assert bayes.predict(x, verbose=0).shape == (10, 3, 3)
+
+
+def test_causal_lm_rows_give_the_adapters_gradients_and_samples_decode():
+    """On a one-member Gemma LoRA-Ensemble: the rows the analysis copy
+    records (inputs, output gradients of the sampled tokens' loss) give
+    each adapter matrix's gradient of that loss on the model itself; the
+    posterior samples decode as members."""
+    from fixtures import tiny_causal_lms
+
+    from ensemble_zoo.training.kfac import _probed_copy
+    from ensemble_zoo.training.kfac import _sampled_tokens_loss
+    from ensemble_zoo.training.kfac import lora_adapters
+    from ensemble_zoo.utils.gradients import loss_gradients
+
+    lm = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
+        tiny_causal_lms.build_causal_lm("gemma"), num_members=1, rank=2, seed=0
+    )
+    for w in lm.weights:
+        if "lora_b" in w.path:
+            w.assign(np.random.default_rng(1).normal(size=w.shape) * 0.3)
+    rng = np.random.default_rng(0)
+    x = {"token_ids": rng.integers(1, 20, (3, 6)).astype("int32"), "padding_mask": np.ones((3, 6))}
+    x["padding_mask"][1, 4:] = 0
+    x["padding_mask"] = x["padding_mask"].astype("int32")
+    targets = (rng.integers(0, 64, (3, 6)).astype("int32"), x["padding_mask"].astype("float32"))
+    copy, probes = _probed_copy(lm)
+    copy(x, training=False)
+    rows = [to_np(p.recorded).astype("float64") for p in probes]
+    grads = loss_gradients(copy, _sampled_tokens_loss, x, targets, [p.probe for p in probes])
+    adapters = [adapter for _, _, adapter in lora_adapters(lm)]
+    weights = [v for a in adapters for v in (a.lora_a, a.lora_b)]
+    reference = loss_gradients(lm, _sampled_tokens_loss, x, targets, weights)
+    for i, adapter in enumerate(adapters):
+        a, b = to_np(adapter.lora_a[0]), to_np(adapter.lora_b[0])
+        g = adapter.scale * np.asarray(grads[i], np.float64)
+        np.testing.assert_allclose(reference[2 * i][0], rows[i].T @ (g @ b.T), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            reference[2 * i + 1][0], (rows[i] @ a).T @ g, rtol=1e-4, atol=1e-4
+        )
+    bayes = ez.training.laplace_lora(lm, x, num_samples=3, prior_variance=1e-2, seed=0)
+    assert isinstance(bayes, ez.models.LoRAEnsembleCausalLM) and bayes.num_members == 3
+    bayes.compile(sampler="greedy")
+    mask = np.array([[1, 1, 1, 0, 0]] * 2, "int32")  # three prompt tokens, two to decode
+    prompt = {"token_ids": x["token_ids"][:2, :5] * mask, "padding_mask": mask}
+    out = bayes.generate(prompt, stop_token_ids=None, return_uncertainty=True)
+    assert out["token_ids"].shape == (2, 5) and np.asarray(out["padding_mask"]).all()
