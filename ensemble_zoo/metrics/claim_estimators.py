@@ -99,7 +99,7 @@ def claim_conditioned_probability(alternative_log_likelihoods, forward_nli, back
     entailed = nli == ENTAILMENT
     entailed[..., 0] = True  # the generated token always counts
     kept = entailed | (nli == CONTRADICTION)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         entail = np.logaddexp.reduce(np.where(entailed, log_p, -np.inf), axis=-1)
         total = np.logaddexp.reduce(np.where(kept, log_p, -np.inf), axis=-1)
     return -np.exp(np.where(mask, entail - total, 0.0).sum(-1))

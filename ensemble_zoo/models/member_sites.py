@@ -104,8 +104,10 @@ def layers_in_order(model):
 
 def projection_sites(model, roles, types=(keras.layers.Dense, keras.layers.EinsumDense)):
     """`[(role, parent, attribute)]` of every projection of a type in
-    `types` under `model` whose role is in `roles`, in the model's layer
-    order (a parent's projections in attribute order). Mixture-of-experts
+    `types` under `model` whose role is in `roles`, in keras'
+    `_flatten_layers` order (each parent's sublayers last to first;
+    `layers_in_order` is the model's order), a parent's projections in
+    attribute order. Mixture-of-experts
     parts (a path naming an expert) are left out: their MLPs are not one
     projection.
 

@@ -52,15 +52,15 @@ def _h5_datasets(path):
 
 def _dtype_kind(name):
     """`"float"` for every floating dtype name of an HDF5 dataset (h5py
-    writes bfloat16 as the opaque `void16`), `"int"` for every signed
-    integer one, else the name. Loading casts a float32 file's weights to
+    writes bfloat16 as the opaque `void16`), `"int"` for int32 and int64,
+    else the name. Loading casts a float32 file's weights to
     the model's dtype policy (a float32 preset loads under
     `dtype="bfloat16"`), and integer weights to the backend's width (Keras
     lets the backend pick it: keras-hub's CLIP `position_ids` are int64
     under TensorFlow, int32 under JAX); any other dtype must match."""
     if name.startswith(("float", "bfloat")) or name == "void16":
         return "float"
-    if name.startswith("int"):
+    if name in ("int32", "int64"):
         return "int"
     return name
 

@@ -62,6 +62,11 @@ def sample_member_masks(ranking, num_layers, num_heads, num_prune, pool_size, nu
     Returns:
         bool array `(num_members, num_layers, num_heads)`, True = kept.
     """
+    if not isinstance(num_heads, (int, np.integer)) or isinstance(num_heads, bool):
+        raise ValueError(
+            "`sample_member_masks` takes one head count for every layer (an int); got "
+            f"{num_heads!r}. For layers of different head counts use `masks_from_rankings`."
+        )
     ranking = _check_ranking(ranking, num_layers, num_heads)
     if not 0 < num_prune <= pool_size <= len(ranking):
         raise ValueError(

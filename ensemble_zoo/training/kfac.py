@@ -82,8 +82,8 @@ def logits_of(output):
     length, vocabulary)`."""
     output = np.asarray(ops.convert_to_numpy(output), np.float64)
     if output.ndim in (3, 4) and output.shape[1] == 1:
-        output = output[:, 0]
-    if output.ndim not in (2, 3):
+        return output[:, 0]
+    if output.ndim != 2:
         raise ValueError(
             "K-FAC needs a classifier returning logits (batch, classes) or one member's "
             "(batch, 1, classes), or a one-member causal LM's (batch, 1, length, "
@@ -136,7 +136,9 @@ def kfac_factors(model, x, batch_size=32, seed=None):
     its next-token distributions with one token sampled per position from
     the model itself (the Laplace-LoRA authors' estimate; the exact GGN
     would take a backward pass per vocabulary entry), counting the
-    positions of `x["padding_mask"]`.
+    positions of `x["padding_mask"]`. A classifier's positions all count,
+    padded tokens included, as laplace-torch counts a layer's positions
+    (their output gradients are near 0 where attention masks them).
 
     Returns:
         A list with one dict per adapter (`lora_adapters` order): `"a"` and
@@ -157,11 +159,12 @@ def kfac_factors(model, x, batch_size=32, seed=None):
             f"`{model.name}` has no LoRAEnsembleAdapter: K-FAC over LoRA adapters needs a "
             "LoRA model (e.g. a one-member LoRA-Ensemble classifier)."
         )
-    if any(adapter.num_members != 1 for adapter in adapters):
-        raise ValueError(
-            "K-FAC takes a model with one member (one standard LoRA fine-tune); got "
-            f"{adapters[0].num_members} members."
-        )
+    for adapter in adapters:
+        if adapter.num_members != 1:
+            raise ValueError(
+                "K-FAC takes a model with one member (one standard LoRA fine-tune); its "
+                f"adapter '{adapter.name}' has {adapter.num_members} members."
+            )
     lead = x[next(iter(x))] if isinstance(x, dict) else x
     count = len(lead)
     kernels = [

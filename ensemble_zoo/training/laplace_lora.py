@@ -201,7 +201,7 @@ def laplace_lora(
         prior_variance = check_real(prior_variance, "prior_variance", low=0.0, low_open=True)
     if n_kfac is not None:
         n_kfac = check_positive_int(n_kfac, "n_kfac")
-    factors = kfac_factors(model, x, batch_size=batch_size)
+    factors = kfac_factors(model, x, batch_size=batch_size, seed=seed)
     posteriors = []  # (variable, mean, input eigen, output eigen)
     for (_, _, adapter), factor in zip(lora_adapters(model), factors, strict=True):
         for matrix, variable in (("a", adapter.lora_a), ("b", adapter.lora_b)):

@@ -94,8 +94,11 @@ def test_hydra_members_equal_separately_pruned_clips_in_both_encoders(tmp_path):
     clip = tiny_clip()
     single = ez.models.CLIPZeroShotClassifier(clip, PROMPTS)
     sites = head_sites(clip)
-    # The vision encoder's layers first (2 heads), then the text encoder's (4).
+    # The vision encoder's layers first (2 heads), then the text encoder's (4),
+    # each first to last.
     assert [heads for _, _, heads, _ in sites] == [2, 2, 4, 4]
+    blocks = [*clip.vision_encoder.encoder_layers, *clip.text_encoder.encoder_layers]
+    assert [parent for parent, _, _, _ in sites] == [b.attention for b in blocks]
     masks = [
         [[1, 1], [1, 1], [1, 1, 1, 1], [1, 1, 1, 1]],  # every head
         [[1, 0], [1, 1], [1, 1, 1, 1], [0, 1, 1, 0]],  # both encoders

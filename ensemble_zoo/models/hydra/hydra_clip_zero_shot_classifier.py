@@ -31,7 +31,10 @@ class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClas
     pass itself; the text side computes each member's class embeddings
     with its kept text heads (the prompts' member-major pass through the
     masked text encoder) and holds them as member `m`'s head, as the plain
-    classifier holds its own. `update_class_embeddings` recomputes them
+    classifier holds its own. As in `HydraClassifier`, every `Dense` layer
+    of the classifier's graph becomes one per member (`heads`: the vision
+    projection, then the class embeddings), equal to the classifier's
+    until `fit` trains them apart. `update_class_embeddings` recomputes them
     after the text head masks or weights change (circuit search does).
 
     Heads are chosen as the paper does by circuit search over both
