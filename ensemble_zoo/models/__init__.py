@@ -18,6 +18,7 @@ from ensemble_zoo.models.deep_ensemble import DeepEnsembleClassifier
 from ensemble_zoo.models.ensemble_classifier import EnsembleClassifier
 from ensemble_zoo.models.hydra import HydraBackbone
 from ensemble_zoo.models.hydra import HydraClassifier
+from ensemble_zoo.models.hydra import HydraCLIPZeroShotBackbone
 from ensemble_zoo.models.hydra import HydraCLIPZeroShotClassifier
 from ensemble_zoo.models.hydra import HydraImageClassifier
 from ensemble_zoo.models.hydra import HydraModelBackbone

@@ -192,11 +192,13 @@ class CLIPZeroShotClassifier(keras_hub.models.ImageClassifier):
         ids = tile_members(
             ops.convert_to_tensor(self.class_token_ids.reshape(-1, length)), num_members
         )
-        text = self.backbone.get_text_embeddings(ids)
+        # In float32 whatever the policy (bfloat16 norms, and TensorFlow
+        # refuses a float32 scale times bfloat16 embeddings).
+        text = ops.cast(self.backbone.get_text_embeddings(ids), "float32")
         text = text / ops.norm(text, axis=-1, keepdims=True)
         text = ops.mean(ops.reshape(text, (num_members, classes, prompts, -1)), axis=2)
         text = text / ops.norm(text, axis=-1, keepdims=True)
-        scale = ops.exp(self.backbone.clip_head.logit_scale)
+        scale = ops.exp(ops.cast(self.backbone.clip_head.logit_scale, "float32"))
         return ops.convert_to_numpy(ops.transpose(text * scale, (0, 2, 1)))
 
     def get_config(self):

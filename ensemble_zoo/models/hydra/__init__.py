@@ -1,5 +1,6 @@
 from ensemble_zoo.models.hydra.hydra_backbone import HydraBackbone
 from ensemble_zoo.models.hydra.hydra_classifier import HydraClassifier
+from ensemble_zoo.models.hydra.hydra_clip_zero_shot_classifier import HydraCLIPZeroShotBackbone
 from ensemble_zoo.models.hydra.hydra_clip_zero_shot_classifier import HydraCLIPZeroShotClassifier
 from ensemble_zoo.models.hydra.hydra_encoder_block import HydraEncoderBlock
 from ensemble_zoo.models.hydra.hydra_image_classifier import HydraImageClassifier

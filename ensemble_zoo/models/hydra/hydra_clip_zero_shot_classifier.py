@@ -14,6 +14,14 @@ from ensemble_zoo.utils.sublayers import set_trainable
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
+class HydraCLIPZeroShotBackbone(HydraModelBackbone):
+    """`HydraModelBackbone` holding a `CLIPZeroShotClassifier`: the same
+    network, a class of its own because keras-hub's preset loader finds a
+    task by its backbone's class (`HydraClassifier`'s is
+    `HydraModelBackbone`)."""
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
 class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClassifier):
     """Zero-shot Hydra Ensembles: members of a CLIP zero-shot classifier
     that each keep their own heads in both encoders.
@@ -55,8 +63,8 @@ class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClas
             member that keeps every head.
         reuse_head: must be `True` or `None` (the members' heads are the
             pruned text encoders' class embeddings); there for the config.
-        backbone: a `HydraModelBackbone`, instead of `model` (how the
-            classifier is rebuilt from its config).
+        backbone: a `HydraCLIPZeroShotBackbone`, instead of `model` (how
+            the classifier is rebuilt from its config).
         preprocessor: optional keras-hub image preprocessor (`from_model`
             takes the classifier's).
         **kwargs: other `keras_hub.models.Task` arguments (`name`, `dtype`).
@@ -88,7 +96,7 @@ class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClas
     ```
     """
 
-    backbone_cls = HydraModelBackbone
+    backbone_cls = HydraCLIPZeroShotBackbone
 
     def __init__(
         self,
@@ -111,10 +119,14 @@ class HydraCLIPZeroShotClassifier(EnsembleClassifier, keras_hub.models.ImageClas
                 f"embeddings; got {reuse_head!r}."
             )
         method_config = method_arguments(
-            backbone, (HydraModelBackbone,), METHOD_DEFAULTS, head_masks=head_masks, reuse_head=True
+            backbone,
+            (HydraCLIPZeroShotBackbone,),
+            METHOD_DEFAULTS,
+            head_masks=head_masks,
+            reuse_head=True,
         )
         backbone = wrapping_backbone(
-            HydraModelBackbone,
+            HydraCLIPZeroShotBackbone,
             backbone,
             kwargs.get("dtype"),
             method_config=method_config,
