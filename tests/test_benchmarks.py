@@ -389,3 +389,15 @@ def test_llm_memory_benchmark_measures_each_call():
         "keras-hub fit",
     ]
     assert all(row["length"] == 20 and 0.0 <= row["peak_gb"] < 1.0 for row in rows), rows
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+@skip_on_alternate_days("benchmark_scripts")
+def test_zero_shot_hydra_benchmark_runs_and_agrees():
+    out = run_python(
+        "import sys; sys.argv = ['zero_shot_hydra.py', '--batches', '4', '--repeats', '1'];"
+        "import runpy; runpy.run_path('benchmarks/zero_shot_hydra.py', run_name='__main__')"
+    )
+    row = re.search(r"^\s+4\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)x\s+([0-9.]+)$", out, re.M)
+    assert row, out
+    assert float(row[4]) >= 0.75, out  # the ensemble mostly predicts the single model's class
