@@ -14,6 +14,7 @@ from ensemble_zoo.layers.masksembles_mask import MasksemblesMask
 from ensemble_zoo.layers.masksembles_mask import masksembles_masks
 from ensemble_zoo.layers.member_broadcast import MemberBroadcast
 from ensemble_zoo.layers.member_initializer import MemberInitializer
+from ensemble_zoo.layers.member_tiling import FirstMemberRows
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.layers.moe import ExpertsChoiceRouter

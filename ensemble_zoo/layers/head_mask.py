@@ -6,6 +6,7 @@ from keras import ops
 
 from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.layers.member_selection import selected_members
+from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import static_shape
 
@@ -52,6 +53,11 @@ class HeadMask(keras.layers.Layer):
     Args:
         masks: 0 / 1 array `(members, heads)`, the heads each member keeps.
         layout: `"split"` or `"flat"`, where the heads lie in the input.
+        one_copy: bool. `True`: every member keeps the same heads (the
+            rows of `masks` must be equal) and the first row applies to
+            every input row, so the layer computes the same on member-major
+            rows and on one copy of the batch, as a shared trunk runs it
+            (`ensemble_zoo.models.shared_trunk`). Defaults to `False`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -67,11 +73,17 @@ class HeadMask(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, masks, layout="split", **kwargs):
+    def __init__(self, masks, layout="split", one_copy=False, **kwargs):
         super().__init__(**kwargs)
         self.initial_masks = check_head_masks(masks, name="masks")
         self.num_members, self.num_heads = self.initial_masks.shape
         self.layout = check_choice(layout, "layout", LAYOUTS)
+        self.one_copy = check_bool(one_copy, "one_copy")
+        if self.one_copy and not (self.initial_masks == self.initial_masks[:1]).all():
+            raise ValueError(
+                "`one_copy=True` needs every member to keep the same heads (equal rows of "
+                f"`masks`); got {self.initial_masks.astype(int).tolist()}."
+            )
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -98,6 +110,9 @@ class HeadMask(keras.layers.Layer):
         )
 
     def call(self, inputs):
+        if self.one_copy:
+            mask = ops.cast(self.masks[0], inputs.dtype)
+            return self._masked(inputs, mask[None], 1)
         static = static_shape(inputs)
         members = selected_count(self.num_members)
         if static[0] is not None and static[0] % members:
@@ -106,6 +121,11 @@ class HeadMask(keras.layers.Layer):
                 f"{members}; got {static[0]}."
             )
         masks, members = selected_members(ops.cast(self.masks, inputs.dtype), self.num_members)
+        return self._masked(inputs, masks, members)
+
+    def _masked(self, inputs, masks, members):
+        """`inputs` (rows of `members` members, member-major) with member
+        `m`'s heads outside `masks[m]` zeroed."""
         shape = ops.shape(inputs)
         x = ops.reshape(inputs, (members, -1, self.num_heads, self.head_dim))
         x = x * masks[:, None, :, None]
@@ -119,4 +139,5 @@ class HeadMask(keras.layers.Layer):
             **super().get_config(),
             "masks": self.initial_masks.astype(int).tolist(),
             "layout": self.layout,
+            "one_copy": self.one_copy,
         }

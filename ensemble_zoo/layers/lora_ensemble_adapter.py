@@ -3,6 +3,11 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.layers.blob_posterior import blob_sigma
+from ensemble_zoo.layers.blob_posterior import check_blob
+from ensemble_zoo.layers.blob_posterior import flipout_noise
+from ensemble_zoo.layers.blob_posterior import gaussian_kl
+from ensemble_zoo.layers.blob_posterior import rho_bounds
 from ensemble_zoo.layers.member_initializer import MemberInitializer
 from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.layers.member_selection import selected_member
@@ -132,6 +137,13 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         seed: optional int; member `m`'s `A` uses seed `seed + m`.
         member_layout: `"member_major"` (default; rows `m * batch + b`) or
             `"batch_major"` (rows `b * members + m`).
+        blob: `None` (default), or a dict making each `A_m` BLoB's
+            variational Gaussian (`ensemble_zoo.layers.blob_posterior`):
+            `kl_weight` (required), `eps` (0.05) and `prior_std` (0.2).
+            The layer then holds `lora_a_rho` beside `lora_a` (the mean);
+            in training it adds flipout noise to the update and the KL
+            term, times `kl_weight`, to the model's losses; outside
+            training it computes the posterior mean.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -162,6 +174,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         a_gain=10.0,
         seed=None,
         member_layout="member_major",
+        blob=None,
         **kwargs,
     ):
         if isinstance(base_layer, dict):
@@ -191,6 +204,9 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         self.a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         self.seed = seed
         self.member_layout = check_choice(member_layout, "member_layout", MEMBER_LAYOUTS)
+        self.blob = check_blob(blob)
+        if self.blob is not None:
+            self.seed_generator = keras.random.SeedGenerator(seed)
         self.base_layer = base_layer
         set_trainable(self.base_layer, False)
         if base_layer.built:
@@ -222,6 +238,13 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         self.lora_b = self.add_weight(
             name="lora_b", shape=(self.num_members, self.rank, self.d_out), initializer="zeros"
         )
+        if self.blob is not None:
+            low, high = rho_bounds(self.blob["eps"])
+            self.lora_a_rho = self.add_weight(
+                name="lora_a_rho",
+                shape=(self.num_members, self.d_in, self.rank),
+                initializer=keras.initializers.RandomUniform(low, high, seed=self.seed),
+            )
         self.built = True
 
     def _check_input_shape(self, shape, members):
@@ -255,8 +278,9 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
                 f"must be a multiple of {members}; got shape {shape}."
             )
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         member = selected_member()
+        sample = bool(training) and self.blob is not None
         shape = tuple(inputs.shape)
         self._check_input_shape(
             shape,
@@ -268,6 +292,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         rows = math.prod(shape[: len(shape) - self.n_in]) if known else 0
         if (
             member is not None
+            and not sample
             and self.member_layout == "member_major"
             and getattr(self.base_layer, "quantization_mode", None) is None
             and rows * (self.d_in + self.d_out) > self.d_in * self.d_out
@@ -284,7 +309,10 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         if self.member_layout == "member_major":
             # (M * batch, ..., d_in) -> (M, rows, d_in): member-major rows.
             x = ops.reshape(x, (members, -1, self.d_in))
-            z = ops.einsum("mni,mir->mnr", x, a)
+            equation = "mni,mir->mnr"
+            z = ops.einsum(equation, x, a)
+            if sample:
+                z = z + self._blob_noise(x, equation, members)
             delta = ops.einsum("mnr,mro->mno", z, b)
         else:
             # (batch * M, tokens, d_in) -> (batch, M, rest, d_in).
@@ -293,12 +321,39 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             for size in shape[1 : len(shape) - self.n_in]:
                 rest = rest * size
             x = ops.reshape(x, (-1, self.num_members, rest, self.d_in))
-            z = ops.einsum("bmni,mir->bmnr", x, a)
+            equation = "bmni,mir->bmnr"
+            z = ops.einsum(equation, x, a)
+            if sample:
+                z = z + self._blob_noise(x, equation, self.num_members)
             delta = ops.einsum("bmnr,mro->bmno", z, b)
         if self.scale != 1.0:
             delta = delta * self.scale
         delta = ops.reshape(delta, ops.shape(outputs))
         return outputs + ops.cast(delta, outputs.dtype)
+
+    def _blob_noise(self, x, equation, members):
+        """BLoB's flipout noise for the rows `x` of `members` members (in
+        the rank space, before `B`), and its KL term added to the losses."""
+        rho, _ = selected_members(self.lora_a_rho, self.num_members)
+        mean, _ = selected_members(self.lora_a, self.num_members)
+        sigma = blob_sigma(ops.cast(rho, "float32"))
+        self.add_loss(
+            self.blob["kl_weight"]
+            * gaussian_kl(ops.cast(mean, "float32"), sigma, self.blob["prior_std"])
+        )
+        rank_shape = tuple(ops.shape(x)[:-1]) + (self.rank,)
+        signs = [
+            ops.cast(
+                2 * keras.random.randint(shape, 0, 2, seed=self.seed_generator) - 1,
+                self.compute_dtype,
+            )
+            for shape in (ops.shape(x), rank_shape)
+        ]
+        normal = keras.random.normal(
+            ops.shape(mean), dtype=self.compute_dtype, seed=self.seed_generator
+        )
+        sigma = ops.cast(sigma, self.compute_dtype)
+        return flipout_noise(x, sigma, signs[0], signs[1], normal, equation)
 
     def compute_output_shape(self, input_shape):
         return self.base_layer.compute_output_shape(input_shape)
@@ -345,6 +400,7 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
                 "a_gain": self.a_gain,
                 "seed": self.seed,
                 "member_layout": self.member_layout,
+                "blob": self.blob,
             }
         )
         return config

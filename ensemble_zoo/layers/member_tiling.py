@@ -5,6 +5,8 @@
 layers on every member's copy of the input folds the members into the
 batch (`(members * batch, ...)`, row `m * batch + b` is member `m`'s copy
 of sample `b`) and unfolds them into the zoo's member axis at the end.
+`FirstMemberRows` takes one copy back out of a tiled batch, for a shared
+trunk (`ensemble_zoo.models.shared_trunk`).
 """
 
 import keras
@@ -101,3 +103,40 @@ class UntileMembers(_MemberRows):
                 )
             batch //= self.num_members
         return (batch, self.num_members) + tuple(input_shape[1:])
+
+
+@keras.saving.register_keras_serializable(package="ensemble_zoo")
+class FirstMemberRows(_MemberRows):
+    """`(num_members * batch, ...)` member rows -> the first member's
+    `(batch, ...)`: one copy of a batch tiled by `TileMembers`, for layers
+    every member computes alike (`ensemble_zoo.models.shared_trunk`).
+
+    Args:
+        num_members: int.
+        order: `"member_major"` (default) or `"batch_major"`, as the rows
+            were tiled.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from ensemble_zoo.layers import FirstMemberRows
+
+    FirstMemberRows(3)(np.zeros((6, 17, 8), "float32")).shape  # (2, 17, 8)
+    ```
+    """
+
+    def call(self, inputs):
+        return untile_members(inputs, selected_count(self.num_members), self.order)[:, 0]
+
+    def compute_output_shape(self, input_shape):
+        batch = input_shape[0]
+        if batch is not None:
+            if batch % self.num_members:
+                raise ValueError(
+                    f"FirstMemberRows({self.num_members}) needs a batch divisible "
+                    f"by {self.num_members}; got {batch}."
+                )
+            batch //= self.num_members
+        return (batch,) + tuple(input_shape[1:])

@@ -33,6 +33,9 @@ class MethodBackbone(QuantizationModesMixin):
     bases, sets `method_keys` (the method's constructor arguments) and
     implements `apply_method(self, **method_config)`, which changes the
     freshly built backbone (this object, during its own construction).
+    `method_defaults` gives the method arguments that may be left out (a
+    method argument added after presets were saved, whose configs lack
+    it) their values.
 
     The constructor takes the keras-hub class's arguments, the method's
     (`method_keys`) and, keyword-only, `start_from`: `None`, or a built
@@ -41,8 +44,11 @@ class MethodBackbone(QuantizationModesMixin):
     """
 
     method_keys = ()
+    method_defaults = {}
 
     def __init__(self, *args, start_from=None, **kwargs):
+        for key, value in self.method_defaults.items():
+            kwargs.setdefault(key, value)
         missing = [key for key in self.method_keys if key not in kwargs]
         if missing:
             raise TypeError(

@@ -1,6 +1,7 @@
-"""Training procedures that yield ensembles: Snapshot Ensembles, and
-Laplace-LoRA's posterior samples of a LoRA fine-tune."""
+"""Training procedures that yield ensembles: Snapshot Ensembles, and the
+posterior samples of a LoRA fine-tune (Laplace-LoRA, BLoB) as members."""
 
+from ensemble_zoo.training.blob_lora import blob_samples
 from ensemble_zoo.training.kfac import kfac_factors
 from ensemble_zoo.training.laplace_lora import laplace_lora
 from ensemble_zoo.training.snapshot_ensemble import SnapshotEnsemble

@@ -21,7 +21,7 @@ def num_members_of(model):
     )
 
 
-def with_members(model, num_members, values, name=None):
+def with_members(model, num_members, values, name=None, changes=None, sources=None):
     """A model of `model`'s class and config with `num_members` members.
 
     Args:
@@ -34,6 +34,10 @@ def with_members(model, num_members, values, name=None):
             axis is `model`'s number of members where the new one's is
             `num_members`); the value must have the new weight's shape.
         name: optional name of the new model. Defaults to `model`'s.
+        changes: optional dict of other method arguments to set where the
+            config names `num_members` (e.g. `{"blob": None}`).
+        sources: optional list of `model`'s weights, one per weight of the
+            new model in order; defaults to `model.weights`.
 
     Returns:
         The new model, every weight set from `values`.
@@ -44,10 +48,14 @@ def with_members(model, num_members, values, name=None):
     for place in (config, backbone):
         if isinstance(place.get("num_members"), int):
             place["num_members"] = num_members
+            for key, value in (changes or {}).items():
+                if key in place:
+                    place[key] = value
     if name is not None:
         config["name"] = name
     new = type(model).from_config(config)
-    for variable, source in zip(new.weights, model.weights, strict=True):
+    sources = model.weights if sources is None else sources
+    for variable, source in zip(new.weights, sources, strict=True):
         shape, each = tuple(variable.shape), tuple(source.shape)
         member_axis = shape != each
         if member_axis and (each[0] != old or shape != (num_members,) + each[1:]):

@@ -128,6 +128,33 @@ def test_hydra_members_equal_separately_pruned_clips_in_both_encoders(tmp_path):
         np.testing.assert_array_equal(to_np(w), before)
 
 
+def test_members_that_prune_text_heads_only_share_one_vision_pass():
+    """Every member keeps every vision head: the vision encoder runs once,
+    on one copy of the batch, and is tiled into members after it; the
+    members still equal the separately pruned CLIPs."""
+    clip = tiny_clip()
+    single = ez.models.CLIPZeroShotClassifier(clip, PROMPTS)
+    masks = [
+        [[1, 1], [1, 1], [1, 1, 1, 1], [0, 1, 1, 0]],
+        [[1, 1], [1, 1], [1, 0, 1, 1], [1, 1, 1, 1]],
+    ]
+    hydra = ez.models.HydraCLIPZeroShotClassifier.from_model(single, masks)
+    network = hydra.backbone.network
+    (vision,) = [layer for layer in network.layers if isinstance(layer, type(clip.vision_encoder))]
+    # Its call in the network (the classifier's own graph calls it too).
+    assert any(
+        isinstance(parent.operation, ez.layers.FirstMemberRows)
+        for node in vision._inbound_nodes
+        for parent in node.parent_nodes
+    )
+    assert sum(isinstance(layer, ez.layers.TileMembers) for layer in network.layers) == 1
+    x = images(4)
+    logits = hydra.predict(x, verbose=0)
+    for m, member in enumerate(masks):
+        reference = reference_logits(pruned_copy(clip, member), x, PROMPTS)
+        np.testing.assert_allclose(logits[:, m], reference, atol=1e-5)
+
+
 def test_circuit_search_scores_heads_of_both_encoders():
     """The ablation score of a text head is the accuracy of the CLIP with
     that head removed (its class embeddings recomputed), and the ranking

@@ -7,10 +7,12 @@ import numpy as np
 from ensemble_zoo.layers.head_mask import HeadMask
 from ensemble_zoo.layers.head_mask import check_head_masks
 from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedInput
-from ensemble_zoo.models.member_heads import member_rows_classifier
+from ensemble_zoo.models.member_heads import member_heads_network
 from ensemble_zoo.models.member_sites import layers_in_order
 from ensemble_zoo.models.member_sites import projection_sites
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
+from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
+from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
 from ensemble_zoo.utils.naming import path_scope
 from ensemble_zoo.utils.sublayers import replace_sublayer
@@ -91,6 +93,17 @@ def check_member_head_masks(head_masks, sites):
     return masks
 
 
+def _prunes_per_member(layer):
+    """Whether `layer` holds a `HeadMask` of members that keep different
+    heads."""
+    if not isinstance(layer, keras.layers.Layer):
+        return False  # an operation of the graph (`x[0]`): no weights
+    return any(
+        isinstance(sub, HeadMask) and sub.num_members > 1 and not sub.one_copy
+        for sub in layer._flatten_layers(include_self=True)
+    )
+
+
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
 class HydraModelBackbone(WrappedModelsBackbone):
     """A copy of a keras-hub classifier of any family with multi-head
@@ -104,11 +117,16 @@ class HydraModelBackbone(WrappedModelsBackbone):
     member `m`'s rows keep the heads of `head_masks[m]`, so member `m`
     computes the classifier with the other heads removed. Every `Dense`
     layer after the classifier's backbone becomes one layer per member
-    (`ensemble_zoo.models.member_heads`). It runs the members on the
-    member-major batch `(members * batch, ...)`: every head is computed
-    and the pruned ones are zeroed, so it costs `members` passes of the
-    classifier (the fused pruned pass is the ViT's and BERT's,
-    `HydraImageClassifier` / `HydraTextClassifier`).
+    (`ensemble_zoo.models.member_heads`). It takes the member-major batch
+    `(members * batch, ...)`. The layers before the first attention layer
+    where the members keep different heads run once, on one copy of the
+    batch (`ensemble_zoo.models.shared_trunk`; an attention layer where
+    every member keeps the same heads masks them alike, `HeadMask`'s
+    `one_copy`); from
+    there every head is computed per member and the pruned ones are
+    zeroed, so the rest costs `members` passes (the fused pruned pass is
+    the ViT's and BERT's, `HydraImageClassifier` /
+    `HydraTextClassifier`).
 
     Args:
         model: a built keras-hub classifier with multi-head attention,
@@ -139,16 +157,19 @@ class HydraModelBackbone(WrappedModelsBackbone):
         sites = head_sites(getattr(model, "backbone", model))
         head_masks = check_member_head_masks(head_masks, sites)
         num_members = len(head_masks)
-        input_spec, num_classes, model, network, heads = member_rows_classifier(
-            model, num_members, reuse_head, dtype, adopt_models
-        )
+        input_spec, num_classes = member_io_shapes(model)
+        model = own_wrapped_model(model, dtype, copy=True, adopt=adopt_models)
         masks = []
         for i, (parent, attribute, _, layout) in enumerate(head_sites(model.backbone)):
             layer = getattr(parent, attribute)
+            rows = [member[i] for member in head_masks]
             with path_scope(parent.path):
+                # Where every member keeps the same heads, the mask can
+                # run in the shared trunk.
                 mask = HeadMask(
-                    [member[i] for member in head_masks],
+                    rows,
                     layout,
+                    one_copy=len(rows) > 1 and all(row == rows[0] for row in rows),
                     dtype=layer.dtype_policy,
                     name="head_mask",
                 )
@@ -163,6 +184,11 @@ class HydraModelBackbone(WrappedModelsBackbone):
                 )
             replace_sublayer(parent, attribute, masked)
             masks.append(mask)
+        # The layers before the first that prunes heads differently per
+        # member run once per input row (`shared_trunk`).
+        network, heads = member_heads_network(
+            model, num_members, reuse_head, per_member=_prunes_per_member
+        )
 
         # === Functional Model ===
         inputs = wrapped_inputs(input_spec)

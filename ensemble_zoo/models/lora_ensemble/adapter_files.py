@@ -40,6 +40,12 @@ def save_adapters(model, filepath, suffix=".lora_ensemble.h5", head=None):
     """Writes `model`'s adapters (and `head`'s kernel and bias, when given)
     to `filepath`, a name ending in `suffix`."""
     filepath = check_suffix(filepath, suffix)
+    if any(getattr(adapter, "blob", None) is not None for adapter in model.adapters):
+        raise ValueError(
+            "The adapters are BLoB's Gaussians (`blob`), which an adapter file does not "
+            "hold: save the whole model, or its samples "
+            "(`ensemble_zoo.training.blob_samples`)."
+        )
     with h5py.File(filepath, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["format_version"] = FORMAT_VERSION

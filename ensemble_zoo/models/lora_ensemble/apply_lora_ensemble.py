@@ -53,7 +53,14 @@ def check_targets(targets, allowed=tuple(ATTENTION_PROJECTIONS)):
 
 
 def apply_lora_ensemble(
-    backbone, num_members, rank, targets=DEFAULT_TARGETS, lora_alpha=None, a_gain=10.0, seed=None
+    backbone,
+    num_members,
+    rank,
+    targets=DEFAULT_TARGETS,
+    lora_alpha=None,
+    a_gain=10.0,
+    seed=None,
+    blob=None,
 ):
     """Freezes a keras-hub backbone and gives it M LoRA adapters per projection.
 
@@ -85,6 +92,9 @@ def apply_lora_ensemble(
         seed: optional int for reproducible `A` initializations; adapter
             `i` (in `lora_ensemble_adapters` order) uses seeds
             `seed + i * num_members + m`.
+        blob: `None` (default), or BLoB's settings (a dict with
+            `kl_weight`, optionally `eps` and `prior_std`): each `A_m` is
+            then a learned Gaussian (`LoRAEnsembleAdapter`'s `blob`).
 
     Returns:
         The list of adapters created.
@@ -121,16 +131,17 @@ def apply_lora_ensemble(
     sites = [
         (attention, ATTENTION_PROJECTIONS[target]) for attention in attentions for target in targets
     ]
-    return adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed)
+    return adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed, blob=blob)
 
 
 def adapt_projections(
-    sites, num_members, rank, lora_alpha, a_gain, seed, member_layout="member_major"
+    sites, num_members, rank, lora_alpha, a_gain, seed, member_layout="member_major", blob=None
 ):
     """Replaces each projection `getattr(parent, attribute)` of `sites`
     (`(parent, attribute)` pairs, in order) by a `LoRAEnsembleAdapter` on
     it; adapter `i` seeds its members with `seed + i * num_members + m`.
-    `rank` is one int or one per site. Returns the adapters."""
+    `rank` is one int or one per site; `blob` is the adapters' (BLoB's
+    settings or `None`). Returns the adapters."""
     ranks = list(rank) if isinstance(rank, (list, tuple)) else [rank] * len(sites)
     adapters = []
     for (parent, attribute), rank in zip(sites, ranks, strict=True):
@@ -147,6 +158,7 @@ def adapt_projections(
                 a_gain=a_gain,
                 seed=None if seed is None else seed + len(adapters) * num_members,
                 member_layout=member_layout,
+                blob=blob,
                 dtype=base.dtype_policy,
             )
         replace_sublayer(parent, attribute, adapter)

@@ -8,7 +8,9 @@ from ensemble_zoo.models.method_backbone import MethodBackbone
 
 
 class _LoRAEnsembleBackbone(MethodBackbone):
-    method_keys = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed")
+    method_keys = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed", "blob")
+    # Presets saved before BLoB have no `blob` in their config.
+    method_defaults = {"blob": None}
 
     def apply_method(self, **method_config):
         apply_lora_ensemble(self, **method_config)
@@ -25,7 +27,7 @@ class LoRAEnsembleViTBackbone(_LoRAEnsembleBackbone, keras_hub.models.ViTBackbon
     classifier. Build it through the classifier.
 
     Args:
-        num_members, rank, targets, lora_alpha, a_gain, seed: as in
+        num_members, rank, targets, lora_alpha, a_gain, seed, blob: as in
             `apply_lora_ensemble`.
         **kwargs: `keras_hub.models.ViTBackbone` arguments.
     """
@@ -37,7 +39,7 @@ class LoRAEnsembleBertBackbone(_LoRAEnsembleBackbone, keras_hub.models.BertBackb
     `LoRAEnsembleTextClassifier` builds it; see `LoRAEnsembleViTBackbone`.
 
     Args:
-        num_members, rank, targets, lora_alpha, a_gain, seed: as in
+        num_members, rank, targets, lora_alpha, a_gain, seed, blob: as in
             `apply_lora_ensemble`.
         **kwargs: `keras_hub.models.BertBackbone` arguments.
     """

@@ -50,6 +50,10 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             copy of `model`'s; `False` initializes each member's head on
             its own.
         seed: optional int for the adapters' initialization.
+        blob: `None` (default), or BLoB's settings (a dict with
+            `kl_weight`, optionally `eps` and `prior_std`): each `A_m` is
+            a learned Gaussian, trained by `fit` with its KL term and
+            sampled into members by `ensemble_zoo.training.blob_samples`.
         backbone: a `LoRAEnsembleModelBackbone`, instead of `model` (how
             the classifier is rebuilt from its config). The method's
             arguments left `None` are then the backbone's.
@@ -97,6 +101,7 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         a_gain=None,
         reuse_head=None,
         seed=None,
+        blob=None,
         backbone=None,
         preprocessor=None,
         **kwargs,
@@ -112,6 +117,7 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             a_gain=a_gain,
             reuse_head=reuse_head,
             seed=seed,
+            blob=blob,
         )
         backbone = wrapping_backbone(
             LoRAEnsembleModelBackbone,

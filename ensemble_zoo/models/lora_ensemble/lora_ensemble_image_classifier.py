@@ -59,6 +59,10 @@ class LoRAEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClas
             backbone's when it is a `LoRAEnsembleViTBackbone`, else the
             defaults named here. `seed` and the arguments after it are
             keyword-only.
+        blob: `None` (default), or BLoB's settings (a dict with
+            `kl_weight`, optionally `eps` and `prior_std`): each `A_m` is
+            a learned Gaussian, trained by `fit` with its KL term and
+            sampled into members by `ensemble_zoo.training.blob_samples`.
         preprocessor: optional keras-hub preprocessor run by `fit`,
             `predict` and `evaluate` on raw images.
         pooling: `"token"` (the class token, default) or `"gap"` (the mean
@@ -100,6 +104,7 @@ class LoRAEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClas
         a_gain=None,
         *,
         seed=None,
+        blob=None,
         preprocessor=None,
         pooling="token",
         dropout=0.0,
@@ -116,6 +121,7 @@ class LoRAEnsembleImageClassifier(EnsembleClassifier, keras_hub.models.ImageClas
             lora_alpha=lora_alpha,
             a_gain=a_gain,
             seed=seed,
+            blob=blob,
         )
         num_classes = check_positive_int(num_classes, "num_classes")
         pooling = check_pooling(pooling)

@@ -1,5 +1,6 @@
 import keras
 
+from ensemble_zoo.layers.blob_posterior import check_blob
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
@@ -57,6 +58,8 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         reuse_head: bool. Defaults to `True`.
         seed: optional int for the adapters' `A` (adapter `i` seeds member
             `m` with `seed + i * num_members + m`).
+        blob: `None` (default), or BLoB's settings: each `A_m` a learned
+            Gaussian (`LoRAEnsembleAdapter`'s `blob`).
         dtype: optional dtype policy for every layer.
         adopt_models: bool, keyword-only: hold `model` as it is (what
             `from_config` passes). Defaults to `False`.
@@ -80,6 +83,7 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         a_gain=10.0,
         reuse_head=True,
         seed=None,
+        blob=None,
         dtype=None,
         *,
         adopt_models=False,
@@ -90,12 +94,13 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         targets = check_targets(targets)
         a_gain = check_real(a_gain, "a_gain", low=0.0, low_open=True)
         reuse_head = check_bool(reuse_head, "reuse_head")
+        blob = check_blob(blob)
         input_spec, num_classes, model, network, heads = member_rows_classifier(
             model, num_members, reuse_head, dtype, adopt_models
         )
         sites = attention_sites(model.backbone, targets)
         freeze_weights(model)
-        adapters = adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed)
+        adapters = adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed, blob=blob)
 
         # === Functional Model ===
         inputs = wrapped_inputs(input_spec)
@@ -117,3 +122,4 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         self.a_gain = a_gain
         self.reuse_head = reuse_head
         self.seed = seed
+        self.blob = blob

@@ -22,6 +22,14 @@ PRESETS = {
             "members of one LoRA-Ensemble."
         ),
     },
+    "blob_lora_vit_tiny_digits": {
+        "path": "blob_lora_vit_tiny_digits",
+        "description": (
+            "BLoB: 10 samples of a rank-4 LoRA of vit_tiny_digits whose A matrices are "
+            "Gaussians learned by backpropagation, run as the members of one "
+            "LoRA-Ensemble."
+        ),
+    },
     "lora_ensemble_vit_b16_16x8": {
         "path": "lora_ensemble_vit_b16_16x8",
         "description": (

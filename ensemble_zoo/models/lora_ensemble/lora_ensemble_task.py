@@ -7,6 +7,7 @@ and the methods both classes take as they are (`adapters`,
 import keras
 import numpy as np
 
+from ensemble_zoo.layers.blob_posterior import check_blob
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import DEFAULT_TARGETS
@@ -32,6 +33,7 @@ METHOD_DEFAULTS = {
     "lora_alpha": None,
     "a_gain": 10.0,
     "seed": None,
+    "blob": None,
 }
 
 
@@ -49,6 +51,7 @@ def lora_ensemble_backbone(backbone, **given):
     config["rank"] = check_positive_int(config["rank"], "rank")
     config["targets"] = list(check_targets(config["targets"]))
     config["a_gain"] = float(config["a_gain"])
+    config["blob"] = check_blob(config["blob"])
     if not isinstance(backbone, MethodBackbone) and lora_ensemble_adapters(backbone):
         raise ValueError(
             "`backbone` already has LoRA-Ensemble adapters; pass a plain "
@@ -84,6 +87,7 @@ def lora_ensemble_config(task):
         "lora_alpha": task.lora_alpha,
         "a_gain": task.a_gain,
         "seed": task.seed,
+        "blob": task.blob,
         "dropout": task.dropout,
         "member_batching": task.member_batching,
     }
@@ -105,6 +109,7 @@ def set_lora_ensemble_config(task, backbone, num_classes, pooling, dropout):
     task.lora_alpha = method_config["lora_alpha"]
     task.a_gain = float(method_config["a_gain"])
     task.seed = method_config["seed"]
+    task.blob = method_config["blob"]
 
 
 def lora_ensemble_from_keras_hub(

@@ -30,8 +30,8 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
     `token_ids`, `segment_ids` and `padding_mask`, tiles each once to
     `(members * batch, tokens)`, and returns member logits
     `(batch, members, classes)`. The method's arguments (`num_members`,
-    `rank`, `targets`, `lora_alpha`, `a_gain` and the keyword-only `seed`)
-    are `LoRAEnsembleImageClassifier`'s.
+    `rank`, `targets`, `lora_alpha`, `a_gain` and the keyword-only `seed`
+    and `blob`) are `LoRAEnsembleImageClassifier`'s.
 
     Args:
         backbone: a `LoRAEnsembleBertBackbone` (its adapters' arguments
@@ -40,8 +40,8 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
             backbone with its config and weights plus the adapters;
             `backbone` is not changed.
         num_classes: int.
-        num_members, rank, targets, lora_alpha, a_gain, seed: the method's
-            arguments, as `LoRAEnsembleImageClassifier` takes them.
+        num_members, rank, targets, lora_alpha, a_gain, seed, blob: the
+            method's arguments, as `LoRAEnsembleImageClassifier` takes them.
         preprocessor: optional `keras_hub.models.TextClassifierPreprocessor`
             run on raw strings by `fit`, `predict` and `evaluate`.
         dropout: float, dropout before the heads. Defaults to `0.1`
@@ -87,6 +87,7 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
         a_gain=None,
         *,
         seed=None,
+        blob=None,
         preprocessor=None,
         dropout=0.1,
         member_batching="auto",
@@ -102,6 +103,7 @@ class LoRAEnsembleTextClassifier(EnsembleClassifier, keras_hub.models.TextClassi
             lora_alpha=lora_alpha,
             a_gain=a_gain,
             seed=seed,
+            blob=blob,
         )
         num_classes = check_positive_int(num_classes, "num_classes")
         dropout = check_rate(dropout, "dropout")

@@ -16,6 +16,7 @@ import math
 import keras
 import keras_hub
 
+from ensemble_zoo.layers.blob_posterior import check_blob
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExpertKernel
 from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts
@@ -55,7 +56,9 @@ def factor_layers(site_layers):
     return layers
 
 
-def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_gain, seed):
+def apply_decoder_adapters(
+    backbone, num_members, rank, targets, lora_alpha, a_gain, seed, blob=None
+):
     """The adapters of `backbone`'s decoder blocks (`LoRAEnsembleAdapter`,
     or `LoRAEnsembleExperts` for `"experts"`), block by block and within a
     block in `targets` order.
@@ -76,6 +79,8 @@ def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_g
             rank` (`None`: 1).
         a_gain: float, the Xavier-uniform gain of each `A_m`.
         seed: optional int.
+        blob: `None`, or BLoB's settings (`LoRAEnsembleAdapter`'s
+            `blob`); not with `"experts"`.
 
     Returns:
         The list of adapters.
@@ -83,14 +88,22 @@ def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_g
     num_members = check_positive_int(num_members, "num_members")
     targets = check_targets(targets)
     ranks = check_ranks(rank, targets)
+    blob = check_blob(blob)
+    if blob is not None and EXPERTS_TARGET in targets:
+        raise ValueError(
+            f"`blob` (BLoB's Gaussian `A`) takes projection targets, not {EXPERTS_TARGET!r}."
+        )
     sites, roles = decoder_sites(backbone, targets)
     # A fused query-key-value projection takes the rank of its first target.
     role_ranks = [ranks.get(role, ranks[_first_fused(targets)]) for role in roles]
     held = [getattr(parent, attribute) for parent, attribute in sites]
     adapted = [isinstance(layer, (LoRAEnsembleAdapter, LoRAEnsembleExperts)) for layer in held]
     if all(adapted):
-        expected = [(num_members, r, lora_alpha, "batch_major") for r in role_ranks]
-        found = [(a.num_members, a.rank, a.lora_alpha, a.member_layout) for a in held]
+        expected = [(num_members, r, lora_alpha, "batch_major", blob) for r in role_ranks]
+        found = [
+            (a.num_members, a.rank, a.lora_alpha, a.member_layout, getattr(a, "blob", None))
+            for a in held
+        ]
         if found != expected:
             raise ValueError(
                 f"`backbone` already holds LoRA-Ensemble adapters of other members, ranks "
@@ -111,7 +124,14 @@ def apply_decoder_adapters(backbone, num_members, rank, targets, lora_alpha, a_g
             seeds_used += sum(math.prod(k.lora_a.shape[:2]) for k in adapters[-1].kernel_adapters)
         else:
             adapters += adapt_projections(
-                [site], num_members, site_rank, lora_alpha, a_gain, site_seed, "batch_major"
+                [site],
+                num_members,
+                site_rank,
+                lora_alpha,
+                a_gain,
+                site_seed,
+                "batch_major",
+                blob=blob,
             )
             seeds_used += num_members
     return adapters
@@ -176,7 +196,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
             in place (`apply_decoder_adapters`), or on a copy under `dtype`
             when that differs from its policy (a copy that takes the
             adapters' values when `backbone` holds them already).
-        num_members, rank, targets, lora_alpha, a_gain, seed: see
+        num_members, rank, targets, lora_alpha, a_gain, seed, blob: see
             `LoRAEnsembleCausalLM`.
         dtype: optional dtype policy for every layer. Defaults to the
             backbone's.
@@ -192,6 +212,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         lora_alpha=None,
         a_gain=10.0,
         seed=None,
+        blob=None,
         dtype=None,
         **kwargs,
     ):
@@ -208,11 +229,13 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
             ]
             backbone = plain_decoder_copy(backbone, dtype)
         adapters = apply_decoder_adapters(
-            backbone, num_members, rank, targets, lora_alpha, a_gain, seed
+            backbone, num_members, rank, targets, lora_alpha, a_gain, seed, blob
         )
         for source, adapter in zip(factor_layers(held), factor_layers(adapters)):
-            adapter.lora_a.assign(keras.ops.cast(source.lora_a, adapter.lora_a.dtype))
-            adapter.lora_b.assign(keras.ops.cast(source.lora_b, adapter.lora_b.dtype))
+            for name in ("lora_a", "lora_b", "lora_a_rho"):
+                if getattr(adapter, name, None) is not None:
+                    target = getattr(adapter, name)
+                    target.assign(keras.ops.cast(getattr(source, name), target.dtype))
         # === Layers ===
         self.decoder = backbone
         # === Functional Model ===
@@ -226,6 +249,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         self.lora_alpha = lora_alpha
         self.a_gain = a_gain
         self.seed = seed
+        self.blob = check_blob(blob)
         object.__setattr__(self, "_adapters", tuple(adapters))
 
     @property
@@ -255,6 +279,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
                 "lora_alpha": self.lora_alpha,
                 "a_gain": self.a_gain,
                 "seed": self.seed,
+                "blob": self.blob,
             }
         )
         return config

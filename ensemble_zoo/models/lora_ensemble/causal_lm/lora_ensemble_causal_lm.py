@@ -97,6 +97,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
             10; `B = 0` keeps every member equal to the model at the start
             whatever the gain).
         seed: optional int; adapter `i` uses seeds `seed + i * M + m`.
+        blob: `None`, or BLoB's settings (see `from_keras_hub`).
         preprocessor: optional keras-hub `CausalLMPreprocessor` of the
             family.
         **kwargs: other `keras_hub.models.Task` arguments (`name`,
@@ -254,6 +255,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
         lora_alpha=None,
         a_gain=10.0,
         seed=None,
+        blob=None,
     ):
         """A LoRA-Ensemble of `num_members` members on a keras-hub causal LM.
 
@@ -279,6 +281,11 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
                 paper's 10; `B = 0` keeps every member equal to the model
                 at the start whatever the gain).
             seed: optional int for reproducible adapters.
+            blob: `None` (default), or BLoB's settings (a dict with
+                `kl_weight`, optionally `eps` and `prior_std`): each
+                `A_m` is a learned Gaussian, trained by `fit` with its KL
+                term; `ensemble_zoo.training.blob_samples` turns its
+                samples into members that decode as any.
 
         Returns:
             A `LoRAEnsembleCausalLM`.
@@ -295,6 +302,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
             lora_alpha=lora_alpha,
             a_gain=a_gain,
             seed=seed,
+            blob=blob,
         )
         return cls(backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
 
