@@ -28,14 +28,24 @@ Rows, all measured in this run on the backend it runs under:
   adapters`, M rank-8 LoRA adapters on q, k, v and o in one mixed batch
   (`generate(..., adapter_names=...)`, one row per adapter).
 
-Columns: first-token ms (a call generating one token: the prompt's pass,
+Columns: first call s (the variant's first `generate` call, cold:
+tracing and compilation included) and new length s (the first call at a
+second sequence length, what a user's new `max_length` costs),
+first-token ms (a warm call generating one token: the prompt's pass,
 one step and the call's fixed costs), decode ms per generated token of
 the user's call (the difference between calls generating `--new` and
 `--new // 2` tokens, divided by the extra tokens, so the prompt's pass and
 fixed costs cancel; host copies and the ensemble's NumPy post-processing
-included), its ratio to `plain`, tokens per second, and the memory held
-while decoding: the weights plus the KV cache (`(batch, members, layers,
-2, length, kv_heads, head_dim)`), counted from the arrays' shapes.
+included), its ratio to `plain`, tokens per second, the KV cache
+(`(batch, members, layers, 2, length, kv_heads, head_dim)`) and the memory
+held while decoding, the weights plus that cache, both counted from the
+arrays' shapes, and peak MiB: the most the process's resident memory grew
+over its level before the variant's calls while they ran (Linux
+`/proc/self/statm`, sampled every 5 ms, `timing.peak_above_start`; a compiler's own memory
+included, memory an allocator kept from an earlier variant not).
+`--second-process` then runs the largest ensemble's first call once more
+in a new process, which finds what the first process left in the
+backends' on-disk caches (PyTorch inductor's).
 
 `--jit-compile`: the zoo models' `compile(jit_compile=...)`. `auto`
 (default) compiles on every backend: XLA under JAX and TensorFlow, the
@@ -128,23 +138,28 @@ def prompt_inputs(prompt, new, vocabulary, batch=1):
 
 
 def _median_ms(fn, repeats):
-    fn()  # compile
+    """`(median ms of `repeats` calls, ms of the first call before them)`."""
+    start = time.perf_counter()
+    fn()  # compiles
+    first = (time.perf_counter() - start) * 1000
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000)
-    return float(np.median(times))
+    return float(np.median(times)), first
 
 
 def _per_token(call_ms, new):
-    """(first-token ms, decode ms per token) from `call_ms(count)`, the
-    median time of a call generating `count` tokens. Timing noise can make
-    the difference of two tiny (--quick) calls negative: a floor of 1 µs
-    keeps the ratios finite."""
-    first = call_ms(1)
-    decode = max(call_ms(new) - call_ms(new // 2), 1e-3) / (new - new // 2)
-    return first, decode
+    """`(first call s, new length s, first-token ms, decode ms per token)`
+    from `call_ms(count)`, the `(median, first)` ms of calls generating
+    `count` tokens: the cold first call generates one token, the new
+    length's `new`. Timing noise can make the difference of two tiny
+    (--quick) calls negative: a floor of 1 µs keeps the ratios finite."""
+    first_token, cold = call_ms(1)
+    whole, new_length = call_ms(new)
+    decode = max(whole - call_ms(new // 2)[0], 1e-3) / (new - new // 2)
+    return cold / 1000, new_length / 1000, first_token, decode
 
 
 def cache_bytes(model, batch, length, members, dtype_bytes):
@@ -167,8 +182,9 @@ def weight_bytes(model):
 
 
 def measure(model, prompt, new, vocabulary, repeats, members, uncertainty, generate=None):
-    """First-token ms, decode ms per token and held bytes of the user's
-    `generate` call (see the module docstring), or of `generate(inputs)`."""
+    """`(first call s, new length s, first-token ms, decode ms per token,
+    KV-cache bytes, held bytes, peak bytes)` of the user's `generate` call
+    (see the module docstring), or of `generate(inputs)`."""
 
     def call_ms(count):
         inputs = prompt_inputs(prompt, count, vocabulary)
@@ -177,10 +193,10 @@ def measure(model, prompt, new, vocabulary, repeats, members, uncertainty, gener
             return _median_ms(lambda: generate(inputs), repeats)
         return _median_ms(lambda: model.generate(inputs, stop_token_ids=None, **kwargs), repeats)
 
-    first, decode = _per_token(call_ms, new)
+    timings, peak, _ = timing.peak_above_start(lambda: _per_token(call_ms, new))
     dtype_bytes = np.dtype(keras.config.dtype_policy().compute_dtype).itemsize
-    held = weight_bytes(model) + cache_bytes(model, 1, prompt + new, members, dtype_bytes)
-    return first, decode, held
+    kv = cache_bytes(model, 1, prompt + new, members, dtype_bytes)
+    return timings + (kv, weight_bytes(model) + kv, peak)
 
 
 def peer_rows(base, prompt, new, vocabulary, repeats, members):
@@ -244,7 +260,7 @@ def peer_rows(base, prompt, new, vocabulary, repeats, members):
         * b.head_dim
         * (torch.finfo(dtype).bits // 8)
     )
-    rows = [("transformers generate",) + timed(model, ids) + (weights + kv,)]
+    rows = [("transformers generate",) + timed(model, ids) + (kv, weights + kv, None)]
     _progress(rows[-1])
     lora = peft.LoraConfig(r=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     wrapped = peft.get_peft_model(model, lora, adapter_name="a0")
@@ -258,18 +274,19 @@ def peer_rows(base, prompt, new, vocabulary, repeats, members):
             for n, p in wrapped.named_parameters()
             if "lora_" in n and any(f".{a}." in n for a in names)
         )
-        first, decode = timed(wrapped, ids.repeat(m, 1), adapter_names=names)
-        rows.append((f"PEFT {m} adapters", first, decode, weights + m * kv + adapters))
+        timings = timed(wrapped, ids.repeat(m, 1), adapter_names=names)
+        held = weights + m * kv + adapters
+        rows.append((f"PEFT {m} adapters",) + timings + (m * kv, held, None))
         _progress(rows[-1])
     return rows
 
 
 def _progress(row):
     """One measured row at once (a long GPU run keeps what it measured)."""
-    variant, first_ms, decode_ms, held_bytes = row
+    variant, first_call, _, first_ms, decode_ms, _, held_bytes, _ = row
     print(
-        f"measured {variant}: first token {first_ms:.2f} ms, decode {decode_ms:.3f} ms/token, "
-        f"held {held_bytes / MIB:.1f} MiB",
+        f"measured {variant}: first call {first_call:.2f} s, first token {first_ms:.2f} ms, "
+        f"decode {decode_ms:.3f} ms/token, held {held_bytes / MIB:.1f} MiB",
         file=sys.stderr,
         flush=True,
     )
@@ -321,22 +338,28 @@ def decoding_rows(
         del model
     for m in members:
         if m > 1:
-            rows.append((f"{m} separate models", m * rows[0][1], m * rows[0][2], m * rows[0][3]))
+            # Computed from the keras-hub row: M models one after another.
+            scaled = tuple(m * value for value in rows[0][3:7])
+            rows.append((f"{m} separate models", None, None) + scaled + (None,))
     if peers and not quick:
         rows += peer_rows(base, prompt, new, vocabulary, repeats, members)
     plain = rows[1]
     out = []
-    for variant, first_ms, decode_ms, held_bytes in rows:
+    for variant, first_call, new_length, first_ms, decode_ms, kv, held_bytes, peak in rows:
         out.append(
             {
                 "section": "decoding",
                 "variant": variant,
+                "first_call_s": first_call,
+                "new_length_s": new_length,
                 "first_token_ms": first_ms,
                 "decode_ms_per_token": decode_ms,
-                "decode_ratio": decode_ms / plain[2],
+                "decode_ratio": decode_ms / plain[4],
                 "tokens_per_second": 1000.0 / decode_ms if decode_ms else None,
+                "kv_cache_mib": kv / MIB,
                 "held_mib": held_bytes / MIB,
-                "held_ratio": held_bytes / plain[3],
+                "held_ratio": held_bytes / plain[6],
+                "peak_mib": None if peak is None else peak / MIB,
                 "layers": layers,
                 "vocabulary": vocabulary,
                 "prompt": prompt,
@@ -347,6 +370,35 @@ def decoding_rows(
             }
         )
     return out
+
+
+def cold_first_call(
+    layers=2,
+    vocabulary=16_384,
+    prompt=32,
+    members=8,
+    jit_compile="auto",
+    gemma3_270m=False,
+    quick=False,
+):
+    """Seconds of the first `generate` call of a new LoRA-Ensemble of
+    `members` (one new token, with figures), in this process; `quick` takes
+    `decoding_rows`' tiny shapes."""
+    _imports()
+    if gemma3_270m:
+        layers, vocabulary = 18, 262_144
+    if quick:
+        layers, vocabulary, prompt = 2, 64, 8
+    base = real_gemma3_base() if gemma3_270m else build_base(layers, vocabulary, quick)
+    model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=members, rank=8, seed=0)
+    compile_kwargs = {} if jit_compile == "auto" else {"jit_compile": jit_compile == "true"}
+    if keras.config.backend() == "torch" and jit_compile == "auto":
+        compile_kwargs = {"jit_compile": not quick}
+    model.compile(sampler="greedy", **compile_kwargs)
+    inputs = prompt_inputs(prompt, 1, vocabulary)
+    start = time.perf_counter()
+    model.generate(inputs, stop_token_ids=None, return_uncertainty=True)
+    return time.perf_counter() - start
 
 
 def print_decoding_table(rows):
@@ -362,14 +414,22 @@ def print_decoding_table(rows):
     )
     header = (
         f"{'variant':<24} {'first-token ms':>14} {'decode ms/token':>15} "
-        f"{'vs plain':>8} {'tokens/s':>9} {'held MiB':>9} {'ratio':>6}"
+        f"{'vs plain':>8} {'tokens/s':>9} {'KV MiB':>8} {'held MiB':>9} {'ratio':>6} "
+        f"{'peak MiB':>9} {'first call s':>12} {'new length s':>12}"
     )
+
+    def optional(value, width, digits):
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
     print(header + "\n" + "-" * len(header))
     for r in rows:
         print(
             f"{r['variant']:<24} {r['first_token_ms']:>14.2f} "
             f"{r['decode_ms_per_token']:>15.2f} {r['decode_ratio']:>8.2f} "
-            f"{r['tokens_per_second'] or 0:>9.1f} {r['held_mib']:>9.1f} {r['held_ratio']:>6.2f}"
+            f"{r['tokens_per_second'] or 0:>9.1f} {r['kv_cache_mib']:>8.2f} "
+            f"{r['held_mib']:>9.1f} {r['held_ratio']:>6.2f} "
+            f"{optional(r.get('peak_mib'), 9, 1)} {optional(r.get('first_call_s'), 12, 2)} "
+            f"{optional(r.get('new_length_s'), 12, 2)}"
         )
 
 
@@ -396,6 +456,12 @@ def main(argv=None):
         "of random Gemma-2B shapes; no peers",
     )
     parser.add_argument(
+        "--second-process",
+        action="store_true",
+        help="then time the largest ensemble's first call in a new process",
+    )
+    parser.add_argument("--cold-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--members",
         type=int,
         nargs="+",
@@ -405,6 +471,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if any(m < 1 for m in args.members):
         parser.error(f"--members must be positive integers; got {args.members}")
+    cold_members = 2 if args.quick else max(args.members)
+    if args.cold_only:
+        seconds = cold_first_call(
+            layers=args.layers,
+            prompt=args.prompt,
+            members=cold_members,
+            jit_compile=args.jit_compile,
+            gemma3_270m=args.gemma3_270m,
+            quick=args.quick,
+        )
+        print(f"cold first call: {seconds:.2f} s")
+        return []
     _imports()
     if args.dtype == "bfloat16":
         # Weights and compute in bfloat16, as keras-hub's Gemma presets
@@ -425,6 +503,15 @@ def main(argv=None):
     )
     print(f"device: {timing.device_name()}; backend {keras.config.backend()}; dtype {args.dtype}")
     print_decoding_table(rows)
+    if args.second_process:
+        import subprocess
+
+        command = [sys.executable, os.path.abspath(__file__), "--cold-only"] + [
+            a for a in (argv if argv is not None else sys.argv[1:]) if a != "--second-process"
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=True)
+        line = [x for x in result.stdout.splitlines() if x.startswith("cold first call")]
+        print(f"second process, LoRA-Ensemble {cold_members}: {line[-1]}")
     return rows
 
 

@@ -33,8 +33,6 @@ the fit step of 1,024 tokens within the memory of keras-hub's own.
 import argparse
 import os
 import sys
-import threading
-import time
 
 import keras
 import keras_hub
@@ -45,38 +43,10 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import (
     member_token_cross_entropy,
 )
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import peak_above_start  # noqa: E402 (same folder)
+
 NEW_TOKENS = 12
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def resident_bytes():
-    """The process's resident memory now (Linux)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _PAGE
-
-
-def peak_above_start(fn):
-    """`(result, peak resident bytes above the start, seconds)` of `fn()`."""
-    start = resident_bytes()
-    peak = [start]
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], resident_bytes())
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    began = time.perf_counter()
-    try:
-        result = fn()
-    finally:
-        seconds = time.perf_counter() - began
-        done.set()
-        sampler.join()
-    peak[0] = max(peak[0], resident_bytes())
-    return result, peak[0] - start, seconds
 
 
 def tiny_base():
@@ -94,7 +64,6 @@ def tiny_base():
 
 
 def real_base():
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gemma3_gguf
 
     return keras_hub.models.Gemma3CausalLM.from_preset(gemma3_gguf.convert(), preprocessor=None)

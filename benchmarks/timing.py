@@ -1,5 +1,7 @@
 """Timing helpers shared by the benchmark scripts."""
 
+import os
+import threading
 import time
 
 import keras
@@ -223,3 +225,34 @@ def peak_memory_mb(model, x, train=False, call=None):
 def _first(outputs):
     """The first output of a model that may return a dict."""
     return outputs if not isinstance(outputs, dict) else next(iter(outputs.values()))
+
+
+def resident_bytes():
+    """The process's resident memory now (Linux `/proc/self/statm`)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_above_start(fn):
+    """`(result, peak resident bytes above the start, seconds)` of `fn()`,
+    the resident memory sampled every 5 ms while it runs."""
+    start = resident_bytes()
+    peak = [start]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_bytes())
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    began = time.perf_counter()
+    try:
+        result = fn()
+    finally:
+        seconds = time.perf_counter() - began
+        done.set()
+        sampler.join()
+    peak[0] = max(peak[0], resident_bytes())
+    return result, peak[0] - start, seconds

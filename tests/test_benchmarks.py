@@ -198,6 +198,9 @@ def test_run_all_quick_measures_every_method(tmp_path):
     # holds them once (plus its adapters).
     assert decoding[4]["held_mib"] == pytest.approx(2 * decoding[0]["held_mib"])
     assert decoding[3]["held_mib"] < decoding[4]["held_mib"]
+    # Each member holds a KV cache; the measured rows time a cold call.
+    assert decoding[3]["kv_cache_mib"] == pytest.approx(2 * decoding[2]["kv_cache_mib"])
+    assert all(row["first_call_s"] > 0 and row["peak_mib"] >= 0 for row in decoding[:4])
     for row in report["rows"]:
         if row["section"] == "decoding":
             continue

@@ -22,8 +22,10 @@ bayesian-peft, `modelwrappers/blob.py`) computes them:
 
 Decisions, against that code: the KL joins the loss `fit` minimises, scaled
 by `kl_weight` (`1 / number of training examples` is the evidence lower
-bound per example), where their code steps it with a second SGD optimizer
-(learning rate 0.02, weight `1 / batches per epoch`); at inference the
+bound per example) and averaged over the members of a LoRA-Ensemble (each
+member its own BLoB, as the members' cross-entropies are averaged), where
+their code steps it with a second SGD optimizer (learning rate 0.02,
+weight `1 / batches per epoch`); at inference the
 posterior's samples become the members of one LoRA-Ensemble
 (`ensemble_zoo.training.blob_samples`) where their code re-runs the model
 once per sample.

@@ -57,7 +57,8 @@ class HeadMask(keras.layers.Layer):
             rows of `masks` must be equal) and the first row applies to
             every input row, so the layer computes the same on member-major
             rows and on one copy of the batch, as a shared trunk runs it
-            (`ensemble_zoo.models.shared_trunk`). Defaults to `False`.
+            (`ensemble_zoo.models.shared_trunk`); the rows must stay equal
+            (only the first is read). Defaults to `False`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:

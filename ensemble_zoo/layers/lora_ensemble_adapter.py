@@ -17,6 +17,10 @@ from ensemble_zoo.utils.validation import check_choice
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
 
+#: Added to `seed` for BLoB's `rho` initializer, a stream apart from the
+#: members' `A` (`seed + m`).
+RHO_SEED_OFFSET = 1_000_003
+
 #: Row orders of the tiled batch an adapter accepts.
 MEMBER_LAYOUTS = ("member_major", "batch_major")
 
@@ -142,8 +146,11 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             `kl_weight` (required), `eps` (0.05) and `prior_std` (0.2).
             The layer then holds `lora_a_rho` beside `lora_a` (the mean);
             in training it adds flipout noise to the update and the KL
-            term, times `kl_weight`, to the model's losses; outside
-            training it computes the posterior mean.
+            term (the members' mean), times `kl_weight`, to the model's
+            losses; outside training it computes the posterior mean. The
+            `A` means start at `a_gain`: pass about 1 (PEFT's LoRA scale)
+            rather than the ensemble's 10, which starts the KL against the
+            prior's 0.2 large.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Example:
@@ -243,7 +250,10 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
             self.lora_a_rho = self.add_weight(
                 name="lora_a_rho",
                 shape=(self.num_members, self.d_in, self.rank),
-                initializer=keras.initializers.RandomUniform(low, high, seed=self.seed),
+                # Its own stream: `A`'s initializer draws from `seed`.
+                initializer=keras.initializers.RandomUniform(
+                    low, high, seed=None if self.seed is None else self.seed + RHO_SEED_OFFSET
+                ),
             )
         self.built = True
 
@@ -337,10 +347,9 @@ class LoRAEnsembleAdapter(keras.layers.Layer):
         rho, _ = selected_members(self.lora_a_rho, self.num_members)
         mean, _ = selected_members(self.lora_a, self.num_members)
         sigma = blob_sigma(ops.cast(rho, "float32"))
-        self.add_loss(
-            self.blob["kl_weight"]
-            * gaussian_kl(ops.cast(mean, "float32"), sigma, self.blob["prior_std"])
-        )
+        # The members' mean, as the members' cross-entropies are averaged.
+        kl = gaussian_kl(ops.cast(mean, "float32"), sigma, self.blob["prior_std"])
+        self.add_loss(self.blob["kl_weight"] * kl / members)
         rank_shape = tuple(ops.shape(x)[:-1]) + (self.rank,)
         signs = [
             ops.cast(

@@ -15,6 +15,7 @@ import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.models.shared_trunk import SharedTrunkCall
+from ensemble_zoo.models.shared_trunk import draws_randomness
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
 
@@ -63,8 +64,9 @@ def member_heads_network(task, num_members, reuse_head=True, per_member=None):
         reuse_head: bool, see `member_head`.
         per_member: optional callable `(layer) -> bool`, whether a layer
             of `task` computes differently for each member (the member
-            heads do): the layers before the first such layer then run
-            once, on one copy of the rows (`shared_trunk`). `None`
+            heads and layers that draw random numbers do as well): the
+            layers before the first such layer then run once, on one copy
+            of the rows (`shared_trunk`). `None`
             (default) runs every layer on the member-major rows.
 
     Returns:
@@ -93,7 +95,10 @@ def member_heads_network(task, num_members, reuse_head=True, per_member=None):
         network = keras.models.clone_model(task, clone_function=replace)
     else:
         trunk = SharedTrunkCall(
-            num_members, lambda layer: isinstance(layer, GroupedDense) or per_member(layer)
+            num_members,
+            lambda layer: (
+                isinstance(layer, GroupedDense) or per_member(layer) or draws_randomness(layer)
+            ),
         )
         cloned = keras.models.clone_model(task, clone_function=replace, call_function=trunk)
         network = keras.Model(cloned.input, trunk.network_outputs(cloned.output))

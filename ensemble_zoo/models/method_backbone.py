@@ -19,6 +19,7 @@ object is never changed, and its class is never swapped.
 """
 
 import os
+from types import MappingProxyType
 
 import keras
 
@@ -44,7 +45,7 @@ class MethodBackbone(QuantizationModesMixin):
     """
 
     method_keys = ()
-    method_defaults = {}
+    method_defaults = MappingProxyType({})
 
     def __init__(self, *args, start_from=None, **kwargs):
         for key, value in self.method_defaults.items():

@@ -15,13 +15,31 @@ shared layers compute on each copy what they compute on one.
 
 `SharedTrunkCall` is the `call_function` of `keras.models.clone_model`
 that does this for a functional network, given which layers differ per
-member.
+member. A layer that draws random numbers (dropout) differs per member in
+training, and counts as such (`draws_randomness`); Keras' implicit masks
+do not pass the tiling layers (keras-hub's models pass padding masks as
+inputs). The network's member-major inputs must be copies of one batch,
+as the tasks tile them: the trunk reads the first member's.
 """
 
 import keras
 
 from ensemble_zoo.layers.member_tiling import FirstMemberRows
 from ensemble_zoo.layers.member_tiling import TileMembers
+
+
+def draws_randomness(layer):
+    """Whether `layer` or a layer inside it draws random numbers (a
+    `Dropout` of a positive rate, or a seed generator): in training each
+    member's copy needs its own draws."""
+    if not isinstance(layer, keras.layers.Layer):
+        return False
+    for sub in layer._flatten_layers(include_self=True):
+        if isinstance(sub, keras.layers.Dropout) and sub.rate > 0:
+            return True
+        if getattr(sub, "seed_generator", None) is not None:
+            return True
+    return False
 
 
 class SharedTrunkCall:
@@ -62,7 +80,7 @@ class SharedTrunkCall:
         if self._is_output_of_a_layer(tensor):
             return None  # computed per member
         # A network input: member-major copies of the batch.
-        copy = FirstMemberRows(self.num_members)(tensor)
+        copy = FirstMemberRows(self.num_members, autocast=False)(tensor)
         self._one_copy[id(self._keep(tensor))] = self._keep(copy)
         self._tiled[id(copy)] = tensor
         return copy
@@ -73,7 +91,7 @@ class SharedTrunkCall:
             return tensor
         rows = self._tiled[id(tensor)]
         if rows is None:
-            rows = TileMembers(self.num_members)(tensor)
+            rows = TileMembers(self.num_members, autocast=False)(tensor)
             self._tiled[id(tensor)] = self._keep(rows)
             self._one_copy[id(rows)] = tensor
         return rows
@@ -82,12 +100,20 @@ class SharedTrunkCall:
         history = getattr(tensor, "_keras_history", None)
         return history is not None and not isinstance(history.operation, keras.layers.InputLayer)
 
+    def _has_one_copy(self, tensor):
+        """Whether one copy of `tensor` exists or can be taken (built by
+        `one_copy`)."""
+        return (
+            id(tensor) in self._tiled
+            or id(tensor) in self._one_copy
+            or (not self._is_output_of_a_layer(tensor))
+        )
+
     def __call__(self, layer, *args, **kwargs):
         tensors = [
             t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)
         ]
-        copies = [self.one_copy(t) for t in tensors]
-        shared = not self.per_member(layer) and all(c is not None for c in copies)
+        shared = not self.per_member(layer) and all(self._has_one_copy(t) for t in tensors)
         convert = self.one_copy if shared else self.member_rows
         args, kwargs = keras.tree.map_structure(
             lambda t: convert(t) if isinstance(t, keras.KerasTensor) else t, (args, kwargs)

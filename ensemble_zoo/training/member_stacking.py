@@ -1,7 +1,7 @@
 """A model of a member-axis class rebuilt with another number of members:
 what stacking snapshots (`SnapshotEnsemble.stacked_ensemble`), drawing
-Laplace-LoRA posterior samples (`laplace_lora`) and taking one member of
-a LoRA-Ensemble share."""
+Laplace-LoRA and BLoB posterior samples (`laplace_lora`, `blob_samples`)
+and taking one member of a LoRA-Ensemble share."""
 
 import numpy as np
 

@@ -10,6 +10,7 @@ from zoo_testing import to_np
 
 import ensemble_zoo as ez
 from ensemble_zoo.datasets import digit_captions
+from ensemble_zoo.layers.member_selection import single_member
 from ensemble_zoo.models.hydra.hydra_model_backbone import head_sites
 
 VOCABULARY = 12
@@ -153,6 +154,10 @@ def test_members_that_prune_text_heads_only_share_one_vision_pass():
     for m, member in enumerate(masks):
         reference = reference_logits(pruned_copy(clip, member), x, PROMPTS)
         np.testing.assert_allclose(logits[:, m], reference, atol=1e-5)
+        # One member's rows alone (the sequential member passes).
+        with single_member(m):
+            alone = to_np(hydra.backbone(x))
+        np.testing.assert_allclose(alone, reference, atol=1e-5)
 
 
 def test_circuit_search_scores_heads_of_both_encoders():

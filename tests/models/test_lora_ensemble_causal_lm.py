@@ -443,7 +443,9 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
     whose step needs every PyTorch workaround). On a CPU the step freezes
     the weights into the graph, so an adapter written in place (as
     training writes it) compiles the step once more, and the generation
-    then equals the eager one with the new adapter. The graph runs through
+    then equals the eager one with the new adapter. A second length
+    compiles once more with the length a symbol (torch's automatic dynamic
+    shapes), and every later length runs that graph. The graph runs through
     AOT autograd's decompositions (`aot_eager`) rather than inductor's
     C++ code generation, for the budget; `benchmarks/llm_decoding.py`
     runs inductor."""
@@ -468,6 +470,9 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
             compiled = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
         return eager, compiled
 
+    def padded(extra):
+        return {k: np.pad(v, ((0, 0), (0, extra))) for k, v in PROMPT.items()}
+
     torch._dynamo.reset()
     counters.clear()
     try:
@@ -475,8 +480,19 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
         graphs, breaks = counters["stats"]["unique_graphs"], dict(counters["graph_break"])
         new_eager, new_compiled = generate_both(2.0)
         rebuilt = counters["stats"]["unique_graphs"]
+        # Another length compiles once more, with the length a symbol;
+        # every later length takes that graph.
+        ensemble.generate(padded(2), stop_token_ids=None)
+        dynamic = counters["stats"]["unique_graphs"]
+        longer = ensemble.generate(padded(5), stop_token_ids=None, return_uncertainty=True)
+        reused = counters["stats"]["unique_graphs"]
+        ensemble.compile(sampler="greedy")
+        longer_eager = ensemble.generate(padded(5), stop_token_ids=None, return_uncertainty=True)
     finally:
         torch._dynamo.reset()
+    assert (dynamic, reused) == (3, 3), (dynamic, reused)
+    np.testing.assert_array_equal(longer["token_ids"], longer_eager["token_ids"])
+    np.testing.assert_allclose(longer["epistemic"], longer_eager["epistemic"], atol=1e-5)
     assert (graphs, breaks) == (1, {}), (graphs, breaks)
     np.testing.assert_array_equal(compiled["token_ids"], eager["token_ids"])
     for name in POSITION_FIGURES + MEMBER_FIGURES:

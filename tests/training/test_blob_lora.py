@@ -25,7 +25,8 @@ def test_flipout_forward_and_kl_equal_the_formulas(layout):
     """In training, each output's mean over draws is the posterior mean's
     and its variance `sum_j B_jk^2 sum_i x_i^2 sigma_ij^2` (the flipout
     draw's marginal); the added loss is `kl_weight` times the summed
-    Gaussian KL; outside training the layer is the mean's LoRA."""
+    Gaussian KL averaged over the members; outside training the layer is
+    the mean's LoRA."""
     members, rows, d_in, rank, d_out = 2, 64, 6, 3, 5
     dense = keras.layers.Dense(d_out)
     dense.build((None, d_in))
@@ -58,8 +59,8 @@ def test_flipout_forward_and_kl_equal_the_formulas(layout):
         draws.mean(1), expected_mean, atol=4 * np.sqrt(expected_var.max() / draws.shape[1])
     )
     np.testing.assert_allclose(draws.var(1), expected_var, rtol=0.2)
-    (loss,) = adapter.losses
-    np.testing.assert_allclose(to_np(loss), 0.25 * numpy_kl(mean_a, sigma, 0.5), rtol=1e-5)
+    (loss,) = adapter.losses  # the members' mean KL
+    np.testing.assert_allclose(to_np(loss), 0.25 * numpy_kl(mean_a, sigma, 0.5) / 2, rtol=1e-5)
 
 
 def test_flipout_noise_is_the_signed_product():
@@ -97,10 +98,16 @@ def test_fit_and_samples_are_members():
     x = np.random.default_rng(0).uniform(size=(16, 8, 8, 1)).astype("float32")
     y = np.arange(16) % 3
     rho = [to_np(a.lora_a_rho).copy() for a in model.adapters]
+    # rho's initial draws are independent of the means'.
+    assert abs(np.corrcoef(to_np(model.adapters[0].lora_a).ravel(), rho[0].ravel())[0, 1]) < 0.5
     model.compile(optimizer=keras.optimizers.Adam(0.01))
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     assert all(not np.allclose(to_np(a.lora_a_rho), r) for a, r in zip(model.adapters, rho))
     # The config round-trips: the posterior mean's predictions.
+    # In training the forward pass draws noise; outside it is the mean's.
+    draws = [to_np(model(x[:2], training=True)) for _ in range(2)]
+    assert np.abs(draws[0] - draws[1]).max() > 1e-4
+    np.testing.assert_array_equal(to_np(model(x[:2])), to_np(model(x[:2])))
     copy = ez.models.LoRAEnsembleImageClassifier.from_config(model.get_config())
     copy.set_weights(model.get_weights())
     np.testing.assert_allclose(

@@ -118,10 +118,12 @@ class HydraModelBackbone(WrappedModelsBackbone):
     computes the classifier with the other heads removed. Every `Dense`
     layer after the classifier's backbone becomes one layer per member
     (`ensemble_zoo.models.member_heads`). It takes the member-major batch
-    `(members * batch, ...)`. The layers before the first attention layer
-    where the members keep different heads run once, on one copy of the
-    batch (`ensemble_zoo.models.shared_trunk`; an attention layer where
-    every member keeps the same heads masks them alike, `HeadMask`'s
+    `(members * batch, ...)`, copies of one batch (as the classifier tiles
+    it). The layers of the classifier's graph before the first that holds
+    an attention layer where the members keep different heads (a keras-hub
+    backbone is one such layer) run once, on one copy of the batch
+    (`ensemble_zoo.models.shared_trunk`; an attention layer where every
+    member keeps the same heads masks them alike, `HeadMask`'s
     `one_copy`); from
     there every head is computed per member and the pruned ones are
     zeroed, so the rest costs `members` passes (the fused pruned pass is

@@ -1,5 +1,7 @@
 """keras-hub ViT and BERT backbones with LoRA-Ensemble adapters."""
 
+from types import MappingProxyType
+
 import keras
 import keras_hub
 
@@ -10,7 +12,7 @@ from ensemble_zoo.models.method_backbone import MethodBackbone
 class _LoRAEnsembleBackbone(MethodBackbone):
     method_keys = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed", "blob")
     # Presets saved before BLoB have no `blob` in their config.
-    method_defaults = {"blob": None}
+    method_defaults = MappingProxyType({"blob": None})
 
     def apply_method(self, **method_config):
         apply_lora_ensemble(self, **method_config)

@@ -8,13 +8,17 @@ for the backend: `decode_function`; and teacher-forced scoring,
 - TensorFlow: one `tf.function(jit_compile=True)` program per shape and
   prefill length.
 - PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
-  PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`,
-  static shapes) when the model is compiled with `jit_compile=True`;
-  eager otherwise, the reference the tests compare with. On a CUDA device
-  `mode="reduce-overhead"` captures the step once as a CUDA graph and
-  replays it. On a CPU inductor freezes the weights into the graph and
-  autotunes its matrix products (`TORCH_CPU_INDUCTOR`), and the step is
-  compiled again whenever a weight has changed. Checked with Keras
+  PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`)
+  when the model is compiled with `jit_compile=True`; eager otherwise, the
+  reference the tests compare with. On a CPU the first length compiles a
+  static graph, a second one compiles once more with the length a symbol
+  (torch's automatic dynamic shapes, `dynamic=None`), and every later
+  length runs that graph (at Gemma-2B's layer shapes on 2 cores a length
+  compiles in 30 to 60 s, a third length's first call takes about 1 s). On a CUDA device `mode="reduce-overhead"` captures the
+  step once per shape as a CUDA graph, static, and replays it. On a CPU
+  inductor freezes the weights into the graph and autotunes its matrix
+  products (`TORCH_CPU_INDUCTOR`), and the step is compiled again
+  whenever a weight has changed. Checked with Keras
   3.15.1, keras-hub 0.32.0 and torch 2.13 (CPU).
 """
 
@@ -156,7 +160,7 @@ class _FrozenStep:
         if key != self.key:
             self.compiled = None  # frees the old frozen constants first
             self.compiled = torch.compile(
-                _with_own_code(loop_step(self.model, self.sampler)), fullgraph=True, dynamic=False
+                _with_own_code(loop_step(self.model, self.sampler)), fullgraph=True, dynamic=None
             )
             self.key = key
         with _cpu_inductor():

@@ -239,8 +239,10 @@ def _prefix_log_likelihoods(figures, index, prompt_mask, num_members):
     the expectation-of-products weights of the token at `index`."""
     start = len(FIGURES)
     member = figures[:, :, start : start + num_members]  # (batch, length, members)
-    positions = ops.arange(ops.shape(figures)[1])
-    before = ops.logical_and(ops.expand_dims(positions < index, 0), ops.logical_not(prompt_mask))
+    # Positions from the prompt mask's own shape (no `arange` of a
+    # length: one that torch.compile traces as a symbol when dynamic).
+    positions = ops.cumsum(ops.ones_like(prompt_mask, dtype="int32"), axis=1) - 1
+    before = ops.logical_and(positions < index, ops.logical_not(prompt_mask))
     return ops.sum(ops.where(ops.expand_dims(before, -1), member, 0.0), axis=1)
 
 
