@@ -25,8 +25,8 @@ import argparse
 import os
 
 import keras
-import numpy as np
-from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402 (same folder)
+from make_laplace_lora_vit_tiny_digits import validation_nll  # noqa: E402 (same folder)
+from make_lora_ensemble_vit_tiny_digits import train  # noqa: E402
 from make_vit_tiny_digits import test_metrics  # noqa: E402
 
 import ensemble_zoo as ez
@@ -36,13 +36,6 @@ NAME = "blob_lora_vit_tiny_digits"
 
 
 KL_SCALES = (0.1, 1.0, 10.0, 100.0, 1000.0)
-
-
-def validation_nll(model):
-    raw = getattr(model, "preprocessor", None) is not None
-    x, y = ez.datasets.load_arrays("digits", "validation", raw=raw)
-    probs = ez.ops.predictive_probabilities(model.predict(x, verbose=0))
-    return ez.metrics.negative_log_likelihood(np.asarray(probs), y)
 
 
 def blob_model(base, kl_weight, rank, a_gain):

@@ -55,7 +55,9 @@ def fine_tune():
 
 
 def validation_nll(model):
-    x, y = ez.datasets.load_arrays("digits", "validation", raw=True)
+    """The validation NLL (raw digits for a model with the image converter)."""
+    raw = getattr(model, "preprocessor", None) is not None
+    x, y = ez.datasets.load_arrays("digits", "validation", raw=raw)
     probs = ez.ops.predictive_probabilities(model.predict(x, verbose=0))
     return ez.metrics.negative_log_likelihood(np.asarray(probs), y)
 

@@ -34,6 +34,17 @@ class _MemberRows(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_members": self.num_members, "order": self.order}
 
+    def _member_batch(self, rows):
+        """One member's batch of `rows` member rows (`None` if unknown)."""
+        if rows is None:
+            return None
+        if rows % self.num_members:
+            raise ValueError(
+                f"{type(self).__name__}({self.num_members}) needs a batch divisible "
+                f"by {self.num_members}; got {rows}."
+            )
+        return rows // self.num_members
+
     def compute_output_spec(self, inputs):
         # The rows keep their dtype (token ids stay integers), whatever the
         # layer's dtype policy.
@@ -94,14 +105,7 @@ class UntileMembers(_MemberRows):
         return untile_members(inputs, selected_count(self.num_members), self.order)
 
     def compute_output_shape(self, input_shape):
-        batch = input_shape[0]
-        if batch is not None:
-            if batch % self.num_members:
-                raise ValueError(
-                    f"UntileMembers({self.num_members}) needs a batch divisible "
-                    f"by {self.num_members}; got {batch}."
-                )
-            batch //= self.num_members
+        batch = self._member_batch(input_shape[0])
         return (batch, self.num_members) + tuple(input_shape[1:])
 
 
@@ -131,12 +135,4 @@ class FirstMemberRows(_MemberRows):
         return untile_members(inputs, selected_count(self.num_members), self.order)[:, 0]
 
     def compute_output_shape(self, input_shape):
-        batch = input_shape[0]
-        if batch is not None:
-            if batch % self.num_members:
-                raise ValueError(
-                    f"FirstMemberRows({self.num_members}) needs a batch divisible "
-                    f"by {self.num_members}; got {batch}."
-                )
-            batch //= self.num_members
-        return (batch,) + tuple(input_shape[1:])
+        return (self._member_batch(input_shape[0]),) + tuple(input_shape[1:])
