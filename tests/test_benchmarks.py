@@ -404,3 +404,15 @@ def test_zero_shot_hydra_benchmark_runs_and_agrees():
     row = re.search(r"^\s+4\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)x\s+([0-9.]+)$", out, re.M)
     assert row, out
     assert float(row[4]) >= 0.75, out  # the ensemble mostly predicts the single model's class
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+@skip_on_alternate_days("benchmark_scripts")
+def test_bayesian_lora_benchmark_times_samples_against_members():
+    out = run_python(
+        "import sys; sys.argv = ['bayesian_lora.py', '--samples', '4', '--batches', '2',"
+        " '--repeats', '1'];"
+        "import runpy; runpy.run_path('benchmarks/bayesian_lora.py', run_name='__main__')"
+    )
+    for system in ("LoRA-Ensemble 4", "Laplace-LoRA 4", "BLoB 4", "4 re-runs"):
+        assert re.search(rf"^\s+2 {system}\s+[0-9.]+\s+[0-9.]+x$", out, re.M), (system, out)
