@@ -34,6 +34,9 @@ FORMAT_VERSION = 1
 #: Arguments of the ensembles' `from_keras_hub` that a file records (its
 #: backbone's `method_config`).
 BUILD_ARGUMENTS = ("num_members", "rank", "targets", "lora_alpha", "a_gain", "seed")
+#: A causal LM's also: the adapted blocks (`None`, every one, where a file
+#: does not record them).
+CAUSAL_LM_BUILD_ARGUMENTS = BUILD_ARGUMENTS + ("layers",)
 
 
 def save_adapters(model, filepath, suffix=".lora_ensemble.h5", head=None):
@@ -106,7 +109,7 @@ def read_build_arguments(filepath):
     missing = [key for key in ("num_members", "rank", "targets") if key not in config]
     if missing:
         raise ValueError(f"'{filepath}' does not record {missing}.")
-    return backbone_class, {k: config[k] for k in BUILD_ARGUMENTS if k in config}
+    return backbone_class, {k: config[k] for k in CAUSAL_LM_BUILD_ARGUMENTS if k in config}
 
 
 def check_suffix(filepath, suffix):
@@ -124,8 +127,8 @@ def _read(f, model, filepath, head):
     expected = model.method_config
     differences = [
         f"{key}: file {saved.get(key)!r}, model {expected[key]!r}"
-        for key in ("num_members", "targets", "rank", "lora_alpha")
-        if _normalized(saved.get(key)) != _normalized(expected[key])
+        for key in ("num_members", "targets", "rank", "lora_alpha", "layers")
+        if _normalized(saved.get(key)) != _normalized(expected.get(key))
     ]
     base_name = model.base_backbone_class.__name__
     if f.attrs["backbone_class"] != base_name:

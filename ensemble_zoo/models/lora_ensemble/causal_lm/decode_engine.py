@@ -39,6 +39,9 @@ from keras import ops
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_equal
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import empty_cache
+from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_blocks
+from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_step
 from ensemble_zoo.ops.member_tiling import fold_members
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.ops.member_tiling import untile_members
@@ -103,7 +106,8 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
         `(batch, length, hidden_dim)` and the family's cache with a member
         axis after the batch (`(batch, members, layers, 2, max_length,
         kv_heads, head_dim)`; Gemma 3: per layer a `(key, value)` pair of
-        `(batch, members, max_length, kv_heads, head_dim)`).
+        `(batch, members, max_length, kv_heads, head_dim)`), or over a
+        shared trunk `trunk_step`'s (its blocks' caches at `batch` rows).
     """
     m = model.num_members
     family = model.family
@@ -111,6 +115,19 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
     length = full if length is None or family.full_prefill else min(length, full)
     if block is None or family.full_prefill or not family.offset_blocks:
         block = length
+    if trunk_blocks(model):
+        cache = empty_cache(model, int(ops.shape(token_ids)[0]), full)
+        hidden = []
+        for start in range(0, length, block):
+            _, part, cache = trunk_step(
+                model,
+                token_ids[:, start : min(start + block, length)],
+                cache,
+                ops.convert_to_tensor(start, "int32"),
+                family.block_arguments(padding_mask),
+            )
+            hidden.append(ops.mean(part, axis=1))
+        return hidden[0] if len(hidden) == 1 else ops.concatenate(hidden, axis=1), cache
     token_rows, mask_rows = repeat_rows(token_ids, m), repeat_rows(padding_mask, m)
     first = min(block, length)
     hidden, cache = family.seed_cache(model, token_rows[:, :first], mask_rows[:, :first])
@@ -171,6 +188,8 @@ def member_step(model, token_ids, cache, index, padding_mask):
     """
     m = model.num_members
     extra = model.family.step_arguments(padding_mask, index)
+    if trunk_blocks(model):
+        return trunk_step(model, token_ids, cache, index, extra)
     logits, hidden, cache = model.call_with_cache(
         repeat_rows(token_ids, m),
         keras.tree.map_structure(lambda x: fold_members(x, ROWS), cache),

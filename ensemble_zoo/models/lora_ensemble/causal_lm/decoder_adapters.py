@@ -24,6 +24,7 @@ from ensemble_zoo.models.causal_lm_inputs import text_inputs
 from ensemble_zoo.models.causal_lm_inputs import with_position_ids
 from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import adapt_projections
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import EXPERTS_TARGET
+from ensemble_zoo.models.lora_ensemble.causal_lm.families import check_layers
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import check_targets
 from ensemble_zoo.models.lora_ensemble.causal_lm.families import decoder_sites
 from ensemble_zoo.utils.naming import path_scope
@@ -57,7 +58,7 @@ def factor_layers(site_layers):
 
 
 def apply_decoder_adapters(
-    backbone, num_members, rank, targets, lora_alpha, a_gain, seed, blob=None
+    backbone, num_members, rank, targets, lora_alpha, a_gain, seed, blob=None, layers=None
 ):
     """The adapters of `backbone`'s decoder blocks (`LoRAEnsembleAdapter`,
     or `LoRAEnsembleExperts` for `"experts"`), block by block and within a
@@ -81,6 +82,8 @@ def apply_decoder_adapters(
         seed: optional int.
         blob: `None`, or BLoB's settings (`LoRAEnsembleAdapter`'s
             `blob`); not with `"experts"`.
+        layers: `None` (every block) or the indices of the blocks to
+            adapt (`families.check_layers`).
 
     Returns:
         The list of adapters.
@@ -93,7 +96,7 @@ def apply_decoder_adapters(
         raise ValueError(
             f"`blob` (BLoB's Gaussian `A`) takes projection targets, not {EXPERTS_TARGET!r}."
         )
-    sites, roles = decoder_sites(backbone, targets)
+    sites, roles = decoder_sites(backbone, targets, layers)
     # A fused query-key-value projection takes the rank of its first target.
     role_ranks = [ranks.get(role, ranks[_first_fused(targets)]) for role in roles]
     held = [getattr(parent, attribute) for parent, attribute in sites]
@@ -196,8 +199,8 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
             in place (`apply_decoder_adapters`), or on a copy under `dtype`
             when that differs from its policy (a copy that takes the
             adapters' values when `backbone` holds them already).
-        num_members, rank, targets, lora_alpha, a_gain, seed, blob: see
-            `LoRAEnsembleCausalLM`.
+        num_members, rank, targets, lora_alpha, a_gain, seed, blob,
+            layers: see `LoRAEnsembleCausalLM.from_keras_hub`.
         dtype: optional dtype policy for every layer. Defaults to the
             backbone's.
         **kwargs: other `keras_hub.models.Backbone` arguments.
@@ -213,14 +216,16 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         a_gain=10.0,
         seed=None,
         blob=None,
+        layers=None,
         dtype=None,
         **kwargs,
     ):
+        layers = check_layers(layers, len(getattr(backbone, "transformer_layers", None) or ()))
         held = []
         if dtype is not None and keras.dtype_policies.get(dtype).name != (
             backbone.dtype_policy.name
         ):
-            sites, _ = decoder_sites(backbone, check_targets(targets))
+            sites, _ = decoder_sites(backbone, check_targets(targets), layers)
             held = [getattr(parent, attribute) for parent, attribute in sites]
             held = [
                 layer
@@ -229,7 +234,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
             ]
             backbone = plain_decoder_copy(backbone, dtype)
         adapters = apply_decoder_adapters(
-            backbone, num_members, rank, targets, lora_alpha, a_gain, seed, blob
+            backbone, num_members, rank, targets, lora_alpha, a_gain, seed, blob, layers
         )
         for source, adapter in zip(factor_layers(held), factor_layers(adapters)):
             for name in ("lora_a", "lora_b", "lora_a_rho"):
@@ -250,6 +255,8 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
         self.a_gain = a_gain
         self.seed = seed
         self.blob = check_blob(blob)
+        # `layers` is a Keras `Model` attribute of its own.
+        self.adapted_blocks = layers
         object.__setattr__(self, "_adapters", tuple(adapters))
 
     @property
@@ -280,6 +287,7 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
                 "a_gain": self.a_gain,
                 "seed": self.seed,
                 "blob": self.blob,
+                "layers": None if self.adapted_blocks is None else list(self.adapted_blocks),
             }
         )
         return config

@@ -22,6 +22,7 @@ without a position axis.
 """
 
 import dataclasses
+import operator
 from typing import Callable
 
 import keras
@@ -92,6 +93,37 @@ def gemma3_step_arguments(padding_mask, index):
     return {"cache_update_mask": ops.expand_dims(ops.take(not_prompt, index, axis=1), 1)}
 
 
+def embed_tokens(decoder, token_ids, index):
+    """The input of a family's first decoder block at a cached step
+    (`trunk_step`): its token embedding, as most families'
+    `call_with_cache` computes it."""
+    return decoder.token_embedding(token_ids)
+
+
+def embed_scaled_tokens(decoder, token_ids, index):
+    """Gemma's and Gemma 3's: the token embedding times
+    `sqrt(hidden_dim)`."""
+    x = decoder.token_embedding(token_ids)
+    return x * ops.cast(ops.sqrt(decoder.hidden_dim), x.dtype)
+
+
+def embed_tokens_and_positions(decoder, token_ids, index):
+    """GPT-2's: token plus position embedding from `index`."""
+    tokens = decoder.token_embedding(token_ids)
+    positions = decoder.position_embedding(tokens, start_index=index)
+    return decoder.embeddings_add((tokens, positions))
+
+
+def embed_opt(decoder, token_ids, index):
+    """OPT's: its token-and-position embedding from `index`."""
+    return decoder.embeddings(token_ids, start_index=index)
+
+
+def embed_normalized_tokens(decoder, token_ids, index):
+    """Bloom's: the token embedding through its embedding layer norm."""
+    return decoder.embeddings_layer_norm(decoder.token_embedding(token_ids))
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """How the decode engine seeds and steps one family's cache.
@@ -118,6 +150,18 @@ class Family:
             block of several positions at an offset as the one pass does,
             so an eager prompts' pass may run in blocks
             (`decode_engine.prefill`).
+        embed: callable `(decoder, token_ids, index) -> x`, what the
+            family's `call_with_cache` gives its first block (a shared
+            trunk's step, `trunk_step`, runs the blocks itself).
+        final_norm: str, the decoder's attribute holding the norm after
+            its last block.
+        cache_argument: `None`, or the name under which the family's
+            blocks take their KV cache (with `<name>_update_index`) where
+            their `call` signature does not name it
+            (`trunk_step.block_cache_arguments`).
+        trunk_refused: `None`, or why the family's blocks below the
+            adapted ones cannot run as a shared trunk (they then run on
+            every member's rows, as without `layers`).
     """
 
     seed_cache: Callable = seed_stacked_cache
@@ -128,6 +172,10 @@ class Family:
     full_prefill: bool = False
     linear_blocks: bool = False
     offset_blocks: bool = True
+    embed: Callable = embed_tokens
+    final_norm: str = "layer_norm"
+    cache_argument: str = None
+    trunk_refused: str = None
 
 
 STANDARD = Family()
@@ -145,13 +193,27 @@ def seed_qwen3_5_cache(causal_lm, token_ids, padding_mask):
 #: convolution states have no position axis, the prompts' pass runs over
 #: every position as keras-hub's does (a shorter pass would leave other
 #: states).
-QWEN3_5 = Family(seed_qwen3_5_cache, full_prefill=True, linear_blocks=True)
+QWEN3_5 = Family(
+    seed_qwen3_5_cache,
+    full_prefill=True,
+    linear_blocks=True,
+    trunk_refused="its linear-attention blocks step a `(kv, conv, recurrent)` cache "
+    "through `call_and_update_cache`",
+)
+GEMMA = Family(embed=embed_scaled_tokens)
 
 #: keras-hub causal-LM class name -> its entry, for the families that
 #: need one.
 FAMILIES = {
+    "BloomCausalLM": Family(embed=embed_normalized_tokens),
+    "FalconCausalLM": Family(final_norm="final_layernorm"),
+    "GemmaCausalLM": GEMMA,
     "Gemma3CausalLM": Family(
-        seed_gemma3_cache, gemma3_step_arguments, gemma3_block_arguments, cache_length_axis=1
+        seed_gemma3_cache,
+        gemma3_step_arguments,
+        gemma3_block_arguments,
+        cache_length_axis=1,
+        embed=embed_scaled_tokens,
     ),
     "Gemma3nCausalLM": Family(
         refused="its text decoder keeps AltUp streams and per-layer inputs "
@@ -159,14 +221,24 @@ FAMILIES = {
     ),
     # Gemma 4 seeds its (stacked) cache and steps it as Gemma 3 does; its
     # backbone's `position_ids` input: `causal_lm_inputs.with_position_ids`.
-    "Gemma4CausalLM": Family(seed_gemma3_cache, gemma3_step_arguments, gemma3_block_arguments),
+    "Gemma4CausalLM": Family(
+        seed_gemma3_cache,
+        gemma3_step_arguments,
+        gemma3_block_arguments,
+        trunk_refused="its blocks take per-layer inputs and may share another block's "
+        "keys and values",
+    ),
+    "GPT2CausalLM": Family(embed=embed_tokens_and_positions),
     # GPT-NeoX's attention rotates the queries from position 0 whatever
     # the cache index (keras-hub 0.32, `GPTNeoXAttention.call`): a block at
     # an offset would differ from keras-hub's one pass, so its prompts'
     # pass is one pass (its decode steps share keras-hub's behaviour).
     "GPTNeoXCausalLM": Family(offset_blocks=False),
+    "OPTCausalLM": Family(embed=embed_opt),
     "Qwen3_5CausalLM": QWEN3_5,
     "Qwen3_5MoeCausalLM": QWEN3_5,
+    # SmolLM3's blocks read their cache from `**kwargs`.
+    "SmolLM3CausalLM": Family(final_norm="norm", cache_argument="self_attention_cache"),
     "RWKV7CausalLM": Family(
         refused="it is a recurrent model (no KV cache, no `cache_update_index`); "
         "its state has no position to step"
@@ -279,12 +351,41 @@ def block_sites(block, targets, required=True):
     return sites
 
 
-def decoder_sites(backbone, targets):
-    """Where each target sits in every decoder block of `backbone`.
+def check_layers(layers, num_blocks):
+    """`layers` (`None`: every block; or block indices, negative ones
+    counting from the top) as a sorted tuple of distinct indices in
+    `[0, num_blocks)`, or `None`."""
+    if layers is None:
+        return None
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise TypeError(
+            f"`layers` must be `None` or a sequence of decoder block indices (e.g. "
+            f"`range(num_blocks // 2, num_blocks)`); got {layers!r}."
+        )
+    indices = []
+    for index in layers:
+        if isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise TypeError(f"`layers` must hold int block indices; got {index!r}.")
+        index = operator.index(index)
+        if not -num_blocks <= index < num_blocks:
+            raise ValueError(
+                f"`layers` holds block {index}; the decoder has {num_blocks} blocks "
+                f"(indices 0 to {num_blocks - 1}, or -{num_blocks} to -1)."
+            )
+        indices.append(index % num_blocks)
+    if not indices or len(set(indices)) != len(indices):
+        raise ValueError(f"`layers` must name distinct blocks, at least one; got {list(layers)}.")
+    return tuple(sorted(indices))
+
+
+def decoder_sites(backbone, targets, layers=None):
+    """Where each target sits in the decoder blocks of `backbone`.
 
     Args:
         backbone: a keras-hub decoder backbone (`transformer_layers`).
         targets: names among `TARGETS` (`check_targets`).
+        layers: `None` (every block) or the indices of the blocks to
+            adapt (`check_layers`).
 
     Returns:
         `(sites, roles)`: `(parent, attribute)` of each adapted
@@ -304,7 +405,10 @@ def decoder_sites(backbone, targets):
     linear_blocks = FAMILIES.get(causal_lm_class(backbone).__name__, STANDARD).linear_blocks
     projections = [t for t in targets if t != EXPERTS_TARGET]
     pairs = []
-    for block in blocks:
+    adapted = check_layers(layers, len(blocks))
+    for index, block in enumerate(blocks):
+        if adapted is not None and index not in adapted:
+            continue
         if linear_blocks and not block_sites(block, projections, required=False):
             # A linear-attention block: only its experts, if any, to adapt.
             pairs += block_sites(block, [t for t in targets if t == EXPERTS_TARGET])

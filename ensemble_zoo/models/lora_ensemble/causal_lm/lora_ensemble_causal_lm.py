@@ -180,9 +180,9 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
     @property
     def method_config(self):
         """The LoRA-Ensemble arguments: `num_members`, `rank`, `targets`,
-        `lora_alpha`, `a_gain` and `seed`."""
+        `lora_alpha`, `a_gain`, `seed` and `layers`."""
         config = self.backbone.get_config()
-        return {k: config[k] for k in adapter_files.BUILD_ARGUMENTS}
+        return {k: config[k] for k in adapter_files.CAUSAL_LM_BUILD_ARGUMENTS}
 
     @property
     def base_backbone_class(self):
@@ -256,6 +256,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
         a_gain=10.0,
         seed=None,
         blob=None,
+        layers=None,
     ):
         """A LoRA-Ensemble of `num_members` members on a keras-hub causal LM.
 
@@ -286,6 +287,15 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
                 `A_m` is a learned Gaussian, trained by `fit` with its KL
                 term; `ensemble_zoo.training.blob_samples` turns its
                 samples into members that decode as any.
+            layers: `None` (default: every decoder block) or the indices
+                of the blocks to adapt (negative ones count from the top;
+                e.g. `range(n // 2, n)`, the upper half of `n` blocks).
+                The blocks below the lowest adapted one compute the same
+                for every member: the decode runs them once per prompt
+                row and holds their KV cache once, tiling the rows into
+                members at the lowest adapted block
+                (`trunk_step`), where the family's cached step allows
+                (`families.Family.trunk_refused` says where not).
 
         Returns:
             A `LoRAEnsembleCausalLM`.
@@ -303,6 +313,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
             a_gain=a_gain,
             seed=seed,
             blob=blob,
+            layers=layers,
         )
         return cls(backbone, preprocessor=copy_preprocessor(causal_lm.preprocessor))
 

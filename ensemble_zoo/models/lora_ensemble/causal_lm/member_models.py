@@ -16,7 +16,7 @@ def plain_causal_lm(ensemble, member):
     """A keras-hub causal LM with the frozen weights and, unless
     `member` is `None`, member `member`'s adapters merged."""
     backbone = plain_decoder_copy(ensemble.backbone.decoder)
-    sites, _ = decoder_sites(backbone, ensemble.targets)
+    sites, _ = decoder_sites(backbone, ensemble.targets, ensemble.backbone.adapted_blocks)
     for (parent, attribute), adapter in zip(sites, ensemble.backbone._adapters, strict=True):
         if member is None:
             continue  # the copy holds the frozen weights

@@ -1,0 +1,156 @@
+"""The cached step of a LoRA-Ensemble causal LM over a shared trunk.
+
+With adapters on some decoder blocks only (`from_keras_hub(...,
+layers=...)`), every block below the lowest adapted one computes the same
+thing for every member. The shared-trunk step runs those blocks once per
+prompt row, holding their KV cache once, and tiles the rows into the
+members' batch-major rows (`ensemble_zoo.ops.tile_members`) at the lowest
+adapted block; the blocks from there up run on every member's rows, as
+the whole model does without `layers`. Sharing the lower blocks and
+replicating the upper ones is the multi-input multi-output design
+(MIMO, Havasi et al. 2020, "Training independent subnetworks for robust
+prediction", arXiv 2010.06610) that the LoRA-Ensemble paper's related
+work cites.
+
+keras-hub's own `call_with_cache` runs every block on one batch and
+stacks the blocks' caches into one array, which cannot hold blocks of
+`batch` and of `batch x members` rows, so this step runs the blocks
+itself, from what the family's `call_with_cache` does around them:
+
+- the first block's input: `Family.embed` (the token embedding, scaled
+  or with positions where the family's is);
+- each block's cached call: the cache argument its `call` names
+  (`self_attention_cache`, `attention_cache` or `cache`, with its
+  `..._update_index`; read from the signature, or `Family.cache_argument`), and the family's extra
+  arguments (Gemma 3's padding and cache-update masks,
+  `Family.step_arguments`);
+- after the last block: the decoder's final norm (`Family.final_norm`)
+  and the reversed token embedding, as the ensemble's own forward pass.
+
+The cache is a dict of per-block caches: `"trunk"`, the shared blocks'
+at `batch` rows, and `"members"`, the adapted ones' with a member axis
+after the batch (`(batch, members, ...)`), as the decode engine keeps a
+whole model's. `test_causal_lm_families` checks every family the step
+takes against keras-hub's `call_with_cache` on the members' rows.
+"""
+
+import inspect
+
+import keras
+from keras import ops
+
+from ensemble_zoo.ops.member_tiling import fold_members
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+
+#: The members' rows: batch-major, as the decode engine keeps them.
+ROWS = "batch_major"
+#: Names a keras-hub decoder block's `call` gives its KV cache, each with
+#: `<name>_update_index` for the step's position.
+CACHE_ARGUMENTS = ("self_attention_cache", "attention_cache", "cache")
+
+
+def trunk_blocks(model):
+    """How many decoder blocks of `model` (a `LoRAEnsembleCausalLM`) run
+    as a shared trunk: those below the lowest adapted block, where the
+    family's step allows (`Family.trunk_refused`); 0 runs every block on
+    the members' rows."""
+    layers = model.backbone.adapted_blocks
+    if layers is None or model.family.trunk_refused:
+        return 0
+    return layers[0]
+
+
+def block_cache_arguments(family, block, cache, index):
+    """The cache arguments of `block`'s cached call: under the family's
+    `cache_argument`, or the name among `CACHE_ARGUMENTS` its `call`
+    takes."""
+    parameters = inspect.signature(block.call).parameters
+    for name in (family.cache_argument, *CACHE_ARGUMENTS):
+        if name is not None and (name == family.cache_argument or name in parameters):
+            return {name: cache, f"{name}_update_index": index}
+    raise ValueError(
+        f"{type(block).__name__}.call takes none of the cache arguments "
+        f"{list(CACHE_ARGUMENTS)}: its blocks cannot run as a shared trunk."
+    )
+
+
+def _layer_caches(cache):
+    """A family's cache as one entry per block: Gemma 3's tuple of
+    `(key, value)` pairs as it is, the stacked layout's `(rows, layers,
+    ...)` array sliced on its layer axis."""
+    if isinstance(cache, (tuple, list)):
+        return list(cache)
+    return [cache[:, i] for i in range(ops.shape(cache)[1])]
+
+
+def empty_cache(model, batch, length):
+    """The shared-trunk cache of `batch` prompts over `length` positions,
+    zero: what the prompts' pass (`decode_engine.prefill`) fills.
+
+    The shape of each block's cache is read from the family's own
+    `_build_cache` of two tokens (one would warn of a softmax over one key) on one row per member (so every family's
+    layout, e.g. Gemma 3's per-block pairs, is its own); the position axis
+    is the family's `cache_length_axis`, less the stacked layout's layer
+    axis."""
+    m = model.num_members
+    family = model.family
+    _, probe = family.seed_cache(model, ops.zeros((m, 2), "int32"), ops.ones((m, 2), "bool"))
+    stacked = not isinstance(probe, (tuple, list))
+    axis = family.cache_length_axis - (1 if stacked else 0)
+
+    def zeros(x, rows):
+        shape = list(ops.shape(x))
+        shape[0:1] = rows
+        shape[axis + len(rows) - 1] = length
+        return ops.zeros(shape, x.dtype)
+
+    layers = _layer_caches(probe)
+    n = trunk_blocks(model)
+    return {
+        "trunk": tuple(keras.tree.map_structure(lambda x: zeros(x, [batch]), c) for c in layers[:n]),
+        "members": tuple(
+            keras.tree.map_structure(lambda x: zeros(x, [batch, m]), c) for c in layers[n:]
+        ),
+    }
+
+
+def trunk_step(model, token_ids, cache, index, extra):
+    """One cached step of every member over the shared trunk.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` with `trunk_blocks(model) > 0`.
+        token_ids: int `(batch, tokens)`, the tokens at `index`.
+        cache: the shared-trunk cache (`empty_cache`).
+        index: int or int tensor, the position of `token_ids[:, 0]`.
+        extra: dict of the family's extra block arguments, one row per
+            prompt (`Family.step_arguments` or `Family.block_arguments`).
+
+    Returns:
+        `(member_logits, member_hidden, cache)`: `(batch, members, tokens,
+        vocabulary)`, `(batch, members, tokens, hidden_dim)` (after the
+        final norm) and the updated cache.
+    """
+    m = model.num_members
+    decoder = model.backbone.decoder
+    blocks = decoder.transformer_layers
+    n = trunk_blocks(model)
+    x = model.family.embed(decoder, token_ids, index)
+    trunk = []
+    for block, block_cache in zip(blocks[:n], cache["trunk"], strict=True):
+        x, block_cache = block(x, **block_cache_arguments(model.family, block, block_cache, index), **extra)
+        trunk.append(block_cache)
+    x = tile_members(x, m, ROWS)
+    extra = {k: tile_members(v, m, ROWS) for k, v in extra.items()}
+    members = []
+    for block, block_cache in zip(blocks[n:], cache["members"], strict=True):
+        folded = keras.tree.map_structure(lambda c: fold_members(c, ROWS), block_cache)
+        x, folded = block(x, **block_cache_arguments(model.family, block, folded, index), **extra)
+        members.append(keras.tree.map_structure(lambda c: untile_members(c, m, ROWS), folded))
+    hidden = getattr(decoder, model.family.final_norm)(x)
+    logits = decoder.token_embedding(hidden, reverse=True)
+    return (
+        untile_members(logits, m, ROWS),
+        untile_members(hidden, m, ROWS),
+        {"trunk": tuple(trunk), "members": tuple(members)},
+    )
