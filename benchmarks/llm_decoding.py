@@ -19,6 +19,11 @@ Rows, all measured in this run on the backend it runs under:
 - `LoRA-Ensemble M`: M members of rank 8 on query, key, value and output,
   one batched decode with per-token uncertainty
   (`generate(..., return_uncertainty=True)`);
+- `LoRA-Ensemble M, upper 1/2` and `upper 1/4`: the largest ensemble
+  with adapters on the upper half or quarter of the blocks only
+  (`from_keras_hub(..., layers=...)`, where that is a whole number of
+  blocks): the blocks below run once as a shared trunk and hold their
+  cache once;
 - `M separate models`: M times the keras-hub row (M fine-tuned models of
   the base's size decode one after another and hold M times its weights
   and cache; computed, not run);
@@ -163,12 +168,16 @@ def _per_token(call_ms, new):
 
 
 def cache_bytes(model, batch, length, members, dtype_bytes):
+    """The KV cache's bytes: every block's per member, but a shared
+    trunk's (the blocks below the lowest adapted one) once."""
     # The keras-hub backbone: an ensemble's holds it as `decoder`.
     b = getattr(model.backbone, "decoder", model.backbone)
+    from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_blocks
+
+    shared = trunk_blocks(model) if members > 1 else 0
     return (
         batch
-        * members
-        * b.num_layers
+        * (shared + members * (b.num_layers - shared))
         * 2
         * length
         * b.num_key_value_heads
@@ -329,9 +338,16 @@ def decoding_rows(
         )
     ]
     _progress(rows[-1])
-    runs = [("plain", 1, False)] + [(f"LoRA-Ensemble {m}", m, True) for m in members]
-    for variant, m, uncertainty in runs:
-        model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(base, num_members=m, rank=8, seed=0)
+    runs = [("plain", 1, False, None)] + [(f"LoRA-Ensemble {m}", m, True, None) for m in members]
+    top = max(members)
+    for name, parts in (("1/2", 2), ("1/4", 4)):
+        if top > 1 and layers % parts == 0:
+            upper = range(layers - layers // parts, layers)
+            runs.append((f"LoRA-Ensemble {top}, upper {name}", top, True, upper))
+    for variant, m, uncertainty, upper in runs:
+        model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
+            base, num_members=m, rank=8, seed=0, layers=upper
+        )
         model.compile(sampler="greedy", **compile_kwargs)
         rows.append((variant,) + measure(model, prompt, new, vocabulary, repeats, m, uncertainty))
         _progress(rows[-1])

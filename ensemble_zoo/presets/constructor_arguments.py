@@ -13,13 +13,15 @@ def constructor_arguments(cls):
     """The names of the keyword arguments `cls`'s constructor takes: those
     of its constructor and, while a constructor passes `**kwargs` on, of
     the ones above it in its MRO (a user's subclass over a zoo task) up
-    to Keras' and keras-hub's classes, plus `MODEL_KEYWORDS`, which a
-    task's `**kwargs` passes on to `keras_hub.models.Task`."""
+    to Keras' and keras-hub's classes (a keras-hub task's own constructor,
+    where `cls` is one: a plain keras-hub preset), plus `MODEL_KEYWORDS`,
+    which a task's `**kwargs` passes on to `keras_hub.models.Task`."""
     accepted = set(MODEL_KEYWORDS)
     for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if klass.__module__.split(".")[0] in ("keras", "keras_hub", "builtins"):
+        library = klass.__module__.split(".")[0] in ("keras", "keras_hub", "builtins")
+        if library and klass is not cls:
             break
+        init = klass.__dict__.get("__init__")
         if init is None:
             continue
         parameters = inspect.signature(init).parameters.values()
@@ -28,8 +30,8 @@ def constructor_arguments(cls):
             for p in parameters
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
         }
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            break  # this constructor passes nothing further up
+        if library or not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break  # a keras-hub task's own, or one that passes nothing further up
     return accepted
 
 

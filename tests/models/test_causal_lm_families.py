@@ -27,6 +27,7 @@ from ensemble_zoo.models import LoRAEnsembleDecoderBackbone
 from ensemble_zoo.models import TokenLossPredictor
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
+from ensemble_zoo.models.lora_ensemble.causal_lm import trunk_step
 
 #: keras-hub classes the decode engine does not take yet, each refused by
 #: name (`families.FAMILIES`).
@@ -223,3 +224,110 @@ def test_a_backbone_under_another_dtype_is_a_copy_with_the_adapters_values():
         )
     embeddings = to_np(copy.token_embedding.embeddings).astype("float32")
     np.testing.assert_allclose(embeddings, to_np(decoder.token_embedding.embeddings), rtol=1e-2)
+
+
+#: Families whose cached step cannot run a shared trunk
+#: (`families.Family.trunk_refused`): their blocks run on every member's
+#: rows, with or without `layers`.
+TRUNK_REFUSED = ("gemma4", "qwen3_5", "qwen3_5_moe")
+
+
+def _layer_cache(cache, i):
+    """Block `i`'s cache of a whole model's member cache: Gemma 3's pair,
+    or the stacked layout's slice (its layer axis after the members')."""
+    return cache[i] if isinstance(cache, tuple) else cache[:, :, i]
+
+
+@pytest.mark.parametrize("family", families_this_run(SUPPORTED, SLICE))
+def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapted(family):
+    """`layers=[-1]`: the lower block runs once per prompt row with its
+    cache held once (no member axis), and the ensemble gives the tokens,
+    figures and top-block cache of the all-block ensemble whose lower
+    adapters are zero (float32 round-off: the trunk's products run on
+    fewer rows)."""
+    causal_lm = build_causal_lm(family)
+    whole = LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, seed=0)
+    upper = LoRAEnsembleCausalLM.from_keras_hub(
+        causal_lm, num_members=2, rank=2, seed=0, layers=[-1]
+    )
+    count = len(upper.adapters)
+    assert 0 < count <= len(whole.adapters)
+    rng = np.random.default_rng(0)
+    for ours, theirs in zip(upper.adapters, whole.adapters[-count:], strict=True):
+        ours.lora_a.assign(theirs.lora_a)
+        b = rng.normal(size=ours.lora_b.shape) * 0.3
+        ours.lora_b.assign(b)
+        theirs.lora_b.assign(b)
+    shared = trunk_step.trunk_blocks(upper)
+    assert shared == (0 if family in TRUNK_REFUSED else 1)
+
+    outputs = []
+    for ensemble in (whole, upper):
+        ensemble.compile(sampler="greedy")
+        outputs.append(ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True))
+    np.testing.assert_array_equal(outputs[1]["token_ids"], outputs[0]["token_ids"])
+    for name, value in outputs[0].items():
+        if np.asarray(value).dtype.kind == "f":
+            np.testing.assert_allclose(outputs[1][name], value, atol=1e-5, err_msg=name)
+    assert np.abs(outputs[0]["epistemic"]).max() > 1e-5
+
+    ids = keras.ops.convert_to_tensor(PROMPT["token_ids"])
+    mask = keras.ops.convert_to_tensor(PROMPT["padding_mask"])
+    hidden, cache = decode_engine.prefill(whole, ids, mask, 4)
+    trunk_hidden, trunk_cache = decode_engine.prefill(upper, ids, mask, 4)
+    np.testing.assert_allclose(to_np(trunk_hidden), to_np(hidden), atol=1e-5)
+    if not shared:
+        return
+    for ours, theirs in zip(
+        keras.tree.flatten(trunk_cache["trunk"][0]), keras.tree.flatten(_layer_cache(cache, 0))
+    ):
+        # Held once: the whole model's cache of that block without its
+        # member axis, equal to each member's.
+        ours, theirs = to_np(ours), to_np(theirs)
+        assert ours.shape == theirs.shape[:1] + theirs.shape[2:]
+        for member in range(2):
+            np.testing.assert_allclose(ours, theirs[:, member], atol=1e-5)
+    for ours, theirs in zip(
+        keras.tree.flatten(trunk_cache["members"][0]), keras.tree.flatten(_layer_cache(cache, 1))
+    ):
+        np.testing.assert_allclose(to_np(ours), to_np(theirs), atol=1e-5)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="argument checks and configs: backend-independent")
+def test_layers_are_checked_and_kept_by_presets_and_adapter_files(tmp_path):
+    causal_lm = build_causal_lm("llama")
+    for bad, error in (
+        ("1", TypeError),
+        ([1.0], TypeError),
+        ([2], ValueError),
+        ([-3], ValueError),
+        ([0, 0], ValueError),
+        ([], ValueError),
+    ):
+        with pytest.raises(error, match="`layers`"):
+            LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, layers=bad)
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+        causal_lm, num_members=2, rank=2, seed=0, layers=range(-1, 0)
+    )
+    assert ensemble.backbone.adapted_blocks == (1,) and ensemble.method_config["layers"] == [1]
+    assert [a.base_layer.path.split("/")[0] for a in ensemble.adapters] == [
+        "transformer_layer_1"
+    ] * 4
+    rng = np.random.default_rng(0)
+    for adapter in ensemble.adapters:
+        adapter.lora_b.assign(rng.normal(size=adapter.lora_b.shape) * 0.3)
+    logits = to_np(ensemble(PROMPT))
+    np.testing.assert_allclose(logits[:, 1], to_np(ensemble.member_causal_lm(1)(PROMPT)), atol=1e-5)
+
+    preset = str(tmp_path / "preset")
+    ensemble.save_to_preset(preset)
+    loaded = LoRAEnsembleCausalLM.from_preset(preset)
+    assert loaded.backbone.adapted_blocks == (1,)
+    np.testing.assert_array_equal(to_np(loaded(PROMPT)), logits)
+    adapters = str(tmp_path / "top.lora_ensemble.h5")
+    ensemble.save_adapters(adapters)
+    loaded = LoRAEnsembleCausalLM.from_adapters(build_causal_lm("llama"), adapters)
+    np.testing.assert_array_equal(to_np(loaded(PROMPT)), logits)
+    every_block = LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2)
+    with pytest.raises(ValueError, match="layers: file \\[1\\], model None"):
+        every_block.load_adapters(adapters)

@@ -21,12 +21,15 @@ LOSS = "loss_prediction_gemma_tiny_arithmetic"
 
 def test_keras_hub_and_zoo_loaders_build_the_same_models():
     """keras-hub's `CausalLM.from_preset` finds the zoo's ensemble class
-    from `config.json`; the base preset is a plain keras-hub model."""
+    from `config.json`; the base preset is a plain keras-hub model, which
+    both load."""
     path = ez.presets.get_preset_path(ENSEMBLE)
     ours = ez.presets.load_preset(ENSEMBLE)
     theirs = keras_hub.models.CausalLM.from_preset(path)
     assert type(theirs) is type(ours) is ez.models.LoRAEnsembleCausalLM
     base = keras_hub.models.GemmaCausalLM.from_preset(ez.presets.get_preset_path(BASE))
+    # The zoo's loader takes a plain keras-hub task's own constructor.
+    assert type(ez.presets.load_preset(BASE, load_weights=False)) is type(base)
     questions, answers = arithmetic.load_questions("test")
     x = base.preprocessor.generate_preprocess(questions[:8], sequence_length=12)
     x = {k: to_np(v) for k, v in x.items()}

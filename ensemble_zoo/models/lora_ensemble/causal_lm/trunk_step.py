@@ -108,7 +108,9 @@ def empty_cache(model, batch, length):
     layers = _layer_caches(probe)
     n = trunk_blocks(model)
     return {
-        "trunk": tuple(keras.tree.map_structure(lambda x: zeros(x, [batch]), c) for c in layers[:n]),
+        "trunk": tuple(
+            keras.tree.map_structure(lambda x: zeros(x, [batch]), c) for c in layers[:n]
+        ),
         "members": tuple(
             keras.tree.map_structure(lambda x: zeros(x, [batch, m]), c) for c in layers[n:]
         ),
@@ -138,7 +140,9 @@ def trunk_step(model, token_ids, cache, index, extra):
     x = model.family.embed(decoder, token_ids, index)
     trunk = []
     for block, block_cache in zip(blocks[:n], cache["trunk"], strict=True):
-        x, block_cache = block(x, **block_cache_arguments(model.family, block, block_cache, index), **extra)
+        x, block_cache = block(
+            x, **block_cache_arguments(model.family, block, block_cache, index), **extra
+        )
         trunk.append(block_cache)
     x = tile_members(x, m, ROWS)
     extra = {k: tile_members(v, m, ROWS) for k, v in extra.items()}
