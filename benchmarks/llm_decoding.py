@@ -21,9 +21,9 @@ Rows, all measured in this run on the backend it runs under:
   (`generate(..., return_uncertainty=True)`);
 - `LoRA-Ensemble M, upper 1/2` and `upper 1/4`: the largest ensemble
   with adapters on the upper half or quarter of the blocks only
-  (`from_keras_hub(..., layers=...)`, where that is a whole number of
-  blocks): the blocks below run once as a shared trunk and hold their
-  cache once;
+  (`from_keras_hub(..., layers=...)`; `upper k/n`, the upper `k` of `n`
+  blocks, where the fraction is not a whole number of blocks): the blocks
+  below run once as a shared trunk and hold their cache once;
 - `M separate models`: M times the keras-hub row (M fine-tuned models of
   the base's size decode one after another and hold M times its weights
   and cache; computed, not run);
@@ -172,9 +172,7 @@ def cache_bytes(model, batch, length, members, dtype_bytes):
     trunk's (the blocks below the lowest adapted one) once."""
     # The keras-hub backbone: an ensemble's holds it as `decoder`.
     b = getattr(model.backbone, "decoder", model.backbone)
-    from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_blocks
-
-    shared = trunk_blocks(model) if members > 1 else 0
+    shared = model.trunk_blocks if members > 1 else 0
     return (
         batch
         * (shared + members * (b.num_layers - shared))
@@ -340,9 +338,11 @@ def decoding_rows(
     _progress(rows[-1])
     runs = [("plain", 1, False, None)] + [(f"LoRA-Ensemble {m}", m, True, None) for m in members]
     top = max(members)
-    for name, parts in (("1/2", 2), ("1/4", 4)):
-        if top > 1 and layers % parts == 0:
-            upper = range(layers - layers // parts, layers)
+    for parts in (2, 4):
+        adapted = layers // parts
+        if top > 1 and adapted:
+            name = f"1/{parts}" if layers % parts == 0 else f"{adapted}/{layers}"
+            upper = range(layers - adapted, layers)
             runs.append((f"LoRA-Ensemble {top}, upper {name}", top, True, upper))
     for variant, m, uncertainty, upper in runs:
         model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
@@ -352,6 +352,16 @@ def decoding_rows(
         rows.append((variant,) + measure(model, prompt, new, vocabulary, repeats, m, uncertainty))
         _progress(rows[-1])
         del model
+        if keras.config.backend() == "torch":
+            # Each compiled step holds its frozen copy of the weights:
+            # free it before the next variant compiles its own (with 8
+            # Gemma-2B layers, two of them and a compilation exceed 24 GB).
+            import gc
+
+            import torch
+
+            torch._dynamo.reset()
+            gc.collect()
     for m in members:
         if m > 1:
             # Computed from the keras-hub row: M models one after another.

@@ -33,7 +33,6 @@ import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
 from ensemble_zoo.evaluation.answer_evaluation import RECORDED
 from ensemble_zoo.evaluation.answer_evaluation import arithmetic_checker
-from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_blocks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "presets"))
@@ -85,7 +84,7 @@ def run(epochs=30, members=4, rank=8, quick=False):
         )
         loss = recipe.fit(ensemble, train, epochs, 64, 0.003)
         metrics = score(ensemble, 32 if quick else None)
-        shared = trunk_blocks(ensemble)
+        shared = ensemble.trunk_blocks
         rows.append(
             {
                 "variant": name,

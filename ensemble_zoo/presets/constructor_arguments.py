@@ -13,13 +13,19 @@ def constructor_arguments(cls):
     """The names of the keyword arguments `cls`'s constructor takes: those
     of its constructor and, while a constructor passes `**kwargs` on, of
     the ones above it in its MRO (a user's subclass over a zoo task) up
-    to Keras' and keras-hub's classes (a keras-hub task's own constructor,
-    where `cls` is one: a plain keras-hub preset), plus `MODEL_KEYWORDS`,
+    to Keras' and keras-hub's classes (but the first keras-hub task's own
+    constructor where no zoo class comes before it: a plain keras-hub
+    preset, or a user's subclass of a keras-hub task), plus `MODEL_KEYWORDS`,
     which a task's `**kwargs` passes on to `keras_hub.models.Task`."""
     accepted = set(MODEL_KEYWORDS)
+    zoo = False
     for klass in cls.__mro__:
-        library = klass.__module__.split(".")[0] in ("keras", "keras_hub", "builtins")
-        if library and klass is not cls:
+        library = klass.__module__.split(".")[0]
+        zoo = zoo or library == "ensemble_zoo"
+        # A zoo task passes `**kwargs` on to `keras_hub.models.Task`, whose
+        # arguments it spells itself; a plain keras-hub task, or a user's
+        # subclass of one, takes the keras-hub task's own.
+        if library in ("keras", "builtins") or (library == "keras_hub" and zoo):
             break
         init = klass.__dict__.get("__init__")
         if init is None:
@@ -30,7 +36,7 @@ def constructor_arguments(cls):
             for p in parameters
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
         }
-        if library or not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        if library == "keras_hub" or not any(p.kind == p.VAR_KEYWORD for p in parameters):
             break  # a keras-hub task's own, or one that passes nothing further up
     return accepted
 

@@ -10,6 +10,8 @@ a refused family names why. The whole list runs under PyTorch (eager, the
 quickest to build); JAX and TensorFlow, which compile each family's decode
 loop, run a slice that rotates with the day (the suite's time budget)."""
 
+import warnings
+
 import keras
 import keras_hub
 import numpy as np
@@ -247,24 +249,33 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
     fewer rows)."""
     causal_lm = build_causal_lm(family)
     whole = LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, seed=0)
-    upper = LoRAEnsembleCausalLM.from_keras_hub(
-        causal_lm, num_members=2, rank=2, seed=0, layers=[-1]
-    )
+    refused = family in TRUNK_REFUSED
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        upper = LoRAEnsembleCausalLM.from_keras_hub(
+            causal_lm, num_members=2, rank=2, seed=0, layers=[-1]
+        )
+    assert any("shared trunk" in str(w.message) for w in caught) == refused, caught
     count = len(upper.adapters)
-    assert 0 < count <= len(whole.adapters)
+    # Qwen 3.5's lower block is linear attention, without adapters.
+    assert count == len(whole.adapters) // (1 if family.startswith("qwen3_5") else 2)
     rng = np.random.default_rng(0)
     for ours, theirs in zip(upper.adapters, whole.adapters[-count:], strict=True):
         ours.lora_a.assign(theirs.lora_a)
         b = rng.normal(size=ours.lora_b.shape) * 0.3
         ours.lora_b.assign(b)
         theirs.lora_b.assign(b)
-    shared = trunk_step.trunk_blocks(upper)
-    assert shared == (0 if family in TRUNK_REFUSED else 1)
+    shared = upper.trunk_blocks
+    assert shared == (0 if refused else 1)
 
-    outputs = []
+    outputs, beams = [], []
     for ensemble in (whole, upper):
         ensemble.compile(sampler="greedy")
         outputs.append(ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True))
+        # Beam search repeats and reorders the cache's rows (axis 0).
+        ensemble.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=2))
+        beams.append(ensemble.generate(PROMPT, stop_token_ids=None)["token_ids"])
+    np.testing.assert_array_equal(beams[1], beams[0])
     np.testing.assert_array_equal(outputs[1]["token_ids"], outputs[0]["token_ids"])
     for name, value in outputs[0].items():
         if np.asarray(value).dtype.kind == "f":
@@ -278,8 +289,16 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
     np.testing.assert_allclose(to_np(trunk_hidden), to_np(hidden), atol=1e-5)
     if not shared:
         return
+    # The prompts' pass in blocks (where it runs eagerly) over the trunk.
+    blocked = decode_engine.prefill(upper, ids, mask, 4, block=3)
+    for a, b in zip(
+        keras.tree.flatten((trunk_hidden, trunk_cache)), keras.tree.flatten(blocked), strict=True
+    ):
+        np.testing.assert_allclose(to_np(b), to_np(a), atol=1e-5)
     for ours, theirs in zip(
-        keras.tree.flatten(trunk_cache["trunk"][0]), keras.tree.flatten(_layer_cache(cache, 0))
+        keras.tree.flatten(trunk_cache["trunk"][0]),
+        keras.tree.flatten(_layer_cache(cache, 0)),
+        strict=True,
     ):
         # Held once: the whole model's cache of that block without its
         # member axis, equal to each member's.
@@ -288,7 +307,9 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
         for member in range(2):
             np.testing.assert_allclose(ours, theirs[:, member], atol=1e-5)
     for ours, theirs in zip(
-        keras.tree.flatten(trunk_cache["members"][0]), keras.tree.flatten(_layer_cache(cache, 1))
+        keras.tree.flatten(trunk_cache["members"][0]),
+        keras.tree.flatten(_layer_cache(cache, 1)),
+        strict=True,
     ):
         np.testing.assert_allclose(to_np(ours), to_np(theirs), atol=1e-5)
 
@@ -299,6 +320,7 @@ def test_layers_are_checked_and_kept_by_presets_and_adapter_files(tmp_path):
     for bad, error in (
         ("1", TypeError),
         ([1.0], TypeError),
+        ([True], TypeError),
         ([2], ValueError),
         ([-3], ValueError),
         ([0, 0], ValueError),
@@ -307,9 +329,18 @@ def test_layers_are_checked_and_kept_by_presets_and_adapter_files(tmp_path):
         with pytest.raises(error, match="`layers`"):
             LoRAEnsembleCausalLM.from_keras_hub(causal_lm, num_members=2, rank=2, layers=bad)
     ensemble = LoRAEnsembleCausalLM.from_keras_hub(
-        causal_lm, num_members=2, rank=2, seed=0, layers=range(-1, 0)
+        causal_lm, num_members=2, rank=2, seed=0, layers=np.array([-1])
     )
     assert ensemble.backbone.adapted_blocks == (1,) and ensemble.method_config["layers"] == [1]
+    # A family entry the decoder's graph contradicts runs no shared trunk.
+    assert trunk_step.trunk_refusal(ensemble.backbone, ensemble.family) is None
+    assert "not `norm`" in trunk_step.trunk_refusal(
+        ensemble.backbone, families.Family(final_norm="norm")
+    )
+    gemma = LoRAEnsembleCausalLM.from_keras_hub(build_causal_lm("gemma"), 2, 2, layers=[1])
+    assert "more than the token embedding" in trunk_step.trunk_refusal(
+        gemma.backbone, families.Family()
+    )
     assert [a.base_layer.path.split("/")[0] for a in ensemble.adapters] == [
         "transformer_layer_1"
     ] * 4

@@ -503,6 +503,45 @@ def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):
     assert np.abs(new_eager["epistemic"] - eager["epistemic"]).max() > 1e-3
 
 
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="torch.compile")
+@skip_on_alternate_days("torch_compile")
+def test_compiled_torch_step_over_a_shared_trunk_is_one_graph_equal_to_the_eager_step(monkeypatch):
+    """With the top block adapted (`layers=[-1]`), the step that runs the
+    lower block once (`trunk_step`) is one `torch.compile` graph too (no
+    graph break: the blocks' cache arguments are read outside the
+    graph's tensors), with the eager step's tokens and figures (Gemma 3,
+    two blocks, `aot_eager` as above)."""
+    import functools
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
+    keras.utils.set_random_seed(0)
+    base = task_cls(backbone=backbone_cls(**dict(config, num_layers=2)), preprocessor=None)
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+        base, num_members=2, rank=2, a_gain=1.0, seed=0, layers=[-1]
+    )
+    assert ensemble.trunk_blocks == 1
+    randomize_adapters(ensemble)
+    ensemble.compile(sampler="greedy")
+    eager = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+    ensemble.compile(sampler="greedy", jit_compile=True)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+        graphs, breaks = counters["stats"]["unique_graphs"], dict(counters["graph_break"])
+    finally:
+        torch._dynamo.reset()
+    assert (graphs, breaks) == (1, {}), (graphs, breaks)
+    np.testing.assert_array_equal(compiled["token_ids"], eager["token_ids"])
+    for name in POSITION_FIGURES + MEMBER_FIGURES:
+        np.testing.assert_allclose(compiled[name], eager[name], atol=1e-5, err_msg=name)
+    assert np.abs(eager["epistemic"]).max() > 1e-4
+
+
 @pytest.mark.skipif(keras.config.backend() != "jax", reason="host arithmetic; runs once")
 def test_the_prompts_pass_stops_at_the_longest_prompt_rounded_to_a_power_of_two():
     """The prompts' pass covers the longest prompt (rounded up to a power

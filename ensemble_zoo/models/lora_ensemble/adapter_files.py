@@ -126,7 +126,7 @@ def _read(f, model, filepath, head):
     saved = json.loads(f.attrs["method_config"])
     expected = model.method_config
     differences = [
-        f"{key}: file {saved.get(key)!r}, model {expected[key]!r}"
+        f"{key}: file {saved.get(key)!r}, model {expected.get(key)!r}"
         for key in ("num_members", "targets", "rank", "lora_alpha", "layers")
         if _normalized(saved.get(key)) != _normalized(expected.get(key))
     ]

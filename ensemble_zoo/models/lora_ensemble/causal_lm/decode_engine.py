@@ -6,7 +6,8 @@ One pure step function over the backbone,
         -> (member logits, member hidden states, new cache),
 
 runs the family's own keras-hub `call_with_cache` once on every member's
-batch-major rows (`ensemble_zoo.ops.tile_members`) and splits the result into `(batch,
+batch-major rows (`ensemble_zoo.ops.tile_members`; with the lower blocks
+shared, `trunk_step` instead) and splits the result into `(batch,
 members, ...)`. The KV cache is preallocated at the sequence length by
 `prefill` (the family's `_build_cache` over the prompts' positions, the
 longest prompt rounded up to a power of two, zeros after them), so every
@@ -40,7 +41,6 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_e
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import empty_cache
-from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_blocks
 from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import trunk_step
 from ensemble_zoo.ops.member_tiling import fold_members
 from ensemble_zoo.ops.member_tiling import tile_members
@@ -115,7 +115,7 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
     length = full if length is None or family.full_prefill else min(length, full)
     if block is None or family.full_prefill or not family.offset_blocks:
         block = length
-    if trunk_blocks(model):
+    if model.trunk_blocks:
         cache = empty_cache(model, int(ops.shape(token_ids)[0]), full)
         hidden = []
         for start in range(0, length, block):
@@ -188,7 +188,7 @@ def member_step(model, token_ids, cache, index, padding_mask):
     """
     m = model.num_members
     extra = model.family.step_arguments(padding_mask, index)
-    if trunk_blocks(model):
+    if model.trunk_blocks:
         return trunk_step(model, token_ids, cache, index, extra)
     logits, hidden, cache = model.call_with_cache(
         repeat_rows(token_ids, m),

@@ -43,8 +43,9 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
     `LoRAEnsembleCausalLM` builds the model and lists
     `keras_hub.models.CausalLM` last). The model runs the members as
     batch-major rows (`TileMembers` / `UntileMembers`) and sets
-    `num_members`, `family` (`families.Family`), `call_with_cache` and
-    `_build_cache`."""
+    `num_members`, `family` (`families.Family`), `trunk_blocks` (the
+    decoder blocks that run once per prompt row, `trunk_step`; 0: none),
+    `call_with_cache` and `_build_cache`."""
 
     def compile(
         self,

@@ -7,9 +7,10 @@ seed and step a KV cache. Any family built that way works with no entry
 here: `decoder_sites` finds each block's projections by layer type
 (`Dense` / `EinsumDense`) and role, read from the names keras-hub gives
 them (`ROLE_NAMES`), as keras-hub's own `enable_lora` finds its targets by
-name. A family that seeds or steps its cache otherwise, or that cannot
-hold members, has one `Family` entry in `FAMILIES`, keyed by its
-keras-hub class name.
+name. A family that seeds or steps its cache otherwise, that cannot
+hold members, or whose step a shared trunk (`trunk_step`) must be told
+(its embedding, final norm or cache argument), has one `Family` entry in
+`FAMILIES`, keyed by its keras-hub class name.
 
 Cache layouts (keras-hub 0.32): most families stack the layers in one
 `(batch, layers, 2, length, kv_heads, head_dim)` array (the length on
@@ -362,7 +363,7 @@ def check_layers(layers, num_blocks):
             f"`layers` must be `None` or a sequence of decoder block indices (e.g. "
             f"`range(num_blocks // 2, num_blocks)`); got {layers!r}."
         )
-    indices = []
+    layers, indices = list(layers), []
     for index in layers:
         if isinstance(index, bool) or not hasattr(index, "__index__"):
             raise TypeError(f"`layers` must hold int block indices; got {index!r}.")
@@ -414,11 +415,12 @@ def decoder_sites(backbone, targets, layers=None):
             pairs += block_sites(block, [t for t in targets if t == EXPERTS_TARGET])
             continue
         pairs += block_sites(block, targets)
+    chosen = "" if adapted is None else f" among `layers` {list(adapted)}"
     if not pairs:
-        raise ValueError(f"No block of `backbone` has the projections {list(targets)}.")
+        raise ValueError(f"No block{chosen} of `backbone` has the projections {list(targets)}.")
     if EXPERTS_TARGET in targets and all(role != EXPERTS_TARGET for role, _ in pairs):
         raise ValueError(
-            f"`targets` names {EXPERTS_TARGET!r}, but no block of `backbone` "
+            f"`targets` names {EXPERTS_TARGET!r}, but no block{chosen} of `backbone` "
             f"({type(backbone).__name__}) is a mixture of experts: no sublayer holds an "
             "expert bank (an int `num_experts` and kernels (num_experts, d_in, d_out))."
         )

@@ -21,6 +21,8 @@ one member or the base as a plain model `member_models`', sampling-based
 estimators `sample_uncertainty`'s.
 """
 
+import warnings
+
 import keras
 import keras_hub
 import numpy as np
@@ -30,6 +32,7 @@ from ensemble_zoo.layers.member_tiling import UntileMembers
 from ensemble_zoo.models.lora_ensemble import adapter_files
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
 from ensemble_zoo.models.lora_ensemble.causal_lm import member_models
+from ensemble_zoo.models.lora_ensemble.causal_lm import trunk_step
 from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import LoRAEnsembleDecoderBackbone
 from ensemble_zoo.models.lora_ensemble.causal_lm.decoder_adapters import factor_layers
 from ensemble_zoo.models.lora_ensemble.causal_lm.ensemble_causal_lm import EnsembleCausalLM
@@ -164,10 +167,26 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
         self.generate_function = None
         object.__setattr__(self, "_family", family)
         object.__setattr__(self, "_family_causal_lm", family_causal_lm)
+        object.__setattr__(self, "_trunk_blocks", trunk_step.shared_blocks(backbone, family))
+        if backbone.adapted_blocks and backbone.adapted_blocks[0] and not self._trunk_blocks:
+            refusal = trunk_step.trunk_refusal(backbone, family)
+            warnings.warn(
+                f"The blocks below the lowest adapted one ({backbone.adapted_blocks[0]}) "
+                f"run on every member's rows, not once as a shared trunk: "
+                f"{keras_hub_cls.__name__}: {refusal}.",
+                stacklevel=2,
+            )
 
     @property
     def num_members(self):
         return self.backbone.num_members
+
+    @property
+    def trunk_blocks(self):
+        """How many decoder blocks the decode runs once per prompt row,
+        holding their KV cache once (`trunk_step`): those below the lowest
+        adapted block (`layers`), where the family allows; 0 otherwise."""
+        return self._trunk_blocks
 
     @property
     def targets(self):
@@ -301,6 +320,7 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
             A `LoRAEnsembleCausalLM`.
         """
         _check_causal_lm(causal_lm)
+        families.check_layers(layers, len(getattr(causal_lm.backbone, "transformer_layers", ())))
         keras_hub_cls = families.causal_lm_class(causal_lm.backbone)
         families.family(keras_hub_cls)  # refused families, before the copy
         _check_text_only(causal_lm.backbone, keras_hub_cls)
