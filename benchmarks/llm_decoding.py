@@ -311,8 +311,10 @@ def decoding_rows(
     jit_compile="auto",
     peers=True,
     gemma3_270m=False,
+    only=None,
 ):
-    """The section's rows (see the module docstring)."""
+    """The section's rows (see the module docstring); `only`: `None`, or
+    the ensemble rows to run (names as printed; `plain` always runs)."""
     _imports()
     if full:
         layers, vocabulary = 18, 256_000
@@ -344,6 +346,11 @@ def decoding_rows(
             name = f"1/{parts}" if layers % parts == 0 else f"{adapted}/{layers}"
             upper = range(layers - adapted, layers)
             runs.append((f"LoRA-Ensemble {top}, upper {name}", top, True, upper))
+    if only is not None:
+        unknown = set(only) - {run[0] for run in runs}
+        if unknown:
+            raise ValueError(f"--only names no row: {sorted(unknown)}")
+        runs = [run for run in runs if run[0] == "plain" or run[0] in only]
     for variant, m, uncertainty, upper in runs:
         model = ez.models.LoRAEnsembleCausalLM.from_keras_hub(
             base, num_members=m, rank=8, seed=0, layers=upper
@@ -488,6 +495,13 @@ def main(argv=None):
     )
     parser.add_argument("--cold-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
+        "--only",
+        nargs="+",
+        help="run only these ensemble rows (e.g. 'LoRA-Ensemble 8, upper 1/4'); plain "
+        "always runs. PyTorch's compiled steps of several variants may not fit in "
+        "memory together",
+    )
+    parser.add_argument(
         "--members",
         type=int,
         nargs="+",
@@ -526,6 +540,7 @@ def main(argv=None):
         jit_compile=args.jit_compile,
         peers=not args.no_peers,
         gemma3_270m=args.gemma3_270m,
+        only=args.only,
     )
     print(f"device: {timing.device_name()}; backend {keras.config.backend()}; dtype {args.dtype}")
     print_decoding_table(rows)
