@@ -199,8 +199,8 @@ class LoRAEnsembleDecoderBackbone(keras_hub.models.Backbone):
             in place (`apply_decoder_adapters`), or on a copy under `dtype`
             when that differs from its policy (a copy that takes the
             adapters' values when `backbone` holds them already).
-        num_members, rank, targets, lora_alpha, a_gain, seed, blob,
-            layers: see `LoRAEnsembleCausalLM.from_keras_hub`.
+        num_members, rank, targets, lora_alpha, a_gain, seed, blob, layers:
+            see `LoRAEnsembleCausalLM.from_keras_hub`.
         dtype: optional dtype policy for every layer. Defaults to the
             backbone's.
         **kwargs: other `keras_hub.models.Backbone` arguments.
