@@ -189,15 +189,18 @@ def test_run_all_quick_measures_every_method(tmp_path):
         "plain",
         "LoRA-Ensemble 1",
         "LoRA-Ensemble 2",
+        "LoRA-Ensemble 2, upper 1/2",
         "2 separate models",
     ]
     for row in decoding:
         assert row["first_token_ms"] > 0 and row["decode_ms_per_token"] > 0, row
         assert re.search(rf"^{re.escape(row['variant'])}\s+[\d.]+\s", out, re.M), row
     # Separate models hold M times the weights and cache; the ensemble
-    # holds them once (plus its adapters).
-    assert decoding[4]["held_mib"] == pytest.approx(2 * decoding[0]["held_mib"])
-    assert decoding[3]["held_mib"] < decoding[4]["held_mib"]
+    # holds them once (plus its adapters), and with the lower of the two
+    # blocks a shared trunk, that block's cache once: 3 of 4 blocks' worth.
+    assert decoding[5]["held_mib"] == pytest.approx(2 * decoding[0]["held_mib"])
+    assert decoding[3]["held_mib"] < decoding[5]["held_mib"]
+    assert decoding[4]["kv_cache_mib"] == pytest.approx(0.75 * decoding[3]["kv_cache_mib"])
     # Each member holds a KV cache; the measured rows time a cold call.
     assert decoding[3]["kv_cache_mib"] == pytest.approx(2 * decoding[2]["kv_cache_mib"])
     assert all(row["first_call_s"] > 0 and row["peak_mib"] >= 0 for row in decoding[:4])
