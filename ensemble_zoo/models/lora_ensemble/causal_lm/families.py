@@ -353,9 +353,21 @@ def block_sites(block, targets, required=True):
 
 
 def check_layers(layers, num_blocks):
-    """`layers` (`None`: every block; or block indices, negative ones
-    counting from the top) as a sorted tuple of distinct indices in
-    `[0, num_blocks)`, or `None`."""
+    """The decoder blocks to adapt, checked.
+
+    Args:
+        layers: `None` (every block), or an iterable of int block indices
+            (negative ones count from the top; NumPy ints too).
+        num_blocks: int, the decoder's blocks.
+
+    Returns:
+        `None`, or a sorted tuple of distinct indices in `[0, num_blocks)`.
+
+    Raises:
+        TypeError: `layers` is not an iterable of ints (a bool or float
+            index, a string).
+        ValueError: an index out of range, a repeated one, or none.
+    """
     if layers is None:
         return None
     if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
