@@ -56,7 +56,9 @@ CACHE_ARGUMENTS = ("self_attention_cache", "attention_cache", "cache")
 def _block_input(layer):
     """The layer (or operation) whose output is `layer`'s main input in
     its model's graph (its first positional argument, or its first keyword
-    one as Falcon passes `inputs=x`), looking through dropout."""
+    one as Falcon passes `inputs=x`), looking through dropout. Reads
+    Keras' graph records (`_inbound_nodes`, `_keras_history`; Keras
+    3.15.1): the family tests' shared-trunk check fails if they change."""
     arguments = layer._inbound_nodes[0].arguments
     x = arguments.args[0] if arguments.args else next(iter(arguments.kwargs.values()))
     producer = x._keras_history.operation
@@ -72,7 +74,8 @@ def trunk_refusal(backbone, family):
     that a family without an entry runs on every member's rows rather
     than wrongly: each block reads the one before, the first reads the
     token embedding (unless the family's `embed` says otherwise), and the
-    output is `Family.final_norm` of the last block.
+    output is `Family.final_norm` of the last block, and the blocks name
+    their cache argument (`block_cache_arguments`).
 
     Args:
         backbone: a `LoRAEnsembleDecoderBackbone`.
@@ -91,6 +94,12 @@ def trunk_refusal(backbone, family):
     if family.embed is embed_tokens and _block_input(blocks[0]) is not decoder.token_embedding:
         return (
             "its first block reads more than the token embedding (a `Family.embed` entry says what)"
+        )
+    parameters = inspect.signature(blocks[0].call).parameters
+    if family.cache_argument is None and not any(n in parameters for n in CACHE_ARGUMENTS):
+        return (
+            f"its blocks' `call` names none of {list(CACHE_ARGUMENTS)} (a "
+            "`Family.cache_argument` entry says which)"
         )
     output = keras.tree.flatten(decoder.output)[0]._keras_history.operation
     if norm is None or output is not norm or _block_input(norm) is not blocks[-1]:
