@@ -421,13 +421,17 @@ def test_bayesian_lora_benchmark_times_samples_against_members():
         assert re.search(rf"^\s+2 {system}\s+[0-9.]+\s+[0-9.]+x$", out, re.M), (system, out)
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the script")
+@pytest.mark.skipif(BACKEND != "jax", reason="one backend suffices for the scripts")
 @skip_on_alternate_days("benchmark_scripts")
-def test_shared_trunk_arithmetic_benchmark_trains_and_scores_each_variant():
+def test_shared_trunk_benchmarks_train_score_and_time_each_variant():
     out = run_python(
-        "import sys; sys.argv = ['shared_trunk_arithmetic.py', '--quick'];"
-        "import runpy; runpy.run_path('benchmarks/shared_trunk_arithmetic.py', run_name='__main__')"
+        "import sys, runpy\n"
+        "for name in ('shared_trunk_arithmetic', 'shared_trunk_forward'):\n"
+        "    sys.argv = [name + '.py', '--quick']\n"
+        "    runpy.run_path(f'benchmarks/{name}.py', run_name='__main__')"
     )
     # KV cache of 4 members over 4 blocks: 2 + 4 x 2 and 3 + 4 x 1 blocks' worth.
     for variant, cache in (("every block", "1.00"), ("upper 1/2", "0.62"), ("upper 1/4", "0.44")):
         assert re.search(rf"^{variant}\s+accuracy [0-9.]+ .* KV cache {cache}x$", out, re.M), out
+    for variant, shared in (("every block", 0), ("upper 1/2", 2), ("upper 1/4", 3)):
+        assert re.search(rf"^{variant}\s+forward .* shared blocks {shared}$", out, re.M), out

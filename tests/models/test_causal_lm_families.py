@@ -283,6 +283,18 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
     assert np.abs(outputs[0]["epistemic"]).max() > 1e-5
 
     ids = keras.ops.convert_to_tensor(PROMPT["token_ids"])
+    # The forward pass over the trunk (`member_forward`): the member
+    # logits, teacher-forced figures, and the training forward of the
+    # default loss (the members' hidden states).
+    np.testing.assert_allclose(to_np(upper(PROMPT)), to_np(whole(PROMPT)), atol=1e-5)
+    np.testing.assert_allclose(
+        to_np(upper._teacher_forced_figures(ids)),
+        to_np(whole._teacher_forced_figures(ids)),
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        to_np(upper(PROMPT, training=True)), to_np(whole(PROMPT, training=True)), atol=1e-5
+    )
     mask = keras.ops.convert_to_tensor(PROMPT["padding_mask"])
     hidden, cache = decode_engine.prefill(whole, ids, mask, 4)
     trunk_hidden, trunk_cache = decode_engine.prefill(upper, ids, mask, 4)

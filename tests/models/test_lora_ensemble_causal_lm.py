@@ -542,6 +542,37 @@ def test_compiled_torch_step_over_a_shared_trunk_is_one_graph_equal_to_the_eager
     assert np.abs(eager["epistemic"]).max() > 1e-4
 
 
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="torch's FLOP counter")
+def test_the_forward_pass_computes_the_trunk_once_per_row():
+    """With the top block adapted, `call` and the training forward run the
+    three blocks below once per input row (`member_forward`): the
+    products they save against the all-block ensemble are at least the
+    trunk's on `members - 1` copies, counted by PyTorch's FLOP counter
+    (their values are checked against the all-block ensemble for every
+    family in `test_causal_lm_families`)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def flops(function):
+        with FlopCounterMode(display=False) as counter:
+            function()
+        return counter.get_total_flops()
+
+    task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
+    keras.utils.set_random_seed(0)
+    base = task_cls(backbone=backbone_cls(**dict(config, num_layers=4)), preprocessor=None)
+    whole = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=4, rank=2, seed=0)
+    upper = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=4, rank=2, seed=0, layers=[-1])
+    assert upper.trunk_blocks == 3
+    trunk = 3 / 4 * flops(lambda: base.backbone(PROMPT))
+    for ensemble in (whole, upper):
+        ensemble.compile(optimizer="sgd")
+    for training in (False, True):
+        saved = flops(lambda: whole(PROMPT, training=training)) - flops(
+            lambda: upper(PROMPT, training=training)
+        )
+        assert saved >= 0.99 * 3 * trunk, (training, saved, trunk)
+
+
 @pytest.mark.skipif(keras.config.backend() != "jax", reason="host arithmetic; runs once")
 def test_the_prompts_pass_stops_at_the_longest_prompt_rounded_to_a_power_of_two():
     """The prompts' pass covers the longest prompt (rounded up to a power

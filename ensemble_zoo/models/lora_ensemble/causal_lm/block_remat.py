@@ -34,21 +34,28 @@ from keras.src.models.functional import operation_fn
 from ensemble_zoo.utils.gradients import remat
 
 
-def rematerialized_backbone_call(backbone, inputs, training=None):
-    """`backbone(inputs, training=training)` with each decoder block
-    (`backbone.transformer_layers`) rematerialised.
+def walk_backbone(backbone, inputs, training=None, remat_blocks=(), wrap=None):
+    """`backbone(inputs, training=training)` by its graph, as
+    `Functional.call` runs it.
 
     Args:
-        backbone: a keras-hub decoder backbone (a functional model), or a
-            functional model holding it (`LoRAEnsembleDecoderBackbone`).
+        backbone: a keras-hub decoder backbone, or a functional model
+            holding it.
         inputs: its inputs (a dict of tensors).
         training: bool or `None`.
+        remat_blocks: the decoder blocks to rematerialise (but for one
+            that `draws_random_numbers`).
+        wrap: optional callable `(operation, call) -> call` applied to
+            the call of every operation of the graph but a nested
+            functional model that holds decoder blocks, which is walked
+            alike (`member_forward.TrunkRows.wrap` shares the trunk).
 
     Returns:
-        The backbone's output (its final hidden states).
+        The backbone's output.
     """
     blocks = {id(block) for block in backbone.transformer_layers}
-    return _walk(backbone, inputs, training, blocks)
+    remat_ids = {id(block) for block in remat_blocks}
+    return _walk(backbone, inputs, training, blocks, remat_ids, wrap)
 
 
 def _holds(functional, blocks):
@@ -74,14 +81,16 @@ def _is_functional(op):
     return isinstance(op, keras.Model) and hasattr(op, "_run_through_graph")
 
 
-def _walk(functional, inputs, training, blocks):
+def _walk(functional, inputs, training, blocks, remat_ids, wrap):
     """`functional(inputs, training=training)` as `Functional.call` runs
-    it, the blocks rematerialised and a nested functional model that
-    holds blocks walked alike."""
+    it, the blocks of `remat_ids` rematerialised, every call wrapped by
+    `wrap`, and a nested functional model that holds blocks walked
+    alike."""
 
     def operation(op):
-        if id(op) in blocks and not draws_random_numbers(op):
-            return _rematerialized(operation_fn(op, training=training))
+        call = operation_fn(op, training=training)
+        if id(op) in remat_ids and not draws_random_numbers(op):
+            call = _rematerialized(call)
         if _is_functional(op) and _holds(op, blocks):
 
             def nested(inputs, **kwargs):
@@ -95,10 +104,10 @@ def _walk(functional, inputs, training, blocks):
                         f"A nested model holding decoder blocks is called with {given}; "
                         "the rematerialised walk takes its inputs only."
                     )
-                return _walk(op, inputs, training, blocks)
+                return _walk(op, inputs, training, blocks, remat_ids, wrap)
 
             return nested
-        return operation_fn(op, training=training)
+        return call if wrap is None else wrap(op, call)
 
     outputs = functional._run_through_graph(
         functional._standardize_inputs(inputs), operation_fn=operation

@@ -16,9 +16,9 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import decode_compilation
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import generation
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
-from ensemble_zoo.models.lora_ensemble.causal_lm.block_remat import rematerialized_backbone_call
 from ensemble_zoo.models.lora_ensemble.causal_lm.chunked_loss import chunked_token_cross_entropy
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_hidden
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
@@ -118,12 +118,10 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         blocks (`compile`)."""
         blocks = self.__dict__.get("_loss_blocks")
         if training and blocks is not None:
-            tiled = {name: self.repeat_members(x) for name, x in inputs.items()}
-            if blocks[1]:
-                hidden = rematerialized_backbone_call(self.backbone, tiled, training=training)
-            else:
-                hidden = self.backbone(tiled, training=training)
-            return self.split_members(hidden)
+            return self.split_members(member_hidden(self, inputs, training, remat=blocks[1]))
+        if getattr(self, "trunk_blocks", 0):
+            hidden = member_hidden(self, inputs, training)
+            return self.split_members(self.backbone.token_embedding(hidden, reverse=True))
         return super().call(inputs, training=training)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

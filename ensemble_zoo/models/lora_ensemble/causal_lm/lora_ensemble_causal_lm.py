@@ -183,9 +183,11 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
 
     @property
     def trunk_blocks(self):
-        """How many decoder blocks the decode runs once per prompt row,
-        holding their KV cache once (`trunk_step`): those below the lowest
-        adapted block (`layers`), where the family allows; 0 otherwise."""
+        """How many decoder blocks run once per input row: those below
+        the lowest adapted block (`layers`), where the family allows; 0
+        otherwise. The decode holds their KV cache once (`trunk_step`);
+        the forward pass of `call`, `fit` and teacher-forced scoring runs
+        them on one copy of the rows (`member_forward`)."""
         return self._trunk_blocks
 
     @property
@@ -312,8 +314,9 @@ class LoRAEnsembleCausalLM(EnsembleCausalLM, keras_hub.models.CausalLM):
                 The blocks below the lowest adapted one compute the same
                 for every member: the decode runs them once per prompt
                 row and holds their KV cache once, tiling the rows into
-                members at the lowest adapted block
-                (`trunk_step`), where the family's cached step allows
+                members at the lowest adapted block (`trunk_step`), and
+                so do the forward pass, scoring and `fit`
+                (`member_forward`), where the family's cached step allows
                 (`families.Family.trunk_refused` says where not).
 
         Returns:

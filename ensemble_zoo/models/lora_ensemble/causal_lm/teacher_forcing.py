@@ -20,8 +20,8 @@ for the backend, as the decode is compiled.
 
 from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import repeat_rows
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import split_members
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_hidden
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
 from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
 
@@ -53,11 +53,8 @@ def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask
     outside `prompt_mask`, carried from chunk to chunk.
     """
     num_members = model.num_members
-    tiled = {
-        "token_ids": repeat_rows(token_ids, num_members),
-        "padding_mask": repeat_rows(padding_mask, num_members),
-    }
-    hidden = model.backbone(tiled, training=False)  # (rows, length, hidden)
+    inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
+    hidden = member_hidden(model, inputs, training=False)  # (rows, length, hidden)
     steps = int(token_ids.shape[1]) - 1
     if chunk_size is None:
         chunk_size = positions_per_chunk(num_members, model.backbone.vocabulary_size)
