@@ -23,9 +23,15 @@ as the tasks tile them: the trunk reads the first member's.
 """
 
 import keras
+from keras import ops
 
+from ensemble_zoo.layers.grouped_dense import GroupedDense
+from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.member_tiling import FirstMemberRows
 from ensemble_zoo.layers.member_tiling import TileMembers
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+from ensemble_zoo.utils import graph_walk
 
 
 def draws_randomness(layer):
@@ -128,3 +134,174 @@ class SharedTrunkCall:
     def network_outputs(self, outputs):
         """`outputs` of the cloned network as member-major rows."""
         return keras.tree.map_structure(self.member_rows, outputs)
+
+
+def _is_tensor(x):
+    return ops.is_tensor(x) or isinstance(x, keras.KerasTensor)
+
+
+class TrunkRows:
+    """Which tensors of a walk of a network's graph are member rows: the
+    shared trunk of a forward pass that knows whether it trains.
+
+    The walk (`utils.graph_walk.walk`) starts on one copy of the batch. An operation for which
+    `per_member(operation)` is false and that reads no member rows runs on
+    one copy; any other reads member rows (one-copy tensors tiled once,
+    `ensemble_zoo.ops.tile_members`) and returns member rows. Tensors are
+    known by identity while the walk keeps them alive (`_kept`), so that a
+    conversion Keras makes of a walked model's inputs counts as one copy.
+
+    Args:
+        num_members: int.
+        per_member: callable `(operation) -> bool`, whether an operation
+            computes differently for each member.
+        order: the member rows' layout, `"member_major"` (the
+            classifiers') or `"batch_major"` (the causal LMs').
+    """
+
+    def __init__(self, num_members, per_member, order="member_major"):
+        self.num_members = num_members
+        self.per_member = per_member
+        self.order = order
+        self._members = set()  # ids of member-row tensors
+        self._tiled = {}  # id(one-copy tensor) -> its member rows
+        self._kept = []
+
+    def _mark(self, x):
+        self._kept.append(x)
+        self._members.add(id(x))
+        return x
+
+    def member_rows(self, x):
+        """`x` as member rows: itself if it is, else its copy tiled."""
+        if id(x) in self._members:
+            return x
+        if id(x) not in self._tiled:
+            self._kept.append(x)
+            self._tiled[id(x)] = self._mark(tile_members(x, self.num_members, self.order))
+        return self._tiled[id(x)]
+
+    def wrap(self, operation, call):
+        """`call` of `operation` on one copy or on member rows (see the
+        class): a `utils.graph_walk.walk`'s `wrap`."""
+
+        def run(*args, **kwargs):
+            flat = [x for x in keras.tree.flatten((args, kwargs)) if _is_tensor(x)]
+            shared = not self.per_member(operation) and not any(
+                id(x) in self._members for x in flat
+            )
+            if shared:
+                return call(*args, **kwargs)
+            args, kwargs = keras.tree.map_structure(
+                lambda x: self.member_rows(x) if _is_tensor(x) else x, (args, kwargs)
+            )
+            outputs = call(*args, **kwargs)
+            for x in keras.tree.flatten(outputs):
+                if _is_tensor(x):
+                    self._mark(x)
+            return outputs
+
+        return run
+
+
+def site_blocks(backbone, sites):
+    """The blocks of `backbone` that hold `sites`, in the model's order:
+    `[(block, parents)]`, each block a layer and the sites' parent layers
+    inside it.
+
+    A site's block is the deepest layer on its path from `backbone` that
+    has a sibling of its own class holding sites too (keras-hub's
+    transformer blocks, a ViT's encoder blocks inside its encoder layer,
+    a CLIP's blocks in either encoder), or the site's parent where none
+    has. A family that calls one layer for every block (ALBERT) has one.
+
+    Args:
+        backbone: a keras-hub backbone.
+        sites: `[(parent, attribute)]` of the projections a method adapts
+            (`ensemble_zoo.models.member_sites.attention_sites`).
+    """
+    parents = {id(parent) for parent, _ in sites}
+    holding = {}  # id(layer) -> whether it holds a site's parent
+
+    def holds(layer):
+        if id(layer) not in holding:
+            holding[id(layer)] = any(
+                id(sub) in parents for sub in layer._flatten_layers(include_self=True)
+            )
+        return holding[id(layer)]
+
+    blocks, found = [], {}
+
+    def visit(layer, block):
+        children = [child for child in layer._layers if holds(child)]
+        for child in children:
+            repeated = sum(type(other) is type(child) for other in children) > 1
+            inner = child if repeated else block
+            if id(child) in parents:
+                owner = inner if inner is not None else child
+                if id(owner) not in found:
+                    found[id(owner)] = (owner, [])
+                    blocks.append(found[id(owner)])
+                found[id(owner)][1].append(child)
+            visit(child, inner)
+
+    visit(backbone, None)
+    return blocks
+
+
+def trunk_block_count(backbone, blocks):
+    """How many of `blocks` (`site_blocks`) run once per input row in a
+    walk of `backbone`'s graph (`shared_trunk_call`): those inside the
+    operations before the first that holds member weights. A family whose
+    backbone runs every block in one layer (keras-hub's ViT encoder) has
+    none."""
+    count = 0
+    for op in graph_walk.graph_operations(backbone, descend=_holds_members):
+        if not isinstance(op, keras.layers.Layer):
+            continue  # an operation of the graph (`ops.not_equal`): no blocks
+        if _holds_members(op):
+            break
+        inside = {id(sub) for sub in op._flatten_layers(include_self=True)}
+        count += sum(id(block) in inside for block, _ in blocks)
+    return count
+
+
+def _holds_members(operation):
+    """Whether an operation holds member weights (LoRA-Ensemble adapters or
+    member heads), directly or inside it."""
+    if not isinstance(operation, keras.layers.Layer):
+        return False
+    return any(
+        isinstance(sub, (LoRAEnsembleAdapter, GroupedDense))
+        for sub in operation._flatten_layers(include_self=True)
+    )
+
+
+def shared_trunk_call(network, inputs, num_members, training=None):
+    """`network(inputs, training=training)` over a shared trunk.
+
+    `network` takes member-major rows of a batch (copies, as the tasks tile
+    it) and holds member weights in some of its layers. The call walks its
+    graph (`utils.graph_walk.walk`, into a keras-hub backbone nested in a
+    task) from the first member's rows: the operations before the first
+    that holds member weights (or, in training, draws random numbers) run
+    once per input row (`TrunkRows`). The members' results are those of
+    `network(inputs)`.
+
+    Args:
+        network: a functional model on member-major rows.
+        inputs: its member-major inputs.
+        num_members: int.
+        training: bool or `None`.
+
+    Returns:
+        `network`'s member-major outputs.
+    """
+    rows = TrunkRows(
+        num_members, lambda op: _holds_members(op) or bool(training and draws_randomness(op))
+    )
+    one_copy = keras.tree.map_structure(
+        lambda x: untile_members(x, num_members)[:, 0] if _is_tensor(x) else x, inputs
+    )
+    outputs = graph_walk.walk(network, one_copy, training, rows.wrap, descend=_holds_members)
+    return keras.tree.map_structure(rows.member_rows, outputs)

@@ -7,6 +7,7 @@ boundary instead of deep inside an einsum.
 
 import math
 import numbers
+import operator
 
 import keras
 import numpy as np
@@ -119,6 +120,47 @@ def check_same_batch(y_true, y_pred):
 
 
 # === Arguments that are not arrays ===
+
+
+def check_block_indices(indices, num_blocks, name, unit="block"):
+    """Block indices to adapt, checked.
+
+    Args:
+        indices: `None` (every block), or an iterable of int indices
+            (negative ones count from the top; NumPy ints too).
+        num_blocks: int, the model's blocks.
+        name: the argument's name, for the messages.
+        unit: what one block is called in the messages.
+
+    Returns:
+        `None`, or a sorted tuple of distinct indices in `[0, num_blocks)`.
+
+    Raises:
+        TypeError: `indices` is not an iterable of ints (a bool or float
+            index, a string).
+        ValueError: an index out of range, a repeated one, or none.
+    """
+    if indices is None:
+        return None
+    if isinstance(indices, (str, bytes)) or not hasattr(indices, "__iter__"):
+        raise TypeError(
+            f"`{name}` must be `None` or a sequence of {unit} indices (e.g. "
+            f"`range(num_blocks // 2, num_blocks)`); got {indices!r}."
+        )
+    given, checked = list(indices), []
+    for index in given:
+        if isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise TypeError(f"`{name}` must hold int {unit} indices; got {index!r}.")
+        index = operator.index(index)
+        if not -num_blocks <= index < num_blocks:
+            raise ValueError(
+                f"`{name}` holds {unit} {index}; the model has {num_blocks} {unit}s "
+                f"(indices 0 to {num_blocks - 1}, or -{num_blocks} to -1)."
+            )
+        checked.append(index % num_blocks)
+    if not checked or len(set(checked)) != len(checked):
+        raise ValueError(f"`{name}` must name distinct {unit}s, at least one; got {given}.")
+    return tuple(sorted(checked))
 
 
 def check_bool(value, name):

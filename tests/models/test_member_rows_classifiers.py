@@ -15,6 +15,7 @@ under PyTorch (no compilation); JAX and TensorFlow run a slice that
 rotates with the day."""
 
 import os
+import warnings
 
 import keras
 import keras_hub
@@ -28,6 +29,7 @@ from fixtures import tiny_text_classifiers
 from zoo_testing import families_this_run
 from zoo_testing import to_np
 
+import ensemble_zoo as ez
 from ensemble_zoo.models import BatchEnsembleClassifier
 from ensemble_zoo.models import DeepEnsembleClassifier
 from ensemble_zoo.models import HydraClassifier
@@ -44,6 +46,7 @@ from ensemble_zoo.models.hydra.hydra_model_backbone import head_sites
 from ensemble_zoo.models.member_sites import FEEDFORWARD_ROLES
 from ensemble_zoo.models.member_sites import attention_sites
 from ensemble_zoo.models.member_sites import projection_sites
+from ensemble_zoo.models.shared_trunk import site_blocks
 
 SLICE = 2
 #: family -> the number of adapted attention projections: 4 per attention
@@ -54,13 +57,13 @@ FAMILIES = sorted(tiny_text_classifiers.FAMILIES) + sorted(tiny_image_classifier
 ATTENTION_FAMILIES = [f for f in FAMILIES if f != "f_net"]
 
 
-def _build(family):
+def _build(family, **overrides):
     """`(keras-hub classifier, inputs)`: a tiny model of `family`, always
-    the same one."""
+    the same one (`overrides`: other backbone arguments)."""
     if family in tiny_image_classifiers.FAMILIES:
-        model = tiny_image_classifiers.build_image_classifier(family)
+        model = tiny_image_classifiers.build_image_classifier(family, **overrides)
         return model, tiny_image_classifiers.images()
-    model = tiny_text_classifiers.build_text_classifier(family)
+    model = tiny_text_classifiers.build_text_classifier(family, **overrides)
     return model, tiny_text_classifiers.text_inputs(model)
 
 
@@ -80,13 +83,14 @@ def _amplify_feedforward(model, gain=30.0):
         kernel.assign(to_np(kernel) * gain)
 
 
-def _check_members(ensemble, family, x, set_member):
+def _check_members(ensemble, family, x, set_member, **overrides):
     """Each member of `ensemble` equals a fresh keras-hub model of `family`
-    with its heads and what `set_member(reference, member)` sets."""
+    (`overrides`: see `_build`) with its heads and what
+    `set_member(reference, member)` sets."""
     logits = ensemble.predict(x, verbose=0)
     assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-3
     for m in range(2):
-        reference, _ = _build(family)
+        reference, _ = _build(family, **overrides)
         set_member(reference, m)
         for head in ensemble.heads:
             dense = reference.get_layer(head.name.removesuffix("_members"))
@@ -117,6 +121,76 @@ def test_lora_ensemble_on_every_family(family):
             getattr(parent, attribute).kernel.assign(adapter.merged_kernel(m))
 
     _check_members(ensemble, family, x, merge)
+
+
+#: Families whose backbone runs every block inside one layer (keras-hub's
+#: ViT and DeiT encoders), or one layer for every block (ALBERT): no
+#: shared trunk.
+NO_TRUNK = ("albert", "deit", "vit")
+
+
+@pytest.mark.parametrize("family", families_this_run(ATTENTION_FAMILIES, SLICE))
+def test_lora_ensemble_adapts_the_upper_block_over_a_shared_trunk(family):
+    """`layers=[-1]` on two blocks: the lower block runs once per input
+    row (`trunk_blocks`; the families of `NO_TRUNK` warn and run it on
+    every member's rows), and each member equals the keras-hub model
+    with its adapter merged into the upper block only."""
+    overrides = {"num_layers": 2} if family not in ("swin", "mit") else {}
+    model, x = _build(family, **overrides)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ensemble = LoRAEnsembleClassifier.from_model(
+            model, num_members=2, rank=2, seed=0, layers=[-1]
+        )
+    shared = family not in NO_TRUNK
+    assert ensemble.backbone.trunk_blocks == int(shared)
+    assert any("shared trunk" in str(w.message) for w in caught) == (family in ("deit", "vit"))
+    assert ensemble.adapted_layers == [0 if family == "albert" else 1]
+    _perturb([a.lora_b for a in ensemble.adapters] + [h.kernel for h in ensemble.heads])
+
+    def merge(reference, m):
+        sites = attention_sites(reference.backbone, ensemble.targets)
+        upper = {id(parent) for parent in site_blocks(reference.backbone, sites)[-1][1]}
+        sites = [site for site in sites if id(site[0]) in upper]
+        for (parent, attribute), adapter in zip(sites, ensemble.adapters, strict=True):
+            getattr(parent, attribute).kernel.assign(adapter.merged_kernel(m))
+
+    _check_members(ensemble, family, x, merge, **overrides)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch's FLOP counter")
+def test_the_shared_trunk_runs_once_per_row_and_draws_per_member_in_training():
+    """With the upper of three RoBERTa blocks adapted, `predict` runs the
+    two below once per input row: against Keras' own call of the same
+    network on every member's rows it saves at least their products on
+    `members - 1` copies (PyTorch's FLOP counter). In training it saves
+    them too without dropout; with dropout (RoBERTa's default 0.1) the
+    rows are tiled before the embeddings' dropout, so that each member
+    draws its own masks, and nothing is saved."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def flops(function):
+        with FlopCounterMode(display=False) as counter:
+            function()
+        return counter.get_total_flops()
+
+    for dropout in (0.0, 0.1):
+        model = tiny_text_classifiers.build_text_classifier(
+            "roberta", num_layers=3, dropout=dropout
+        )
+        x = tiny_text_classifiers.text_inputs(model)
+        ensemble = LoRAEnsembleClassifier.from_model(model, num_members=4, rank=2, layers=[-1])
+        assert ensemble.backbone.trunk_blocks == 2
+        trunk = 2 / 3 * flops(lambda: model.backbone(x))
+        rows = {k: ez.ops.tile_members(v, 4) for k, v in x.items()}
+        keras_call = flops(lambda: ensemble.backbone.network(rows))
+        inference = flops(lambda: ensemble(x))
+        training = flops(lambda: ensemble(x, training=True))
+        assert keras_call - inference >= 0.99 * 3 * trunk, (keras_call, inference, trunk)
+        if dropout:
+            assert training == keras_call, (training, keras_call)
+        else:
+            assert training == inference, (training, inference)
 
 
 @pytest.mark.parametrize("family", families_this_run(FAMILIES, SLICE))
@@ -277,6 +351,8 @@ def test_models_the_methods_cannot_take_are_refused():
 #: arguments beyond `reuse_head`).
 TRAINING = {
     "lora_ensemble": (LoRAEnsembleClassifier, True, dict(num_members=2, seed=0)),
+    # The upper of two blocks over a shared trunk (`adapted_layers`).
+    "lora_ensemble_upper": (LoRAEnsembleClassifier, True, dict(num_members=2, seed=0, layers=[-1])),
     "batch_ensemble": (BatchEnsembleClassifier, False, dict(num_members=2, seed=0)),
     "masksembles": (MasksemblesClassifier, False, dict(num_members=2, seed=0)),
     "hydra": (HydraClassifier, False, dict(head_masks=[[[0, 1]], [[1, 0]]])),
@@ -290,7 +366,8 @@ def test_fit_trains_what_the_method_trains_and_the_preset_round_trips(tmp_path, 
     every weight. keras-hub's loader finds the class from the preset. Every
     method under PyTorch, one a day in turn under JAX and TensorFlow."""
     cls, frozen, arguments = TRAINING[method]
-    model = tiny_text_classifiers.build_text_classifier("roberta")
+    overrides = {"num_layers": 2} if "layers" in arguments else {}
+    model = tiny_text_classifiers.build_text_classifier("roberta", **overrides)
     x = tiny_text_classifiers.text_inputs(model, batch=8)
     y = np.arange(8) % 3
     ensemble = cls.from_model(model, reuse_head=False, **arguments)

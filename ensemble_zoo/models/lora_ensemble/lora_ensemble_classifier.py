@@ -54,6 +54,13 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             `kl_weight`, optionally `eps` and `prior_std`): each `A_m` is
             a learned Gaussian, trained by `fit` with its KL term and
             sampled into members by `ensemble_zoo.training.blob_samples`.
+        adapted_layers: `None` (default: every block with attention) or
+            the indices of the blocks whose attention to adapt (negative
+            ones count from the top; `from_model(..., layers=...)`). The
+            blocks below the lowest adapted one compute the same for
+            every member and run once per input row (a shared trunk,
+            `ensemble_zoo.models.shared_trunk`), in `predict` and `fit`
+            alike.
         backbone: a `LoRAEnsembleModelBackbone`, instead of `model` (how
             the classifier is rebuilt from its config). The method's
             arguments left `None` are then the backbone's.
@@ -102,6 +109,7 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         reuse_head=None,
         seed=None,
         blob=None,
+        adapted_layers=None,
         backbone=None,
         preprocessor=None,
         **kwargs,
@@ -118,6 +126,7 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             reuse_head=reuse_head,
             seed=seed,
             blob=blob,
+            adapted_layers=None if adapted_layers is None else list(adapted_layers),
         )
         backbone = wrapping_backbone(
             LoRAEnsembleModelBackbone,
@@ -145,9 +154,15 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
         return config
 
     @classmethod
-    def from_model(cls, model, num_members=None, rank=None, **kwargs):
+    def from_model(cls, model, num_members=None, rank=None, layers=None, **kwargs):
         """LoRA-Ensemble on a copy of the keras-hub classifier `model`
         (which is not changed); the ensemble takes over its preprocessor.
-        `kwargs` are the constructor's other arguments."""
+        `layers` is the constructor's `adapted_layers` (as
+        `LoRAEnsembleCausalLM.from_keras_hub` names it), `kwargs` its other
+        arguments."""
         kwargs.setdefault("preprocessor", preprocessor_of(model))
+        if layers is not None and kwargs.get("adapted_layers") is not None:
+            raise ValueError("Pass `layers` or `adapted_layers`, not both.")
+        if layers is not None:
+            kwargs["adapted_layers"] = layers
         return cls(model, num_members, rank, **kwargs)

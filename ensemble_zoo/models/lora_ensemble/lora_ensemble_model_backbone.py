@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 
 from ensemble_zoo.layers.blob_posterior import check_blob
@@ -7,16 +9,20 @@ from ensemble_zoo.models.lora_ensemble.apply_lora_ensemble import check_targets
 from ensemble_zoo.models.lora_ensemble.lora_ensemble_task import METHOD_DEFAULTS as TASK_DEFAULTS
 from ensemble_zoo.models.member_heads import member_rows_classifier
 from ensemble_zoo.models.member_sites import attention_sites
+from ensemble_zoo.models.shared_trunk import shared_trunk_call
+from ensemble_zoo.models.shared_trunk import site_blocks
+from ensemble_zoo.models.shared_trunk import trunk_block_count
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import wrapped_inputs
 from ensemble_zoo.utils.sublayers import freeze_weights
+from ensemble_zoo.utils.validation import check_block_indices
 from ensemble_zoo.utils.validation import check_bool
 from ensemble_zoo.utils.validation import check_positive_int
 from ensemble_zoo.utils.validation import check_real
 
 #: The method's arguments (the backbone's `method_keys`) and their
-#: defaults: the ViT and BERT tasks' and `reuse_head`.
-METHOD_DEFAULTS = {**TASK_DEFAULTS, "reuse_head": True}
+#: defaults: the ViT and BERT tasks', `reuse_head` and `adapted_layers`.
+METHOD_DEFAULTS = {**TASK_DEFAULTS, "reuse_head": True, "adapted_layers": None}
 
 
 @keras.saving.register_keras_serializable(package="ensemble_zoo")
@@ -60,6 +66,10 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
             `m` with `seed + i * num_members + m`).
         blob: `None` (default), or BLoB's settings: each `A_m` a learned
             Gaussian (`LoRAEnsembleAdapter`'s `blob`).
+        adapted_layers: `None` (default: every attention block) or the
+            indices of the blocks to adapt (`adapted_blocks`; negative
+            ones count from the top). The blocks below the lowest adapted
+            one then run once per input row, as a shared trunk.
         dtype: optional dtype policy for every layer.
         adopt_models: bool, keyword-only: hold `model` as it is (what
             `from_config` passes). Defaults to `False`.
@@ -84,6 +94,7 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         reuse_head=True,
         seed=None,
         blob=None,
+        adapted_layers=None,
         dtype=None,
         *,
         adopt_models=False,
@@ -99,8 +110,22 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
             model, num_members, reuse_head, dtype, adopt_models
         )
         sites = attention_sites(model.backbone, targets)
+        blocks = site_blocks(model.backbone, sites)
+        adapted_layers = check_block_indices(adapted_layers, len(blocks), "adapted_layers")
+        if adapted_layers is not None:
+            chosen = {id(parent) for i in adapted_layers for parent in blocks[i][1]}
+            sites = [site for site in sites if id(site[0]) in chosen]
         freeze_weights(model)
         adapters = adapt_projections(sites, num_members, rank, lora_alpha, a_gain, seed, blob=blob)
+        trunk = 0 if adapted_layers is None else trunk_block_count(model.backbone, blocks)
+        if adapted_layers is not None and trunk < adapted_layers[0]:
+            warnings.warn(
+                f"Of the {adapted_layers[0]} blocks below the lowest adapted one, {trunk} run "
+                "once per input row as a shared trunk; the others run on every member's rows: "
+                f"{type(model.backbone).__name__} calls them inside one layer with adapted "
+                "blocks.",
+                stacklevel=2,
+            )
 
         # === Functional Model ===
         inputs = wrapped_inputs(input_spec)
@@ -123,3 +148,19 @@ class LoRAEnsembleModelBackbone(WrappedModelsBackbone):
         self.reuse_head = reuse_head
         self.seed = seed
         self.blob = blob
+        self.adapted_layers = None if adapted_layers is None else list(adapted_layers)
+        object.__setattr__(self, "_trunk_blocks", trunk)
+
+    @property
+    def trunk_blocks(self):
+        """How many blocks run once per input row: those below the lowest
+        of `adapted_layers` that the backbone's graph calls apart from the
+        adapted ones (0 without `adapted_layers`)."""
+        return self._trunk_blocks
+
+    def call(self, inputs, training=None):
+        """Keras' call of the network; with `adapted_layers`, a walk of it
+        over a shared trunk (`shared_trunk.shared_trunk_call`)."""
+        if self.adapted_layers is None:
+            return super().call(inputs, training=training)
+        return shared_trunk_call(self.network, inputs, self.num_members, training)

@@ -15,54 +15,60 @@ How. keras-hub backbones are Keras functional models; Keras applies
 rematerialisation to layers built inside a `keras.RematScope`, which
 would rematerialise the blocks in every call of the model (decoding,
 scoring, export). Instead the training forward walks the backbone's
-graph itself (`Function._run_through_graph`, the walk
-`Functional.call` makes, with the same call-context arguments; into the
-keras-hub backbone that a zoo backbone wraps) and calls each block of
-`backbone.transformer_layers` rematerialised, but for a block that
-draws random numbers (`draws_random_numbers`: dropout above 0), which
-runs as it is; every other call of the model is Keras' own. Checked with Keras 3.15.1
-(`_run_through_graph`, `_standardize_inputs` and
-`get_stateless_scope` are Keras' private functions:
+graph itself (`utils.graph_walk`, the walk `Functional.call` makes; into
+the keras-hub backbone that a zoo backbone wraps) and calls each adapted
+block of `backbone.transformer_layers` rematerialised, but for a block
+that draws random numbers (`draws_random_numbers`: dropout above 0),
+which runs as it is. Checked with Keras 3.15.1 (`get_stateless_scope`
+is Keras' private function, as `graph_walk`'s are:
 `test_fit_computes_the_loss_in_blocks_equal_to_the_logits_loss` and the
 mixture-of-experts family's fit test fail if they change).
 """
 
 import keras
 from keras.src.backend.common.stateless_scope import get_stateless_scope
-from keras.src.models.functional import operation_fn
 
+from ensemble_zoo.utils import graph_walk
 from ensemble_zoo.utils.gradients import remat
 
 
 def walk_backbone(backbone, inputs, training=None, remat_blocks=(), wrap=None):
-    """`backbone(inputs, training=training)` by its graph, as
-    `Functional.call` runs it.
+    """`backbone(inputs, training=training)` by its graph
+    (`utils.graph_walk.walk`), into a nested functional model that holds
+    decoder blocks.
 
     Args:
         backbone: a keras-hub decoder backbone, or a functional model
-            holding it.
+            holding it (`LoRAEnsembleDecoderBackbone`).
         inputs: its inputs (a dict of tensors).
         training: bool or `None`.
         remat_blocks: the decoder blocks to rematerialise (but for one
             that `draws_random_numbers`).
         wrap: optional callable `(operation, call) -> call` applied to
-            the call of every operation of the graph but a nested
-            functional model that holds decoder blocks, which is walked
-            alike (`member_forward.TrunkRows.wrap` shares the trunk).
+            the rematerialised or plain call of each operation
+            (`models.shared_trunk.TrunkRows.wrap` shares the trunk).
 
     Returns:
         The backbone's output.
     """
     blocks = {id(block) for block in backbone.transformer_layers}
-    remat_ids = {id(block) for block in remat_blocks}
-    return _walk(backbone, inputs, training, blocks, remat_ids, wrap)
+    remat_ids = {id(block) for block in remat_blocks if not draws_random_numbers(block)}
+
+    def wrapped(op, call):
+        if id(op) in remat_ids:
+            call = _rematerialized(call)
+        return call if wrap is None else wrap(op, call)
+
+    return graph_walk.walk(
+        backbone, inputs, training, wrapped, descend=lambda op: _holds(op, blocks)
+    )
 
 
 def _holds(functional, blocks):
     """Whether a functional model's graph holds one of `blocks`, directly
     or in a functional model it calls."""
     for op in functional.operations:
-        if id(op) in blocks or (_is_functional(op) and _holds(op, blocks)):
+        if id(op) in blocks or (graph_walk.is_functional(op) and _holds(op, blocks)):
             return True
     return False
 
@@ -75,44 +81,6 @@ def draws_random_numbers(layer):
     under JAX the generator's new state would escape the rematerialised
     trace."""
     return len(layer.variables) != len(layer.weights)
-
-
-def _is_functional(op):
-    return isinstance(op, keras.Model) and hasattr(op, "_run_through_graph")
-
-
-def _walk(functional, inputs, training, blocks, remat_ids, wrap):
-    """`functional(inputs, training=training)` as `Functional.call` runs
-    it, the blocks of `remat_ids` rematerialised, every call wrapped by
-    `wrap`, and a nested functional model that holds blocks walked
-    alike."""
-
-    def operation(op):
-        call = operation_fn(op, training=training)
-        if id(op) in remat_ids and not draws_random_numbers(op):
-            call = _rematerialized(call)
-        if _is_functional(op) and _holds(op, blocks):
-
-            def nested(inputs, **kwargs):
-                given = sorted(
-                    k
-                    for k, v in kwargs.items()
-                    if k != "training" and any(x is not None for x in keras.tree.flatten(v))
-                )
-                if given:
-                    raise ValueError(
-                        f"A nested model holding decoder blocks is called with {given}; "
-                        "the rematerialised walk takes its inputs only."
-                    )
-                return _walk(op, inputs, training, blocks, remat_ids, wrap)
-
-            return nested
-        return call if wrap is None else wrap(op, call)
-
-    outputs = functional._run_through_graph(
-        functional._standardize_inputs(inputs), operation_fn=operation
-    )
-    return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
 
 
 def _rematerialized(call):

@@ -23,7 +23,6 @@ without a position axis.
 """
 
 import dataclasses
-import operator
 from typing import Callable
 
 import keras
@@ -39,6 +38,7 @@ from ensemble_zoo.models.member_sites import FUSED_ROLE
 from ensemble_zoo.models.member_sites import ROLE_NAMES
 from ensemble_zoo.models.member_sites import projection_role
 from ensemble_zoo.utils.sublayers import sublayers
+from ensemble_zoo.utils.validation import check_block_indices
 
 #: Roles a LoRA-Ensemble adapts: `member_sites.ROLE_NAMES` (the
 #: attention's query, key, value and output projections, the paper's four,
@@ -353,42 +353,10 @@ def block_sites(block, targets, required=True):
 
 
 def check_layers(layers, num_blocks):
-    """The decoder blocks to adapt, checked.
-
-    Args:
-        layers: `None` (every block), or an iterable of int block indices
-            (negative ones count from the top; NumPy ints too).
-        num_blocks: int, the decoder's blocks.
-
-    Returns:
-        `None`, or a sorted tuple of distinct indices in `[0, num_blocks)`.
-
-    Raises:
-        TypeError: `layers` is not an iterable of ints (a bool or float
-            index, a string).
-        ValueError: an index out of range, a repeated one, or none.
-    """
-    if layers is None:
-        return None
-    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
-        raise TypeError(
-            f"`layers` must be `None` or a sequence of decoder block indices (e.g. "
-            f"`range(num_blocks // 2, num_blocks)`); got {layers!r}."
-        )
-    layers, indices = list(layers), []
-    for index in layers:
-        if isinstance(index, bool) or not hasattr(index, "__index__"):
-            raise TypeError(f"`layers` must hold int block indices; got {index!r}.")
-        index = operator.index(index)
-        if not -num_blocks <= index < num_blocks:
-            raise ValueError(
-                f"`layers` holds block {index}; the decoder has {num_blocks} blocks "
-                f"(indices 0 to {num_blocks - 1}, or -{num_blocks} to -1)."
-            )
-        indices.append(index % num_blocks)
-    if not indices or len(set(indices)) != len(indices):
-        raise ValueError(f"`layers` must name distinct blocks, at least one; got {list(layers)}.")
-    return tuple(sorted(indices))
+    """The decoder blocks to adapt, checked (`utils.validation.
+    check_block_indices` of `layers`): `None`, or a sorted tuple of
+    distinct indices in `[0, num_blocks)`."""
+    return check_block_indices(layers, num_blocks, "layers", "decoder block")
 
 
 def decoder_sites(backbone, targets, layers=None):
