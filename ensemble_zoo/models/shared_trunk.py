@@ -20,6 +20,15 @@ training, and counts as such (`draws_randomness`); Keras' implicit masks
 do not pass the tiling layers (keras-hub's models pass padding masks as
 inputs). The network's member-major inputs must be copies of one batch,
 as the tasks tile them: the trunk reads the first member's.
+
+`shared_trunk_call` does the same at call time, for a network that knows
+whether it trains (dropout differs per member only then): it walks the
+network's graph (`ensemble_zoo.utils.graph_walk`), into a keras-hub
+backbone nested in it, and `TrunkRows` tells which tensors are one copy.
+`LoRAEnsembleClassifier(..., adapted_layers=...)` runs it, with the
+blocks `site_blocks` finds; the causal LMs' forward pass
+(`lora_ensemble.causal_lm.member_forward`) runs `TrunkRows` on their
+batch-major rows.
 """
 
 import keras

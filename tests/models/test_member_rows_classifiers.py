@@ -174,6 +174,17 @@ def test_the_shared_trunk_runs_once_per_row_and_draws_per_member_in_training():
             function()
         return counter.get_total_flops()
 
+    model = tiny_text_classifiers.build_text_classifier("roberta", num_layers=3)
+    for bad, error in (
+        ("1", TypeError),
+        ([1.5], TypeError),
+        ([3], ValueError),
+        ([0, 0], ValueError),
+    ):
+        with pytest.raises(error, match="`adapted_layers`"):
+            LoRAEnsembleClassifier.from_model(model, num_members=2, rank=2, layers=bad)
+    with pytest.raises(ValueError, match="not both"):
+        LoRAEnsembleClassifier.from_model(model, layers=[1], adapted_layers=[1])
     for dropout in (0.0, 0.1):
         model = tiny_text_classifiers.build_text_classifier(
             "roberta", num_layers=3, dropout=dropout
