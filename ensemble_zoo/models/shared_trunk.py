@@ -168,7 +168,7 @@ class TrunkRows:
             classifiers') or `"batch_major"` (the causal LMs').
     """
 
-    def __init__(self, num_members, per_member, order="member_major"):
+    def __init__(self, num_members, per_member, order):
         self.num_members = num_members
         self.per_member = per_member
         self.order = order
@@ -307,7 +307,9 @@ def shared_trunk_call(network, inputs, num_members, training=None):
         `network`'s member-major outputs.
     """
     rows = TrunkRows(
-        num_members, lambda op: _holds_members(op) or bool(training and draws_randomness(op))
+        num_members,
+        lambda op: _holds_members(op) or bool(training and draws_randomness(op)),
+        order="member_major",
     )
     one_copy = keras.tree.map_structure(
         lambda x: untile_members(x, num_members)[:, 0] if _is_tensor(x) else x, inputs

@@ -52,7 +52,9 @@ def member_hidden(model, inputs, training=None, remat=False):
         return walk_backbone(backbone, tiled, training, blocks)
     adapted = {id(block) for block in blocks[trunk:]}
     rows = TrunkRows(
-        model.num_members, lambda op: id(op) in adapted or bool(training and draws_randomness(op))
+        model.num_members,
+        lambda op: id(op) in adapted or bool(training and draws_randomness(op)),
+        order=ROWS,
     )
     hidden = walk_backbone(
         backbone, inputs, training, blocks[trunk:] if remat else (), wrap=rows.wrap
