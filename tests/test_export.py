@@ -262,3 +262,21 @@ def test_text_classifier_exports_its_three_named_inputs(tmp_path):
     )
     one = artifact({k: v[:1] for k, v in x.items()})
     np.testing.assert_allclose(one["member_logits"], got["member_logits"][:1], atol=1e-5)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="one backend: the walk is backend-independent")
+def test_a_classifier_over_a_shared_trunk_exports_with_dynamic_sizes(tmp_path):
+    """`LoRAEnsembleClassifier(..., adapted_layers=...)` runs its lower
+    block once per input row by a walk of its graph at call time; the
+    SavedModel's signature (dynamic batch and length) traces that walk,
+    and the artifact gives the model's outputs at two batch sizes
+    (`export_model`'s check)."""
+    from fixtures import tiny_text_classifiers
+
+    roberta = tiny_text_classifiers.build_text_classifier("roberta", num_layers=2)
+    model = ez.models.LoRAEnsembleClassifier.from_model(
+        roberta, num_members=2, rank=2, seed=0, layers=[-1]
+    )
+    assert model.backbone.trunk_blocks == 1
+    path = str(tmp_path / "trunk")
+    assert model.export(path, format="tf_saved_model") == path

@@ -39,7 +39,6 @@ from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.member_tiling import FirstMemberRows
 from ensemble_zoo.layers.member_tiling import TileMembers
 from ensemble_zoo.ops.member_tiling import tile_members
-from ensemble_zoo.ops.member_tiling import untile_members
 from ensemble_zoo.utils import graph_walk
 
 
@@ -312,7 +311,10 @@ def shared_trunk_call(network, inputs, num_members, training=None):
         order="member_major",
     )
     one_copy = keras.tree.map_structure(
-        lambda x: untile_members(x, num_members)[:, 0] if _is_tensor(x) else x, inputs
+        # The first member's rows (`FirstMemberRows`), sliced so that an
+        # exported signature's dynamic sizes pass.
+        lambda x: x[: ops.shape(x)[0] // num_members] if _is_tensor(x) else x,
+        inputs,
     )
     outputs = graph_walk.walk(network, one_copy, training, rows.wrap, descend=_holds_members)
     return keras.tree.map_structure(rows.member_rows, outputs)
