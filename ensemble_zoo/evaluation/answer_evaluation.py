@@ -90,6 +90,9 @@ def evaluate_answers(
         max_length=max_length,
         progress=progress,
         name="answers",
+        # The preset reports record quality; the leaderboard has its own
+        # cost column.
+        measure_cost=False,
     )
     m = report.metrics
     estimators = m["estimators"]

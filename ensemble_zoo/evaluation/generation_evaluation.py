@@ -25,17 +25,18 @@ Per estimator: `wrong_answer_auroc` (`ez.metrics.answer_auroc`), `prr`
 (`prediction_rejection_ratio`, lm-polygraph's), `aurc`
 (`answer_aurc`) and, with OOD prompts, `ood_auroc`
 (`ez.metrics.ood_auroc`, OOD prompts' scores against the in-distribution
-ones). Every estimator is oriented higher = more uncertain.
+ones). Every estimator is oriented higher = more uncertain. With
+`measure_cost` (the default), each also gets its cost,
+`extra_ms_per_token` over a plain greedy decode (`estimator_cost`).
 """
-
-import json
-import os
 
 import keras_hub
 import numpy as np
 
-from ensemble_zoo.evaluation.tables import markdown_table
-from ensemble_zoo.evaluation.tables import text_table
+from ensemble_zoo.evaluation.estimator_cost import estimator_costs
+from ensemble_zoo.evaluation.estimator_cost import generated_tokens
+from ensemble_zoo.evaluation.estimator_cost import timed
+from ensemble_zoo.evaluation.generation_report import GenerationReport
 from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
@@ -83,8 +84,6 @@ NLI_ESTIMATORS = (
 #: followed by the greedy answer and by each distinct sampled answer.
 GREEDY_NLI_ESTIMATORS = ("semantic_density",)
 
-#: Ranking measures per estimator, in report order.
-MEASURES = ("wrong_answer_auroc", "prr", "aurc", "ood_auroc")
 
 _GREEDY = []
 
@@ -212,6 +211,7 @@ def evaluate_generation(
     progress=True,
     name="generation",
     nli=None,
+    measure_cost=True,
 ):
     """Accuracy and every estimator's ranking of wrong and OOD answers.
 
@@ -247,6 +247,10 @@ def evaluate_generation(
         name: str, the report's title.
         nli: optional NLI model for the sampling-based estimators, as for
             `sample_uncertainty`.
+        measure_cost: bool, time each estimator's work on the first batch
+            of prompts once more (`estimator_cost`: its extra
+            milliseconds per generated token over a plain greedy decode,
+            `extra_ms_per_token`). Defaults to `True`.
 
     Returns:
         A `GenerationReport`.
@@ -312,6 +316,35 @@ def evaluate_generation(
             f"CausalLM}}; got {single_models!r}."
         )
 
+    def _costs(who, m, chunk, estimators):
+        """`({estimator: extra ms per token}, plain decode ms per token)`
+        on `chunk` (`estimator_cost`)."""
+        plain = lambda: m._generate(list(chunk), max_length, "auto", True, False, greedy_sampler())  # noqa: E731
+        plain()  # the evaluation compiled the other stages, not this one
+        times = {"plain": timed(plain)[1]}
+        (answers, _, greedy), times["figures"] = timed(lambda: greedy_answers(m, chunk, max_length))
+        if who == "ensemble" and num_samples:
+            sampled, times["sampling"] = timed(
+                lambda: m.sample_uncertainty(
+                    chunk,
+                    num_samples,
+                    equivalence=equivalence,
+                    max_length=max_length,
+                    sampler=default_sampler(m, seed),
+                    nli=nli,
+                )
+            )
+            if nli is not None:
+                times["greedy_nli"] = timed(
+                    lambda: _semantic_density(chunk, answers, greedy, sampled, nli)
+                )[1]
+        tokens = generated_tokens(greedy)
+        sampling = SAMPLING_ESTIMATORS + NLI_ESTIMATORS
+        costs = estimator_costs(
+            times, tokens, estimators, sampling, tuple(COCOA_ESTIMATORS), GREEDY_NLI_ESTIMATORS
+        )
+        return costs, 1000.0 * times["plain"] / max(tokens, 1)
+
     def answer(who, m, name_of_stage):
         progress_note(f"{name}: {name_of_stage}", progress)
         result = {"answers": {}, "scores": {}, "quality": {}}
@@ -351,6 +384,9 @@ def evaluate_generation(
             scores = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
             result["answers"][split] = answers
             result["scores"][split] = scores
+            if split == "test" and measure_cost:
+                chunk = split_prompts[: batch_size or len(split_prompts)]
+                result["costs"], result["plain_ms"] = _costs(who, m, chunk, list(scores))
             if split_refs is not None:
                 ref_name = "references" if split == "test" else "ood_references"
                 result["quality"][split] = _correctness(answers, split_refs, checker, ref_name)
@@ -372,9 +408,13 @@ def evaluate_generation(
         if ood_references is not None:
             metrics["ood_accuracy"] = float(np.mean(ensemble["quality"]["ood"] >= 0.5))
     curves = {}
+    if measure_cost:
+        metrics["plain_ms_per_token"] = ensemble["plain_ms"]
     for estimator, values in ensemble["scores"]["test"].items():
         ood = ensemble["scores"].get("ood", {}).get(estimator)
         metrics["estimators"][estimator] = _ranking(values, ensemble["quality"]["test"], ood)
+        if measure_cost:
+            metrics["estimators"][estimator]["extra_ms_per_token"] = ensemble["costs"][estimator]
         curves[estimator] = (values, ensemble["quality"]["test"] >= 0.5)
     for single_name, single in single_models.items():
         one = LoRAEnsembleCausalLM.from_keras_hub(single, num_members=1, rank=1, seed=0)
@@ -391,82 +431,7 @@ def evaluate_generation(
             ood = result["scores"].get("ood", {}).get(estimator)
             label = f"{single_name}: {estimator}"
             metrics["estimators"][label] = _ranking(values, result["quality"]["test"], ood)
+            if measure_cost:
+                metrics["estimators"][label]["extra_ms_per_token"] = result["costs"][estimator]
             curves[label] = (values, result["quality"]["test"] >= 0.5)
     return GenerationReport(metrics, name=name, answers=ensemble["answers"]["test"], curves=curves)
-
-
-class GenerationReport:
-    """The result of `evaluate_generation`: printable, savable.
-
-    Attributes:
-        metrics: dict: `num_prompts`, `accuracy` (share of right answers),
-            `num_ood` and `ood_accuracy` when given, `single_models`
-            (`{name: {"accuracy", "ood_accuracy"}}`) and `estimators`
-            (`{estimator: {"wrong_answer_auroc", "prr", "aurc",
-            "ood_auroc"}}`, each measure where it is defined).
-        answers: the ensemble's greedy answers to the prompts.
-        curves: `{estimator: (uncertainty, correct)}` for the
-            accuracy-rejection plot.
-    """
-
-    def __init__(self, metrics, name="generation", answers=None, curves=None):
-        self.metrics = metrics
-        self.name = name
-        self.answers = answers
-        self.curves = curves or {}
-
-    def rows(self):
-        """`[estimator, AUROC, PRR, AURC, OOD AUROC]` per estimator, best
-        wrong-answer AUROC first."""
-        rows = [
-            [estimator] + [row.get(k) for k in MEASURES]
-            for estimator, row in self.metrics["estimators"].items()
-        ]
-        return sorted(rows, key=lambda r: -(r[1] if r[1] is not None else -1.0))
-
-    HEADERS = ["estimator", "wrong-answer AUROC", "PRR", "AURC", "OOD AUROC"]
-
-    def _summary(self):
-        m = self.metrics
-        line = f"{self.name}: accuracy {m['accuracy']:.4f} ({m['num_prompts']} prompts)"
-        if "ood_accuracy" in m:
-            line += f", OOD accuracy {m['ood_accuracy']:.4f} ({m['num_ood']} prompts)"
-        lines = [line]
-        for single, row in m["single_models"].items():
-            text = f"{single} alone: accuracy {row['accuracy']:.4f}"
-            if "ood_accuracy" in row:
-                text += f", OOD accuracy {row['ood_accuracy']:.4f}"
-            lines.append(text)
-        return lines
-
-    def __str__(self):
-        return "\n".join(self._summary() + [text_table(self.rows(), self.HEADERS)])
-
-    def to_markdown(self):
-        """The report as Markdown: the accuracies and the estimator table."""
-        summary = "\n\n".join(self._summary())
-        return f"# {self.name}\n\n{summary}\n\n{markdown_table(self.rows(), self.HEADERS)}\n"
-
-    def save(self, directory):
-        """Writes `report.json`, `report.md` and, with curves,
-        `accuracy_rejection.png` (the four ensemble estimators with the
-        best wrong-answer AUROC and the best single-model one) to
-        `directory`; returns their paths."""
-        from ensemble_zoo.evaluation.plots import answer_rejection_curves
-
-        os.makedirs(directory, exist_ok=True)
-        paths = [os.path.join(directory, "report.json"), os.path.join(directory, "report.md")]
-        with open(paths[0], "w", encoding="utf-8") as f:
-            json.dump({"name": self.name, "metrics": self.metrics}, f, indent=2, sort_keys=True)
-        with open(paths[1], "w", encoding="utf-8") as f:
-            f.write(self.to_markdown())
-        ranked = [r[0] for r in self.rows() if r[0] in self.curves]
-        best = [k for k in ranked if ":" not in k][:4]
-        best += [k for k in ranked if ":" in k][:1]  # the best single-model one
-        if best:
-            path = os.path.join(directory, "accuracy_rejection.png")
-            answer_rejection_curves(
-                {k: self.curves[k] for k in best}, path, title="Accuracy vs. rejection"
-            )
-            paths.append(path)
-        return paths

@@ -88,6 +88,7 @@ def test_rankings_equal_the_exact_metrics_on_independently_computed_scores(evalu
             "prr",
             "aurc",
             "ood_auroc",
+            "extra_ms_per_token",
         }
     # The frozen base model on its own answers (keras-hub's own generate).
     base = model.base_causal_lm()
@@ -110,9 +111,33 @@ def test_report_prints_and_saves_table_json_and_plot(evaluated, tmp_path):
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["metrics"]["estimators"] == json.loads(json.dumps(report.metrics["estimators"]))
     markdown = (tmp_path / "report.md").read_text()
-    assert "| estimator | wrong-answer AUROC | PRR | AURC | OOD AUROC |" in markdown
+    assert "| estimator | wrong-answer AUROC | PRR | AURC | OOD AUROC | extra ms / token |" in (
+        markdown
+    )
     best = report.rows()[0]
     assert best[1] == max(r[1] for r in report.rows() if r[1] is not None)
+
+
+def test_each_estimator_costs_the_work_it_reads(evaluated):
+    """The cost column (`estimator_cost`): the in-loop estimators cost the
+    figures' decode less the plain one, the sampling-based ones the
+    draws, CoCoA both and semantic density the draws and its NLI calls;
+    a single model's its own figures."""
+    from ensemble_zoo.evaluation.estimator_cost import estimator_costs
+
+    _, _, report = evaluated
+    costs = {k: row["extra_ms_per_token"] for k, row in report.metrics["estimators"].items()}
+    assert report.metrics["plain_ms_per_token"] > 0 and min(costs.values()) >= 0
+    figures, draws = costs["perplexity"], costs["semantic_entropy"]
+    assert {costs[k] for k in ("pe_mutual_information", "mean_token_entropy")} == {figures}
+    assert {costs[k] for k in SAMPLING_ESTIMATORS + NLI_ESTIMATORS} == {draws}
+    for name in COCOA_ESTIMATORS:
+        assert costs[name] == pytest.approx(figures + draws)
+    assert costs["semantic_density"] >= draws
+    times = {"plain": 1.0, "figures": 1.5, "sampling": 4.0, "greedy_nli": 0.5}
+    assert estimator_costs(
+        times, 100, ["a", "b", "c", "d"], sampling=("b",), cocoa=("c",), greedy_nli=("d",)
+    ) == pytest.approx({"a": 5.0, "b": 40.0, "c": 45.0, "d": 45.0})
 
 
 def test_batches_of_prompts_give_the_same_report(evaluated):
@@ -128,6 +153,7 @@ def test_batches_of_prompts_give_the_same_report(evaluated):
         progress=False,
         batch_size=25,
         single_models=None,
+        measure_cost=False,
     )
     for name, row in batched.metrics["estimators"].items():
         for measure, value in row.items():
