@@ -89,7 +89,7 @@ def get_preset_path(preset):
     if os.path.isdir(preset):
         return preset
     raise PresetError(
-        f"Unknown preset {preset!r}{did_you_mean(preset, list_presets())}. Valid names: "
+        f"Unknown preset {preset!r}{did_you_mean(preset, list_presets())}; valid names: "
         f"{', '.join(list_presets())}; or pass the path of a directory "
         "written by `save_to_preset`, or a hub handle such as "
         "'hf://user/model' or 'kaggle://user/model/keras/variant'."
