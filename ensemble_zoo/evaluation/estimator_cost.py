@@ -14,7 +14,10 @@ is called twice and timed the second time):
   NLI model): the sampling-based estimators cost all of it, the greedy
   answer being the plain decode's;
 - `greedy_nli`: semantic density's NLI calls on the greedy answer
-  against the samples.
+  against the samples;
+- `alternatives`: claim-conditioned probability's teacher-forced pass
+  for each token's top alternatives and their NLI calls
+  (`greedy_alternatives`).
 
 CoCoA reads the greedy answer's figures and the samples (`figures` less
 `plain`, plus `sampling`); semantic density the samples and its NLI
@@ -40,7 +43,9 @@ def generated_tokens(out):
     return int(np.sum(np.asarray(out["generated_mask"])))
 
 
-def estimator_costs(times, tokens, estimators, sampling=(), cocoa=(), greedy_nli=()):
+def estimator_costs(
+    times, tokens, estimators, sampling=(), cocoa=(), greedy_nli=(), alternatives=()
+):
     """Extra milliseconds per generated token of each estimator.
 
     Args:
@@ -53,6 +58,8 @@ def estimator_costs(times, tokens, estimators, sampling=(), cocoa=(), greedy_nli
         cocoa: the names that read the greedy figures and the samples.
         greedy_nli: the names that read the samples and the greedy NLI
             calls.
+        alternatives: the names that read the greedy answer's top
+            alternatives and their NLI calls (`alternatives` seconds).
 
     Returns:
         dict `{name: ms}`; an estimator of none of the groups reads the
@@ -69,6 +76,8 @@ def estimator_costs(times, tokens, estimators, sampling=(), cocoa=(), greedy_nli
             seconds = figures + samples
         elif name in greedy_nli:
             seconds = samples + times.get("greedy_nli", 0.0)
+        elif name in alternatives:
+            seconds = times.get("alternatives", 0.0)
         else:
             seconds = figures
         costs[name] = 1000.0 * seconds / tokens

@@ -16,6 +16,9 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   prompt (with a seeded random sampler, so the report repeats), and
   CoCoA (`COCOA_ESTIMATORS`) and, with an `nli` model, semantic density
   (`GREEDY_NLI_ESTIMATORS`) on the greedy answer against them;
+- with an `nli` model, lm-polygraph's claim-conditioned probability
+  (`ALTERNATIVES_NLI_ESTIMATORS`) of the greedy answer, from each token's
+  top alternatives (`greedy_alternatives`);
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
   its single-model estimators, prefixed with its name (`base_model:
@@ -37,6 +40,7 @@ from ensemble_zoo.evaluation.estimator_cost import estimator_costs
 from ensemble_zoo.evaluation.estimator_cost import generated_tokens
 from ensemble_zoo.evaluation.estimator_cost import timed
 from ensemble_zoo.evaluation.generation_report import GenerationReport
+from ensemble_zoo.evaluation.greedy_alternatives import ccp_of_answers
 from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
@@ -83,6 +87,9 @@ NLI_ESTIMATORS = (
 #: NLI model called as lm-polygraph's default calls it, on the prompt
 #: followed by the greedy answer and by each distinct sampled answer.
 GREEDY_NLI_ESTIMATORS = ("semantic_density",)
+#: With an NLI model, lm-polygraph's CCP of the greedy answer from each
+#: token's top alternatives (`greedy_alternatives`): no samples needed.
+ALTERNATIVES_NLI_ESTIMATORS = ("claim_conditioned_probability",)
 
 
 _GREEDY = []
@@ -143,7 +150,7 @@ def greedy_answers(model, prompts, max_length):
         scores = {k: scores[k] for k in SINGLE_MODEL_ESTIMATORS}
     if "mean_loss_prediction" in out:
         scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
-    tokens = {"log_prob": out["log_prob"], "generated_mask": out["generated_mask"]}
+    tokens = {k: out[k] for k in ("log_prob", "generated_mask", "token_ids", "padding_mask")}
     return answers_of(out, None), scores, tokens
 
 
@@ -338,10 +345,18 @@ def evaluate_generation(
                 times["greedy_nli"] = timed(
                     lambda: _semantic_density(chunk, answers, greedy, sampled, nli)
                 )[1]
+        if who == "ensemble" and nli is not None:
+            times["alternatives"] = timed(lambda: ccp_of_answers(m, greedy, nli))[1]
         tokens = generated_tokens(greedy)
         sampling = SAMPLING_ESTIMATORS + NLI_ESTIMATORS
         costs = estimator_costs(
-            times, tokens, estimators, sampling, tuple(COCOA_ESTIMATORS), GREEDY_NLI_ESTIMATORS
+            times,
+            tokens,
+            estimators,
+            sampling,
+            tuple(COCOA_ESTIMATORS),
+            GREEDY_NLI_ESTIMATORS,
+            ALTERNATIVES_NLI_ESTIMATORS,
         )
         return costs, 1000.0 * times["plain"] / max(tokens, 1)
 
@@ -358,6 +373,8 @@ def evaluate_generation(
             for start in range(0, len(split_prompts), batch_size or len(split_prompts)):
                 chunk = split_prompts[start : start + (batch_size or len(split_prompts))]
                 chunk_answers, scores, greedy = greedy_answers(m, chunk, max_length)
+                if who == "ensemble" and nli is not None:
+                    scores["claim_conditioned_probability"] = ccp_of_answers(m, greedy, nli)
                 if who == "ensemble" and num_samples:
                     sampled = m.sample_uncertainty(
                         chunk,

@@ -102,4 +102,5 @@ def claim_conditioned_probability(alternative_log_likelihoods, forward_nli, back
     with np.errstate(divide="ignore", invalid="ignore"):
         entail = np.logaddexp.reduce(np.where(entailed, log_p, -np.inf), axis=-1)
         total = np.logaddexp.reduce(np.where(kept, log_p, -np.inf), axis=-1)
-    return -np.exp(np.where(mask, entail - total, 0.0).sum(-1))
+        # Uncounted positions may hold no alternative (-inf - -inf).
+        return -np.exp(np.where(mask, entail - total, 0.0).sum(-1))

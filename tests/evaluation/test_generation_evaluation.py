@@ -188,6 +188,52 @@ def test_bad_input_names_the_argument(evaluated):
         evaluate(model, questions[:3], answers[:3], single_models=["base"])
 
 
+def test_claim_conditioned_probability_reads_each_tokens_top_alternatives(evaluated):
+    """CCP of the greedy answers (`greedy_alternatives`): at each generated
+    token, the token and the 9 most probable others under the members'
+    mean probability, read here from the member logits in NumPy, their
+    words decoded alone and stripped as lm-polygraph strips them, classed
+    by the NLI model both ways; the report ranks that score."""
+    import string
+
+    from ensemble_zoo.evaluation.greedy_alternatives import ccp_of_answers
+
+    model, (questions, answers, _), report = evaluated
+    model.compile(sampler="greedy")
+    out = model.generate(questions, max_length=12, return_uncertainty=True)
+    ids, mask = out["token_ids"], out["generated_mask"]
+    logits = keras.ops.convert_to_numpy(
+        model({"token_ids": ids, "padding_mask": out["padding_mask"]})
+    )
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p = (p / p.sum(-1, keepdims=True)).mean(1)  # (batch, length, vocabulary)
+    tokenizer = model.preprocessor.tokenizer
+
+    def word(token):
+        text = keras.ops.convert_to_numpy(tokenizer.detokenize([int(token)])).item()
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        return text.strip(string.punctuation + " \n")
+
+    log_p = np.full(mask.shape + (10,), -np.inf)
+    forward = np.zeros(mask.shape + (10,), int)
+    backward = np.zeros(mask.shape + (10,), int)
+    for b, t in zip(*np.nonzero(mask)):
+        dist = p[b, t - 1]
+        others = [int(i) for i in np.argsort(-dist, kind="stable") if i != ids[b, t]][:9]
+        chosen = [int(ids[b, t])] + others
+        log_p[b, t] = np.log(dist[chosen])
+        for a in range(1, 10):
+            w0, wa = word(chosen[0]), word(chosen[a])
+            forward[b, t, a] = np.argmax(nli(w0, wa))
+            backward[b, t, a] = np.argmax(nli(wa, w0))
+    expected = ez.metrics.claim_conditioned_probability(log_p, forward, backward, mask)
+    np.testing.assert_allclose(ccp_of_answers(model, out, nli), expected, atol=1e-6)
+    correct = np.array([checker(t, a) for t, a in zip(out["output"], answers)])
+    row = report.metrics["estimators"]["claim_conditioned_probability"]
+    assert row["wrong_answer_auroc"] == pytest.approx(roc_auc_score(~correct, expected), abs=1e-9)
+
+
 def test_semantic_density_asks_nli_about_the_prompt_and_distinct_samples():
     """The greedy answer's semantic density: NLI on prompt + greedy answer
     against prompt + each distinct sample (lm-polygraph's default pairs),
