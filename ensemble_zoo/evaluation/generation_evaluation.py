@@ -323,24 +323,28 @@ def evaluate_generation(
             f"CausalLM}}; got {single_models!r}."
         )
 
+    def draw(m, chunk):
+        return m.sample_uncertainty(
+            chunk,
+            num_samples,
+            equivalence=equivalence,
+            max_length=max_length,
+            sampler=default_sampler(m, seed),
+            nli=nli,
+        )
+
     def _costs(who, m, chunk, estimators):
         """`({estimator: extra ms per token}, plain decode ms per token)`
         on `chunk` (`estimator_cost`)."""
-        plain = lambda: m._generate(list(chunk), max_length, "auto", True, False, greedy_sampler())  # noqa: E731
+
+        def plain():
+            return m._generate(list(chunk), max_length, "auto", True, False, greedy_sampler())
+
         plain()  # the evaluation compiled the other stages, not this one
         times = {"plain": timed(plain)[1]}
         (answers, _, greedy), times["figures"] = timed(lambda: greedy_answers(m, chunk, max_length))
         if who == "ensemble" and num_samples:
-            sampled, times["sampling"] = timed(
-                lambda: m.sample_uncertainty(
-                    chunk,
-                    num_samples,
-                    equivalence=equivalence,
-                    max_length=max_length,
-                    sampler=default_sampler(m, seed),
-                    nli=nli,
-                )
-            )
+            sampled, times["sampling"] = timed(lambda: draw(m, chunk))
             if nli is not None:
                 times["greedy_nli"] = timed(
                     lambda: _semantic_density(chunk, answers, greedy, sampled, nli)
@@ -376,14 +380,7 @@ def evaluate_generation(
                 if who == "ensemble" and nli is not None:
                     scores["claim_conditioned_probability"] = ccp_of_answers(m, greedy, nli)
                 if who == "ensemble" and num_samples:
-                    sampled = m.sample_uncertainty(
-                        chunk,
-                        num_samples,
-                        equivalence=equivalence,
-                        max_length=max_length,
-                        sampler=default_sampler(m, seed),
-                        nli=nli,
-                    )
+                    sampled = draw(m, chunk)
                     names = SAMPLING_ESTIMATORS + (NLI_ESTIMATORS if nli is not None else ())
                     scores.update({k: np.asarray(sampled[k], np.float64) for k in names})
                     similar = [
