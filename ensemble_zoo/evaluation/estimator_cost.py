@@ -1,27 +1,29 @@
 """What each estimator of `evaluate_generation` costs: the extra time per
 generated token over a plain greedy decode of the same prompts.
 
-The estimators come from four kinds of work, each timed once on the
-first batch of prompts after the evaluation ran it (so that compiled
-programs are warm; the plain decode, which the evaluation does not run,
-is called twice and timed the second time):
+The reference, `plain`, is keras-hub's own greedy `generate` of the plain
+model (the ensemble's frozen base model, `base_causal_lm()`; a single
+model itself), what a user runs without any uncertainty. Each estimator
+costs the greedy decode whose answers it scores (`figures`: the model's
+decode with its per-token figures, `generate(...,
+return_uncertainty=True)`) less the plain one, plus the work it reads
+beyond it:
 
-- `plain`: the greedy decode without figures, the reference;
-- `figures`: the greedy decode with the per-token figures
-  (`generate(..., return_uncertainty=True)`): every sequence estimator
-  and the loss prediction cost its time less the plain decode's;
+- the sequence estimators and the loss prediction: nothing more;
 - `sampling`: `sample_uncertainty`'s draws (and its NLI calls, given an
-  NLI model): the sampling-based estimators cost all of it, the greedy
-  answer being the plain decode's;
+  NLI model), for the sampling-based estimators and CoCoA;
 - `greedy_nli`: semantic density's NLI calls on the greedy answer
-  against the samples;
-- `alternatives`: claim-conditioned probability's teacher-forced pass
-  for each token's top alternatives and their NLI calls
+  against the samples (on top of the draws);
+- `alternatives`: claim-conditioned probability's teacher-forced pass for
+  each token's top alternatives and their NLI calls
   (`greedy_alternatives`).
 
-CoCoA reads the greedy answer's figures and the samples (`figures` less
-`plain`, plus `sampling`); semantic density the samples and its NLI
-calls. The time is divided by the greedy answers' generated tokens.
+Each stage is timed once on the first batch of prompts after the
+evaluation has run (compiled programs warm; the plain decode called twice
+and timed the second time), and the time is divided by the greedy
+answers' generated tokens. An ensemble's cost thus includes its members;
+where the zoo's decode engine is quicker than keras-hub's own, an
+estimator's extra time can be below 0.
 """
 
 import time
@@ -38,47 +40,35 @@ def timed(function):
 
 def generated_tokens(out):
     """The generated tokens of a `generate(..., return_uncertainty=True)`
-    or plain output: the `generated_mask`'s count, or the answers'
-    non-padding tokens after the prompts."""
+    output: its `generated_mask`'s count."""
     return int(np.sum(np.asarray(out["generated_mask"])))
 
 
-def estimator_costs(
-    times, tokens, estimators, sampling=(), cocoa=(), greedy_nli=(), alternatives=()
-):
+def estimator_costs(times, tokens, estimators, sampling=(), greedy_nli=(), alternatives=()):
     """Extra milliseconds per generated token of each estimator.
 
     Args:
         times: dict of stage seconds: `plain`, `figures`, and where
-            measured `sampling` and `greedy_nli` (see the module
-            docstring).
+            measured `sampling`, `greedy_nli` and `alternatives` (see the
+            module docstring).
         tokens: int, the greedy answers' generated tokens.
         estimators: the names of every estimator to cost.
-        sampling: the names that read only the samples.
-        cocoa: the names that read the greedy figures and the samples.
+        sampling: the names that read the samples (sampling-based
+            estimators, CoCoA).
         greedy_nli: the names that read the samples and the greedy NLI
             calls.
         alternatives: the names that read the greedy answer's top
-            alternatives and their NLI calls (`alternatives` seconds).
+            alternatives and their NLI calls.
 
     Returns:
-        dict `{name: ms}`; an estimator of none of the groups reads the
-        greedy figures.
+        dict `{name: ms}`: `figures - plain`, plus the stages the name
+        reads, per generated token.
     """
     tokens = max(int(tokens), 1)
-    figures = max(times["figures"] - times["plain"], 0.0)
-    samples = times.get("sampling", 0.0)
-    costs = {}
-    for name in estimators:
-        if name in sampling:
-            seconds = samples
-        elif name in cocoa:
-            seconds = figures + samples
-        elif name in greedy_nli:
-            seconds = samples + times.get("greedy_nli", 0.0)
-        elif name in alternatives:
-            seconds = times.get("alternatives", 0.0)
-        else:
-            seconds = figures
-        costs[name] = 1000.0 * seconds / tokens
-    return costs
+    base = times["figures"] - times["plain"]
+    extra = {
+        **{name: times.get("sampling", 0.0) for name in sampling},
+        **{name: times.get("sampling", 0.0) + times.get("greedy_nli", 0.0) for name in greedy_nli},
+        **{name: times.get("alternatives", 0.0) for name in alternatives},
+    }
+    return {name: 1000.0 * (base + extra.get(name, 0.0)) / tokens for name in estimators}

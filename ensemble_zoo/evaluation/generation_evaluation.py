@@ -255,9 +255,10 @@ def evaluate_generation(
         nli: optional NLI model for the sampling-based estimators, as for
             `sample_uncertainty`.
         measure_cost: bool, time each estimator's work on the first batch
-            of prompts once more (`estimator_cost`: its extra
-            milliseconds per generated token over a plain greedy decode,
-            `extra_ms_per_token`). Defaults to `True`.
+            of prompts once more, after the evaluation (`estimator_cost`:
+            its extra milliseconds per generated token over keras-hub's
+            plain greedy decode of the base model, `extra_ms_per_token`).
+            Defaults to `True`.
 
     Returns:
         A `GenerationReport`.
@@ -335,12 +336,15 @@ def evaluate_generation(
 
     def _costs(who, m, chunk, estimators):
         """`({estimator: extra ms per token}, plain decode ms per token)`
-        on `chunk` (`estimator_cost`)."""
+        on `chunk` (`estimator_cost`), after the evaluation's own calls
+        (so that the sampler's state they advance is theirs)."""
+        plain_model = m.base_causal_lm()
+        plain_model.compile(sampler="greedy")
 
         def plain():
-            return m._generate(list(chunk), max_length, "auto", True, False, greedy_sampler())
+            return plain_model.generate(list(chunk), max_length=max_length)
 
-        plain()  # the evaluation compiled the other stages, not this one
+        plain()  # compiles keras-hub's own generation
         times = {"plain": timed(plain)[1]}
         (answers, _, greedy), times["figures"] = timed(lambda: greedy_answers(m, chunk, max_length))
         if who == "ensemble" and num_samples:
@@ -352,13 +356,11 @@ def evaluate_generation(
         if who == "ensemble" and nli is not None:
             times["alternatives"] = timed(lambda: ccp_of_answers(m, greedy, nli))[1]
         tokens = generated_tokens(greedy)
-        sampling = SAMPLING_ESTIMATORS + NLI_ESTIMATORS
         costs = estimator_costs(
             times,
             tokens,
             estimators,
-            sampling,
-            tuple(COCOA_ESTIMATORS),
+            SAMPLING_ESTIMATORS + NLI_ESTIMATORS + tuple(COCOA_ESTIMATORS),
             GREEDY_NLI_ESTIMATORS,
             ALTERNATIVES_NLI_ESTIMATORS,
         )
@@ -398,12 +400,13 @@ def evaluate_generation(
             scores = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
             result["answers"][split] = answers
             result["scores"][split] = scores
-            if split == "test" and measure_cost:
-                chunk = split_prompts[: batch_size or len(split_prompts)]
-                result["costs"], result["plain_ms"] = _costs(who, m, chunk, list(scores))
             if split_refs is not None:
                 ref_name = "references" if split == "test" else "ood_references"
                 result["quality"][split] = _correctness(answers, split_refs, checker, ref_name)
+        if measure_cost:
+            chunk = prompts[: batch_size or len(prompts)]
+            estimators = list(result["scores"]["test"])
+            result["costs"], result["plain_ms"] = _costs(who, m, chunk, estimators)
         return result
 
     ensemble = answer(

@@ -20,6 +20,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.metrics.claim_estimators import claim_conditioned_probability
+from ensemble_zoo.utils.backend import no_gradients
 
 #: lm-polygraph's number of alternatives per token, the generated one
 #: included.
@@ -37,7 +38,7 @@ def greedy_alternatives(model, token_ids, padding_mask, k=TOP_K):
         model: a `LoRAEnsembleCausalLM`.
         token_ids: int array `(batch, length)`, prompts and answers.
         padding_mask: bool array `(batch, length)`.
-        k: int, alternatives per token.
+        k: int, alternatives per token (at most the vocabulary).
 
     Returns:
         `(log_probs, ids)`: float64 and int arrays `(batch, length, k)`:
@@ -50,17 +51,25 @@ def greedy_alternatives(model, token_ids, padding_mask, k=TOP_K):
     padding_mask = np.asarray(padding_mask)
     batch, length = token_ids.shape
     vocabulary = model.backbone.vocabulary_size
+    k = min(int(k), vocabulary)
     rows = max(1, LOGIT_BUDGET // (model.num_members * length * vocabulary))
     log_probs = np.full((batch, length, k), -np.inf)
     ids = np.zeros((batch, length, k), np.int64)
     for start in range(0, batch, rows):
         part = slice(start, start + rows)
-        logits = model({"token_ids": token_ids[part], "padding_mask": padding_mask[part]})
-        member = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        mean = ops.logsumexp(member, axis=1) - np.log(model.num_members)
-        mean = np.asarray(ops.convert_to_numpy(mean), np.float64)[:, :-1]  # predicts t + 1
+        with no_gradients():
+            logits = model({"token_ids": token_ids[part], "padding_mask": padding_mask[part]})
+            member = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+            mean = ops.logsumexp(member, axis=1) - np.log(model.num_members)
+            mean = ops.convert_to_numpy(mean)
+        # Float32 round-off can put a certain token's log-probability a
+        # hair above 0 (7 members: log(7 e^0) - log 7 = 1.2e-7).
+        mean = np.minimum(np.asarray(mean, np.float64)[:, :-1], 0.0)  # predicts t + 1
         taken = token_ids[part, 1:]
-        order = np.argsort(-mean, axis=-1, kind="stable")[..., :k]
+        top = np.argpartition(-mean, k - 1, axis=-1)[..., :k]
+        order = np.take_along_axis(
+            top, np.argsort(-np.take_along_axis(mean, top, axis=-1), axis=-1, kind="stable"), -1
+        )
         # The taken token first, then the most probable others.
         others = np.where(order == taken[..., None], -1, order)
         others = np.stack([row[row >= 0][: k - 1] for row in others.reshape(-1, k)])

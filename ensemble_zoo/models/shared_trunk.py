@@ -42,6 +42,12 @@ from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.utils import graph_walk
 
 
+def holds_random_state(layer):
+    """Whether `layer` holds a random generator's state (a seed generator
+    under any attribute name): its `variables` go beyond its `weights`."""
+    return isinstance(layer, keras.layers.Layer) and len(layer.variables) != len(layer.weights)
+
+
 def draws_randomness(layer):
     """Whether `layer` or a layer inside it draws random numbers (a
     `Dropout` of a positive rate, or a seed generator): in training each
@@ -307,9 +313,13 @@ def shared_trunk_call(network, inputs, num_members, training=None):
     """
     rows = TrunkRows(
         num_members,
-        lambda op: _holds_members(op) or bool(training and draws_randomness(op)),
+        lambda op: (
+            _holds_members(op)
+            or bool(training and (draws_randomness(op) or holds_random_state(op)))
+        ),
         order="member_major",
     )
+    inputs = keras.tree.map_structure(ops.convert_to_tensor, inputs)
     one_copy = keras.tree.map_structure(
         # The first member's rows (`FirstMemberRows`), sliced so that an
         # exported signature's dynamic sizes pass.

@@ -126,7 +126,13 @@ class LoRAEnsembleClassifier(EnsembleClassifier, keras_hub.models.ImageClassifie
             reuse_head=reuse_head,
             seed=seed,
             blob=blob,
-            adapted_layers=None if adapted_layers is None else list(adapted_layers),
+            # A list where it is one (configs hold lists); anything else
+            # reaches the backbone's check, which names the argument.
+            adapted_layers=(
+                list(adapted_layers)
+                if isinstance(adapted_layers, (tuple, range))
+                else adapted_layers
+            ),
         )
         backbone = wrapping_backbone(
             LoRAEnsembleModelBackbone,

@@ -28,6 +28,7 @@ mixture-of-experts family's fit test fail if they change).
 import keras
 from keras.src.backend.common.stateless_scope import get_stateless_scope
 
+from ensemble_zoo.models.shared_trunk import holds_random_state
 from ensemble_zoo.utils import graph_walk
 from ensemble_zoo.utils.gradients import remat
 
@@ -75,12 +76,12 @@ def _holds(functional, blocks):
 
 def draws_random_numbers(layer):
     """Whether `layer` holds a random generator (a dropout rate above 0, a
-    noisy router): its state is `variables` beyond `weights`. Such a block
-    is not rematerialised: its recomputation would draw new numbers under
+    noisy router; `shared_trunk.holds_random_state`). Such a block is not
+    rematerialised: its recomputation would draw new numbers under
     TensorFlow and PyTorch (another dropout mask than the forward's), and
     under JAX the generator's new state would escape the rematerialised
     trace."""
-    return len(layer.variables) != len(layer.weights)
+    return holds_random_state(layer)
 
 
 def _rematerialized(call):

@@ -15,13 +15,15 @@ blocks compute on one copy what they compute on each.
 
 In training, a layer that draws random numbers (dropout above 0) differs
 per member and is tiled before, so that every member draws its own; under
-the default blocked loss the adapted blocks are rematerialised
-(`block_remat`), the shared ones, which take no gradient, are not.
+the default blocked loss the blocks from the lowest adapted one up are
+rematerialised (`block_remat`), the shared ones, which take no gradient,
+are not.
 """
 
 from ensemble_zoo.models.lora_ensemble.causal_lm.block_remat import walk_backbone
 from ensemble_zoo.models.shared_trunk import TrunkRows
 from ensemble_zoo.models.shared_trunk import draws_randomness
+from ensemble_zoo.models.shared_trunk import holds_random_state
 
 #: The members' rows, as the decode engine keeps them.
 ROWS = "batch_major"
@@ -36,8 +38,8 @@ def member_hidden(model, inputs, training=None, remat=False):
         inputs: dict of `token_ids` and `padding_mask`, one row per
             sample.
         training: bool or `None`.
-        remat: bool, rematerialise the blocks that hold adapters
-            (`block_remat`).
+        remat: bool, rematerialise the blocks from the lowest adapted one
+            up (`block_remat`).
 
     Returns:
         The members' rows after the decoder's final norm.
@@ -53,7 +55,9 @@ def member_hidden(model, inputs, training=None, remat=False):
     adapted = {id(block) for block in blocks[trunk:]}
     rows = TrunkRows(
         model.num_members,
-        lambda op: id(op) in adapted or bool(training and draws_randomness(op)),
+        lambda op: (
+            id(op) in adapted or bool(training and (draws_randomness(op) or holds_random_state(op)))
+        ),
         order=ROWS,
     )
     hidden = walk_backbone(
