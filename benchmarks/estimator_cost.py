@@ -6,11 +6,11 @@
 `ez.evaluation.evaluate_generation` on `lora_ensemble_gemma_tiny_arithmetic`
 (4 members) over the first `--questions` test and OOD sums, `--samples`
 answers drawn per question, greedy answers of at most 12 tokens; prints
-the plain greedy decode's milliseconds per generated token and each
-estimator's extra milliseconds per token over it (`estimator_cost`: the
-figures' decode for the in-loop estimators, the draws for the sampling
-ones, both for CoCoA), with its wrong-answer and OOD AUROC. One run,
-timed on the first batch of prompts after the evaluation warmed it.
+keras-hub's plain greedy decode of the base model in milliseconds per
+generated token, and each estimator's extra milliseconds per token over
+it (`ensemble_zoo.evaluation.estimator_cost`: the members' decode with
+figures, and the draws for the sampling-based ones and CoCoA), with its
+wrong-answer and OOD AUROC. One run, each stage timed on the first batch of prompts after the evaluation warmed it.
 """
 
 import argparse
