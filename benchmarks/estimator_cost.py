@@ -10,7 +10,8 @@ keras-hub's plain greedy decode of the base model in milliseconds per
 generated token, and each estimator's extra milliseconds per token over
 it (`ensemble_zoo.evaluation.estimator_cost`: the members' decode with
 figures, and the draws for the sampling-based ones and CoCoA), with its
-wrong-answer and OOD AUROC. One run, each stage timed on the first batch of prompts after the evaluation warmed it.
+wrong-answer and OOD AUROC. One run, each stage timed on the first batch
+of prompts after the evaluation.
 """
 
 import argparse
