@@ -158,12 +158,15 @@ class TrunkRows:
     """Which tensors of a walk of a network's graph are member rows: the
     shared trunk of a forward pass that knows whether it trains.
 
-    The walk (`utils.graph_walk.walk`) starts on one copy of the batch. An operation for which
-    `per_member(operation)` is false and that reads no member rows runs on
-    one copy; any other reads member rows (one-copy tensors tiled once,
-    `ensemble_zoo.ops.tile_members`) and returns member rows. Tensors are
-    known by identity while the walk keeps them alive (`_kept`), so that a
-    conversion Keras makes of a walked model's inputs counts as one copy.
+    The walk (`utils.graph_walk.walk`) starts on one copy of the batch.
+    An operation for which `per_member(operation)` is false and that reads
+    no member rows runs on one copy; any other reads member rows (one-copy
+    tensors tiled once, `ensemble_zoo.ops.tile_members`) and returns
+    member rows. Tensors are known by identity while the walk keeps them
+    alive (`_kept`), so that a conversion Keras makes of a walked model's
+    inputs counts as one copy. A tensor whose first axis is known and not
+    `batch` (a constant of the graph, a scalar) is not a batch: it is
+    passed as it is.
 
     Args:
         num_members: int.
@@ -171,12 +174,15 @@ class TrunkRows:
             computes differently for each member.
         order: the member rows' layout, `"member_major"` (the
             classifiers') or `"batch_major"` (the causal LMs').
+        batch: the one copy's rows, or `None` where unknown (a traced
+            dynamic batch).
     """
 
-    def __init__(self, num_members, per_member, order):
+    def __init__(self, num_members, per_member, order, batch=None):
         self.num_members = num_members
         self.per_member = per_member
         self.order = order
+        self.batch = batch
         self._members = set()  # ids of member-row tensors
         self._tiled = {}  # id(one-copy tensor) -> its member rows
         self._kept = []
@@ -190,6 +196,9 @@ class TrunkRows:
         """`x` as member rows: itself if it is, else its copy tiled."""
         if id(x) in self._members:
             return x
+        rows = tuple(x.shape)[0] if len(x.shape) else 1
+        if rows is not None and self.batch is not None and rows != self.batch:
+            return x  # not a batch: a constant broadcasts over the members
         if id(x) not in self._tiled:
             self._kept.append(x)
             self._tiled[id(x)] = self._mark(tile_members(x, self.num_members, self.order))
@@ -311,6 +320,13 @@ def shared_trunk_call(network, inputs, num_members, training=None):
     Returns:
         `network`'s member-major outputs.
     """
+    inputs = keras.tree.map_structure(ops.convert_to_tensor, inputs)
+    one_copy = keras.tree.map_structure(
+        # The first member's rows (`FirstMemberRows`), sliced so that an
+        # exported signature's dynamic sizes pass.
+        lambda x: x[: ops.shape(x)[0] // num_members] if _is_tensor(x) else x,
+        inputs,
+    )
     rows = TrunkRows(
         num_members,
         lambda op: (
@@ -318,13 +334,7 @@ def shared_trunk_call(network, inputs, num_members, training=None):
             or bool(training and (draws_randomness(op) or holds_random_state(op)))
         ),
         order="member_major",
-    )
-    inputs = keras.tree.map_structure(ops.convert_to_tensor, inputs)
-    one_copy = keras.tree.map_structure(
-        # The first member's rows (`FirstMemberRows`), sliced so that an
-        # exported signature's dynamic sizes pass.
-        lambda x: x[: ops.shape(x)[0] // num_members] if _is_tensor(x) else x,
-        inputs,
+        batch=keras.tree.flatten(one_copy)[0].shape[0],
     )
     outputs = graph_walk.walk(network, one_copy, training, rows.wrap, descend=_holds_members)
     return keras.tree.map_structure(rows.member_rows, outputs)

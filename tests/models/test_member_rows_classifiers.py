@@ -549,3 +549,30 @@ def test_the_family_table_lists_every_tested_family():
     table = text.split("<!-- family-table -->")[1].split("<!-- /family-table -->")[0]
     rows = [line for line in table.strip().splitlines()[2:]]
     assert rows == family_table(), "\n".join(family_table())
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="host-side bookkeeping: once")
+def test_trunk_rows_tile_the_batch_once_and_pass_constants():
+    """`TrunkRows` (the call-time shared trunk): an operation that differs
+    per member reads every one-copy batch tiled once into member rows,
+    and a tensor that is not a batch (a constant of the graph) as it is."""
+    from ensemble_zoo.models.shared_trunk import TrunkRows
+
+    rows = TrunkRows(3, lambda op: op == "member", "member_major", batch=2)
+    x = keras.ops.convert_to_tensor(np.arange(6.0).reshape(2, 3))
+    scale = keras.ops.convert_to_tensor(np.array([10.0, 100.0, 1000.0]))
+    shared = rows.wrap("shared", lambda a: a + 1.0)(x)
+    assert tuple(shared.shape) == (2, 3)
+    seen = []
+
+    def member(a, b, c):
+        seen.append((tuple(a.shape), tuple(b.shape), tuple(c.shape)))
+        return a * c + b
+
+    out = rows.wrap("member", member)(shared, shared, scale)
+    assert seen == [((6, 3), (6, 3), (3,))]
+    expected = np.tile(to_np(shared), (3, 1))
+    np.testing.assert_array_equal(to_np(out), expected * [10.0, 100.0, 1000.0] + expected)
+    # Member rows stay member rows: the next operation reads them as they are.
+    again = rows.wrap("shared", lambda a: a - 1.0)(out)
+    assert tuple(again.shape) == (6, 3)

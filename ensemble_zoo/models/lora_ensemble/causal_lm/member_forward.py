@@ -20,6 +20,8 @@ rematerialised (`block_remat`), the shared ones, which take no gradient,
 are not.
 """
 
+import keras
+
 from ensemble_zoo.models.lora_ensemble.causal_lm.block_remat import walk_backbone
 from ensemble_zoo.models.shared_trunk import TrunkRows
 from ensemble_zoo.models.shared_trunk import draws_randomness
@@ -59,6 +61,7 @@ def member_hidden(model, inputs, training=None, remat=False):
             id(op) in adapted or bool(training and (draws_randomness(op) or holds_random_state(op)))
         ),
         order=ROWS,
+        batch=keras.tree.flatten(inputs)[0].shape[0],
     )
     hidden = walk_backbone(
         backbone, inputs, training, blocks[trunk:] if remat else (), wrap=rows.wrap
