@@ -16,8 +16,9 @@ rematerialisation to layers built inside a `keras.RematScope`, which
 would rematerialise the blocks in every call of the model (decoding,
 scoring, export). Instead the training forward walks the backbone's
 graph itself (`utils.graph_walk`, the walk `Functional.call` makes; into
-the keras-hub backbone that a zoo backbone wraps) and calls each adapted
-block of `backbone.transformer_layers` rematerialised, but for a block
+the keras-hub backbone that a zoo backbone wraps) and calls each block of
+`backbone.transformer_layers` rematerialised (over a shared trunk,
+`member_forward`, those from the lowest adapted one up), but for a block
 that draws random numbers (`draws_random_numbers`: dropout above 0),
 which runs as it is. Checked with Keras 3.15.1 (`get_stateless_scope`
 is Keras' private function, as `graph_walk`'s are:
