@@ -9,7 +9,10 @@ MLP width), 8 members an `(8, 2048)` one. Reading the 128 MiB matrix
 bounds both, so 8 rows should cost about what 1 row costs. The script
 times, in one run and on the same matrix:
 
-- `torch eager`: `x @ W` as PyTorch runs it, through MKL's SGEMM;
+- `torch eager (MKL)`: `x @ W` as PyTorch runs it, through MKL's SGEMM;
+- `torch eager (oneDNN)`: the same product through oneDNN's linear, the
+  weight read in place as a transposed view (what the zoo's models run
+  eagerly on a non-Intel CPU, `ensemble_zoo.utils.onednn_products`);
 - `torch inductor, frozen`: the same product under `torch.compile(mode=
   "max-autotune")` with inductor's `freezing` (the weight a constant) and
   its C++ GEMM template among the candidates (`max_autotune_gemm_backends=
@@ -50,7 +53,19 @@ def torch_rows(weight, inputs, repeats, inductor):
         (
             "torch eager (MKL)",
             [median_ms(lambda x=torch.from_numpy(x): x @ w, repeats) for x in inputs],
-        )
+        ),
+        (
+            "torch eager (oneDNN)",
+            [
+                median_ms(
+                    lambda x=torch.from_numpy(x): torch.ops.mkldnn._linear_pointwise(
+                        x, w.t(), None, "none", [], ""
+                    ),
+                    repeats,
+                )
+                for x in inputs
+            ],
+        ),
     ]
     if inductor:
         import torch._inductor.config as inductor_config

@@ -4,6 +4,9 @@ used in its place. The module docstring of `workarounds` gives each one's
 reason, its test and the upstream fix that removes it."""
 
 from ensemble_zoo.utils.devices import accelerator
+from ensemble_zoo.utils.onednn_products import onednn_einsum
+from ensemble_zoo.utils.onednn_products import onednn_matmul
+from ensemble_zoo.utils.onednn_products import onednn_pays
 
 
 def _is_cpu():
@@ -142,17 +145,33 @@ def tensordot_einsum(subscripts, a, b):
     return out.permute([labels.index(c) for c in output])
 
 
-def tensordot_einsum_on_cpu_while_compiling(original):
+def cpu_einsum_contractions(original):
     import torch
     from keras.src.backend.torch.core import convert_to_tensor
 
     def einsum(subscripts, *operands, **kwargs):
-        if torch.compiler.is_compiling() and len(operands) == 2:
+        if len(operands) == 2 and (torch.compiler.is_compiling() or onednn_pays()):
             a, b = (convert_to_tensor(x) for x in operands)  # Keras variables
             if a.device.type == "cpu" and a.dtype == b.dtype and a.dtype.is_floating_point:
-                out = tensordot_einsum(subscripts, a, b)
+                if torch.compiler.is_compiling():
+                    out = tensordot_einsum(subscripts, a, b)
+                else:
+                    out = onednn_einsum(subscripts, a, b)
                 if out is not None:
                     return out
         return original(subscripts, *operands, **kwargs)
 
     return einsum
+
+
+def onednn_matmul_on_cpu(original):
+    from keras.src.backend.torch.core import convert_to_tensor
+
+    def matmul(x1, x2):
+        if onednn_pays():
+            out = onednn_matmul(convert_to_tensor(x1), convert_to_tensor(x2))
+            if out is not None:
+                return out
+        return original(x1, x2)
+
+    return matmul

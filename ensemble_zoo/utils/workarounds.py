@@ -80,7 +80,7 @@ has the bug, which is the signal to delete the workaround):
   While dynamo traces, the replacement gathers the same elements with
   `torch.index_select` at `start + arange(size)` (static sizes). No
   upstream issue yet (Keras 3.15.1, torch 2.13).
-- `torch_cpu_einsum_under_compile` (PyTorch, CPU only): inductor (torch
+- `torch_cpu_einsum_contractions` (PyTorch, CPU only): inductor (torch
   2.13) compiles a contraction written as `torch.einsum`, such as
   `EinsumDense`'s `"btd,df->btf"` in keras-hub's decoders, into its own
   C++ reduction kernel instead of calling the BLAS matrix product: at one
@@ -88,12 +88,21 @@ has the bug, which is the signal to delete the workaround):
   than the eager one. While dynamo traces on a CPU, the replacement
   writes a two-operand pure contraction as `torch.tensordot` and a
   permutation, which inductor hands to the BLAS kernel; other equations
-  keep `torch.einsum`. No upstream issue yet; remove it once inductor
-  lowers such einsums to `mm` on CPU.
+  keep `torch.einsum`. No upstream issue yet; remove that part once
+  inductor lowers such einsums to `mm` on CPU. Eagerly, on a CPU where
+  MKL is slow (not Intel's), the same contractions of float32 activations
+  and a weight that need no gradient run through oneDNN's linear
+  (`ensemble_zoo.utils.onednn_products`: 2x faster from two rows up).
+- `torch_cpu_matmul_through_onednn` (PyTorch, CPU only, eager): the same
+  for `ops.matmul` by a 2-D weight (Keras' `Dense`, keras-hub's tied
+  output embedding). MKL's SGEMM has no fast kernel for AMD processors
+  (pytorch/builder#504); remove both eager parts once PyTorch's CPU
+  matrix product is as fast there as oneDNN's.
 
-Eager calls keep Keras' code paths under every backend: the JAX
+Eager calls keep Keras' code paths under every backend but one: the JAX
 replacement changes only float16 attention on a CPU, the PyTorch ones only
-what dynamo traces.
+what dynamo traces, except the eager oneDNN products on a non-Intel CPU,
+which change float32 round-off only.
 
 A workaround whose function the installed Keras no longer has (a Keras
 that moved or fixed it) is skipped; its test then fails and says so.
@@ -109,6 +118,7 @@ import threading
 
 import keras
 
+from ensemble_zoo.utils.workaround_replacements import cpu_einsum_contractions
 from ensemble_zoo.utils.workaround_replacements import cudnn_attention_only_where_it_traces
 from ensemble_zoo.utils.workaround_replacements import float32_attention_for_float16_on_cpu
 from ensemble_zoo.utils.workaround_replacements import gathered_slices_while_compiling
@@ -117,7 +127,7 @@ from ensemble_zoo.utils.workaround_replacements import no_forced_flash_attention
 from ensemble_zoo.utils.workaround_replacements import (
     numpy_scalars_as_python_numbers_while_compiling,
 )
-from ensemble_zoo.utils.workaround_replacements import tensordot_einsum_on_cpu_while_compiling
+from ensemble_zoo.utils.workaround_replacements import onednn_matmul_on_cpu
 
 
 class Workaround:
@@ -242,12 +252,20 @@ WORKAROUNDS = (
         "no upstream issue yet (keras 3.15.1, torch 2.13)",
     ),
     Workaround(
-        "torch_cpu_einsum_under_compile",
+        "torch_cpu_einsum_contractions",
         "torch",
         "keras.src.backend.torch.numpy",
         "einsum",
-        tensordot_einsum_on_cpu_while_compiling,
-        "no upstream issue yet (torch 2.13 inductor, CPU)",
+        cpu_einsum_contractions,
+        "no upstream issue yet (torch 2.13 inductor, CPU); pytorch/builder#504 (MKL on AMD)",
+    ),
+    Workaround(
+        "torch_cpu_matmul_through_onednn",
+        "torch",
+        "keras.src.backend.torch.numpy",
+        "matmul",
+        onednn_matmul_on_cpu,
+        "pytorch/builder#504 (MKL's SGEMM on AMD CPUs; open as of torch 2.13)",
     ),
 )
 

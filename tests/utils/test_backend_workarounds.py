@@ -380,7 +380,7 @@ def test_torch_slice_at_a_tensor_start_is_still_needed():
 
 @requires_torch
 def test_torch_cpu_einsum_contraction_is_still_needed():
-    """`torch_cpu_einsum_under_compile`: inductor compiles `EinsumDense`'s
+    """`torch_cpu_einsum_contractions`, compiled: inductor compiles `EinsumDense`'s
     one-token contraction into its own reduction kernel, not the BLAS
     matrix product that `tensordot` gets (the compiled decode step ran 3x
     slower than the eager one on a CPU); the rewrite equals the einsum
@@ -433,6 +433,64 @@ def test_torch_cpu_einsum_contraction_is_still_needed():
             )
             is None
         ), kept
+
+
+@requires_torch
+def test_torch_cpu_products_through_onednn_equal_mkl_and_refuse_the_rest():
+    """`torch_cpu_einsum_contractions` and `torch_cpu_matmul_through_onednn`,
+    eager: oneDNN's products equal PyTorch's for every `EinsumDense`
+    equation and weight layout keras-hub's decoders use, within float32
+    round-off; they step aside (`None`, Keras' function runs) for a
+    gradient, another dtype, a product too small to pay, one row against a
+    column-major weight, a weight that is not a matrix without a copy and
+    an equation that is not a pure contraction; inside `zoo_workarounds()`
+    `keras.ops` gives the same numbers as outside. (Why: MKL's SGEMM on AMD
+    CPUs, `benchmarks/cpu_matmul.py`.)"""
+    import torch
+
+    from ensemble_zoo.utils import onednn_products as od
+
+    rng = np.random.default_rng(0)
+
+    def t(*shape):
+        return torch.as_tensor(rng.normal(size=shape), dtype=torch.float32)
+
+    for equation, a, b in [
+        ("btd,df->btf", t(4, 2, 256), t(256, 1024)),
+        ("btf,fd->btd", t(8, 1, 1024), t(1024, 256)),
+        ("btnh,nhd->btd", t(4, 2, 4, 64), t(4, 64, 512)),
+        ("bsd,kdh->bskh", t(8, 1, 512), t(1, 512, 256)),
+    ]:
+        out = od.onednn_einsum(equation, a, b)
+        assert out is not None, equation
+        np.testing.assert_allclose(
+            to_np(out), to_np(torch.einsum(equation, a, b)), atol=2e-4, err_msg=equation
+        )
+    x, w, embedding = t(2, 4, 512), t(512, 1024), t(2048, 1024)
+    np.testing.assert_allclose(to_np(od.onednn_matmul(x, w)), to_np(x @ w), atol=2e-4)
+    one_row = t(1, 1024)
+    np.testing.assert_allclose(
+        to_np(od.onednn_matmul(one_row, embedding.t())), to_np(one_row @ embedding.t()), atol=2e-4
+    )
+    refused = [
+        od.onednn_matmul(t(1, 512), w),  # one row, column-major weight
+        od.onednn_matmul(t(2, 8), t(8, 8)),  # too small to pay
+        od.onednn_matmul(x.double(), w.double()),
+        od.onednn_einsum("btd,ndh->btnh", t(8, 1, 512), t(4, 512, 128)),  # no (n, k) view
+        od.onednn_einsum("bmd,mdr->bmr", t(4, 8, 512), t(8, 512, 512)),  # m kept
+        od.onednn_einsum("ij,jk->k", t(64, 512), w),
+    ]
+    assert all(r is None for r in refused)
+    trained = w.clone().requires_grad_(True)
+    assert od.onednn_matmul(x, trained) is None
+    with torch.no_grad():
+        assert od.onednn_matmul(x, trained) is not None
+    inside = []
+    with zoo_workarounds():
+        inside.append(to_np(keras.ops.einsum("btd,df->btf", x, w)))
+        inside.append(to_np(keras.ops.matmul(x, w)))
+    np.testing.assert_allclose(inside[0], to_np(torch.einsum("btd,df->btf", x, w)), atol=2e-4)
+    np.testing.assert_allclose(inside[1], to_np(x @ w), atol=2e-4)
 
 
 requires_jax = pytest.mark.skipif(BACKEND != "jax", reason="a JAX workaround")
