@@ -21,7 +21,16 @@ with `member=m`, for one member alone (lm-polygraph's definitions):
 - `perplexity`: `-mean_t log p(y_t)`, the log of the perplexity (what
   lm-polygraph's `Perplexity` returns);
 - `mean_token_entropy` and `max_token_entropy`: the mean and the maximum
-  over tokens of the entropy of the next-token distribution.
+  over tokens of the entropy of the next-token distribution;
+- `fisher_rao`, `renyi_negentropy` and `self_certainty`: lm-polygraph's
+  `FisherRao`, `RenyiNeg` and `SelfCertainty`, minus the mean over tokens
+  of the next-token distribution's distance from the uniform one that the
+  decode loop records (`fisher_rao_distance`, `renyi_divergence`,
+  `uniform_divergence`, `ensemble_zoo.ops.distribution_figures`); the
+  same numbers as `ez.metrics.fisher_rao`, `renyi_negentropy` and
+  `self_certainty` on the whole distributions, at their defaults. Given
+  when `outputs` holds those per-token arrays (what `generate` and
+  `score_uncertainty` return).
 
 Ensemble measures (Malinin & Gales, "Uncertainty estimation in
 autoregressive structured prediction", arXiv:2002.07650), normalised by
@@ -59,7 +68,17 @@ SINGLE_MODEL_ESTIMATORS = (
     "perplexity",
     "mean_token_entropy",
     "max_token_entropy",
+    "fisher_rao",
+    "renyi_negentropy",
+    "self_certainty",
 )
+#: The distance estimators -> the per-token distance each averages (with
+#: its sign flipped: higher = more uncertain).
+DISTANCE_ESTIMATORS = {
+    "fisher_rao": "fisher_rao_distance",
+    "renyi_negentropy": "renyi_divergence",
+    "self_certainty": "uniform_divergence",
+}
 #: The estimators that need the members (`member=None` only).
 ENSEMBLE_ESTIMATORS = (
     "pe_total",
@@ -90,6 +109,8 @@ _CHAIN_RULE = {
 _REQUIRED = ("generated_mask", "log_prob", "member_log_probs", "member_entropy") + tuple(
     _CHAIN_RULE.values()
 )
+_DISTANCES = tuple(DISTANCE_ESTIMATORS.values())
+_OPTIONAL = _DISTANCES + tuple("member_" + k for k in _DISTANCES)
 
 
 def sequence_uncertainty(outputs, member=None):
@@ -144,9 +165,14 @@ def sequence_uncertainty(outputs, member=None):
                 f"`member` must be None or a member index in [0, {num_members}); got {member!r}."
             )
         return _single_model(
-            arrays["member_log_probs"][:, member], arrays["member_entropy"][:, member], mask
+            arrays["member_log_probs"][:, member],
+            arrays["member_entropy"][:, member],
+            mask,
+            {k: arrays["member_" + k][:, member] for k in _DISTANCES if "member_" + k in arrays},
         )
-    scores = _single_model(arrays["log_prob"], arrays["total"], mask)
+    scores = _single_model(
+        arrays["log_prob"], arrays["total"], mask, {k: arrays[k] for k in _DISTANCES if k in arrays}
+    )
     length = mask.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, figure in _CHAIN_RULE.items():
@@ -162,7 +188,7 @@ def sequence_uncertainty(outputs, member=None):
     return scores
 
 
-def _single_model(log_probs, entropies, mask):
+def _single_model(log_probs, entropies, mask, distances):
     length = mask.sum(axis=1)
     nll = -np.where(mask, log_probs, 0.0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -172,6 +198,9 @@ def _single_model(log_probs, entropies, mask):
             "mean_token_entropy": np.where(mask, entropies, 0.0).sum(axis=1) / length,
             "max_token_entropy": np.where(mask, entropies, -np.inf).max(axis=1),
         }
+        for name, figure in DISTANCE_ESTIMATORS.items():
+            if figure in distances:
+                scores[name] = -np.where(mask, distances[figure], 0.0).sum(axis=1) / length
     return {k: np.where(length > 0, v, np.nan) for k, v in scores.items()}
 
 
@@ -194,7 +223,8 @@ def _checked_outputs(outputs):
             f"got dtype {mask.dtype} and shape {mask.shape}."
         )
     arrays = {}
-    for name in _REQUIRED[1:]:
+    optional = [k for k in _OPTIONAL if k in outputs]
+    for name in _REQUIRED[1:] + tuple(optional):
         value = np.asarray(outputs[name], np.float64)
         per_member = name.startswith("member_")
         expected = 3 if per_member else 2

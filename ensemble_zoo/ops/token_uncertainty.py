@@ -41,6 +41,8 @@ import math
 import keras
 from keras import ops
 
+from ensemble_zoo.ops.distribution_figures import DISTRIBUTION_FIGURES
+from ensemble_zoo.ops.distribution_figures import distribution_figures
 from ensemble_zoo.ops.uncertainty import _xlogy
 from ensemble_zoo.ops.uncertainty import checked_member_tensor
 from ensemble_zoo.utils import backend as backend_utils
@@ -138,10 +140,14 @@ def token_figures_from_log_probs(log_p, log_weights=None):
     return mixture_figures(log_p, [log_weights])[0]
 
 
-def mixture_figures(log_p, weightings):
+def mixture_figures(log_p, weightings, with_distances=False):
     """`token_figures_from_log_probs(log_p, w)` for each `w` of
     `weightings` (`None`: uniform), sharing the per-member work (the
-    probabilities and the member entropies) between them.
+    probabilities and the member entropies) between them. With
+    `with_distances`, the first dict also holds the
+    `ensemble_zoo.ops.distribution_figures` of the first mixture
+    (`fisher_rao_distance`, ...) and of each member (`member_fisher_rao_distance`,
+    ... `(batch, members, ...)`), from the same probabilities.
 
     Speed. The members are a static axis of a few entries, so they are
     unrolled: each member's log-probabilities are a `(rows, vocabulary)`
@@ -207,6 +213,20 @@ def mixture_figures(log_p, weightings):
                 "member_entropy": ops.stack([unflatten(h) for h in member_entropy], axis=1),
             }
         )
+        if with_distances and len(out) == 1:
+            out[0].update(_distances(log_mean, members, unflatten))
+    return out
+
+
+def _distances(log_mean, members, unflatten):
+    """The distances from uniform of the mixture and of each member (rows
+    flattened), unflattened."""
+    ensemble = distribution_figures(log_mean)
+    per_member = [distribution_figures(x) for x in members]
+    out = {}
+    for name in DISTRIBUTION_FIGURES:
+        out[name] = unflatten(ensemble[name])
+        out["member_" + name] = ops.stack([unflatten(d[name]) for d in per_member], axis=1)
     return out
 
 

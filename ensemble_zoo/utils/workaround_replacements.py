@@ -165,10 +165,11 @@ def cpu_einsum_contractions(original):
 
 
 def onednn_matmul_on_cpu(original):
+    import torch
     from keras.src.backend.torch.core import convert_to_tensor
 
     def matmul(x1, x2):
-        if onednn_pays():
+        if not torch.compiler.is_compiling() and onednn_pays():
             out = onednn_matmul(convert_to_tensor(x1), convert_to_tensor(x2))
             if out is not None:
                 return out

@@ -20,7 +20,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.chunked_loss import chunked_tok
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_hidden
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import sample_uncertainty
-from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import num_token_figures
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
 from ensemble_zoo.models.loss_prediction.token_loss_predictor import TokenLossPredictor
 from ensemble_zoo.utils.validation import check_positive_int
@@ -192,10 +192,10 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
 
     @property
     def _num_figures(self):
-        """Figures per position: `FIGURES`, one log-probability and one
-        entropy per member, and the predicted loss when a loss predictor is
+        """Figures per position: `FIGURES`, the `MEMBER_FIGURES` of each
+        member, and the predicted loss when a loss predictor is
         attached."""
-        return len(FIGURES) + 2 * self.num_members + (self.loss_predictor is not None)
+        return num_token_figures(self.num_members) + (self.loss_predictor is not None)
 
     def _figures(self, member_log_probs, tokens, member_hidden, prefix_log_likelihoods):
         """`token_figures`, and the attached loss predictor's prediction
@@ -281,8 +281,12 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
                 whose members are weighted by their likelihood of the
                 answer so far),
                 `log_prob` (the token under the ensemble),
-                `member_log_probs` and `member_entropy` `(batch, members,
-                length)`, all zero outside `generated_mask`; and per
+                lm-polygraph's per-token distances from uniform
+                (`fisher_rao_distance`, `renyi_divergence`,
+                `uniform_divergence`, `ensemble_zoo.ops.distribution_figures`),
+                `member_log_probs`, `member_entropy` and the `member_`
+                distances `(batch, members, length)`, all zero outside
+                `generated_mask`; and per
                 sequence `log_likelihood` (sum of `log_prob`),
                 `member_log_likelihoods` `(batch, members)`, `mean_<f>`
                 for each of those uncertainty figures `f` (`mean_total`,
@@ -339,9 +343,10 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             return_uncertainty=True)` per position (`total`, `aleatoric`,
             `epistemic`, `expected_pairwise_kl`,
             `reverse_mutual_information`, `max_probability`, their
-            expectation-of-products `ep_*` versions, `log_prob`
-            `(batch, length)`; `member_log_probs` and `member_entropy`
-            `(batch, members, length)`; and `loss_prediction` with a loss
+            expectation-of-products `ep_*` versions, `log_prob`, the
+            distances from uniform `(batch, length)`; `member_log_probs`,
+            `member_entropy` and the `member_` distances `(batch, members,
+            length)`; and `loss_prediction` with a loss
             predictor attached): position `t` holds the figures of token
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """

@@ -12,6 +12,7 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import MEMBER_FIGURES
 
 
 def any_equal(inputs, values, padding_mask):
@@ -56,12 +57,12 @@ def strip_prompt(outputs, prompt_mask):
 
 def token_outputs(figures, valid, num_members):
     """The per-position figures as a dict of `(batch, length)` arrays
-    (`member_log_probs` and `member_entropy`: `(batch, members, length)`),
-    zero where `valid` is false."""
+    (the `MEMBER_FIGURES`: `(batch, members, length)`), zero where
+    `valid` is false."""
     figures = np.where(valid[..., None], figures, 0.0).astype("float32")
     out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
     start = len(FIGURES)
-    for name in ("member_log_probs", "member_entropy"):
+    for name in MEMBER_FIGURES:
         out[name] = np.moveaxis(figures[..., start : start + num_members], -1, 1)
         start += num_members
     if figures.shape[-1] > start:

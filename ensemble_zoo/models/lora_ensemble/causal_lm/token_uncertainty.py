@@ -10,12 +10,16 @@ distribution is the members' mean (`total`, `aleatoric`, ...), and the
 expectation of products, whose next-token distribution weighs each member
 by its likelihood of the answer so far (`ep_total`, `ep_aleatoric`, ...);
 then the log-probability of the taken token under the ensemble and under
-each member, packed along one last axis so that the loop carries one
-array.
+each member, and lm-polygraph's distances of each next-token distribution
+from the uniform one (`ensemble_zoo.ops.distribution_figures`: its
+`FisherRao`, `RenyiNeg` and `SelfCertainty` per token), for the ensemble's
+predictive distribution and for each member, packed along one last axis
+so that the loop carries one array.
 """
 
 from keras import ops
 
+from ensemble_zoo.ops.distribution_figures import DISTRIBUTION_FIGURES
 from ensemble_zoo.ops.token_uncertainty import TOKEN_FIGURES
 from ensemble_zoo.ops.token_uncertainty import mixture_figures
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
@@ -33,8 +37,19 @@ EP_FIGURES = tuple(
     )
 )
 #: The per-token figures, in the order of `token_figures`' last axis
-#: (then one log-probability per member, then one entropy per member).
-FIGURES = TOKEN_FIGURES + EP_FIGURES + ("log_prob",)
+#: (then `MEMBER_FIGURES`, one column per member each).
+FIGURES = TOKEN_FIGURES + EP_FIGURES + ("log_prob",) + DISTRIBUTION_FIGURES
+#: The per-member figures after `FIGURES`, `members` columns each: the
+#: token's log-probability, the entropy and the `DISTRIBUTION_FIGURES`
+#: under each member (`log_probs` first: the decode loop reads it back).
+MEMBER_FIGURES = ("member_log_probs", "member_entropy") + tuple(
+    "member_" + name for name in DISTRIBUTION_FIGURES
+)
+
+
+def num_token_figures(num_members):
+    """The width of `token_figures`' last axis for `num_members`."""
+    return len(FIGURES) + len(MEMBER_FIGURES) * num_members
 
 
 def token_figures(member_log_probs, tokens, prefix_log_likelihoods):
@@ -53,19 +68,18 @@ def token_figures(member_log_probs, tokens, prefix_log_likelihoods):
             expectation-of-products weights are their softmax over members.
 
     Returns:
-        float32 tensor `(batch, ..., len(FIGURES) + 2 * members)`: the
-        `FIGURES`, the token's log-probability under each member, then
-        each member's entropy.
+        float32 tensor `(batch, ..., num_token_figures(members))`: the
+        `FIGURES`, then the `MEMBER_FIGURES`, one column per member each.
     """
     log_p = member_log_probs
     weights = ops.log_softmax(ops.cast(prefix_log_likelihoods, "float32"), axis=1)
-    figures, weighted = mixture_figures(log_p, [None, weights])
+    figures, weighted = mixture_figures(log_p, [None, weights], with_distances=True)
     for name in EP_FIGURES:
         figures[name] = weighted[name[len("ep_") :]]
     figures.update(token_log_probs(log_p, tokens))
     scalars = ops.stack([figures[name] for name in FIGURES], axis=-1)
     per_member = [
         ops.moveaxis(figures[name], 1, -1)  # (batch, ..., members)
-        for name in ("member_log_probs", "member_entropy")
+        for name in MEMBER_FIGURES
     ]
     return ops.concatenate([scalars] + per_member, axis=-1)
