@@ -30,8 +30,10 @@ recipe and the measured metrics in its `metadata.json`:
         "lora_ensemble_gemma3_270m_arithmetic", base=base)
 
 `--evaluate-preset PRESET` skips the fine-tuning: it evaluates that
-adapter preset on the converted model under the current backend and
-writes `DIR/gemma3_270m_<backend>/`.
+adapter preset on the converted model under the current backend, with
+the frozen model and member 0 alone (its adapters merged) each on its own
+answers as single-model rows, every estimator with its cost
+(`extra_ms_per_token`), and writes `DIR/gemma3_270m_<backend>/`.
 
 On 2 CPU cores under JAX one fit step of 4 rank-8 members takes about
 7 s; the default run (2 epochs) takes about an hour.
@@ -149,7 +151,7 @@ def main(argv=None):
             args.questions,
             args,
             f"{PRESET} ({keras.config.backend()})",
-            {"base_model": base},
+            {"base_model": base, "member_0": ensemble.member_causal_lm(0)},
         )
         print(report)
         print(f"evaluated in {time.time() - start:.0f} s")
