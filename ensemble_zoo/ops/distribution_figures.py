@@ -42,10 +42,13 @@ def distribution_figures(log_probabilities):
     distances come from two sums of powers of the probabilities, with no
     second softmax over the vocabulary. Every entry of the vocabulary
     counts in `uniform_divergence`: a `-inf` log-probability (a token
-    ruled out, which keras-hub's models do not give) makes it `inf`,
-    where lm-polygraph's `SelfCertainty` and `ez.metrics.self_certainty`
-    drop such entries. (Testing each entry for `-inf` made the figures of
-    a position 40% slower under XLA on a CPU.)
+    ruled out by a `-inf` logit, which keras-hub's models do not give)
+    makes it `inf`, where lm-polygraph's `SelfCertainty` and
+    `ez.metrics.self_certainty` drop such entries. (Testing each entry
+    for `-inf` made the figures of a position 40% slower under XLA on a
+    CPU.) The ensemble's log-probabilities come from a log-sum-exp over
+    the members (`token_uncertainty._distances`), finite where float32's
+    mean probability underflows.
 
     Args:
         log_probabilities: float32 tensor `(..., vocabulary)`.

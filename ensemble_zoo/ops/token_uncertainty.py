@@ -214,14 +214,21 @@ def mixture_figures(log_p, weightings, with_distances=False):
             }
         )
         if with_distances and len(out) == 1:
-            out[0].update(_distances(log_mean, members, unflatten))
+            out[0].update(_distances(members, unflatten))
     return out
 
 
-def _distances(log_mean, members, unflatten):
-    """The distances from uniform of the mixture and of each member (rows
-    flattened), unflattened."""
-    ensemble = distribution_figures(log_mean)
+def _distances(members, unflatten):
+    """The distances from uniform of the uniform mixture and of each
+    member (rows flattened), unflattened.
+
+    The mixture's log-probabilities are `logsumexp_m log p_m - log M`
+    here, not the log of the mean probability that the other figures
+    use: that is `-inf` in float32 where every member's log-probability
+    is below about -103 (harmless where it is multiplied by the
+    probability 0, not in `uniform_divergence`, a mean of
+    log-probabilities over the vocabulary)."""
+    ensemble = distribution_figures(_logsumexp(members) - math.log(len(members)))
     per_member = [distribution_figures(x) for x in members]
     out = {}
     for name in DISTRIBUTION_FIGURES:

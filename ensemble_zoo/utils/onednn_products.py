@@ -99,6 +99,33 @@ def onednn_matmul(x1, x2):
     return None if out is None else out.reshape(*x1.shape[:-1], x2.shape[1])
 
 
+def pure_contraction(subscripts, left_rank, right_rank):
+    """The labels of a two-operand einsum that is a pure contraction:
+    `(left, right, output, shared)` (the operands' and the output's label
+    strings and the set of contracted labels), or `None` for any other
+    equation (a label shared by both operands kept in the output, a
+    repeated label, an ellipsis, a label summed within one operand, or
+    label counts that do not match the operands' ranks)."""
+    if "->" not in subscripts or "." in subscripts:
+        return None
+    inputs, output = subscripts.replace(" ", "").split("->")
+    if inputs.count(",") != 1:
+        return None
+    left, right = inputs.split(",")
+    shared = set(left) & set(right)
+    free = (set(left) | set(right)) - shared
+    if (
+        len(set(left)) != len(left)
+        or len(set(right)) != len(right)
+        or set(output) != free
+        or len(output) != len(free)
+        or len(left) != left_rank
+        or len(right) != right_rank
+    ):
+        return None
+    return left, right, output, shared
+
+
 def onednn_einsum(subscripts, a, b):
     """A two-operand pure contraction of activations `a` and a weight `b`
     (`EinsumDense`'s `"btd,df->btf"`, `"btnh,nhd->btd"`, ...) through
@@ -114,24 +141,12 @@ def onednn_einsum(subscripts, a, b):
     Returns:
         A tensor or `None`.
     """
-    if "->" not in subscripts or "." in subscripts or not _applies(a, b):
+    labels = pure_contraction(subscripts, a.dim(), b.dim())
+    if labels is None or not labels[3] or not _applies(a, b):
         return None
-    inputs, output = subscripts.replace(" ", "").split("->")
-    if inputs.count(",") != 1:
-        return None
-    left, right = inputs.split(",")
-    shared = set(left) & set(right)
-    free = (set(left) | set(right)) - shared
-    if (
-        not shared
-        or len(set(left)) != len(left)
-        or len(set(right)) != len(right)
-        or set(output) != free
-        or len(output) != len(free)
-        or len(left) != a.dim()
-        or len(right) != b.dim()
-    ):
-        return None
+    left, right, output, shared = labels
+    if any(a.shape[left.index(c)] != b.shape[right.index(c)] for c in shared):
+        return None  # a broadcast contracted axis: torch.einsum's
     contracted = [c for c in right if c in shared]
     rows_labels = [c for c in left if c not in shared]
     out_labels = [c for c in right if c not in shared]

@@ -7,6 +7,7 @@ from ensemble_zoo.utils.devices import accelerator
 from ensemble_zoo.utils.onednn_products import onednn_einsum
 from ensemble_zoo.utils.onednn_products import onednn_matmul
 from ensemble_zoo.utils.onednn_products import onednn_pays
+from ensemble_zoo.utils.onednn_products import pure_contraction
 
 
 def _is_cpu():
@@ -120,23 +121,10 @@ def tensordot_einsum(subscripts, a, b):
     label summed within one operand)."""
     import torch
 
-    if "->" not in subscripts or "." in subscripts:
+    labels = pure_contraction(subscripts, a.dim(), b.dim())
+    if labels is None:
         return None
-    inputs, output = subscripts.replace(" ", "").split("->")
-    if inputs.count(",") != 1:
-        return None
-    left, right = inputs.split(",")
-    shared = set(left) & set(right)
-    free = (set(left) | set(right)) - shared
-    if (
-        len(set(left)) != len(left)
-        or len(set(right)) != len(right)
-        or set(output) != free
-        or len(output) != len(free)
-        or len(left) != a.dim()
-        or len(right) != b.dim()
-    ):
-        return None
+    left, right, output, shared = labels
     contracted = [c for c in left if c in shared]
     out = torch.tensordot(
         a, b, dims=([left.index(c) for c in contracted], [right.index(c) for c in contracted])

@@ -143,3 +143,34 @@ def test_a_gemma_sized_vocabulary_stays_within_1e_5_of_float64(rng):
     expected = np_token_figures(logits, tokens)
     for name in NAMES:
         np.testing.assert_allclose(got[name], expected[name], atol=1e-5, err_msg=name)
+
+
+def test_distances_from_uniform_equal_lm_polygraphs_where_float32_underflows(rng):
+    """The decode loop's per-token distances from uniform (`with_distances`)
+    equal `ez.metrics.fisher_rao`, `renyi_negentropy` and `self_certainty`
+    (lm-polygraph's, in float64) for the ensemble's mean distribution and
+    each member, one token per sequence; also where every member puts a
+    token below float32's `exp` range, where the log of the mean
+    underflows to `-inf` (a log-sum-exp over the members instead)."""
+    from ensemble_zoo.ops.token_uncertainty import mixture_figures
+    from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
+
+    logits = rng.normal(size=(3, 2, 1, 64)) * 3
+    logits[0, :, 0, 7] = -130.0  # both members: log p near -130
+    log_p = to_np(vocabulary_log_softmax(logits.astype("float32")))
+    got = {k: to_np(v) for k, v in mixture_figures(log_p, [None], with_distances=True)[0].items()}
+    exact = log_p.astype("float64")
+    log_mean = np.log(np.exp(exact).mean(axis=1))
+    mask = np.ones((3, 1), bool)
+    for name, figure in (
+        ("fisher_rao", "fisher_rao_distance"),
+        ("renyi_negentropy", "renyi_divergence"),
+        ("self_certainty", "uniform_divergence"),
+    ):
+        estimator = getattr(ez.metrics, name)
+        assert np.isfinite(got[figure]).all(), figure
+        np.testing.assert_allclose(-got[figure][:, 0], estimator(log_mean, mask), atol=1e-5)
+        for m in range(2):
+            np.testing.assert_allclose(
+                -got["member_" + figure][:, m, 0], estimator(exact[:, m], mask), atol=1e-5
+            )

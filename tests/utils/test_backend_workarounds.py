@@ -479,6 +479,7 @@ def test_torch_cpu_products_through_onednn_equal_mkl_and_refuse_the_rest():
         od.onednn_einsum("btd,ndh->btnh", t(8, 1, 512), t(4, 512, 128)),  # no (n, k) view
         od.onednn_einsum("bmd,mdr->bmr", t(4, 8, 512), t(8, 512, 512)),  # m kept
         od.onednn_einsum("ij,jk->k", t(64, 512), w),
+        od.onednn_einsum("ij,jk->ik", t(4, 1), t(1024, 1024)),  # broadcast j
     ]
     assert all(r is None for r in refused)
     trained = w.clone().requires_grad_(True)
