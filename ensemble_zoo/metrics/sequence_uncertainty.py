@@ -28,7 +28,8 @@ with `member=m`, for one member alone (lm-polygraph's definitions):
   decode loop records (`fisher_rao_distance`, `renyi_divergence`,
   `uniform_divergence`, `ensemble_zoo.ops.distribution_figures`); the
   same numbers as `ez.metrics.fisher_rao`, `renyi_negentropy` and
-  `self_certainty` on the whole distributions, at their defaults. Given
+  `self_certainty` on the whole distributions, at their defaults,
+  wherever the log-probabilities are finite (keras-hub's models'). Given
   when `outputs` holds those per-token arrays (what `generate` and
   `score_uncertainty` return).
 
