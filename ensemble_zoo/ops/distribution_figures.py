@@ -39,10 +39,8 @@ def distribution_figures(log_probabilities):
 
     With `q = softmax(log p / 2)`, `q_v = sqrt(p_v) / S_2` where `S_k =
     sum_v p_v^(1/k)`, so `sum_v sqrt(q_v) = S_4 / sqrt(S_2)`: both
-    distances come from sums of powers of the probabilities, with no
-    second softmax over the vocabulary; the Fisher-Rao angle from `1 -
-    cos`, summed as the squared differences of `sqrt(q)` and
-    `sqrt(1 / V)`, which stays accurate near the uniform distribution. Every entry of the vocabulary
+    distances come from two sums of powers of the probabilities, with no
+    second softmax over the vocabulary. Every entry of the vocabulary
     counts in `uniform_divergence`: a `-inf` log-probability (a token
     ruled out by a `-inf` logit, which keras-hub's models do not give)
     makes it `inf`, where lm-polygraph's `SelfCertainty` and
@@ -74,16 +72,10 @@ def distribution_figures(log_probabilities):
     vocabulary = log_probabilities.shape[-1]
     log_v = math.log(vocabulary)
     sum_2 = ops.sum(ops.exp(0.5 * log_probabilities), axis=-1)  # sum_v p_v^(1/2)
-    fourth_root = ops.exp(0.25 * log_probabilities)  # p_v^(1/4)
-    sum_4 = ops.sum(fourth_root, axis=-1)
-    # 1 - cos = (1/2) sum_v (sqrt(q_v) - sqrt(1/V))^2, summed as squares:
-    # `1 - sum_4 / sqrt(sum_2 V)` cancels near the uniform distribution,
-    # where arccos magnifies float32's error (1e-5 at a distance of 0.007).
-    gap = fourth_root / ops.sqrt(ops.expand_dims(sum_2, -1)) - 1.0 / math.sqrt(vocabulary)
-    half_chord = ops.sqrt(ops.minimum(0.25 * ops.sum(gap * gap, axis=-1), 1.0))
+    sum_4 = ops.sum(ops.exp(0.25 * log_probabilities), axis=-1)  # sum_v p_v^(1/4)
+    cosine = ops.minimum(sum_4 / ops.sqrt(sum_2 * vocabulary), 1.0)
     return {
-        # arccos(cos) = 2 arcsin(sqrt((1 - cos) / 2))
-        "fisher_rao_distance": (4.0 / math.pi) * ops.arcsin(half_chord),
+        "fisher_rao_distance": (2.0 / math.pi) * ops.arccos(cosine),
         "renyi_divergence": ops.log(sum_2) - 2.0 * ops.log(sum_4) - log_v,
         "uniform_divergence": -ops.sum(log_probabilities, axis=-1) / vocabulary - log_v,
     }

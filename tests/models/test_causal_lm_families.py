@@ -279,7 +279,11 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
     np.testing.assert_array_equal(outputs[1]["token_ids"], outputs[0]["token_ids"])
     for name, value in outputs[0].items():
         if np.asarray(value).dtype.kind == "f":
-            np.testing.assert_allclose(outputs[1][name], value, atol=1e-5, err_msg=name)
+            # The Fisher-Rao angle's arccos magnifies float32 round-off
+            # near the uniform distribution, where these tiny models'
+            # next-token distributions lie (distances under 0.01).
+            atol = 5e-5 if name.endswith("fisher_rao_distance") else 1e-5
+            np.testing.assert_allclose(outputs[1][name], value, atol=atol, err_msg=name)
     assert np.abs(outputs[0]["epistemic"]).max() > 1e-5
 
     ids = keras.ops.convert_to_tensor(PROMPT["token_ids"])
