@@ -145,9 +145,10 @@ def mixture_figures(log_p, weightings, with_distances=False):
     `weightings` (`None`: uniform), sharing the per-member work (the
     probabilities and the member entropies) between them. With
     `with_distances`, the first dict also holds the
-    `ensemble_zoo.ops.distribution_figures` of the first mixture
-    (`fisher_rao_distance`, ...) and of each member (`member_fisher_rao_distance`,
-    ... `(batch, members, ...)`), from the same probabilities.
+    `ensemble_zoo.ops.distribution_figures` of the uniform mixture
+    (`fisher_rao_distance`, ...; from a log-sum-exp over the members, see
+    `_distances`) and of each member (`member_fisher_rao_distance`, ...
+    `(batch, members, ...)`).
 
     Speed. The members are a static axis of a few entries, so they are
     unrolled: each member's log-probabilities are a `(rows, vocabulary)`
