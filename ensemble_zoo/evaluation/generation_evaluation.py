@@ -8,8 +8,10 @@ the wrong answers (and, given OOD prompts, the OOD ones):
 - the ensemble's sequence estimators, `ez.metrics.sequence_uncertainty`
   on the greedy decode's own figures (no second pass): the single-model
   baselines of its predictive distribution and Malinin & Gales' ensemble
-  measures (left out for a one-member model, where they are 0); the
-  attached loss predictor's mean prediction (`loss_prediction`);
+  measures (left out for a one-member model, where they are 0), and
+  RAUQ and the attention score where the decode records attention
+  weights (`ATTENTION_ESTIMATORS`); the attached loss predictor's mean
+  prediction (`loss_prediction`);
 - with `num_samples >= 2`, the sampling-based estimators of
   `LoRAEnsembleCausalLM.sample_uncertainty` (`SAMPLING_ESTIMATORS`, and
   with an `nli` model `NLI_ESTIMATORS`) over that many answers drawn per
@@ -48,6 +50,7 @@ from ensemble_zoo.metrics.lexical_similarity import rouge_l
 from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sampled_answer_estimators import cocoa
 from ensemble_zoo.metrics.sampled_answer_estimators import semantic_density
+from ensemble_zoo.metrics.sequence_uncertainty import ATTENTION_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import answers_of
@@ -147,7 +150,8 @@ def greedy_answers(model, prompts, max_length):
     out = model._generate(list(prompts), max_length, "auto", True, True, sampler=greedy_sampler())
     scores = dict(sequence_uncertainty(out))
     if model.num_members == 1:  # the ensemble measures are 0 for one model
-        scores = {k: scores[k] for k in SINGLE_MODEL_ESTIMATORS}
+        single = SINGLE_MODEL_ESTIMATORS + ATTENTION_ESTIMATORS
+        scores = {k: scores[k] for k in single if k in scores}
     if "mean_loss_prediction" in out:
         scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
     tokens = {k: out[k] for k in ("log_prob", "generated_mask", "token_ids", "padding_mask")}
@@ -443,7 +447,9 @@ def evaluate_generation(
             metrics["single_models"][single_name]["ood_accuracy"] = float(
                 np.mean(result["quality"]["ood"] >= 0.5)
             )
-        for estimator in SINGLE_MODEL_ESTIMATORS:
+        for estimator in SINGLE_MODEL_ESTIMATORS + ATTENTION_ESTIMATORS:
+            if estimator not in result["scores"]["test"]:
+                continue  # the attention estimators, where not recorded
             values = result["scores"]["test"][estimator]
             ood = result["scores"].get("ood", {}).get(estimator)
             label = f"{single_name}: {estimator}"

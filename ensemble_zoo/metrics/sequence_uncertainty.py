@@ -33,6 +33,23 @@ with `member=m`, for one member alone (lm-polygraph's definitions):
   when `outputs` holds those per-token arrays (what `generate` and
   `score_uncertainty` return).
 
+Attention estimators, given when `outputs` holds the attention weights
+that the decode loop records (`member_self_attention`,
+`attention_layers`, `attention_score_layer`: the families whose
+attention layers take keras-hub's attention route, decoded with a loop
+sampler), for one member with `member=m`, or for the ensemble:
+
+- `rauq`: lm-polygraph's `RAUQ` at its defaults (`ez.metrics.rauq`,
+  alpha 0.2) over the recorded layers (lm-polygraph's);
+- `attention_score`: lm-polygraph's `AttentionScore(gen_only=True)`
+  (`ez.metrics.attention_score`) at layer `L // 2`, over the generated
+  tokens but the last (the prompt's own attention is not recorded, so
+  lm-polygraph's default `gen_only=False` is out of reach).
+
+For the ensemble (our definition; lm-polygraph has none): each head's
+attention is the members' mean weight, and RAUQ's token probability the
+ensemble's predictive probability.
+
 Ensemble measures (Malinin & Gales, "Uncertainty estimation in
 autoregressive structured prediction", arXiv:2002.07650), normalised by
 the number of tokens `L` as in the paper:
@@ -61,6 +78,9 @@ mutual information is exactly 0.
 
 import numpy as np
 
+from ensemble_zoo.metrics.token_arrays import all_but_last_counted
+from ensemble_zoo.metrics.white_box_estimators import attention_score
+from ensemble_zoo.metrics.white_box_estimators import rauq
 from ensemble_zoo.utils.validation import is_integer
 
 #: The estimators of one model's distribution (the ensemble's or a member's).
@@ -80,6 +100,10 @@ DISTANCE_ESTIMATORS = {
     "renyi_negentropy": "renyi_divergence",
     "self_certainty": "uniform_divergence",
 }
+#: The estimators of the recorded attention weights, given where
+#: `outputs` holds them.
+ATTENTION_ESTIMATORS = ("rauq", "attention_score")
+_ATTENTION = ("member_self_attention", "attention_layers", "attention_score_layer")
 #: The estimators that need the members (`member=None` only).
 ENSEMBLE_ESTIMATORS = (
     "pe_total",
@@ -159,21 +183,36 @@ def sequence_uncertainty(outputs, member=None):
     ```
     """
     mask, arrays = _checked_outputs(outputs)
+    attention = _checked_attention(outputs, mask, arrays["member_log_probs"].shape[1])
     num_members = arrays["member_log_probs"].shape[1]
     if member is not None:
         if not is_integer(member) or not 0 <= member < num_members:
             raise ValueError(
                 f"`member` must be None or a member index in [0, {num_members}); got {member!r}."
             )
-        return _single_model(
+        scores = _single_model(
             arrays["member_log_probs"][:, member],
             arrays["member_entropy"][:, member],
             mask,
             {k: arrays["member_" + k][:, member] for k in _DISTANCES if "member_" + k in arrays},
         )
+        if attention is not None:
+            scores.update(
+                _attention_scores(
+                    attention[0][:, member],
+                    attention[1],
+                    arrays["member_log_probs"][:, member],
+                    mask,
+                )
+            )
+        return scores
     scores = _single_model(
         arrays["log_prob"], arrays["total"], mask, {k: arrays[k] for k in _DISTANCES if k in arrays}
     )
+    if attention is not None:
+        scores.update(
+            _attention_scores(attention[0].mean(axis=1), attention[1], arrays["log_prob"], mask)
+        )
     length = mask.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, figure in _CHAIN_RULE.items():
@@ -203,6 +242,50 @@ def _single_model(log_probs, entropies, mask, distances):
             if figure in distances:
                 scores[name] = -np.where(mask, distances[figure], 0.0).sum(axis=1) / length
     return {k: np.where(length > 0, v, np.nan) for k, v in scores.items()}
+
+
+def _attention_scores(attention, score_layer, log_probs, mask):
+    """RAUQ and the attention score of one model's attention weights
+    `(batch, layers, heads, length)` (each position holding the weight
+    that the step which generated its token gave to the step's own
+    position), `score_layer` the attention score's index among them."""
+    self_attention = np.roll(attention[:, score_layer], -1, axis=-1)  # the token's own step
+    return {
+        "rauq": rauq(attention, log_probs, mask, layers=range(attention.shape[1])),
+        "attention_score": np.where(
+            mask.any(axis=1), attention_score(self_attention, all_but_last_counted(mask)), np.nan
+        ),
+    }
+
+
+def _checked_attention(outputs, mask, num_members):
+    """`(member_self_attention, attention score's index among the
+    recorded layers)`, or `None` where `outputs` holds no attention."""
+    if "member_self_attention" not in outputs:
+        return None
+    missing = [k for k in _ATTENTION if k not in outputs]
+    if missing:
+        raise ValueError(f"`outputs` has `member_self_attention` but lacks {missing}.")
+    attention = np.asarray(outputs["member_self_attention"], np.float64)
+    layers = [int(x) for x in np.ravel(outputs["attention_layers"])]
+    score_layer = int(outputs["attention_score_layer"])
+    if (
+        attention.ndim != 5
+        or attention.shape[:2] != (mask.shape[0], num_members)
+        or attention.shape[2] != len(layers)
+        or attention.shape[-1] != mask.shape[1]
+    ):
+        raise ValueError(
+            "`outputs['member_self_attention']` must have shape (batch, members, layers, "
+            f"heads, length) with {num_members} members, {len(layers)} layers "
+            f"(`attention_layers`) and `generated_mask` {mask.shape}; got {attention.shape}."
+        )
+    if score_layer not in layers:
+        raise ValueError(
+            f"`outputs['attention_score_layer']` ({score_layer}) must be one of "
+            f"`attention_layers` {layers}."
+        )
+    return attention, layers.index(score_layer)
 
 
 def _checked_outputs(outputs):

@@ -396,7 +396,9 @@ class CallbackSampler(keras_hub.samplers.GreedySampler):
 
 def test_generations_share_no_state_nested_or_in_threads(pair):
     """A generation inside another's sampler callback, and two models
-    generating in two threads at once, return what each returns alone."""
+    generating in two threads at once, return what each returns alone,
+    the attention weights that keras-hub's thread-local attention route
+    hands over included."""
     family, base, ensemble = pair
     if family != "gemma":
         pytest.skip("one family suffices: the engine is family-independent")
@@ -422,6 +424,9 @@ def test_generations_share_no_state_nested_or_in_threads(pair):
     for i in range(2):
         np.testing.assert_array_equal(results[i]["token_ids"], alone[i]["token_ids"])
         np.testing.assert_allclose(results[i]["total"], alone[i]["total"], atol=1e-6)
+        np.testing.assert_allclose(
+            results[i]["member_self_attention"], alone[i]["member_self_attention"], atol=1e-6
+        )
 
     if keras.config.backend() == "jax":
         return  # JAX traces the sampler once: a callback does not run per step
@@ -441,8 +446,14 @@ def test_generations_share_no_state_nested_or_in_threads(pair):
     assert len(inner) == 4  # one per generated position
     np.testing.assert_array_equal(nested["token_ids"], alone[0]["token_ids"])
     np.testing.assert_allclose(nested["epistemic"], alone[0]["epistemic"], atol=1e-6)
+    np.testing.assert_allclose(
+        nested["member_self_attention"], alone[0]["member_self_attention"], atol=1e-6
+    )
     for result in inner:
         np.testing.assert_array_equal(result["token_ids"], alone[1]["token_ids"])
+        np.testing.assert_allclose(
+            result["member_self_attention"], alone[1]["member_self_attention"], atol=1e-6
+        )
 
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="torch.compile")

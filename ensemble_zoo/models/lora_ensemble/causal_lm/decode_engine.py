@@ -17,9 +17,13 @@ position once, M times over with M members, so the engine stops at the
 prompts. One sampling loop calls the step, applies the keras-hub sampler
 to the ensemble's predictive distribution and writes each generated
 token's figures (`token_uncertainty.token_figures`) into a `(batch,
-length, figures)` loop variable. Nothing on the model is swapped
-or flagged while it runs: two generations, or one inside another's
-callback, share no mutable state but the sampler's seed.
+length, figures)` loop variable; where the family's attention layers
+take keras-hub's attention route, each step runs through it
+(`attention_route.attention_step`) and the figures also hold the
+weights RAUQ's layers give to the step's own position. Nothing on the
+model is swapped or flagged while it runs: two generations, or one
+inside another's callback, share no mutable state but the sampler's
+seed (the route's scope is keras-hub's, thread-local, one step long).
 
 Each backend compiles the generation its own way (`decode_compilation`).
 
@@ -37,6 +41,7 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import attention_step
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import any_equal
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import output_padding_mask
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
@@ -229,9 +234,14 @@ def loop_step(model, sampler):
     def step(prompt, cache, index, figures, prompt_mask):
         with zoo_workarounds():
             token = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
-            member_logits, member_hidden, cache = member_step(
-                model, token, cache, index - 1, prompt_mask
-            )
+            if model._attention_shape is None:
+                member_logits, member_hidden, cache = member_step(
+                    model, token, cache, index - 1, prompt_mask
+                )
+            else:
+                member_logits, member_hidden, cache, attention = attention_step(
+                    model, member_step, token, cache, index - 1, prompt_mask
+                )
             member_log_probs = vocabulary_log_softmax(member_logits[:, :, 0])
             probabilities = sampler.compute_probabilities(ensemble_log_probs(member_log_probs))
             next_token = ops.cast(sampler.get_next_token(probabilities), prompt.dtype)
@@ -245,10 +255,20 @@ def loop_step(model, sampler):
                 member_hidden[:, :, 0],
                 _prefix_log_likelihoods(figures, index, prompt_mask, model.num_members),
             )
+            if model._attention_shape is not None:
+                batch = ops.shape(row)[0]
+                row = ops.concatenate([row, ops.reshape(attention, (batch, -1))], axis=-1)
             figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
         return prompt, cache, index + 1, figures
 
     return step
+
+
+def _attention_width(model):
+    """The figures' columns of the recorded attention weights
+    (`attention_route`): members x layers x heads, or 0."""
+    shape = model._attention_shape
+    return 0 if shape is None else model.num_members * shape[0] * shape[1]
 
 
 def _prefix_log_likelihoods(figures, index, prompt_mask, num_members):
@@ -319,8 +339,12 @@ def generate_batch(
             model=model,
         )
         figures = model._teacher_forced_figures(token_ids, prompt_mask)
+        if model._attention_shape is not None:  # not recorded: NaN
+            width = _attention_width(model)
+            figures = ops.concatenate([figures, ops.full((batch, length, width), np.nan)], -1)
     else:
-        figures = ops.zeros((batch, length, model._num_figures), "float32")
+        width = model._num_figures + _attention_width(model)
+        figures = ops.zeros((batch, length, width), "float32")
         loop_vars = (token_ids, cache, index, figures)
         if step is None:
             body = loop_step(model, sampler)

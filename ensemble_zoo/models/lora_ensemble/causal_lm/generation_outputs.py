@@ -2,15 +2,16 @@
 
 The loop hands back token ids, keras-hub's output padding mask and one
 row of per-token figures per position (`token_uncertainty.FIGURES`, the
-members' log-probabilities and entropies, then the attached loss
-predictor's prediction). These functions turn them into keras-hub's return value
-(`strip_prompt`) and the NumPy dict of `generate(...,
-return_uncertainty=True)`.
+members' log-probabilities and entropies, the attached loss predictor's
+prediction, then the recorded attention weights). These functions turn
+them into keras-hub's return value (`strip_prompt`) and the NumPy dict of
+`generate(..., return_uncertainty=True)`.
 """
 
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import recorded_layers
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import MEMBER_FIGURES
 
@@ -55,11 +56,20 @@ def strip_prompt(outputs, prompt_mask):
     }
 
 
-def token_outputs(figures, valid, num_members):
+def token_outputs(figures, valid, num_members, attention_shape=None):
     """The per-position figures as a dict of `(batch, length)` arrays
     (the `MEMBER_FIGURES`: `(batch, members, length)`), zero where
-    `valid` is false."""
-    figures = np.where(valid[..., None], figures, 0.0).astype("float32")
+    `valid` is false.
+
+    With `attention_shape` `(layers, heads)`, the last `members x layers x
+    heads` columns are the decode loop's attention weights
+    (`attention_route`): `member_self_attention` `(batch, members,
+    layers, heads, length)`, left out where they were not recorded (NaN:
+    beam and contrastive search's teacher-forced figures)."""
+    width = 0 if attention_shape is None else num_members * int(np.prod(attention_shape))
+    attention = figures[..., figures.shape[-1] - width :]
+    figures = np.where(valid[..., None], figures[..., : figures.shape[-1] - width], 0.0)
+    figures = figures.astype("float32")
     out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
     start = len(FIGURES)
     for name in MEMBER_FIGURES:
@@ -67,22 +77,36 @@ def token_outputs(figures, valid, num_members):
         start += num_members
     if figures.shape[-1] > start:
         out["loss_prediction"] = figures[..., -1]
+    if width and not np.isnan(attention).all():
+        attention = np.where(valid[..., None], attention, 0.0).astype("float32")
+        attention = attention.reshape(attention.shape[:2] + (num_members, *attention_shape))
+        out["member_self_attention"] = np.moveaxis(attention, 1, -1)
     return out
 
 
-def uncertainty_outputs(batch, num_members):
+def uncertainty_outputs(batch, num_members, attention=None):
     """The per-token and per-sequence figures of `generate(...,
     return_uncertainty=True)` from one batch's NumPy arrays
-    (`prompt_mask`, `token_ids`, `padding_mask`, `figures`)."""
+    (`prompt_mask`, `token_ids`, `padding_mask`, `figures`).
+
+    With `attention` `(decoder blocks, heads)` (the decode loop recorded
+    `attention_route.recorded_layers`' weights): `member_self_attention`
+    (`token_outputs`), the blocks it holds (`attention_layers`) and the
+    attention score's block `L // 2` (`attention_score_layer`)."""
     generated = np.logical_and(
         np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
     )
+    layers = None if attention is None else recorded_layers(attention[0])
+    shape = None if attention is None else (len(layers), attention[1])
     out = {
         "token_ids": batch["token_ids"],
         "padding_mask": batch["padding_mask"].astype(bool),
         "generated_mask": generated,
-        **token_outputs(batch["figures"], generated, num_members),
+        **token_outputs(batch["figures"], generated, num_members, shape),
     }
+    if "member_self_attention" in out:
+        out["attention_layers"] = np.asarray(layers, "int32")
+        out["attention_score_layer"] = attention[0] // 2
     count = np.maximum(generated.sum(axis=1), 1)
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)

@@ -1,0 +1,225 @@
+"""The attention weights of a decode step, read where keras-hub computes
+attention, with no second forward pass.
+
+RAUQ and the attention score (`ez.metrics.rauq`, `attention_score`) need,
+at each generated token, the weight that each head of a layer gives to
+the step's own position. keras-hub 0.32's decoder attention layers
+return no weights while they step a KV cache, but those of Gemma (and
+Gemma 2), Gemma 3, Llama (and Llama 3), Mistral, Qwen, Qwen 3, and
+`CachedMultiHeadAttention` (GPT-2, OPT) offer a route for an outside
+attention kernel (keras-hub's vLLM serving route, `keras_hub.src.vllm`):
+inside `vllm_context_scope`, each such layer projects its query, key and
+value as its own `call` does (the family's query and key norms, its
+RoPE), and hands them to the scope's function with its own softmax
+scale, sliding window and logit soft cap; the
+scope's per-layer caches are handed over in call order and the updated
+ones collected. The scope is keras-hub's, thread-local and entered here
+for one step only: nothing on the model is set, and two threads decoding
+at once each see their own.
+
+`attention_step` runs one decode step of the members through that route,
+with `step_attention` as the kernel: the same attention as keras-hub's
+own path (softmax of the scaled, soft-capped scores over the positions up
+to the step's, within the sliding window), which also returns each head's
+weight on the step's own key. `test_causal_lm_attention` checks the
+logits against keras-hub's own step and the weights against keras-hub's
+own softmax in a teacher-forced forward pass.
+
+Which layers: RAUQ's, `recorded_layers` (lm-polygraph's
+`range(L // 3, ceil(2 L / 3) + 1)` of `L` layers, which holds the
+attention score's layer `L // 2`). A family whose attention layers lack
+the route records nothing (`route_heads` is `None`).
+"""
+
+import math
+
+import keras
+from keras import ops
+from keras_hub.src.vllm.context import get_vllm_context
+from keras_hub.src.vllm.context import vllm_context_scope
+
+from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import _layer_caches
+from ensemble_zoo.ops.member_tiling import fold_members
+from ensemble_zoo.ops.member_tiling import tile_members
+from ensemble_zoo.ops.member_tiling import untile_members
+
+#: The members' rows, as the decode engine keeps them.
+ROWS = "batch_major"
+#: The method through which a keras-hub 0.32 attention layer takes the
+#: route (it reads `keras_hub.src.vllm.context.get_vllm_context()`).
+ROUTE_METHOD = "_compute_vllm_attention"
+#: Scores of positions outside the attention's window.
+_MASKED = -1e30
+
+
+def recorded_layers(num_layers):
+    """RAUQ's layers of a decoder of `num_layers` blocks: lm-polygraph's
+    `range(L // 3, ceil(2 L / 3) + 1)`, without indices past the last
+    block. It holds the attention score's layer `L // 2`."""
+    return tuple(range(num_layers // 3, min(math.ceil(2 * num_layers / 3) + 1, num_layers)))
+
+
+def route_heads(backbone):
+    """The query heads of the decoder (its backbone's `num_query_heads`,
+    or `num_heads`) when every block has exactly one attention layer that
+    takes keras-hub's attention route; `None` otherwise (no attention
+    figures).
+
+    Args:
+        backbone: the keras-hub decoder backbone (its blocks in
+            `transformer_layers`).
+
+    Returns:
+        int or `None`.
+    """
+    heads = getattr(backbone, "num_query_heads", None) or getattr(backbone, "num_heads", None)
+    for block in backbone.transformer_layers:
+        routed = [
+            layer
+            for layer in block._flatten_layers(include_self=False)
+            if callable(getattr(type(layer), ROUTE_METHOD, None))
+        ]
+        if len(routed) != 1:
+            return None
+    return None if heads is None else int(heads)
+
+
+def step_attention(index, weights):
+    """keras-hub's route kernel for a step of one or more positions from
+    `index`: `(cache, query, key, value, scale, head_dim, num_heads,
+    kv_heads, sliding_window, soft_cap) -> (cache, output)`.
+
+    `cache` is the layer's `(key, value)`, each `(rows, length, kv_heads,
+    head_dim)`; the step's keys and values are written at `index`, and
+    each query at position `p` attends to the positions `<= p` (and `>
+    p - sliding_window`) with the weights `softmax(soft_cap tanh(scale q
+    k / soft_cap))`, in float32 as keras-hub's softmax. Each call
+    appends the weight of every head's query on its own position to
+    `weights`: `(rows, tokens, num_heads)`.
+
+    Args:
+        index: int or int tensor, the position of the step's first token.
+        weights: list the kernel appends to, one array per layer called.
+
+    Returns:
+        the kernel, a callable.
+    """
+
+    def kernel(cache, query, key, value, scale, head_dim, num_heads, kv_heads, **options):
+        key_cache, value_cache = cache
+        rows = ops.shape(key_cache)[0]
+        groups = num_heads // kv_heads
+        query = ops.reshape(query, (rows, -1, kv_heads, groups, head_dim))
+        tokens = ops.shape(query)[1]
+        start = [0, index, 0, 0]
+        key = ops.reshape(ops.cast(key, key_cache.dtype), (rows, tokens, kv_heads, head_dim))
+        value = ops.reshape(ops.cast(value, value_cache.dtype), (rows, tokens, kv_heads, head_dim))
+        key_cache = ops.slice_update(key_cache, start, key)
+        value_cache = ops.slice_update(value_cache, start, value)
+        scores = ops.einsum("btkgh,bskh->bkgts", query, key_cache)
+        scores = ops.cast(scores, "float32") * scale
+        if options.get("soft_cap") is not None:
+            cap = options["soft_cap"]
+            scores = ops.tanh(scores / cap) * cap
+        position = index + ops.arange(tokens, dtype="int32")[:, None]
+        # The keys' positions from the cache's own shape (no `arange` of
+        # its length, which `torch.compile` traces as a symbol when
+        # dynamic and compiles again for each new length).
+        key_position = ops.cumsum(ops.ones_like(key_cache[0, :, 0, 0], "int32")) - 1
+        key_position = key_position[None, :]
+        visible = key_position <= position
+        if options.get("sliding_window") is not None:
+            visible = ops.logical_and(visible, key_position > position - options["sliding_window"])
+        probabilities = ops.softmax(ops.where(visible, scores, _MASKED), axis=-1)
+        output = ops.einsum(
+            "bkgts,bskh->btkgh", ops.cast(probabilities, value_cache.dtype), value_cache
+        )
+        own = ops.sum(ops.where(key_position == position, probabilities, 0.0), axis=-1)
+        weights.append(ops.reshape(ops.moveaxis(own, 3, 1), (rows, tokens, num_heads)))
+        return (key_cache, value_cache), ops.reshape(output, (rows * tokens, num_heads * head_dim))
+
+    return kernel
+
+
+def _blocks(cache, num_members):
+    """The member cache (`decode_engine.prefill`'s) as one cache per block
+    with the members folded into rows."""
+    if isinstance(cache, dict):  # a shared trunk's
+        members = [
+            keras.tree.map_structure(lambda c: fold_members(c, ROWS), c) for c in cache["members"]
+        ]
+        return list(cache["trunk"]) + members
+    return _layer_caches(keras.tree.map_structure(lambda c: fold_members(c, ROWS), cache))
+
+
+def _pair(block_cache):
+    """One block's cache as `(key, value)`."""
+    if isinstance(block_cache, (tuple, list)):
+        return tuple(block_cache)
+    return block_cache[:, 0], block_cache[:, 1]
+
+
+def _unpair(pair, like):
+    """`pair` in the form of the block cache `like`."""
+    return tuple(pair) if isinstance(like, (tuple, list)) else ops.stack(pair, axis=1)
+
+
+def _restored(blocks, like, num_members):
+    """`_blocks`' inverse: the member cache in the form of `like`."""
+
+    def untile(c):
+        return untile_members(c, num_members, ROWS)
+
+    if isinstance(like, dict):
+        n = len(like["trunk"])
+        members = tuple(keras.tree.map_structure(untile, c) for c in blocks[n:])
+        return {"trunk": tuple(blocks[:n]), "members": members}
+    if isinstance(like, (tuple, list)):
+        return tuple(keras.tree.map_structure(untile, c) for c in blocks)
+    return untile(ops.stack(blocks, axis=1))
+
+
+def attention_step(model, step, token_ids, cache, index, padding_mask):
+    """`step` (`decode_engine.member_step`) through keras-hub's attention
+    route, with each recorded layer's weights.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` whose family takes the route
+            (`route_heads`).
+        step: `decode_engine.member_step`.
+        token_ids: int `(batch, 1)`, the token at `index`.
+        cache: the member cache.
+        index: int tensor, the step's position.
+        padding_mask: the prompts' mask, as `step` takes it.
+
+    Returns:
+        `(member_logits, member_hidden, cache, attention)`: `step`'s
+        outputs, and `attention` `(batch, members, layers, heads)`, the
+        weight each head of each `recorded_layers` layer gives to the
+        step's own position.
+    """
+    m = model.num_members
+    blocks = _blocks(cache, m)
+    weights = []
+    positions = ops.reshape(ops.cast(index, "int32"), (1,))
+    with vllm_context_scope(step_attention(index, weights), positions, [_pair(b) for b in blocks]):
+        member_logits, member_hidden, _ = step(model, token_ids, cache, index, padding_mask)
+        updated = list(get_vllm_context().updated_kv_caches)
+    if len(weights) != len(blocks):
+        raise ValueError(
+            f"{len(weights)} of the decoder's {len(blocks)} attention layers took "
+            "keras-hub's attention route: the attention weights cannot be recorded."
+        )
+    heads = model._attention_shape[1]
+    if any(ops.shape(w)[-1] != heads for w in weights):
+        raise ValueError(
+            f"The decoder's attention layers have {[ops.shape(w)[-1] for w in weights]} "
+            f"query heads; its backbone says {heads}."
+        )
+    cache = _restored([_unpair(p, b) for p, b in zip(updated, blocks)], cache, m)
+    rows = ops.shape(member_logits)[0] * m
+    recorded = []
+    for layer in recorded_layers(len(blocks)):
+        w = weights[layer][:, 0]  # (rows or batch, heads)
+        recorded.append(w if ops.shape(w)[0] == rows else tile_members(w, m, ROWS))
+    return member_logits, member_hidden, cache, untile_members(ops.stack(recorded, 1), m, ROWS)
