@@ -29,9 +29,14 @@ with `member=m`, for one member alone (lm-polygraph's definitions):
   `uniform_divergence`, `ensemble_zoo.ops.distribution_figures`); the
   same numbers as `ez.metrics.fisher_rao`, `renyi_negentropy` and
   `self_certainty` on the whole distributions, at their defaults,
-  wherever the log-probabilities are finite (keras-hub's models'). Given
-  when `outputs` holds those per-token arrays (what `generate` and
-  `score_uncertainty` return).
+  wherever the log-probabilities are finite (keras-hub's models');
+- `boosted_probability`: lm-polygraph's `BoostedProbSequence`, minus the
+  mean over tokens of the taken token's boosted probability that the
+  decode loop records (`ensemble_zoo.ops.distribution_figures`), as
+  `ez.metrics.boosted_probability` on the whole distributions.
+
+These four are given when `outputs` holds their per-token arrays (what
+`generate` and `score_uncertainty` return).
 
 Attention estimators, given when `outputs` holds the attention weights
 that the decode loop records (`member_self_attention`,
@@ -92,13 +97,15 @@ SINGLE_MODEL_ESTIMATORS = (
     "fisher_rao",
     "renyi_negentropy",
     "self_certainty",
+    "boosted_probability",
 )
-#: The distance estimators -> the per-token distance each averages (with
-#: its sign flipped: higher = more uncertain).
-DISTANCE_ESTIMATORS = {
+#: The estimators that average a per-token figure of the decode loop ->
+#: that figure (the sign flipped: higher = more uncertain).
+FIGURE_ESTIMATORS = {
     "fisher_rao": "fisher_rao_distance",
     "renyi_negentropy": "renyi_divergence",
     "self_certainty": "uniform_divergence",
+    "boosted_probability": "boosted_probability",
 }
 #: The estimators of the recorded attention weights, given where
 #: `outputs` holds them.
@@ -134,8 +141,8 @@ _CHAIN_RULE = {
 _REQUIRED = ("generated_mask", "log_prob", "member_log_probs", "member_entropy") + tuple(
     _CHAIN_RULE.values()
 )
-_DISTANCES = tuple(DISTANCE_ESTIMATORS.values())
-_OPTIONAL = _DISTANCES + tuple("member_" + k for k in _DISTANCES)
+_FIGURES = tuple(FIGURE_ESTIMATORS.values())
+_OPTIONAL = _FIGURES + tuple("member_" + k for k in _FIGURES)
 
 
 def sequence_uncertainty(outputs, member=None):
@@ -194,7 +201,7 @@ def sequence_uncertainty(outputs, member=None):
             arrays["member_log_probs"][:, member],
             arrays["member_entropy"][:, member],
             mask,
-            {k: arrays["member_" + k][:, member] for k in _DISTANCES if "member_" + k in arrays},
+            {k: arrays["member_" + k][:, member] for k in _FIGURES if "member_" + k in arrays},
         )
         if attention is not None:
             scores.update(
@@ -207,7 +214,7 @@ def sequence_uncertainty(outputs, member=None):
             )
         return scores
     scores = _single_model(
-        arrays["log_prob"], arrays["total"], mask, {k: arrays[k] for k in _DISTANCES if k in arrays}
+        arrays["log_prob"], arrays["total"], mask, {k: arrays[k] for k in _FIGURES if k in arrays}
     )
     if attention is not None:
         scores.update(
@@ -238,7 +245,7 @@ def _single_model(log_probs, entropies, mask, distances):
             "mean_token_entropy": np.where(mask, entropies, 0.0).sum(axis=1) / length,
             "max_token_entropy": np.where(mask, entropies, -np.inf).max(axis=1),
         }
-        for name, figure in DISTANCE_ESTIMATORS.items():
+        for name, figure in FIGURE_ESTIMATORS.items():
             if figure in distances:
                 scores[name] = -np.where(mask, distances[figure], 0.0).sum(axis=1) / length
     return {k: np.where(length > 0, v, np.nan) for k, v in scores.items()}

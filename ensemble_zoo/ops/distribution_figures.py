@@ -29,6 +29,8 @@ import math
 
 from keras import ops
 
+from ensemble_zoo.utils import backend as backend_utils
+
 #: The figures, in the order the decode loop records them.
 DISTRIBUTION_FIGURES = ("fisher_rao_distance", "renyi_divergence", "uniform_divergence")
 
@@ -79,3 +81,52 @@ def distribution_figures(log_probabilities):
         "renyi_divergence": ops.log(sum_2) - 2.0 * ops.log(sum_4) - log_v,
         "uniform_divergence": -ops.sum(log_probabilities, axis=-1) / vocabulary - log_v,
     }
+
+
+#: BoostedProb's cut (the `boostedprob` package 0.1.3's defaults, as
+#: `ez.metrics.boosted_probability`): a jump between consecutive sorted
+#: probabilities above `BOOSTED_JUMP` times the larger one and above
+#: `BOOSTED_EPSILON`.
+BOOSTED_JUMP = 0.3
+BOOSTED_EPSILON = 0.005
+#: The sorted probabilities the cut is searched among: a jump above
+#: `BOOSTED_EPSILON` needs its larger probability above it, which at most
+#: 199 entries of a distribution have, so the last cut lies among the
+#: first 200 and its jump reads the 201st.
+BOOSTED_TOP = 201
+
+
+def boosted_probability(probabilities, taken):
+    """BoostedProb's per-token figure (lm-polygraph's
+    `BoostedProbSequence` averages it): the dominant tokens' total
+    probability if the taken token is one of them, else its own
+    probability; the same number as `ez.metrics.boosted_probability`'s
+    per token (see there for the cut), from the `BOOSTED_TOP` largest
+    probabilities (`top_k_values`).
+
+    Args:
+        probabilities: float32 tensor `(..., vocabulary)`.
+        taken: float32 tensor `(...)`, the taken token's probability.
+
+    Returns:
+        float32 tensor `(...)`.
+    """
+    # Two-dimensional: XLA's CPU top-k kernel takes (rows, vocabulary); it
+    # sorts an operand of another rank, 25x slower (jax 0.10).
+    vocabulary = probabilities.shape[-1]
+    rows = ops.reshape(probabilities, (-1, vocabulary))
+    top = backend_utils.top_k_values(rows, min(BOOSTED_TOP, vocabulary))
+    top = ops.reshape(top, tuple(ops.shape(probabilities)[:-1]) + (-1,))
+    jump = top[..., :-1] - top[..., 1:]
+    cut = ops.logical_and(jump > BOOSTED_JUMP * top[..., :-1], jump > BOOSTED_EPSILON)
+    # The dominant set: the sorted entries up to the last cut, those with
+    # a cut at or after them. (No `ops.max` / `ops.min` over an axis:
+    # under PyTorch they read a named tuple that `torch.compile` cannot
+    # trace in one graph, torch 2.13.)
+    cuts_after = ops.flip(ops.cumsum(ops.flip(ops.cast(cut, "int32"), -1), axis=-1), -1)
+    kept = cuts_after > 0
+    mass = ops.sum(ops.where(kept, top[..., :-1], 0.0), axis=-1)
+    # Taken is dominant when it is at least the set's smallest entry.
+    below = ops.less_equal(top[..., :-1], ops.expand_dims(taken, -1))
+    dominant = ops.any(ops.logical_and(kept, below), axis=-1)
+    return ops.where(dominant, mass, taken)

@@ -67,6 +67,20 @@ def argmax_int32(x, axis=-1):
     return keras.ops.cast(keras.ops.argmax(x, axis=axis), "int32")
 
 
+def top_k_values(x, k):
+    """The `k` largest values of `x` along its last axis, in decreasing
+    order: `keras.ops.top_k(x, k)[0]`. Under PyTorch that returns
+    `torch.topk`'s named tuple, which `torch.compile` (torch 2.13) cannot
+    take apart in one graph ("isinstance() cannot determine type of
+    argument", a graph break in the compiled decode step), so the values
+    are read from `torch.topk` itself there."""
+    if backend() == "torch":
+        import torch
+
+        return torch.topk(keras.ops.convert_to_tensor(x), k).values
+    return keras.ops.top_k(x, k)[0]
+
+
 def no_gradients():
     """A context in which the backend records no gradients: PyTorch's
     `torch.no_grad()` (outside `fit`, Keras' PyTorch backend runs with

@@ -230,16 +230,18 @@ def test_decode_loop_uncertainty_equals_a_teacher_forced_decomposition(pair):
     # Greedy from the ensemble: every generated token is the argmax of p̄.
     mean = np.exp(member_logits - member_logits.max(-1, keepdims=True))
     mean = (mean / mean.sum(-1, keepdims=True)).mean(axis=1)
-    # lm-polygraph's distance estimators from the loop's per-token
-    # distances equal the array functions on the whole distributions.
+    # lm-polygraph's distance estimators and BoostedProb from the loop's
+    # per-token figures equal the array functions on the whole
+    # distributions.
     log_mean = np.log(mean.astype("float64"))[:, :-1]
     shifted = member_logits.astype("float64")[:, :, :-1]
     member_log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     for who, log_p, member in (("ensemble", log_mean, None), ("member 1", member_log_p[:, 1], 1)):
         for figures in (out, {**scored, "generated_mask": generated}):
             seq = ez.metrics.sequence_uncertainty(figures, member=member)
-            for name in ("fisher_rao", "renyi_negentropy", "self_certainty"):
-                expected = getattr(ez.metrics, name)(log_p, generated[:, 1:])
+            for name in ("fisher_rao", "renyi_negentropy", "self_certainty", "boosted_probability"):
+                taken = (tokens[:, 1:],) if name == "boosted_probability" else ()
+                expected = getattr(ez.metrics, name)(log_p, *taken, generated[:, 1:])
                 np.testing.assert_allclose(seq[name], expected, atol=1e-5, err_msg=f"{who} {name}")
     np.testing.assert_array_equal(
         mean.argmax(-1)[:, :-1][generated[:, 1:]], tokens[:, 1:][generated[:, 1:]]

@@ -174,3 +174,59 @@ def test_distances_from_uniform_equal_lm_polygraphs_where_float32_underflows(rng
             np.testing.assert_allclose(
                 -got["member_" + figure][:, m, 0], estimator(exact[:, m], mask), atol=1e-5
             )
+
+
+def test_boosted_probability_from_the_top_201_equals_lm_polygraphs(rng):
+    """The decode loop's BoostedProb figure, from `ops.top_k` of the 201
+    largest probabilities, equals `ez.metrics.boosted_probability`
+    (lm-polygraph's, over the 1,024 largest, in float64) per token: taken
+    tokens inside and outside the dominant set, rows with no cut, and a
+    vocabulary larger than the search."""
+    from ensemble_zoo.ops.distribution_figures import boosted_probability
+
+    logits = rng.normal(size=(8, 1, 1500)) * np.array([4, 4, 4, 4, 0.1, 6, 6, 2])[:, None, None]
+    logits[0, 0, :3] += 12.0  # three dominant tokens
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    p = np.exp(log_p)
+    order = np.argsort(-p, axis=-1)[:, 0]
+    tokens = np.stack([order[0, 1], order[1, 0], order[2, 700], order[3, 2]] + [order[4, 0]])
+    tokens = np.concatenate([tokens, order[5:, 0]])[:, None]
+    taken = np.take_along_axis(p, tokens[..., None], -1)[..., 0]
+    got = to_np(boosted_probability(p.astype("float32"), taken.astype("float32")))
+    mask = np.ones((8, 1), bool)
+    for row in range(8):
+        expected = -ez.metrics.boosted_probability(
+            log_p[row : row + 1], tokens[row : row + 1], mask[:1]
+        )
+        np.testing.assert_allclose(got[row], expected, atol=1e-6, err_msg=row)
+    assert got[0, 0] > taken[0, 0] + 0.1  # the dominant set's mass
+
+
+def test_the_decode_loops_boosted_probability_counts_the_smallest_dominant_token(rng):
+    """Through `token_figures` (what the decode loop records), a taken
+    token that is the smallest of the ensemble's dominant tokens gets the
+    dominant set's mass, as `ez.metrics.boosted_probability` of the
+    members' mean (a taken probability computed apart from the sorted
+    ones could round below it)."""
+    from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
+    from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
+    from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
+
+    logits = rng.normal(size=(16, 3, 1, 300)) * 2
+    logits[..., :3] += 9.0 + rng.normal(size=(16, 3, 1, 3))  # three dominant tokens
+    log_p = to_np(vocabulary_log_softmax(logits.astype("float32")))
+    mean = np.exp(log_p.astype("float64")).mean(axis=1)
+    tokens = np.argsort(-mean, axis=-1)[..., 2]  # the third largest
+    got = to_np(token_figures(log_p, tokens.astype("int32"), np.zeros((16, 3, 1), "float32")))
+    got = got[..., FIGURES.index("boosted_probability")]
+    expected = -np.array(
+        [
+            ez.metrics.boosted_probability(
+                np.log(mean[i : i + 1]), tokens[i : i + 1], np.ones((1, 1), bool)
+            )
+            for i in range(16)
+        ]
+    )
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    taken = np.take_along_axis(mean, tokens[..., None], -1)[..., 0]
+    assert np.sum(got > taken + 0.05) >= 12  # most rows: the dominant set's mass

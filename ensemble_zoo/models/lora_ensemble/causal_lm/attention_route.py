@@ -18,12 +18,21 @@ for one step only: nothing on the model is set, and two threads decoding
 at once each see their own.
 
 `attention_step` runs one decode step of the members through that route,
-with `step_attention` as the kernel: the same attention as keras-hub's
-own path (softmax of the scaled, soft-capped scores over the positions up
-to the step's, within the sliding window), which also returns each head's
-weight on the step's own key. `test_causal_lm_attention` checks the
-logits against keras-hub's own step and the weights against keras-hub's
-own softmax in a teacher-forced forward pass.
+with `step_attention` as the kernel: the attention of keras-hub's own
+path (softmax of the scaled, soft-capped scores over the positions up
+to the step's, within the sliding window the layer hands over), which
+also returns each head's weight on the step's own key.
+`test_causal_lm_families` checks that every family on the route still
+decodes keras-hub's greedy tokens, and `test_causal_lm_attention` the
+weights against keras-hub's own softmax in a teacher-forced forward pass.
+
+Two differences from keras-hub's own step, both as keras-hub's route
+has them: Qwen's and Qwen 3's layers hand over their sliding window,
+which keras-hub's fused path (the one JAX takes) does not apply, so past
+that window (32,768 positions by default) the route attends to fewer
+positions; and Gemma 3's `cache_update_mask` is not read, so a longer
+prompt's own positions are written again at its steps, with the keys
+and values of the same tokens (equal up to round-off).
 
 Which layers: RAUQ's, `recorded_layers` (lm-polygraph's
 `range(L // 3, ceil(2 L / 3) + 1)` of `L` layers, which holds the
@@ -217,9 +226,9 @@ def attention_step(model, step, token_ids, cache, index, padding_mask):
             f"query heads; its backbone says {heads}."
         )
     cache = _restored([_unpair(p, b) for p, b in zip(updated, blocks)], cache, m)
-    rows = ops.shape(member_logits)[0] * m
+    shared = len(cache["trunk"]) if isinstance(cache, dict) else 0
     recorded = []
     for layer in recorded_layers(len(blocks)):
-        w = weights[layer][:, 0]  # (rows or batch, heads)
-        recorded.append(w if ops.shape(w)[0] == rows else tile_members(w, m, ROWS))
+        w = weights[layer][:, 0]  # (rows, heads); a shared block's: one per prompt
+        recorded.append(tile_members(w, m, ROWS) if layer < shared else w)
     return member_logits, member_hidden, cache, untile_members(ops.stack(recorded, 1), m, ROWS)

@@ -89,7 +89,8 @@ def gemma3_step_arguments(padding_mask, index):
     """Gemma 3's and Gemma 4's `cache_update_mask` at `index`: true where the position
     is not part of the prompt (a prompt's own cache entries are kept), as
     `Gemma3CausalLM.generate_step` passes it. `padding_mask` has one row
-    per row of the step's batch."""
+    per row of the step's batch. (A step through keras-hub's attention
+    route, `attention_route`, does not read it.)"""
     not_prompt = ops.logical_not(ops.cast(padding_mask, "bool"))
     return {"cache_update_mask": ops.expand_dims(ops.take(not_prompt, index, axis=1), 1)}
 

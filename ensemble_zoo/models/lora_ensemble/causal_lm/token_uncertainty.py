@@ -12,14 +12,16 @@ by its likelihood of the answer so far (`ep_total`, `ep_aleatoric`, ...);
 then the log-probability of the taken token under the ensemble and under
 each member, and lm-polygraph's distances of each next-token distribution
 from the uniform one (`ensemble_zoo.ops.distribution_figures`: its
-`FisherRao`, `RenyiNeg` and `SelfCertainty` per token), for the ensemble's
-predictive distribution and for each member, packed along one last axis
-so that the loop carries one array.
+`FisherRao`, `RenyiNeg` and `SelfCertainty` per token) and the taken
+token's boosted probability (its `BoostedProbSequence` per token), for
+the ensemble's predictive distribution and for each member, packed along
+one last axis so that the loop carries one array.
 """
 
 from keras import ops
 
 from ensemble_zoo.ops.distribution_figures import DISTRIBUTION_FIGURES
+from ensemble_zoo.ops.distribution_figures import boosted_probability
 from ensemble_zoo.ops.token_uncertainty import TOKEN_FIGURES
 from ensemble_zoo.ops.token_uncertainty import mixture_figures
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
@@ -38,12 +40,15 @@ EP_FIGURES = tuple(
 )
 #: The per-token figures, in the order of `token_figures`' last axis
 #: (then `MEMBER_FIGURES`, one column per member each).
-FIGURES = TOKEN_FIGURES + EP_FIGURES + ("log_prob",) + DISTRIBUTION_FIGURES
+FIGURES = (
+    TOKEN_FIGURES + EP_FIGURES + ("log_prob",) + DISTRIBUTION_FIGURES + ("boosted_probability",)
+)
 #: The per-member figures after `FIGURES`, `members` columns each: the
-#: token's log-probability, the entropy and the `DISTRIBUTION_FIGURES`
-#: under each member (`log_probs` first: the decode loop reads it back).
+#: token's log-probability, the entropy, the `DISTRIBUTION_FIGURES` and
+#: the taken token's boosted probability under each member (`log_probs`
+#: first: the decode loop reads it back).
 MEMBER_FIGURES = ("member_log_probs", "member_entropy") + tuple(
-    "member_" + name for name in DISTRIBUTION_FIGURES
+    "member_" + name for name in DISTRIBUTION_FIGURES + ("boosted_probability",)
 )
 
 
@@ -77,6 +82,16 @@ def token_figures(member_log_probs, tokens, prefix_log_likelihoods):
     for name in EP_FIGURES:
         figures[name] = weighted[name[len("ep_") :]]
     figures.update(token_log_probs(log_p, tokens))
+    # BoostedProb of the ensemble's mean probability, then of each member;
+    # the taken token's probability read from the same array, so that it
+    # compares exactly with the sorted ones.
+    p = ops.exp(log_p)
+    p = ops.concatenate([ops.mean(p, axis=1, keepdims=True), p], axis=1)
+    index = ops.expand_dims(ops.expand_dims(ops.cast(tokens, "int32"), 1), -1)
+    index = ops.broadcast_to(index, tuple(ops.shape(p)[:-1]) + (1,))
+    boosted = boosted_probability(p, ops.take_along_axis(p, index, axis=-1)[..., 0])
+    figures["boosted_probability"] = boosted[:, 0]
+    figures["member_boosted_probability"] = boosted[:, 1:]
     scalars = ops.stack([figures[name] for name in FIGURES], axis=-1)
     per_member = [
         ops.moveaxis(figures[name], 1, -1)  # (batch, ..., members)
