@@ -155,12 +155,16 @@ def sequence_uncertainty(outputs, member=None):
             `expected_pairwise_kl`, `reverse_mutual_information` and their
             `ep_*` versions `(batch, length)`, and `member_log_probs`,
             `member_entropy`
-            `(batch, members, length)`. Values outside `generated_mask`
-            are ignored.
+            `(batch, members, length)`; optionally the per-token figures
+            of `FIGURE_ESTIMATORS` (and their `member_` versions) and the
+            recorded attention weights (`member_self_attention`,
+            `attention_layers`, `attention_score_layer`). Values outside
+            `generated_mask` are ignored.
         member: optional int. `None` (default): the ensemble's estimators
-            (`SINGLE_MODEL_ESTIMATORS` on its predictive distribution and
-            `ENSEMBLE_ESTIMATORS`). An index `m`: the single-model
-            estimators of member `m` alone.
+            (`SINGLE_MODEL_ESTIMATORS` on its predictive distribution,
+            `ATTENTION_ESTIMATORS` where given, and
+            `ENSEMBLE_ESTIMATORS`). An index `m`: the single-model and
+            attention estimators of member `m` alone.
 
     Returns:
         dict of float64 arrays `(batch,)`, one per estimator named in the

@@ -23,6 +23,10 @@ whole distributions, in NumPy:
 
 All three are higher for a more peaked, more certain distribution
 (lm-polygraph's orientation); the sequence estimators flip the sign.
+
+`boosted_probability` is lm-polygraph's `BoostedProbSequence` per token
+(the taken token's boosted probability, from the distribution's largest
+probabilities), recorded in the same loop.
 """
 
 import math

@@ -4,8 +4,8 @@ the softmax that keras-hub's standard attention path computes in a
 teacher-forced forward pass of the member's merged model over the
 returned tokens, and RAUQ and the attention score of
 `sequence_uncertainty` equal `ez.metrics.rauq` and `attention_score` on
-those reference weights. A Gemma 2 configuration (sliding window and
-logit soft cap on alternate layers): keras-hub's Gemma attention runs its
+those reference weights. A Gemma 2 configuration (a logit soft cap on
+every layer, a sliding window on alternate ones): keras-hub's Gemma attention runs its
 softmax layer on a CPU under every backend. That the route's logits are
 keras-hub's in every family that takes it is `test_causal_lm_families`'
 greedy check."""

@@ -37,6 +37,9 @@ REFUSED = ("gemma3n", "rwkv7")
 SUPPORTED = sorted(set(FAMILIES) - set(REFUSED))
 #: Families per run under JAX and TensorFlow, chosen by the day.
 SLICE = 3
+#: The families whose attention layers take keras-hub 0.32's attention
+#: route (`attention_route`): their decode records RAUQ's weights.
+ROUTE_FAMILIES = ("gemma", "gemma3", "gpt2", "llama", "llama3", "mistral", "opt", "qwen", "qwen3")
 
 
 PROMPT = {
@@ -85,6 +88,7 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
     out = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
     np.testing.assert_array_equal(out["token_ids"], keras_hub_greedy(causal_lm))
     np.testing.assert_allclose(out["epistemic"], 0.0, atol=1e-6)
+    assert ("member_self_attention" in out) == (family in ROUTE_FAMILIES)
 
     rng = np.random.default_rng(0)
     for adapter in ensemble.adapters:
@@ -274,7 +278,9 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
         outputs.append(ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True))
         # Beam search repeats and reorders the cache's rows (axis 0).
         ensemble.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=2))
-        beams.append(ensemble.generate(PROMPT, stop_token_ids=None)["token_ids"])
+        beam = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
+        assert "member_self_attention" not in beam  # teacher-forced figures: none recorded
+        beams.append(beam["token_ids"])
     np.testing.assert_array_equal(beams[1], beams[0])
     np.testing.assert_array_equal(outputs[1]["token_ids"], outputs[0]["token_ids"])
     for name, value in outputs[0].items():

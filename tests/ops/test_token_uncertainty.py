@@ -203,11 +203,12 @@ def test_boosted_probability_from_the_top_201_equals_lm_polygraphs(rng):
 
 
 def test_the_decode_loops_boosted_probability_counts_the_smallest_dominant_token(rng):
-    """Through `token_figures` (what the decode loop records), a taken
-    token that is the smallest of the ensemble's dominant tokens gets the
-    dominant set's mass, as `ez.metrics.boosted_probability` of the
-    members' mean (a taken probability computed apart from the sorted
-    ones could round below it)."""
+    """Through `token_figures` (what the decode loop records), the
+    ensemble's third most probable token, in most rows the smallest of
+    its dominant tokens, gets the dominant set's mass, as
+    `ez.metrics.boosted_probability` of the members' mean (a taken
+    probability computed apart from the sorted ones could round below
+    it)."""
     from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
     from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import token_figures
     from ensemble_zoo.ops.token_uncertainty import vocabulary_log_softmax
