@@ -13,8 +13,8 @@ printed with their ratio and whether their tokens agree.
 
 - `--without route`: the second ensemble decodes through keras-hub's own
   attention step, not the attention route that records RAUQ's weights
-  (`attention_route`; its model-level switch, the cached
-  `_attention_shape`, set to `None` before its first call);
+  (`attention_route`; the model's cached `_recorded_attention` set to
+  `None` before its first call);
 - `--without boosted`: the second ensemble's BoostedProb figure is its
   taken token's probability (the module function that `token_figures`
   calls is swapped for the duration of its calls only; under JAX and

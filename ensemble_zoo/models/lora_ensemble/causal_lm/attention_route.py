@@ -36,10 +36,11 @@ and values of the same tokens (equal up to round-off).
 
 Which layers: RAUQ's, `recorded_layers` (lm-polygraph's
 `range(L // 3, ceil(2 L / 3) + 1)` of `L` layers, which holds the
-attention score's layer `L // 2`). A family whose attention layers lack
-the route records nothing (`route_heads` is `None`).
+attention score's layer `L // 2`; `recorded_attention`). A family whose
+attention layers lack the route records nothing.
 """
 
+import dataclasses
 import math
 
 import keras
@@ -68,21 +69,43 @@ def recorded_layers(num_layers):
     return tuple(range(num_layers // 3, min(math.ceil(2 * num_layers / 3) + 1, num_layers)))
 
 
-def route_heads(backbone):
-    """The query heads of the decoder (its backbone's `num_query_heads`,
-    or `num_heads`) when every block has exactly one attention layer that
-    takes keras-hub's attention route; `None` otherwise (no attention
-    figures).
+@dataclasses.dataclass(frozen=True)
+class RecordedAttention:
+    """What the decode loop records of a decoder's attention.
+
+    Args:
+        layers: tuple of ints, the decoder blocks recorded
+            (`recorded_layers`, RAUQ's).
+        score_layer: int, the attention score's block, `L // 2` of `L`.
+        heads: int, the query heads of each block.
+    """
+
+    layers: tuple
+    score_layer: int
+    heads: int
+
+    def width(self, num_members):
+        """The figure columns it takes: members x layers x heads."""
+        return num_members * len(self.layers) * self.heads
+
+
+def recorded_attention(backbone):
+    """The `RecordedAttention` of a keras-hub decoder backbone whose
+    blocks each hold exactly one attention layer that takes keras-hub's
+    attention route (found by its class, `ROUTE_METHOD`), the heads its
+    backbone's `num_query_heads` (or `num_heads`); `None` otherwise (no
+    attention figures).
 
     Args:
         backbone: the keras-hub decoder backbone (its blocks in
             `transformer_layers`).
 
     Returns:
-        int or `None`.
+        `RecordedAttention` or `None`.
     """
     heads = getattr(backbone, "num_query_heads", None) or getattr(backbone, "num_heads", None)
-    for block in backbone.transformer_layers:
+    blocks = backbone.transformer_layers
+    for block in blocks:
         routed = [
             layer
             for layer in block._flatten_layers(include_self=False)
@@ -90,7 +113,9 @@ def route_heads(backbone):
         ]
         if len(routed) != 1:
             return None
-    return None if heads is None else int(heads)
+    if heads is None:
+        return None
+    return RecordedAttention(recorded_layers(len(blocks)), len(blocks) // 2, int(heads))
 
 
 def step_attention(index, weights):
@@ -194,7 +219,7 @@ def attention_step(model, step, token_ids, cache, index, padding_mask):
 
     Args:
         model: a `LoRAEnsembleCausalLM` whose family takes the route
-            (`route_heads`).
+            (its `_recorded_attention`, `recorded_attention`).
         step: `decode_engine.member_step`.
         token_ids: int `(batch, 1)`, the token at `index`.
         cache: the member cache.
@@ -204,7 +229,7 @@ def attention_step(model, step, token_ids, cache, index, padding_mask):
     Returns:
         `(member_logits, member_hidden, cache, attention)`: `step`'s
         outputs, and `attention` `(batch, members, layers, heads)`, the
-        weight each head of each `recorded_layers` layer gives to the
+        weight each head of each recorded layer gives to the
         step's own position.
     """
     m = model.num_members
@@ -219,7 +244,8 @@ def attention_step(model, step, token_ids, cache, index, padding_mask):
             f"{len(weights)} of the decoder's {len(blocks)} attention layers took "
             "keras-hub's attention route: the attention weights cannot be recorded."
         )
-    heads = model._attention_shape[1]
+    record = model._recorded_attention
+    heads = record.heads
     if any(ops.shape(w)[-1] != heads for w in weights):
         raise ValueError(
             f"The decoder's attention layers have {[ops.shape(w)[-1] for w in weights]} "
@@ -228,7 +254,7 @@ def attention_step(model, step, token_ids, cache, index, padding_mask):
     cache = _restored([_unpair(p, b) for p, b in zip(updated, blocks)], cache, m)
     shared = len(cache["trunk"]) if isinstance(cache, dict) else 0
     recorded = []
-    for layer in recorded_layers(len(blocks)):
+    for layer in record.layers:
         w = weights[layer][:, 0]  # (rows, heads); a shared block's: one per prompt
         recorded.append(tile_members(w, m, ROWS) if layer < shared else w)
     return member_logits, member_hidden, cache, untile_members(ops.stack(recorded, 1), m, ROWS)

@@ -234,7 +234,7 @@ def loop_step(model, sampler):
     def step(prompt, cache, index, figures, prompt_mask):
         with zoo_workarounds():
             token = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
-            if model._attention_shape is None:
+            if model._recorded_attention is None:
                 member_logits, member_hidden, cache = member_step(
                     model, token, cache, index - 1, prompt_mask
                 )
@@ -255,7 +255,7 @@ def loop_step(model, sampler):
                 member_hidden[:, :, 0],
                 _prefix_log_likelihoods(figures, index, prompt_mask, model.num_members),
             )
-            if model._attention_shape is not None:
+            if model._recorded_attention is not None:
                 batch = ops.shape(row)[0]
                 row = ops.concatenate([row, ops.reshape(attention, (batch, -1))], axis=-1)
             figures = ops.slice_update(figures, [0, index, 0], row[:, None, :])
@@ -267,8 +267,8 @@ def loop_step(model, sampler):
 def _attention_width(model):
     """The figures' columns of the recorded attention weights
     (`attention_route`): members x layers x heads, or 0."""
-    shape = model._attention_shape
-    return 0 if shape is None else model.num_members * shape[0] * shape[1]
+    record = model._recorded_attention
+    return 0 if record is None else record.width(model.num_members)
 
 
 def _prefix_log_likelihoods(figures, index, prompt_mask, num_members):
@@ -339,7 +339,7 @@ def generate_batch(
             model=model,
         )
         figures = model._teacher_forced_figures(token_ids, prompt_mask)
-        if model._attention_shape is not None:  # not recorded: NaN
+        if model._recorded_attention is not None:  # not recorded: NaN
             width = _attention_width(model)
             figures = ops.concatenate([figures, ops.full((batch, length, width), np.nan)], -1)
     else:

@@ -16,8 +16,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import decode_compilation
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import generation
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
-from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import recorded_layers
-from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import route_heads
+from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import recorded_attention
 from ensemble_zoo.models.lora_ensemble.causal_lm.chunked_loss import chunked_token_cross_entropy
 from ensemble_zoo.models.lora_ensemble.causal_lm.generation_outputs import token_outputs
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_hidden
@@ -200,14 +199,12 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         return num_token_figures(self.num_members) + (self.loss_predictor is not None)
 
     @property
-    def _attention_shape(self):
-        """`(layers, heads)` of the attention weights the decode loop
-        records (`attention_route`), or `None` where the family's
-        attention layers do not take keras-hub's attention route."""
+    def _recorded_attention(self):
+        """The `attention_route.RecordedAttention` of the decode loop, or
+        `None` where the family's attention layers do not take keras-hub's
+        attention route; read from the decoder once."""
         if "_attention" not in self.__dict__:
-            heads = route_heads(self.backbone.decoder)
-            layers = recorded_layers(len(self.backbone.decoder.transformer_layers))
-            self.__dict__["_attention"] = None if heads is None else (len(layers), heads)
+            self.__dict__["_attention"] = recorded_attention(self.backbone.decoder)
         return self.__dict__["_attention"]
 
     def _figures(self, member_log_probs, tokens, member_hidden, prefix_log_likelihoods):

@@ -70,10 +70,10 @@ def generate(
     if not return_uncertainty:
         return output
     merged = {key: np.concatenate([r[key] for r in records], axis=0) for key in records[0]}
-    attention = model._attention_shape
-    if attention is not None:
-        attention = (len(model.backbone.decoder.transformer_layers), attention[1])
-    return {"output": output, **uncertainty_outputs(merged, model.num_members, attention)}
+    return {
+        "output": output,
+        **uncertainty_outputs(merged, model.num_members, model._recorded_attention),
+    }
 
 
 def is_out_of_memory(error):

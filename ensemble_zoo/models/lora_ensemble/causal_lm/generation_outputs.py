@@ -11,7 +11,6 @@ them into keras-hub's return value (`strip_prompt`) and the NumPy dict of
 import numpy as np
 from keras import ops
 
-from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import recorded_layers
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import FIGURES
 from ensemble_zoo.models.lora_ensemble.causal_lm.token_uncertainty import MEMBER_FIGURES
 
@@ -89,15 +88,14 @@ def uncertainty_outputs(batch, num_members, attention=None):
     return_uncertainty=True)` from one batch's NumPy arrays
     (`prompt_mask`, `token_ids`, `padding_mask`, `figures`).
 
-    With `attention` `(decoder blocks, heads)` (the decode loop recorded
-    `attention_route.recorded_layers`' weights): `member_self_attention`
-    (`token_outputs`), the blocks it holds (`attention_layers`) and the
-    attention score's block `L // 2` (`attention_score_layer`)."""
+    With `attention` (the `attention_route.RecordedAttention` the decode
+    loop recorded): `member_self_attention` (`token_outputs`), the blocks
+    it holds (`attention_layers`) and the attention score's block
+    (`attention_score_layer`)."""
     generated = np.logical_and(
         np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
     )
-    layers = None if attention is None else recorded_layers(attention[0])
-    shape = None if attention is None else (len(layers), attention[1])
+    shape = None if attention is None else (len(attention.layers), attention.heads)
     out = {
         "token_ids": batch["token_ids"],
         "padding_mask": batch["padding_mask"].astype(bool),
@@ -105,8 +103,8 @@ def uncertainty_outputs(batch, num_members, attention=None):
         **token_outputs(batch["figures"], generated, num_members, shape),
     }
     if "member_self_attention" in out:
-        out["attention_layers"] = np.asarray(layers, "int32")
-        out["attention_score_layer"] = attention[0] // 2
+        out["attention_layers"] = np.asarray(attention.layers, "int32")
+        out["attention_score_layer"] = attention.score_layer
     count = np.maximum(generated.sum(axis=1), 1)
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)
