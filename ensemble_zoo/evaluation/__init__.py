@@ -9,5 +9,6 @@ from ensemble_zoo.evaluation.preset_evaluation import Leaderboard
 from ensemble_zoo.evaluation.preset_evaluation import compare_presets
 from ensemble_zoo.evaluation.preset_evaluation import evaluate_preset
 from ensemble_zoo.evaluation.preset_evaluation import trained_presets
+from ensemble_zoo.evaluation.prompt_free_scoring import prompt_free_log_probs
 from ensemble_zoo.evaluation.report import EvaluationReport
 from ensemble_zoo.evaluation.sentence_similarity import EncoderSimilarity

@@ -16,7 +16,9 @@ beyond it:
   against the samples (on top of the draws);
 - `alternatives`: claim-conditioned probability's teacher-forced pass for
   each token's top alternatives and their NLI calls
-  (`greedy_alternatives`).
+  (`greedy_alternatives`);
+- `prompt_free`: the pointwise mutual information's teacher-forced pass
+  of the answers without their prompts (`prompt_free_scoring`).
 
 Each stage is timed once on the first batch of prompts after the
 evaluation has run (compiled programs warm; the plain decode called twice
@@ -44,13 +46,15 @@ def generated_tokens(out):
     return int(np.sum(np.asarray(out["generated_mask"])))
 
 
-def estimator_costs(times, tokens, estimators, sampling=(), greedy_nli=(), alternatives=()):
+def estimator_costs(
+    times, tokens, estimators, sampling=(), greedy_nli=(), alternatives=(), prompt_free=()
+):
     """Extra milliseconds per generated token of each estimator.
 
     Args:
         times: dict of stage seconds: `plain`, `figures`, and where
-            measured `sampling`, `greedy_nli` and `alternatives` (see the
-            module docstring).
+            measured `sampling`, `greedy_nli`, `alternatives` and
+            `prompt_free` (see the module docstring).
         tokens: int, the greedy answers' generated tokens.
         estimators: the names of every estimator to cost.
         sampling: the names that read the samples (sampling-based
@@ -59,6 +63,8 @@ def estimator_costs(times, tokens, estimators, sampling=(), greedy_nli=(), alter
             calls.
         alternatives: the names that read the greedy answer's top
             alternatives and their NLI calls.
+        prompt_free: the names that read the answers scored without their
+            prompts.
 
     Returns:
         dict `{name: ms}`: `figures - plain`, plus the stages the name
@@ -70,5 +76,6 @@ def estimator_costs(times, tokens, estimators, sampling=(), greedy_nli=(), alter
         **{name: times.get("sampling", 0.0) for name in sampling},
         **{name: times.get("sampling", 0.0) + times.get("greedy_nli", 0.0) for name in greedy_nli},
         **{name: times.get("alternatives", 0.0) for name in alternatives},
+        **{name: times.get("prompt_free", 0.0) for name in prompt_free},
     }
     return {name: 1000.0 * (base + extra.get(name, 0.0)) / tokens for name in estimators}

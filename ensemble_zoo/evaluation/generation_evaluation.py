@@ -10,8 +10,12 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   baselines of its predictive distribution and Malinin & Gales' ensemble
   measures (left out for a one-member model, where they are 0), and
   RAUQ and the attention score where the decode records attention
-  weights (`ATTENTION_ESTIMATORS`); the attached loss predictor's mean
+  weights (`ATTENTION_ESTIMATORS`, and the ensemble's
+  `rauq_mutual_information`); the attached loss predictor's mean
   prediction (`loss_prediction`);
+- the pointwise mutual information and its conditional form
+  (`PROMPT_FREE_ESTIMATORS`), from one more teacher-forced pass of the
+  greedy answers without their prompts (`prompt_free_log_probs`);
 - with `num_samples >= 2`, the sampling-based estimators of
   `LoRAEnsembleCausalLM.sample_uncertainty` (`SAMPLING_ESTIMATORS`, and
   with an `nli` model `NLI_ESTIMATORS`) over that many answers drawn per
@@ -23,8 +27,9 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   top alternatives (`greedy_alternatives`);
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
-  its single-model estimators, prefixed with its name (`base_model:
-  perplexity`, ...): a single model's uncertainty ranks its own answers.
+  its single-model, attention and prompt-free estimators, prefixed with
+  its name (`base_model: perplexity`, ...): a single model's uncertainty
+  ranks its own answers.
 
 Per estimator: `wrong_answer_auroc` (`ez.metrics.answer_auroc`), `prr`
 (`prediction_rejection_ratio`, lm-polygraph's), `aurc`
@@ -43,6 +48,7 @@ from ensemble_zoo.evaluation.estimator_cost import generated_tokens
 from ensemble_zoo.evaluation.estimator_cost import timed
 from ensemble_zoo.evaluation.generation_report import GenerationReport
 from ensemble_zoo.evaluation.greedy_alternatives import ccp_of_answers
+from ensemble_zoo.evaluation.prompt_free_scoring import prompt_free_log_probs
 from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
@@ -51,6 +57,7 @@ from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sampled_answer_estimators import cocoa
 from ensemble_zoo.metrics.sampled_answer_estimators import semantic_density
 from ensemble_zoo.metrics.sequence_uncertainty import ATTENTION_ESTIMATORS
+from ensemble_zoo.metrics.sequence_uncertainty import PROMPT_FREE_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
 from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import answers_of
@@ -141,11 +148,10 @@ def greedy_answers(model, prompts, max_length):
     """Greedy answers and their per-sequence estimators.
 
     Returns:
-        `(answers, scores, tokens)`: the stripped answers (strings), a dict
-        of `(prompts,)` float64 arrays (`sequence_uncertainty`'s
+        `(answers, scores, outputs)`: the stripped answers (strings), a
+        dict of `(prompts,)` float64 arrays (`sequence_uncertainty`'s
         estimators, and `loss_prediction` with a loss predictor attached)
-        and the answers' `log_prob` and `generated_mask` `(prompts,
-        length)`.
+        and the decode's `generate(..., return_uncertainty=True)` dict.
     """
     out = model._generate(list(prompts), max_length, "auto", True, True, sampler=greedy_sampler())
     scores = dict(sequence_uncertainty(out))
@@ -154,8 +160,14 @@ def greedy_answers(model, prompts, max_length):
         scores = {k: scores[k] for k in single if k in scores}
     if "mean_loss_prediction" in out:
         scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
-    tokens = {k: out[k] for k in ("log_prob", "generated_mask", "token_ids", "padding_mask")}
-    return answers_of(out, None), scores, tokens
+    return answers_of(out, None), scores, out
+
+
+def prompt_free_scores(model, outputs):
+    """`PROMPT_FREE_ESTIMATORS` of the ensemble's (or a one-member model's)
+    greedy answers: `sequence_uncertainty` with `prompt_free_log_probs`."""
+    scores = sequence_uncertainty({**outputs, **prompt_free_log_probs(model, outputs)})
+    return {k: scores[k] for k in PROMPT_FREE_ESTIMATORS}
 
 
 def _semantic_density(prompts, answers, greedy, sampled, nli):
@@ -359,6 +371,7 @@ def evaluate_generation(
                 )[1]
         if who == "ensemble" and nli is not None:
             times["alternatives"] = timed(lambda: ccp_of_answers(m, greedy, nli))[1]
+        times["prompt_free"] = timed(lambda: prompt_free_scores(m, greedy))[1]
         tokens = generated_tokens(greedy)
         costs = estimator_costs(
             times,
@@ -367,6 +380,7 @@ def evaluate_generation(
             SAMPLING_ESTIMATORS + NLI_ESTIMATORS + tuple(COCOA_ESTIMATORS),
             GREEDY_NLI_ESTIMATORS,
             ALTERNATIVES_NLI_ESTIMATORS,
+            PROMPT_FREE_ESTIMATORS,
         )
         return costs, 1000.0 * times["plain"] / max(tokens, 1)
 
@@ -383,6 +397,7 @@ def evaluate_generation(
             for start in range(0, len(split_prompts), batch_size or len(split_prompts)):
                 chunk = split_prompts[start : start + (batch_size or len(split_prompts))]
                 chunk_answers, scores, greedy = greedy_answers(m, chunk, max_length)
+                scores.update(prompt_free_scores(m, greedy))
                 if who == "ensemble" and nli is not None:
                     scores["claim_conditioned_probability"] = ccp_of_answers(m, greedy, nli)
                 if who == "ensemble" and num_samples:
@@ -447,7 +462,7 @@ def evaluate_generation(
             metrics["single_models"][single_name]["ood_accuracy"] = float(
                 np.mean(result["quality"]["ood"] >= 0.5)
             )
-        for estimator in SINGLE_MODEL_ESTIMATORS + ATTENTION_ESTIMATORS:
+        for estimator in SINGLE_MODEL_ESTIMATORS + ATTENTION_ESTIMATORS + PROMPT_FREE_ESTIMATORS:
             if estimator not in result["scores"]["test"]:
                 continue  # the attention estimators, where not recorded
             values = result["scores"]["test"][estimator]

@@ -46,14 +46,38 @@ sampler), for one member with `member=m`, or for the ensemble:
 
 - `rauq`: lm-polygraph's `RAUQ` at its defaults (`ez.metrics.rauq`,
   alpha 0.2) over the recorded layers (lm-polygraph's);
+- `rauq_entropy`: its entropy variant (`use_entropy=True`, alpha 0.8:
+  the confidence recursion on `log V - H_t` in place of the token's
+  probability), where `outputs` holds `vocabulary_size`;
 - `attention_score`: lm-polygraph's `AttentionScore(gen_only=True)`
   (`ez.metrics.attention_score`) at layer `L // 2`, over the generated
   tokens but the last (the prompt's own attention is not recorded, so
   lm-polygraph's default `gen_only=False` is out of reach).
 
-For the ensemble (our definition; lm-polygraph has none): each head's
-attention is the members' mean weight, and RAUQ's token probability the
-ensemble's predictive probability.
+For the ensemble (our definitions; lm-polygraph has none): each head's
+attention is the members' mean weight, RAUQ's token probability the
+ensemble's predictive probability (its entropy the predictive entropy);
+and `rauq_mutual_information` reads each member's RAUQ as a confidence
+that its answer is right, `c_m = exp(1 - rauq_m)` (the smallest over
+RAUQ's layers of the geometric mean of the token confidences, in `(0,
+1]`), and scores the members' disagreement about it, the mutual
+information of a Bernoulli ensemble: `H(mean_m c_m) - mean_m H(c_m)`
+with `H(c) = -c log c - (1 - c) log(1 - c)` (0 for one member, or when
+the members agree).
+
+Prompt-free estimators, given when `outputs` holds the log-likelihoods
+of the generated tokens scored without the prompt (`prompt_free_log_prob`
+`(batch, length)` and `member_prompt_free_log_probs` `(batch, members,
+length)`, as `ez.evaluation.prompt_free_log_probs` adds them), for one
+member or for the ensemble (its predictive distribution with and without
+the prompt):
+
+- `pointwise_mutual_information`: lm-polygraph's
+  `MeanPointwiseMutualInformation` (`ez.metrics.pointwise_mutual_information`);
+- `conditional_pointwise_mutual_information`: its
+  `MeanConditionalPointwiseMutualInformation` at its defaults
+  (`ez.metrics.conditional_pointwise_mutual_information`, tau 0.0656,
+  lambda 3.599), with the next-token entropy given the prompt.
 
 Ensemble measures (Malinin & Gales, "Uncertainty estimation in
 autoregressive structured prediction", arXiv:2002.07650), normalised by
@@ -85,6 +109,8 @@ import numpy as np
 
 from ensemble_zoo.metrics.token_arrays import all_but_last_counted
 from ensemble_zoo.metrics.white_box_estimators import attention_score
+from ensemble_zoo.metrics.white_box_estimators import conditional_pointwise_mutual_information
+from ensemble_zoo.metrics.white_box_estimators import pointwise_mutual_information
 from ensemble_zoo.metrics.white_box_estimators import rauq
 from ensemble_zoo.utils.validation import is_integer
 
@@ -108,9 +134,18 @@ FIGURE_ESTIMATORS = {
     "boosted_probability": "boosted_probability",
 }
 #: The estimators of the recorded attention weights, given where
-#: `outputs` holds them.
-ATTENTION_ESTIMATORS = ("rauq", "attention_score")
+#: `outputs` holds them (`rauq_entropy` where it holds `vocabulary_size`).
+ATTENTION_ESTIMATORS = ("rauq", "rauq_entropy", "attention_score")
+#: The ensemble's own attention estimator (`member=None` only).
+ENSEMBLE_ATTENTION_ESTIMATORS = ("rauq_mutual_information",)
 _ATTENTION = ("member_self_attention", "attention_layers", "attention_score_layer")
+#: The estimators of the answers scored without their prompt, given where
+#: `outputs` holds those log-likelihoods.
+PROMPT_FREE_ESTIMATORS = (
+    "pointwise_mutual_information",
+    "conditional_pointwise_mutual_information",
+)
+_PROMPT_FREE = ("prompt_free_log_prob", "member_prompt_free_log_probs")
 #: The estimators that need the members (`member=None` only).
 ENSEMBLE_ESTIMATORS = (
     "pe_total",
@@ -142,7 +177,7 @@ _REQUIRED = ("generated_mask", "log_prob", "member_log_probs", "member_entropy")
     _CHAIN_RULE.values()
 )
 _FIGURES = tuple(FIGURE_ESTIMATORS.values())
-_OPTIONAL = _FIGURES + tuple("member_" + k for k in _FIGURES)
+_OPTIONAL = _FIGURES + tuple("member_" + k for k in _FIGURES) + _PROMPT_FREE
 
 
 def sequence_uncertainty(outputs, member=None):
@@ -156,15 +191,19 @@ def sequence_uncertainty(outputs, member=None):
             `ep_*` versions `(batch, length)`, and `member_log_probs`,
             `member_entropy`
             `(batch, members, length)`; optionally the per-token figures
-            of `FIGURE_ESTIMATORS` (and their `member_` versions) and the
+            of `FIGURE_ESTIMATORS` (and their `member_` versions), the
             recorded attention weights (`member_self_attention`,
-            `attention_layers`, `attention_score_layer`). Values outside
-            `generated_mask` are ignored.
+            `attention_layers`, `attention_score_layer`, and
+            `vocabulary_size`) and the prompt-free log-likelihoods
+            (`prompt_free_log_prob`, `member_prompt_free_log_probs`).
+            Values outside `generated_mask` are ignored.
         member: optional int. `None` (default): the ensemble's estimators
             (`SINGLE_MODEL_ESTIMATORS` on its predictive distribution,
-            `ATTENTION_ESTIMATORS` where given, and
-            `ENSEMBLE_ESTIMATORS`). An index `m`: the single-model and
-            attention estimators of member `m` alone.
+            `ATTENTION_ESTIMATORS` and `PROMPT_FREE_ESTIMATORS` where
+            given, and `ENSEMBLE_ESTIMATORS` and
+            `ENSEMBLE_ATTENTION_ESTIMATORS`). An index `m`: the
+            single-model, attention and prompt-free estimators of member
+            `m` alone.
 
     Returns:
         dict of float64 arrays `(batch,)`, one per estimator named in the
@@ -196,6 +235,9 @@ def sequence_uncertainty(outputs, member=None):
     mask, arrays = _checked_outputs(outputs)
     attention = _checked_attention(outputs, mask, arrays["member_log_probs"].shape[1])
     num_members = arrays["member_log_probs"].shape[1]
+    prompt_free = all(k in arrays for k in _PROMPT_FREE)
+    if not prompt_free and any(k in arrays for k in _PROMPT_FREE):
+        raise ValueError(f"`outputs` must hold both of {_PROMPT_FREE} or neither.")
     if member is not None:
         if not is_integer(member) or not 0 <= member < num_members:
             raise ValueError(
@@ -211,8 +253,18 @@ def sequence_uncertainty(outputs, member=None):
             scores.update(
                 _attention_scores(
                     attention[0][:, member],
-                    attention[1],
+                    attention[1:],
                     arrays["member_log_probs"][:, member],
+                    arrays["member_entropy"][:, member],
+                    mask,
+                )
+            )
+        if prompt_free:
+            scores.update(
+                _prompt_free_scores(
+                    arrays["member_log_probs"][:, member],
+                    arrays["member_prompt_free_log_probs"][:, member],
+                    arrays["member_entropy"][:, member],
                     mask,
                 )
             )
@@ -222,7 +274,24 @@ def sequence_uncertainty(outputs, member=None):
     )
     if attention is not None:
         scores.update(
-            _attention_scores(attention[0].mean(axis=1), attention[1], arrays["log_prob"], mask)
+            _attention_scores(
+                attention[0].mean(axis=1), attention[1:], arrays["log_prob"], arrays["total"], mask
+            )
+        )
+        members = [
+            _attention_scores(
+                attention[0][:, m], attention[1:], arrays["member_log_probs"][:, m], None, mask
+            )["rauq"]
+            for m in range(num_members)
+        ]
+        scores["rauq_mutual_information"] = _bernoulli_mutual_information(
+            np.exp(1.0 - np.stack(members, axis=1))
+        )
+    if prompt_free:
+        scores.update(
+            _prompt_free_scores(
+                arrays["log_prob"], arrays["prompt_free_log_prob"], arrays["total"], mask
+            )
         )
     length = mask.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -255,23 +324,65 @@ def _single_model(log_probs, entropies, mask, distances):
     return {k: np.where(length > 0, v, np.nan) for k, v in scores.items()}
 
 
-def _attention_scores(attention, score_layer, log_probs, mask):
-    """RAUQ and the attention score of one model's attention weights
+def _attention_scores(attention, where, log_probs, entropies, mask):
+    """RAUQ (and, with `entropies` and a vocabulary size, its entropy
+    variant) and the attention score of one model's attention weights
     `(batch, layers, heads, length)` (each position holding the weight
     that the step which generated its token gave to the step's own
-    position), `score_layer` the attention score's index among them."""
+    position); `where`: the attention score's index among the layers and
+    the vocabulary size or `None`."""
+    score_layer, vocabulary_size = where
+    layers = range(attention.shape[1])
     self_attention = np.roll(attention[:, score_layer], -1, axis=-1)  # the token's own step
-    return {
-        "rauq": rauq(attention, log_probs, mask, layers=range(attention.shape[1])),
+    scores = {
+        "rauq": rauq(attention, log_probs, mask, layers=layers),
         "attention_score": np.where(
             mask.any(axis=1), attention_score(self_attention, all_but_last_counted(mask)), np.nan
         ),
     }
+    if entropies is not None and vocabulary_size is not None:
+        scores["rauq_entropy"] = rauq(
+            attention,
+            log_probs,
+            mask,
+            layers=layers,
+            entropies=np.where(mask, entropies, 0.0),
+            vocabulary_size=vocabulary_size,
+        )
+    return scores
+
+
+def _bernoulli_mutual_information(confidences):
+    """`H(mean_m c_m) - mean_m H(c_m)` of confidences `(batch, members)`."""
+
+    def entropy(c):
+        c = np.clip(c, 0.0, 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            terms = -c * np.log(c) - (1.0 - c) * np.log1p(-c)
+        return np.where((c > 0.0) & (c < 1.0), terms, 0.0)
+
+    information = entropy(confidences.mean(axis=1)) - entropy(confidences).mean(axis=1)
+    return np.where(np.isnan(confidences).any(axis=1), np.nan, np.maximum(information, 0.0))
+
+
+def _prompt_free_scores(log_probs, prompt_free_log_probs, entropies, mask):
+    """The pointwise mutual information and its conditional form of one
+    model's log-likelihoods with and without the prompt."""
+    scores = {
+        "pointwise_mutual_information": pointwise_mutual_information(
+            log_probs, np.where(mask, prompt_free_log_probs, 0.0), mask
+        ),
+        "conditional_pointwise_mutual_information": conditional_pointwise_mutual_information(
+            log_probs, np.where(mask, prompt_free_log_probs, 0.0), entropies, mask
+        ),
+    }
+    return {k: np.where(mask.any(axis=1), v, np.nan) for k, v in scores.items()}
 
 
 def _checked_attention(outputs, mask, num_members):
     """`(member_self_attention, attention score's index among the
-    recorded layers)`, or `None` where `outputs` holds no attention."""
+    recorded layers, vocabulary size or None)`, or `None` where `outputs`
+    holds no attention."""
     if "member_self_attention" not in outputs:
         return None
     missing = [k for k in _ATTENTION if k not in outputs]
@@ -296,7 +407,14 @@ def _checked_attention(outputs, mask, num_members):
             f"`outputs['attention_score_layer']` ({score_layer}) must be one of "
             f"`attention_layers` {layers}."
         )
-    return attention, layers.index(score_layer)
+    vocabulary_size = outputs.get("vocabulary_size")
+    if vocabulary_size is not None:
+        if not is_integer(vocabulary_size) or int(vocabulary_size) < 2:
+            raise ValueError(
+                f"`outputs['vocabulary_size']` must be an int >= 2; got {vocabulary_size!r}."
+            )
+        vocabulary_size = int(vocabulary_size)
+    return attention, layers.index(score_layer), vocabulary_size
 
 
 def _checked_outputs(outputs):

@@ -7,6 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
+from scipy.special import log_softmax
 from sklearn.metrics import roc_auc_score
 
 import ensemble_zoo as ez
@@ -134,10 +135,65 @@ def test_each_estimator_costs_the_work_it_reads(evaluated):
     assert {costs[k] for k in names} == {draws} and draws > figures
     assert costs["semantic_density"] >= draws
     assert costs["claim_conditioned_probability"] > figures
-    times = {"plain": 1.0, "figures": 1.5, "sampling": 4.0, "greedy_nli": 0.5, "alternatives": 2.0}
+    assert costs["pointwise_mutual_information"] > figures
+    times = {"plain": 1.0, "figures": 1.5, "sampling": 4.0, "greedy_nli": 0.5}
+    times.update(alternatives=2.0, prompt_free=1.0)
     assert estimator_costs(
-        times, 100, ["a", "b", "c", "d"], sampling=("b",), greedy_nli=("c",), alternatives=("d",)
-    ) == pytest.approx({"a": 5.0, "b": 45.0, "c": 50.0, "d": 25.0})
+        times,
+        100,
+        ["a", "b", "c", "d", "e"],
+        sampling=("b",),
+        greedy_nli=("c",),
+        alternatives=("d",),
+        prompt_free=("e",),
+    ) == pytest.approx({"a": 5.0, "b": 45.0, "c": 50.0, "d": 25.0, "e": 15.0})
+
+
+def test_pointwise_mutual_information_scores_the_answers_without_their_prompt(evaluated):
+    """The prompt-free log-likelihoods equal each member's merged keras-hub
+    model on the start token followed by the answer, and the ensemble's
+    their mean probability; the PMI estimators are lm-polygraph's on them."""
+    model, (questions, _, _), report = evaluated
+    model.compile(sampler="greedy")
+    out = model.generate(questions[:6], max_length=12, return_uncertainty=True)
+    free = ez.evaluation.prompt_free_log_probs(model, out)
+    mask = out["generated_mask"]
+    start = model.preprocessor.tokenizer.start_token_id
+    reference = np.zeros((model.num_members,) + mask.shape)
+    for m in range(model.num_members):
+        member = model.member_causal_lm(m)
+        for row in range(len(mask)):
+            ids = np.r_[start, out["token_ids"][row, mask[row]]][None].astype("int32")
+            logits = member({"token_ids": ids, "padding_mask": np.ones_like(ids, bool)})
+            logits = np.asarray(keras.ops.convert_to_numpy(logits), np.float64)[0, :-1]
+            log_p = log_softmax(logits, axis=-1)
+            reference[m, row, mask[row]] = log_p[np.arange(len(ids[0]) - 1), ids[0, 1:]]
+    np.testing.assert_allclose(
+        free["member_prompt_free_log_probs"], np.moveaxis(reference, 0, 1), atol=2e-4
+    )
+    ensemble = np.log(np.exp(reference).mean(axis=0))
+    np.testing.assert_allclose(free["prompt_free_log_prob"], ensemble, atol=2e-4)
+    scores = ez.metrics.sequence_uncertainty({**out, **free})
+    np.testing.assert_allclose(
+        scores["pointwise_mutual_information"],
+        ez.metrics.pointwise_mutual_information(out["log_prob"], ensemble, mask),
+        atol=1e-4,
+    )
+    np.testing.assert_allclose(
+        scores["conditional_pointwise_mutual_information"],
+        ez.metrics.conditional_pointwise_mutual_information(
+            out["log_prob"], ensemble, out["total"], mask
+        ),
+        atol=1e-3,
+    )
+    for name in ("pointwise_mutual_information", "base_model: rauq_entropy"):
+        assert "wrong_answer_auroc" in report.metrics["estimators"][name]
+    with pytest.raises(ValueError, match="generated_mask"):
+        ez.evaluation.prompt_free_log_probs(model, {"token_ids": out["token_ids"]})
+    with pytest.raises(ValueError, match="both"):
+        ez.metrics.sequence_uncertainty(
+            {**out, "prompt_free_log_prob": free["prompt_free_log_prob"]}
+        )
 
 
 def test_batches_of_prompts_give_the_same_report(evaluated):

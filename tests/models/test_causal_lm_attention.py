@@ -86,6 +86,7 @@ def test_recorded_attention_is_keras_hubs_softmax_and_feeds_rauq(monkeypatch):
     assert np.abs(recorded[:, 0] - recorded[:, 1]).max() > 1e-3
     # The reference is each member's merged model: the merged kernels'
     # round-off bounds the tolerance.
+    member_rauq = []
     for m in range(2):
         member = ensemble.member_causal_lm(m)
         reference = keras_hub_self_attention(member, out["token_ids"], monkeypatch)[:, 1:]
@@ -108,12 +109,44 @@ def test_recorded_attention_is_keras_hubs_softmax_and_feeds_rauq(monkeypatch):
             ez.metrics.attention_score(reference[:, 0], all_but_last_counted(mask)),
             rtol=1e-4,
         )
-    # The ensemble's: the members' mean weights, its predictive probability.
+        entropy = out["member_entropy"][:, m]
+        np.testing.assert_allclose(
+            scores["rauq_entropy"],
+            ez.metrics.rauq(
+                expected,
+                out["member_log_probs"][:, m],
+                mask,
+                layers=[0, 1],
+                entropies=entropy,
+                vocabulary_size=50,
+            ),
+            rtol=1e-4,
+        )
+        member_rauq.append(scores["rauq"])
+    # The ensemble's: the members' mean weights, its predictive probability
+    # and entropy; the Bernoulli mutual information of the members' RAUQ
+    # confidences.
     scores = ez.metrics.sequence_uncertainty(out)
     mean = recorded.mean(axis=1)
     np.testing.assert_allclose(
         scores["rauq"], ez.metrics.rauq(mean, out["log_prob"], mask, layers=[0, 1]), rtol=1e-6
     )
+    np.testing.assert_allclose(
+        scores["rauq_entropy"],
+        ez.metrics.rauq(
+            mean, out["log_prob"], mask, layers=[0, 1], entropies=out["total"], vocabulary_size=50
+        ),
+        rtol=1e-6,
+    )
+    c = np.exp(1.0 - np.stack(member_rauq, axis=1))
+
+    def h(p):
+        return -p * np.log(p) - (1 - p) * np.log(1 - p)
+
+    np.testing.assert_allclose(
+        scores["rauq_mutual_information"], h(c.mean(axis=1)) - h(c).mean(axis=1), rtol=1e-6
+    )
+    assert np.all(scores["rauq_mutual_information"] > 0)
     shifted = np.roll(mean[:, 0], -1, axis=-1)
     np.testing.assert_allclose(
         scores["attention_score"],

@@ -72,7 +72,9 @@ def generate(
     merged = {key: np.concatenate([r[key] for r in records], axis=0) for key in records[0]}
     return {
         "output": output,
-        **uncertainty_outputs(merged, model.num_members, model._recorded_attention),
+        **uncertainty_outputs(
+            merged, model.num_members, model._recorded_attention, model.backbone.vocabulary_size
+        ),
     }
 
 

@@ -83,15 +83,16 @@ def token_outputs(figures, valid, num_members, attention_shape=None):
     return out
 
 
-def uncertainty_outputs(batch, num_members, attention=None):
+def uncertainty_outputs(batch, num_members, attention=None, vocabulary_size=None):
     """The per-token and per-sequence figures of `generate(...,
     return_uncertainty=True)` from one batch's NumPy arrays
     (`prompt_mask`, `token_ids`, `padding_mask`, `figures`).
 
     With `attention` (the `attention_route.RecordedAttention` the decode
     loop recorded): `member_self_attention` (`token_outputs`), the blocks
-    it holds (`attention_layers`) and the attention score's block
-    (`attention_score_layer`)."""
+    it holds (`attention_layers`), the attention score's block
+    (`attention_score_layer`) and, given, `vocabulary_size` (for RAUQ's
+    entropy variant)."""
     generated = np.logical_and(
         np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
     )
@@ -105,6 +106,8 @@ def uncertainty_outputs(batch, num_members, attention=None):
     if "member_self_attention" in out:
         out["attention_layers"] = np.asarray(attention.layers, "int32")
         out["attention_score_layer"] = attention.score_layer
+        if vocabulary_size is not None:
+            out["vocabulary_size"] = int(vocabulary_size)
     count = np.maximum(generated.sum(axis=1), 1)
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)
