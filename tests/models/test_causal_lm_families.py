@@ -89,6 +89,16 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
     np.testing.assert_array_equal(out["token_ids"], keras_hub_greedy(causal_lm))
     np.testing.assert_allclose(out["epistemic"], 0.0, atol=1e-6)
     assert ("member_self_attention" in out) == (family in ROUTE_FAMILIES)
+    if family in ROUTE_FAMILIES:
+        # The teacher-forced pass through the route (one token per row,
+        # each at its position) records the decode loop's weights.
+        scored = ensemble.score_uncertainty(out["token_ids"], prompt_mask=PROMPT["padding_mask"])
+        generated = out["generated_mask"][:, None, None, None]
+        np.testing.assert_allclose(
+            np.where(generated, scored["member_self_attention"], 0.0),
+            out["member_self_attention"],
+            atol=1e-5,
+        )
 
     rng = np.random.default_rng(0)
     for adapter in ensemble.adapters:
@@ -279,7 +289,7 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
         # Beam search repeats and reorders the cache's rows (axis 0).
         ensemble.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=2))
         beam = ensemble.generate(PROMPT, stop_token_ids=None, return_uncertainty=True)
-        assert "member_self_attention" not in beam  # teacher-forced figures: none recorded
+        assert ("member_self_attention" in beam) == (family in ROUTE_FAMILIES)
         beams.append(beam["token_ids"])
     np.testing.assert_array_equal(beams[1], beams[0])
     np.testing.assert_array_equal(outputs[1]["token_ids"], outputs[0]["token_ids"])

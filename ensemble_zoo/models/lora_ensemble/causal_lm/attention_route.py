@@ -22,9 +22,15 @@ with `step_attention` as the kernel: the attention of keras-hub's own
 path (softmax of the scaled, soft-capped scores over the positions up
 to the step's, within the sliding window the layer hands over), which
 also returns each head's weight on the step's own key.
-`test_causal_lm_families` checks that every family on the route still
-decodes keras-hub's greedy tokens, and `test_causal_lm_attention` the
-weights against keras-hub's own softmax in a teacher-forced forward pass.
+`routed_member_hidden` runs a teacher-forced pass of whole sequences
+through it (`score_uncertainty`, and the figures of beam and contrastive
+search), laid out as keras-hub's route lays out a serving batch: one
+token per row, at its position, with `sequence_attention` attending
+within each sequence. `test_causal_lm_families` checks that every family
+on the route still decodes keras-hub's greedy tokens and that its
+teacher-forced pass records the decode's weights, and
+`test_causal_lm_attention` the weights against keras-hub's own softmax in
+a standard forward pass.
 
 Two differences from keras-hub's own step, both as keras-hub's route
 has them: Qwen's and Qwen 3's layers hand over their sliding window,
@@ -48,6 +54,7 @@ from keras import ops
 from keras_hub.src.vllm.context import get_vllm_context
 from keras_hub.src.vllm.context import vllm_context_scope
 
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_hidden
 from ensemble_zoo.models.lora_ensemble.causal_lm.trunk_step import _layer_caches
 from ensemble_zoo.ops.member_tiling import fold_members
 from ensemble_zoo.ops.member_tiling import tile_members
@@ -150,29 +157,95 @@ def step_attention(index, weights):
         value = ops.reshape(ops.cast(value, value_cache.dtype), (rows, tokens, kv_heads, head_dim))
         key_cache = ops.slice_update(key_cache, start, key)
         value_cache = ops.slice_update(value_cache, start, value)
-        scores = ops.einsum("btkgh,bskh->bkgts", query, key_cache)
-        scores = ops.cast(scores, "float32") * scale
-        if options.get("soft_cap") is not None:
-            cap = options["soft_cap"]
-            scores = ops.tanh(scores / cap) * cap
         position = index + ops.arange(tokens, dtype="int32")[:, None]
         # The keys' positions from the cache's own shape (no `arange` of
         # its length, which `torch.compile` traces as a symbol when
         # dynamic and compiles again for each new length).
         key_position = ops.cumsum(ops.ones_like(key_cache[0, :, 0, 0], "int32")) - 1
-        key_position = key_position[None, :]
-        visible = key_position <= position
-        if options.get("sliding_window") is not None:
-            visible = ops.logical_and(visible, key_position > position - options["sliding_window"])
-        probabilities = ops.softmax(ops.where(visible, scores, _MASKED), axis=-1)
-        output = ops.einsum(
-            "bkgts,bskh->btkgh", ops.cast(probabilities, value_cache.dtype), value_cache
+        output, own = _attend(
+            query, key_cache, value_cache, position, key_position[None, :], None, scale, options
         )
-        own = ops.sum(ops.where(key_position == position, probabilities, 0.0), axis=-1)
-        weights.append(ops.reshape(ops.moveaxis(own, 3, 1), (rows, tokens, num_heads)))
+        weights.append(own)
         return (key_cache, value_cache), ops.reshape(output, (rows * tokens, num_heads * head_dim))
 
     return kernel
+
+
+def sequence_attention(padding_mask, weights, positions=()):
+    """keras-hub's route kernel for a teacher-forced pass of whole
+    sequences laid out one token per row, as keras-hub's route lays out a
+    serving batch: row `(b * length + t) * group + g` holds token `t` of
+    sequence `b` (`group` copies of it: the members' rows, or one in a
+    shared block). No cache: each query at position `t` attends to the
+    sequence's keys at positions `<= t` (and `> t - sliding_window`) that
+    `padding_mask` holds, as `step_attention` does. Each call appends the
+    weight of every head's query on its own position to `weights`:
+    `(batch, group, length, num_heads)`.
+
+    The route's positions are one per row, and a shared block's rows (one
+    per token) are fewer than the members' blocks' (one per member): after
+    layer `i` the kernel hands the route `positions[i + 1]`, the rows'
+    positions of the next layer, where given.
+
+    Args:
+        padding_mask: bool tensor `(batch, length)`.
+        weights: list the kernel appends to, one array per layer called.
+        positions: sequence of int tensors, each layer's rows' positions.
+
+    Returns:
+        the kernel, a callable.
+    """
+    batch, length = (int(d) for d in ops.shape(padding_mask))
+
+    def kernel(cache, query, key, value, scale, head_dim, num_heads, kv_heads, **options):
+        groups = num_heads // kv_heads
+
+        def sequences(x, heads):  # (rows, heads * head_dim) -> (batch * group, length, ...)
+            x = ops.reshape(x, (batch, length, -1) + heads + (head_dim,))
+            return ops.reshape(ops.moveaxis(x, 2, 1), (-1, length) + heads + (head_dim,))
+
+        query = sequences(query, (kv_heads, groups))
+        group = int(ops.shape(query)[0]) // batch
+        key = sequences(ops.cast(key, query.dtype), (kv_heads,))
+        value = sequences(ops.cast(value, query.dtype), (kv_heads,))
+        position = ops.cumsum(ops.ones((length,), "int32")) - 1
+        key_mask = ops.repeat(ops.cast(padding_mask, "bool"), group, axis=0)[:, None, None, None]
+        output, own = _attend(
+            query, key, value, position[:, None], position[None, :], key_mask, scale, options
+        )
+        weights.append(ops.reshape(own, (batch, group, length, num_heads)))
+        if len(weights) < len(positions):
+            get_vllm_context().positions = positions[len(weights)]
+        output = ops.reshape(output, (batch, group, length, num_heads * head_dim))
+        return None, ops.reshape(ops.moveaxis(output, 1, 2), (-1, num_heads * head_dim))
+
+    return kernel
+
+
+def _attend(query, key, value, position, key_position, key_mask, scale, options):
+    """keras-hub's attention of queries `(rows, tokens, kv_heads, groups,
+    head_dim)` at `position` `(tokens, 1)` over keys and values `(rows,
+    keys, kv_heads, head_dim)` at `key_position` `(1, keys)` (and, given,
+    where `key_mask` holds): softmax in float32 of the scaled, soft-capped
+    scores over the keys up to each query's position and within the
+    sliding window. Returns the output `(rows, tokens, kv_heads, groups,
+    head_dim)` and each head's weight on its own position `(rows, tokens,
+    heads)`."""
+    rows, tokens, kv_heads, groups = (ops.shape(query)[i] for i in range(4))
+    scores = ops.einsum("btkgh,bskh->bkgts", query, key)
+    scores = ops.cast(scores, "float32") * scale
+    if options.get("soft_cap") is not None:
+        cap = options["soft_cap"]
+        scores = ops.tanh(scores / cap) * cap
+    visible = key_position <= position
+    if options.get("sliding_window") is not None:
+        visible = ops.logical_and(visible, key_position > position - options["sliding_window"])
+    if key_mask is not None:
+        visible = ops.logical_and(visible, key_mask)
+    probabilities = ops.softmax(ops.where(visible, scores, _MASKED), axis=-1)
+    output = ops.einsum("bkgts,bskh->btkgh", ops.cast(probabilities, value.dtype), value)
+    own = ops.sum(ops.where(key_position == position, probabilities, 0.0), axis=-1)
+    return output, ops.reshape(ops.moveaxis(own, 3, 1), (rows, tokens, kv_heads * groups))
 
 
 def _blocks(cache, num_members):
@@ -258,3 +331,56 @@ def attention_step(model, step, token_ids, cache, index, padding_mask):
         w = weights[layer][:, 0]  # (rows, heads); a shared block's: one per prompt
         recorded.append(tile_members(w, m, ROWS) if layer < shared else w)
     return member_logits, member_hidden, cache, untile_members(ops.stack(recorded, 1), m, ROWS)
+
+
+def routed_member_hidden(model, inputs):
+    """`member_forward.member_hidden` of whole sequences through keras-hub's
+    attention route (`sequence_attention`), with the recorded layers'
+    weights: the teacher-forced pass of `score_uncertainty` and of beam
+    and contrastive search's figures.
+
+    The tokens go through the backbone one per row, at their positions
+    (`positions` of the route, which the families' RoPE and GPT-2's
+    position embedding read), so every layer but attention computes what
+    it computes on the sequences; the kernel attends within each sequence.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` whose family takes the route.
+        inputs: dict of `token_ids` and `padding_mask` `(batch, length)`.
+
+    Returns:
+        `(hidden, attention)`: the members' rows `(batch * members,
+        length, hidden_dim)`, as `member_hidden` returns them, and
+        `(batch, length, members x layers x heads)`: at each position, the
+        weight each head of each recorded layer gives to the position
+        itself (members, then layers, then heads).
+    """
+    m = model.num_members
+    padding_mask = ops.cast(inputs["padding_mask"], "bool")
+    batch, length = (int(d) for d in ops.shape(padding_mask))
+    rows = {name: ops.reshape(x, (batch * length, 1)) for name, x in inputs.items()}
+    token_positions = ops.cumsum(ops.ones((batch, length, 1), "int32"), axis=1) - 1
+    shared = ops.reshape(token_positions, (-1,))
+    members = ops.reshape(ops.repeat(token_positions, m, axis=2), (-1,))
+    trunk = getattr(model, "trunk_blocks", 0)
+    positions = [
+        shared if i < trunk else members for i in range(len(model.backbone.transformer_layers))
+    ]
+    weights = []
+    kernel = sequence_attention(padding_mask, weights, positions)
+    with vllm_context_scope(kernel, positions[0], None):
+        hidden = member_hidden(model, rows, training=False)
+    if len(weights) != len(model.backbone.transformer_layers):
+        raise ValueError(
+            f"{len(weights)} of the decoder's {len(model.backbone.transformer_layers)} "
+            "attention layers took keras-hub's attention route: the attention weights cannot "
+            "be recorded."
+        )
+    hidden = ops.reshape(hidden, (batch, length, m, -1))
+    hidden = ops.reshape(ops.moveaxis(hidden, 2, 1), (batch * m, length, -1))
+    recorded = []
+    for layer in model._recorded_attention.layers:
+        w = weights[layer]  # (batch, group, length, heads); a shared block's: one group
+        recorded.append(ops.repeat(w, m, axis=1) if ops.shape(w)[1] != m else w)
+    attention = ops.moveaxis(ops.stack(recorded, axis=2), 3, 1)  # (batch, length, m, l, h)
+    return hidden, ops.reshape(attention, (batch, length, -1))

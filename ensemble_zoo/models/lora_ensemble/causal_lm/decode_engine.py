@@ -339,9 +339,6 @@ def generate_batch(
             model=model,
         )
         figures = model._teacher_forced_figures(token_ids, prompt_mask)
-        if model._recorded_attention is not None:  # not recorded: NaN
-            width = _attention_width(model)
-            figures = ops.concatenate([figures, ops.full((batch, length, width), np.nan)], -1)
     else:
         width = model._num_figures + _attention_width(model)
         figures = ops.zeros((batch, length, width), "float32")

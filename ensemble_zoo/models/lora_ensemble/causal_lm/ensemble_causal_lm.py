@@ -356,8 +356,11 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             expectation-of-products `ep_*` versions, `log_prob`, the
             distances from uniform `(batch, length)`; `member_log_probs`,
             `member_entropy` and the `member_` distances `(batch, members,
-            length)`; and `loss_prediction` with a loss
-            predictor attached): position `t` holds the figures of token
+            length)`; `loss_prediction` with a loss predictor attached;
+            and where the family takes keras-hub's attention route, the
+            attention weights `generate` records, `member_self_attention`
+            with `attention_layers`, `attention_score_layer` and
+            `vocabulary_size`): position `t` holds the figures of token
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """
         if chunk_size is not None:
@@ -383,7 +386,13 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         )
         figures = ops.convert_to_numpy(figures)
         valid[:, 0] = False
-        return token_outputs(figures, valid, self.num_members)
+        return token_outputs(
+            figures,
+            valid,
+            self.num_members,
+            self._recorded_attention,
+            self.backbone.vocabulary_size,
+        )
 
     def sample_uncertainty(
         self,

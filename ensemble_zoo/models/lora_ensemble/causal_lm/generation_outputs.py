@@ -55,18 +55,21 @@ def strip_prompt(outputs, prompt_mask):
     }
 
 
-def token_outputs(figures, valid, num_members, attention_shape=None):
+def token_outputs(figures, valid, num_members, attention=None, vocabulary_size=None):
     """The per-position figures as a dict of `(batch, length)` arrays
     (the `MEMBER_FIGURES`: `(batch, members, length)`), zero where
     `valid` is false.
 
-    With `attention_shape` `(layers, heads)`, the last `members x layers x
-    heads` columns are the decode loop's attention weights
-    (`attention_route`): `member_self_attention` `(batch, members,
-    layers, heads, length)`, left out where they were not recorded (NaN:
-    beam and contrastive search's teacher-forced figures)."""
-    width = 0 if attention_shape is None else num_members * int(np.prod(attention_shape))
-    attention = figures[..., figures.shape[-1] - width :]
+    With `attention` (the `attention_route.RecordedAttention` the decode
+    loop or the teacher-forced pass recorded), the last `members x layers
+    x heads` columns are its weights: `member_self_attention` `(batch,
+    members, layers, heads, length)`, with the blocks it holds
+    (`attention_layers`), the attention score's block
+    (`attention_score_layer`) and, given, `vocabulary_size` (for RAUQ's
+    entropy variant)."""
+    attention_shape = None if attention is None else (len(attention.layers), attention.heads)
+    width = 0 if attention is None else attention.width(num_members)
+    weights = figures[..., figures.shape[-1] - width :]
     figures = np.where(valid[..., None], figures[..., : figures.shape[-1] - width], 0.0)
     figures = figures.astype("float32")
     out = {name: figures[..., i] for i, name in enumerate(FIGURES)}
@@ -76,10 +79,14 @@ def token_outputs(figures, valid, num_members, attention_shape=None):
         start += num_members
     if figures.shape[-1] > start:
         out["loss_prediction"] = figures[..., -1]
-    if width and not np.isnan(attention).all():
-        attention = np.where(valid[..., None], attention, 0.0).astype("float32")
-        attention = attention.reshape(attention.shape[:2] + (num_members, *attention_shape))
-        out["member_self_attention"] = np.moveaxis(attention, 1, -1)
+    if width:
+        weights = np.where(valid[..., None], weights, 0.0).astype("float32")
+        weights = weights.reshape(weights.shape[:2] + (num_members, *attention_shape))
+        out["member_self_attention"] = np.moveaxis(weights, 1, -1)
+        out["attention_layers"] = np.asarray(attention.layers, "int32")
+        out["attention_score_layer"] = attention.score_layer
+        if vocabulary_size is not None:
+            out["vocabulary_size"] = int(vocabulary_size)
     return out
 
 
@@ -89,25 +96,17 @@ def uncertainty_outputs(batch, num_members, attention=None, vocabulary_size=None
     (`prompt_mask`, `token_ids`, `padding_mask`, `figures`).
 
     With `attention` (the `attention_route.RecordedAttention` the decode
-    loop recorded): `member_self_attention` (`token_outputs`), the blocks
-    it holds (`attention_layers`), the attention score's block
-    (`attention_score_layer`) and, given, `vocabulary_size` (for RAUQ's
-    entropy variant)."""
+    loop recorded): its weights and `vocabulary_size`, as
+    `token_outputs` gives them."""
     generated = np.logical_and(
         np.logical_not(batch["prompt_mask"].astype(bool)), batch["padding_mask"].astype(bool)
     )
-    shape = None if attention is None else (len(attention.layers), attention.heads)
     out = {
         "token_ids": batch["token_ids"],
         "padding_mask": batch["padding_mask"].astype(bool),
         "generated_mask": generated,
-        **token_outputs(batch["figures"], generated, num_members, shape),
+        **token_outputs(batch["figures"], generated, num_members, attention, vocabulary_size),
     }
-    if "member_self_attention" in out:
-        out["attention_layers"] = np.asarray(attention.layers, "int32")
-        out["attention_score_layer"] = attention.score_layer
-        if vocabulary_size is not None:
-            out["vocabulary_size"] = int(vocabulary_size)
     count = np.maximum(generated.sum(axis=1), 1)
     member_ll = out["member_log_probs"].sum(axis=-1)
     out["log_likelihood"] = out["log_prob"].sum(axis=-1)

@@ -20,6 +20,7 @@ for the backend, as the decode is compiled.
 
 from keras import ops
 
+from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import routed_member_hidden
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import split_members
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_hidden
 from ensemble_zoo.ops.token_uncertainty import token_log_probs
@@ -41,7 +42,11 @@ def positions_per_chunk(num_members, vocabulary_size, budget=FIGURE_BUDGET):
 
 def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask=None):
     """Teacher-forced figures `(batch, length, figures)` (position 0:
-    zeros).
+    zeros), and where the family takes keras-hub's attention route
+    (`model._recorded_attention`) the attention weights after them, as
+    the decode loop records them: at position `t`, the weight each head of
+    the recorded layers gives from position `t - 1` to itself
+    (`attention_route.routed_member_hidden`).
 
     The backbone runs once over the sequence; the vocabulary projection
     and the figures run `chunk_size` positions at a time
@@ -54,7 +59,10 @@ def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask
     """
     num_members = model.num_members
     inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
-    hidden = member_hidden(model, inputs, training=False)  # (rows, length, hidden)
+    if model._recorded_attention is None:
+        hidden, attention = member_hidden(model, inputs, training=False), None
+    else:
+        hidden, attention = routed_member_hidden(model, inputs)  # (rows, length, hidden)
     steps = int(token_ids.shape[1]) - 1
     if chunk_size is None:
         chunk_size = positions_per_chunk(num_members, model.backbone.vocabulary_size)
@@ -91,6 +99,8 @@ def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask
 
         figures = ops.zeros((batch, count * chunk, model._num_figures), "float32")
         figures = ops.fori_loop(0, count, body, (prefix, figures))[1][:, :steps]
+    if attention is not None:
+        figures = ops.concatenate([figures, ops.cast(attention[:, :steps], figures.dtype)], -1)
     return ops.pad(figures, ((0, 0), (1, 0), (0, 0)))
 
 
