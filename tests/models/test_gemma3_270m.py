@@ -78,6 +78,13 @@ def test_members_equal_the_model_with_merged_adapters_and_figures_equal_scoring(
                 atol=1e-4,
                 err_msg=name,
             )
+        # The attention weights: the decode's route against the
+        # teacher-forced pass through it.
+        np.testing.assert_allclose(
+            out["member_self_attention"],
+            np.where(generated[:, None, None, None], scored["member_self_attention"], 0.0),
+            atol=1e-4,
+        )
         assert out["epistemic"][generated].max() > 0
     finally:
         for adapter in ensemble.adapters:
