@@ -33,6 +33,27 @@ def np_softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def keras_hub_attention(causal_lm, token_ids, monkeypatch):
+    """`(batch, layers, heads, queries, keys)`: the softmax of keras-hub's
+    own attention layers (their `softmax` sublayer, which Gemma's runs on a
+    CPU under every backend) in a standard forward pass."""
+    captured = []
+    for block in causal_lm.backbone.transformer_layers:
+        softmax = block.attention.softmax
+        original = softmax.call
+
+        def call(inputs, mask=None, original=original):
+            outputs = original(inputs, mask=mask)
+            captured.append(outputs)
+            return outputs
+
+        monkeypatch.setattr(softmax, "call", call)
+    causal_lm({"token_ids": token_ids, "padding_mask": np.ones_like(token_ids, bool)})
+    monkeypatch.undo()
+    weights = [to_np(w).astype("float64") for w in captured]  # (batch, kv, groups, q, k)
+    return np.stack([w.reshape((w.shape[0], -1) + w.shape[-2:]) for w in weights], axis=1)
+
+
 def perturb_weights(model, seed=0, scale=0.05):
     """Adds Gaussian noise to every weight of `model`, so that biases and
     normalisation parameters are not trivially zero or one."""

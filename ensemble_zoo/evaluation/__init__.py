@@ -2,6 +2,7 @@
 the preset leaderboard behind `ensemble-zoo compare`."""
 
 from ensemble_zoo.evaluation import plots
+from ensemble_zoo.evaluation.eliciting_prompt import eliciting_attention
 from ensemble_zoo.evaluation.evaluate import evaluate
 from ensemble_zoo.evaluation.generation_evaluation import GenerationReport
 from ensemble_zoo.evaluation.generation_evaluation import evaluate_generation

@@ -18,7 +18,8 @@ beyond it:
   each token's top alternatives and their NLI calls
   (`greedy_alternatives`);
 - `prompt_free`: the pointwise mutual information's teacher-forced pass
-  of the answers without their prompts (`prompt_free_scoring`).
+  of the answers without their prompts (`prompt_free_scoring`);
+- `eliciting`: CSL's pass of the eliciting prompts (`eliciting_prompt`).
 
 Each stage is timed once on the first batch of prompts after the
 evaluation has run (compiled programs warm; the plain decode called twice
@@ -47,14 +48,21 @@ def generated_tokens(out):
 
 
 def estimator_costs(
-    times, tokens, estimators, sampling=(), greedy_nli=(), alternatives=(), prompt_free=()
+    times,
+    tokens,
+    estimators,
+    sampling=(),
+    greedy_nli=(),
+    alternatives=(),
+    prompt_free=(),
+    eliciting=(),
 ):
     """Extra milliseconds per generated token of each estimator.
 
     Args:
         times: dict of stage seconds: `plain`, `figures`, and where
-            measured `sampling`, `greedy_nli`, `alternatives` and
-            `prompt_free` (see the module docstring).
+            measured `sampling`, `greedy_nli`, `alternatives`,
+            `prompt_free` and `eliciting` (see the module docstring).
         tokens: int, the greedy answers' generated tokens.
         estimators: the names of every estimator to cost.
         sampling: the names that read the samples (sampling-based
@@ -65,6 +73,7 @@ def estimator_costs(
             alternatives and their NLI calls.
         prompt_free: the names that read the answers scored without their
             prompts.
+        eliciting: the names that read the eliciting prompts' pass.
 
     Returns:
         dict `{name: ms}`: `figures - plain`, plus the stages the name
@@ -77,5 +86,6 @@ def estimator_costs(
         **{name: times.get("sampling", 0.0) + times.get("greedy_nli", 0.0) for name in greedy_nli},
         **{name: times.get("alternatives", 0.0) for name in alternatives},
         **{name: times.get("prompt_free", 0.0) for name in prompt_free},
+        **{name: times.get("eliciting", 0.0) for name in eliciting},
     }
     return {name: 1000.0 * (base + extra.get(name, 0.0)) / tokens for name in estimators}

@@ -16,6 +16,9 @@ the wrong answers (and, given OOD prompts, the OOD ones):
 - the pointwise mutual information and its conditional form
   (`PROMPT_FREE_ESTIMATORS`), from one more teacher-forced pass of the
   greedy answers without their prompts (`prompt_free_log_probs`);
+- CSL (`ELICITED_ESTIMATORS`), where the decode records attention: one
+  more pass of an eliciting prompt around each greedy answer
+  (`eliciting_attention`, its default template);
 - with `num_samples >= 2`, the sampling-based estimators of
   `LoRAEnsembleCausalLM.sample_uncertainty` (`SAMPLING_ESTIMATORS`, and
   with an `nli` model `NLI_ESTIMATORS`) over that many answers drawn per
@@ -27,7 +30,7 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   top alternatives (`greedy_alternatives`);
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
-  its single-model, attention and prompt-free estimators, prefixed with
+  its single-model, attention, prompt-free and CSL estimators, prefixed with
   its name (`base_model: perplexity`, ...): a single model's uncertainty
   ranks its own answers.
 
@@ -43,6 +46,7 @@ ones). Every estimator is oriented higher = more uncertain. With
 import keras_hub
 import numpy as np
 
+from ensemble_zoo.evaluation.eliciting_prompt import eliciting_attention
 from ensemble_zoo.evaluation.estimator_cost import estimator_costs
 from ensemble_zoo.evaluation.estimator_cost import generated_tokens
 from ensemble_zoo.evaluation.estimator_cost import timed
@@ -57,6 +61,7 @@ from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sampled_answer_estimators import cocoa
 from ensemble_zoo.metrics.sampled_answer_estimators import semantic_density
 from ensemble_zoo.metrics.sequence_uncertainty import ATTENTION_ESTIMATORS
+from ensemble_zoo.metrics.sequence_uncertainty import ELICITED_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import PROMPT_FREE_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import SINGLE_MODEL_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import sequence_uncertainty
@@ -168,6 +173,15 @@ def prompt_free_scores(model, outputs):
     greedy answers: `sequence_uncertainty` with `prompt_free_log_probs`."""
     scores = sequence_uncertainty({**outputs, **prompt_free_log_probs(model, outputs)})
     return {k: scores[k] for k in PROMPT_FREE_ESTIMATORS}
+
+
+def elicited_scores(model, prompts, outputs):
+    """`ELICITED_ESTIMATORS` of the greedy answers where `model`'s decode
+    records attention (`eliciting_attention`), else none."""
+    if model._recorded_attention is None:
+        return {}
+    scores = sequence_uncertainty({**outputs, **eliciting_attention(model, prompts, outputs)})
+    return {k: scores[k] for k in ELICITED_ESTIMATORS}
 
 
 def _semantic_density(prompts, answers, greedy, sampled, nli):
@@ -372,6 +386,7 @@ def evaluate_generation(
         if who == "ensemble" and nli is not None:
             times["alternatives"] = timed(lambda: ccp_of_answers(m, greedy, nli))[1]
         times["prompt_free"] = timed(lambda: prompt_free_scores(m, greedy))[1]
+        times["eliciting"] = timed(lambda: elicited_scores(m, chunk, greedy))[1]
         tokens = generated_tokens(greedy)
         costs = estimator_costs(
             times,
@@ -381,6 +396,7 @@ def evaluate_generation(
             GREEDY_NLI_ESTIMATORS,
             ALTERNATIVES_NLI_ESTIMATORS,
             PROMPT_FREE_ESTIMATORS,
+            ELICITED_ESTIMATORS,
         )
         return costs, 1000.0 * times["plain"] / max(tokens, 1)
 
@@ -398,6 +414,7 @@ def evaluate_generation(
                 chunk = split_prompts[start : start + (batch_size or len(split_prompts))]
                 chunk_answers, scores, greedy = greedy_answers(m, chunk, max_length)
                 scores.update(prompt_free_scores(m, greedy))
+                scores.update(elicited_scores(m, chunk, greedy))
                 if who == "ensemble" and nli is not None:
                     scores["claim_conditioned_probability"] = ccp_of_answers(m, greedy, nli)
                 if who == "ensemble" and num_samples:
@@ -462,7 +479,12 @@ def evaluate_generation(
             metrics["single_models"][single_name]["ood_accuracy"] = float(
                 np.mean(result["quality"]["ood"] >= 0.5)
             )
-        for estimator in SINGLE_MODEL_ESTIMATORS + ATTENTION_ESTIMATORS + PROMPT_FREE_ESTIMATORS:
+        for estimator in (
+            SINGLE_MODEL_ESTIMATORS
+            + ATTENTION_ESTIMATORS
+            + PROMPT_FREE_ESTIMATORS
+            + ELICITED_ESTIMATORS
+        ):
             if estimator not in result["scores"]["test"]:
                 continue  # the attention estimators, where not recorded
             values = result["scores"]["test"][estimator]

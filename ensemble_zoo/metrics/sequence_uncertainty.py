@@ -79,6 +79,16 @@ the prompt):
   (`ez.metrics.conditional_pointwise_mutual_information`, tau 0.0656,
   lambda 3.599), with the next-token entropy given the prompt.
 
+CSL, given when `outputs` holds the attention an eliciting prompt's last
+token gives to the generated tokens (`member_eliciting_attention`
+`(batch, members, layers x heads, length)`, as
+`ez.evaluation.eliciting_attention` adds it), for one member or for the
+ensemble (ours: the members' mean weights and the ensemble's predictive
+log-likelihoods):
+
+- `contextualized_sequence_likelihood`: lm-polygraph's `CSL`
+  (`ez.metrics.contextualized_sequence_likelihood`).
+
 Ensemble measures (Malinin & Gales, "Uncertainty estimation in
 autoregressive structured prediction", arXiv:2002.07650), normalised by
 the number of tokens `L` as in the paper:
@@ -107,9 +117,13 @@ mutual information is exactly 0.
 
 import numpy as np
 
+from ensemble_zoo.metrics.generation_output_checks import checked_attention
+from ensemble_zoo.metrics.generation_output_checks import checked_eliciting
+from ensemble_zoo.metrics.generation_output_checks import checked_outputs
 from ensemble_zoo.metrics.token_arrays import all_but_last_counted
 from ensemble_zoo.metrics.white_box_estimators import attention_score
 from ensemble_zoo.metrics.white_box_estimators import conditional_pointwise_mutual_information
+from ensemble_zoo.metrics.white_box_estimators import contextualized_sequence_likelihood
 from ensemble_zoo.metrics.white_box_estimators import pointwise_mutual_information
 from ensemble_zoo.metrics.white_box_estimators import rauq
 from ensemble_zoo.utils.validation import is_integer
@@ -138,7 +152,6 @@ FIGURE_ESTIMATORS = {
 ATTENTION_ESTIMATORS = ("rauq", "rauq_entropy", "attention_score")
 #: The ensemble's own attention estimator (`member=None` only).
 ENSEMBLE_ATTENTION_ESTIMATORS = ("rauq_mutual_information",)
-_ATTENTION = ("member_self_attention", "attention_layers", "attention_score_layer")
 #: The estimators of the answers scored without their prompt, given where
 #: `outputs` holds those log-likelihoods.
 PROMPT_FREE_ESTIMATORS = (
@@ -146,6 +159,9 @@ PROMPT_FREE_ESTIMATORS = (
     "conditional_pointwise_mutual_information",
 )
 _PROMPT_FREE = ("prompt_free_log_prob", "member_prompt_free_log_probs")
+#: The estimator of an eliciting prompt's attention, given where `outputs`
+#: holds it.
+ELICITED_ESTIMATORS = ("contextualized_sequence_likelihood",)
 #: The estimators that need the members (`member=None` only).
 ENSEMBLE_ESTIMATORS = (
     "pe_total",
@@ -194,16 +210,17 @@ def sequence_uncertainty(outputs, member=None):
             of `FIGURE_ESTIMATORS` (and their `member_` versions), the
             recorded attention weights (`member_self_attention`,
             `attention_layers`, `attention_score_layer`, and
-            `vocabulary_size`) and the prompt-free log-likelihoods
-            (`prompt_free_log_prob`, `member_prompt_free_log_probs`).
+            `vocabulary_size`), the prompt-free log-likelihoods
+            (`prompt_free_log_prob`, `member_prompt_free_log_probs`) and
+            an eliciting prompt's attention (`member_eliciting_attention`).
             Values outside `generated_mask` are ignored.
         member: optional int. `None` (default): the ensemble's estimators
             (`SINGLE_MODEL_ESTIMATORS` on its predictive distribution,
-            `ATTENTION_ESTIMATORS` and `PROMPT_FREE_ESTIMATORS` where
-            given, and `ENSEMBLE_ESTIMATORS` and
+            `ATTENTION_ESTIMATORS`, `PROMPT_FREE_ESTIMATORS` and
+            `ELICITED_ESTIMATORS` where given, and `ENSEMBLE_ESTIMATORS` and
             `ENSEMBLE_ATTENTION_ESTIMATORS`). An index `m`: the
-            single-model, attention and prompt-free estimators of member
-            `m` alone.
+            single-model, attention, prompt-free and elicited estimators
+            of member `m` alone.
 
     Returns:
         dict of float64 arrays `(batch,)`, one per estimator named in the
@@ -232,10 +249,11 @@ def sequence_uncertainty(outputs, member=None):
     scores["pe_mutual_information"], scores["perplexity"]
     ```
     """
-    mask, arrays = _checked_outputs(outputs)
-    attention = _checked_attention(outputs, mask, arrays["member_log_probs"].shape[1])
+    mask, arrays = checked_outputs(outputs, _REQUIRED, _OPTIONAL)
+    attention = checked_attention(outputs, mask, arrays["member_log_probs"].shape[1])
     num_members = arrays["member_log_probs"].shape[1]
     prompt_free = all(k in arrays for k in _PROMPT_FREE)
+    elicited = checked_eliciting(outputs, mask, num_members)
     if not prompt_free and any(k in arrays for k in _PROMPT_FREE):
         raise ValueError(f"`outputs` must hold both of {_PROMPT_FREE} or neither.")
     if member is not None:
@@ -268,6 +286,10 @@ def sequence_uncertainty(outputs, member=None):
                     mask,
                 )
             )
+        if elicited is not None:
+            scores["contextualized_sequence_likelihood"] = contextualized_sequence_likelihood(
+                arrays["member_log_probs"][:, member], elicited[:, member], mask
+            )
         return scores
     scores = _single_model(
         arrays["log_prob"], arrays["total"], mask, {k: arrays[k] for k in _FIGURES if k in arrays}
@@ -292,6 +314,10 @@ def sequence_uncertainty(outputs, member=None):
             _prompt_free_scores(
                 arrays["log_prob"], arrays["prompt_free_log_prob"], arrays["total"], mask
             )
+        )
+    if elicited is not None:
+        scores["contextualized_sequence_likelihood"] = contextualized_sequence_likelihood(
+            arrays["log_prob"], elicited.mean(axis=1), mask
         )
     length = mask.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -377,88 +403,3 @@ def _prompt_free_scores(log_probs, prompt_free_log_probs, entropies, mask):
         ),
     }
     return {k: np.where(mask.any(axis=1), v, np.nan) for k, v in scores.items()}
-
-
-def _checked_attention(outputs, mask, num_members):
-    """`(member_self_attention, attention score's index among the
-    recorded layers, vocabulary size or None)`, or `None` where `outputs`
-    holds no attention."""
-    if "member_self_attention" not in outputs:
-        return None
-    missing = [k for k in _ATTENTION if k not in outputs]
-    if missing:
-        raise ValueError(f"`outputs` has `member_self_attention` but lacks {missing}.")
-    attention = np.asarray(outputs["member_self_attention"], np.float64)
-    layers = [int(x) for x in np.ravel(outputs["attention_layers"])]
-    score_layer = int(outputs["attention_score_layer"])
-    if (
-        attention.ndim != 5
-        or attention.shape[:2] != (mask.shape[0], num_members)
-        or attention.shape[2] != len(layers)
-        or attention.shape[-1] != mask.shape[1]
-    ):
-        raise ValueError(
-            "`outputs['member_self_attention']` must have shape (batch, members, layers, "
-            f"heads, length) with {num_members} members, {len(layers)} layers "
-            f"(`attention_layers`) and `generated_mask` {mask.shape}; got {attention.shape}."
-        )
-    if score_layer not in layers:
-        raise ValueError(
-            f"`outputs['attention_score_layer']` ({score_layer}) must be one of "
-            f"`attention_layers` {layers}."
-        )
-    vocabulary_size = outputs.get("vocabulary_size")
-    if vocabulary_size is not None:
-        if not is_integer(vocabulary_size) or int(vocabulary_size) < 2:
-            raise ValueError(
-                f"`outputs['vocabulary_size']` must be an int >= 2; got {vocabulary_size!r}."
-            )
-        vocabulary_size = int(vocabulary_size)
-    return attention, layers.index(score_layer), vocabulary_size
-
-
-def _checked_outputs(outputs):
-    if not isinstance(outputs, dict):
-        raise TypeError(
-            "`outputs` must be the dict that `generate(..., return_uncertainty=True)` "
-            f"returns; got {type(outputs).__name__}."
-        )
-    missing = [k for k in _REQUIRED if k not in outputs]
-    if missing:
-        raise ValueError(
-            f"`outputs` lacks {missing}: pass the dict of `generate(..., "
-            "return_uncertainty=True)` (or of `score_uncertainty` with a `generated_mask`)."
-        )
-    mask = np.asarray(outputs["generated_mask"])
-    if mask.ndim != 2 or mask.dtype != bool:
-        raise ValueError(
-            "`outputs['generated_mask']` must be a bool array (batch, length); "
-            f"got dtype {mask.dtype} and shape {mask.shape}."
-        )
-    arrays = {}
-    optional = [k for k in _OPTIONAL if k in outputs]
-    for name in _REQUIRED[1:] + tuple(optional):
-        value = np.asarray(outputs[name], np.float64)
-        per_member = name.startswith("member_")
-        expected = 3 if per_member else 2
-        if (
-            value.ndim != expected
-            or value.shape[0] != mask.shape[0]
-            or value.shape[-1] != mask.shape[1]
-        ):
-            layout = "(batch, members, length)" if per_member else "(batch, length)"
-            raise ValueError(
-                f"`outputs['{name}']` must have shape {layout} matching "
-                f"`generated_mask` {mask.shape}; got {value.shape}."
-            )
-        where = np.broadcast_to(mask[:, None], value.shape) if per_member else mask
-        if np.isnan(value[where]).any():
-            raise ValueError(f"`outputs['{name}']` has NaN values at generated tokens.")
-        arrays[name] = value
-    if arrays["member_log_probs"].shape != arrays["member_entropy"].shape:
-        raise ValueError(
-            "`outputs['member_log_probs']` and `outputs['member_entropy']` must have the "
-            f"same shape; got {arrays['member_log_probs'].shape} and "
-            f"{arrays['member_entropy'].shape}."
-        )
-    return mask, arrays

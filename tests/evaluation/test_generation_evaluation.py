@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 from sklearn.metrics import roc_auc_score
+from zoo_testing import keras_hub_attention
 
 import ensemble_zoo as ez
 from ensemble_zoo.datasets import arithmetic
@@ -317,3 +318,48 @@ def test_semantic_density_asks_nli_about_the_prompt_and_distinct_samples():
     k = np.array([1 - 0.5 - 0.3 / 2, 1 - 0.0 - 0.1 / 2])
     g = np.exp((-0.1 - 0.3) / 2)
     np.testing.assert_allclose(ours, [-(q @ k + g) / (q.sum() + g)])
+
+
+def test_csl_reads_the_eliciting_prompts_last_token_attention(evaluated, monkeypatch):
+    """The eliciting prompt's last token's weights on the answer equal the
+    softmax of keras-hub's own attention layers in each member's merged
+    model, over the start token, the template, the answer and the suffix;
+    CSL is lm-polygraph's on them (the ensemble's: the members' mean)."""
+    from ensemble_zoo.evaluation.eliciting_prompt import CSL_SUFFIX
+    from ensemble_zoo.evaluation.eliciting_prompt import CSL_TEMPLATE
+
+    model, (questions, _, _), report = evaluated
+    model.compile(sampler="greedy")
+    prompts = questions[:3]
+    out = model.generate(prompts, max_length=12, return_uncertainty=True)
+    got = ez.evaluation.eliciting_attention(model, prompts, out)["member_eliciting_attention"]
+    mask = out["generated_mask"]
+    tokenizer = model.preprocessor.tokenizer
+
+    def tokens(text):
+        return list(np.ravel(keras.ops.convert_to_numpy(tokenizer(text))))
+
+    expected = np.zeros(got.shape)
+    for m in range(model.num_members):
+        member = model.member_causal_lm(m)
+        for row, prompt in enumerate(prompts):
+            before = [tokenizer.start_token_id] + tokens(CSL_TEMPLATE.format(q=prompt))
+            answer = list(out["token_ids"][row, mask[row]])
+            ids = np.array([before + answer + tokens(CSL_SUFFIX)], "int32")
+            weights = keras_hub_attention(member, ids, monkeypatch)[0, :, :, -1]  # last query
+            weights = weights.reshape(-1, ids.shape[1])[:, len(before) : len(before) + len(answer)]
+            expected[row, m][:, mask[row]] = weights
+    np.testing.assert_allclose(got, expected, atol=2e-5)
+    scores = ez.metrics.sequence_uncertainty({**out, "member_eliciting_attention": got})
+    np.testing.assert_allclose(
+        scores["contextualized_sequence_likelihood"],
+        ez.metrics.contextualized_sequence_likelihood(out["log_prob"], expected.mean(1), mask),
+        rtol=1e-4,
+    )
+    assert (
+        "wrong_answer_auroc" in report.metrics["estimators"]["contextualized_sequence_likelihood"]
+    )
+    with pytest.raises(ValueError, match="template"):
+        ez.evaluation.eliciting_attention(model, prompts, out, template="no question")
+    with pytest.raises(ValueError, match="one string per row"):
+        ez.evaluation.eliciting_attention(model, prompts[:2], out)

@@ -14,7 +14,7 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from zoo_testing import to_np
+from zoo_testing import keras_hub_attention
 
 import ensemble_zoo as ez
 from ensemble_zoo.metrics.token_arrays import all_but_last_counted
@@ -46,24 +46,8 @@ def keras_hub_self_attention(causal_lm, token_ids, monkeypatch):
     """`(batch, layers, heads, length)`: the weight each position gives to
     itself in each block, from the softmax of keras-hub's own attention
     layers in a full forward pass."""
-    captured = []
-    for block in causal_lm.backbone.transformer_layers:
-        softmax = block.attention.softmax
-        original = softmax.call
-
-        def call(inputs, mask=None, original=original):
-            outputs = original(inputs, mask=mask)
-            captured.append(outputs)
-            return outputs
-
-        monkeypatch.setattr(softmax, "call", call)
-    causal_lm({"token_ids": token_ids, "padding_mask": np.ones_like(token_ids, bool)})
-    weights = []
-    for w in captured:  # (batch, kv_heads, groups, queries, keys)
-        w = to_np(w).astype("float64")
-        w = np.diagonal(w, axis1=-2, axis2=-1)
-        weights.append(w.reshape(w.shape[0], -1, w.shape[-1]))
-    return np.stack(weights, axis=1)
+    weights = keras_hub_attention(causal_lm, token_ids, monkeypatch)
+    return np.diagonal(weights, axis1=-2, axis2=-1)
 
 
 def test_recorded_attention_is_keras_hubs_softmax_and_feeds_rauq(monkeypatch):
@@ -90,7 +74,6 @@ def test_recorded_attention_is_keras_hubs_softmax_and_feeds_rauq(monkeypatch):
     for m in range(2):
         member = ensemble.member_causal_lm(m)
         reference = keras_hub_self_attention(member, out["token_ids"], monkeypatch)[:, 1:]
-        monkeypatch.undo()
         # The step that generates token t attends from position t - 1.
         expected = np.zeros_like(reference)
         expected[..., 1:] = reference[..., :-1]

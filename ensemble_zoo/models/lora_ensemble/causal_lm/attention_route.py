@@ -162,7 +162,7 @@ def step_attention(index, weights):
         # its length, which `torch.compile` traces as a symbol when
         # dynamic and compiles again for each new length).
         key_position = ops.cumsum(ops.ones_like(key_cache[0, :, 0, 0], "int32")) - 1
-        output, own = _attend(
+        output, own, _ = _attend(
             query, key_cache, value_cache, position, key_position[None, :], None, scale, options
         )
         weights.append(own)
@@ -171,7 +171,7 @@ def step_attention(index, weights):
     return kernel
 
 
-def sequence_attention(padding_mask, weights, positions=()):
+def sequence_attention(padding_mask, weights, positions=(), queries=None, rows=None):
     """keras-hub's route kernel for a teacher-forced pass of whole
     sequences laid out one token per row, as keras-hub's route lays out a
     serving batch: row `(b * length + t) * group + g` holds token `t` of
@@ -191,6 +191,10 @@ def sequence_attention(padding_mask, weights, positions=()):
         padding_mask: bool tensor `(batch, length)`.
         weights: list the kernel appends to, one array per layer called.
         positions: sequence of int tensors, each layer's rows' positions.
+        queries: optional float tensor `(batch, length)`, one-hot: a query
+            position per sequence, whose weights over every key each call
+            also appends to `rows`: `(batch, group, num_heads, length)`.
+        rows: the list for those.
 
     Returns:
         the kernel, a callable.
@@ -210,10 +214,14 @@ def sequence_attention(padding_mask, weights, positions=()):
         value = sequences(ops.cast(value, query.dtype), (kv_heads,))
         position = ops.cumsum(ops.ones((length,), "int32")) - 1
         key_mask = ops.repeat(ops.cast(padding_mask, "bool"), group, axis=0)[:, None, None, None]
-        output, own = _attend(
+        output, own, probabilities = _attend(
             query, key, value, position[:, None], position[None, :], key_mask, scale, options
         )
         weights.append(ops.reshape(own, (batch, group, length, num_heads)))
+        if queries is not None:  # probabilities: (batch * group, kv, groups, length, keys)
+            pick = ops.repeat(ops.cast(queries, "float32"), group, axis=0)[:, None, None, :, None]
+            row = ops.sum(probabilities * pick, axis=3)
+            rows.append(ops.reshape(row, (batch, group, num_heads, length)))
         if len(weights) < len(positions):
             get_vllm_context().positions = positions[len(weights)]
         output = ops.reshape(output, (batch, group, length, num_heads * head_dim))
@@ -229,8 +237,8 @@ def _attend(query, key, value, position, key_position, key_mask, scale, options)
     where `key_mask` holds): softmax in float32 of the scaled, soft-capped
     scores over the keys up to each query's position and within the
     sliding window. Returns the output `(rows, tokens, kv_heads, groups,
-    head_dim)` and each head's weight on its own position `(rows, tokens,
-    heads)`."""
+    head_dim)`, each head's weight on its own position `(rows, tokens,
+    heads)` and the weights `(rows, kv_heads, groups, tokens, keys)`."""
     rows, tokens, kv_heads, groups = (ops.shape(query)[i] for i in range(4))
     scores = ops.einsum("btkgh,bskh->bkgts", query, key)
     scores = ops.cast(scores, "float32") * scale
@@ -245,7 +253,8 @@ def _attend(query, key, value, position, key_position, key_mask, scale, options)
     probabilities = ops.softmax(ops.where(visible, scores, _MASKED), axis=-1)
     output = ops.einsum("bkgts,bskh->btkgh", ops.cast(probabilities, value.dtype), value)
     own = ops.sum(ops.where(key_position == position, probabilities, 0.0), axis=-1)
-    return output, ops.reshape(ops.moveaxis(own, 3, 1), (rows, tokens, kv_heads * groups))
+    own = ops.reshape(ops.moveaxis(own, 3, 1), (rows, tokens, kv_heads * groups))
+    return output, own, probabilities
 
 
 def _blocks(cache, num_members):
@@ -356,31 +365,67 @@ def routed_member_hidden(model, inputs):
         itself (members, then layers, then heads).
     """
     m = model.num_members
+    hidden, weights, _ = _routed_pass(model, inputs)
+    batch, length = (int(d) for d in ops.shape(inputs["padding_mask"]))
+    hidden = ops.reshape(hidden, (batch, length, m, -1))
+    hidden = ops.reshape(ops.moveaxis(hidden, 2, 1), (batch * m, length, -1))
+    recorded = [_member_groups(weights[layer], m) for layer in model._recorded_attention.layers]
+    attention = ops.moveaxis(ops.stack(recorded, axis=2), 3, 1)  # (batch, length, m, l, h)
+    return hidden, ops.reshape(attention, (batch, length, -1))
+
+
+def query_attention(model, inputs, query_positions):
+    """The weights that one query position of each sequence gives to every
+    position, in every layer (keras-hub's attention route, as
+    `routed_member_hidden` runs it): what CSL reads from the last token of
+    an eliciting prompt.
+
+    Args:
+        model: a `LoRAEnsembleCausalLM` whose family takes the route.
+        inputs: dict of `token_ids` and `padding_mask` `(batch, length)`.
+        query_positions: int array `(batch,)`, each sequence's query
+            position.
+
+    Returns:
+        float tensor `(batch, members, layers, heads, length)`, 0 after
+        the query position and at padding.
+    """
+    batch, length = (int(d) for d in ops.shape(inputs["padding_mask"]))
+    queries = ops.one_hot(ops.convert_to_tensor(query_positions, "int32"), length)
+    _, _, rows = _routed_pass(model, inputs, queries)
+    rows = [_member_groups(r, model.num_members) for r in rows]  # (batch, m, heads, length)
+    return ops.stack(rows, axis=2)
+
+
+def _member_groups(weights, num_members):
+    """A layer's weights with a group axis at 1, a shared block's one group
+    repeated for the members."""
+    if ops.shape(weights)[1] != num_members:
+        return ops.repeat(weights, num_members, axis=1)
+    return weights
+
+
+def _routed_pass(model, inputs, queries=None):
+    """`member_hidden` of the sequences laid out one token per row through
+    `sequence_attention`: `(hidden rows, weights, rows)`, the kernel's
+    lists, one entry per layer."""
+    m = model.num_members
     padding_mask = ops.cast(inputs["padding_mask"], "bool")
     batch, length = (int(d) for d in ops.shape(padding_mask))
-    rows = {name: ops.reshape(x, (batch * length, 1)) for name, x in inputs.items()}
+    flat = {name: ops.reshape(x, (batch * length, 1)) for name, x in inputs.items()}
     token_positions = ops.cumsum(ops.ones((batch, length, 1), "int32"), axis=1) - 1
     shared = ops.reshape(token_positions, (-1,))
     members = ops.reshape(ops.repeat(token_positions, m, axis=2), (-1,))
     trunk = getattr(model, "trunk_blocks", 0)
-    positions = [
-        shared if i < trunk else members for i in range(len(model.backbone.transformer_layers))
-    ]
-    weights = []
-    kernel = sequence_attention(padding_mask, weights, positions)
+    blocks = len(model.backbone.transformer_layers)
+    positions = [shared if i < trunk else members for i in range(blocks)]
+    weights, rows = [], []
+    kernel = sequence_attention(padding_mask, weights, positions, queries, rows)
     with vllm_context_scope(kernel, positions[0], None):
-        hidden = member_hidden(model, rows, training=False)
-    if len(weights) != len(model.backbone.transformer_layers):
+        hidden = member_hidden(model, flat, training=False)
+    if len(weights) != blocks:
         raise ValueError(
-            f"{len(weights)} of the decoder's {len(model.backbone.transformer_layers)} "
-            "attention layers took keras-hub's attention route: the attention weights cannot "
-            "be recorded."
+            f"{len(weights)} of the decoder's {blocks} attention layers took keras-hub's "
+            "attention route: the attention weights cannot be recorded."
         )
-    hidden = ops.reshape(hidden, (batch, length, m, -1))
-    hidden = ops.reshape(ops.moveaxis(hidden, 2, 1), (batch * m, length, -1))
-    recorded = []
-    for layer in model._recorded_attention.layers:
-        w = weights[layer]  # (batch, group, length, heads); a shared block's: one group
-        recorded.append(ops.repeat(w, m, axis=1) if ops.shape(w)[1] != m else w)
-    attention = ops.moveaxis(ops.stack(recorded, axis=2), 3, 1)  # (batch, length, m, l, h)
-    return hidden, ops.reshape(attention, (batch, length, -1))
+    return hidden, weights, rows
