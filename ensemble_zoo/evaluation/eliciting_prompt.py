@@ -10,7 +10,9 @@ suffix that asks for the decision (lm-polygraph's
 the question, "Answer: ", the greedy tokens, "\\n\\nDecision:"), every layer
 and head averaged. Here that is one teacher-forced pass of every member
 through keras-hub's attention route (`attention_route.query_attention`),
-no logits; the template is ours and a parameter (lm-polygraph's few-shot
+no logits, compiled for the backend as teacher-forced scoring is, over
+`ROWS_PER_PASS` sequences padded to one length per call (one compiled
+program); the template is ours and a parameter (lm-polygraph's few-shot
 template can be passed as it is, with its `{q}`).
 """
 
@@ -18,7 +20,6 @@ import numpy as np
 from keras import ops
 
 from ensemble_zoo.evaluation.prompt_free_scoring import prompt_free_prefix
-from ensemble_zoo.models.lora_ensemble.causal_lm.attention_route import query_attention
 
 #: The eliciting template: `{q}` is the question (the prompt as given).
 CSL_TEMPLATE = (
@@ -30,6 +31,9 @@ CSL_SUFFIX = "\n\nDecision:"
 #: Sequences of one pass (the weights of a layer are `rows x members x
 #: heads x length^2` values while it runs).
 ROWS_PER_PASS = 16
+#: The passes' length is the longest sequence's, rounded up to a multiple
+#: of this (fewer compiled programs).
+LENGTH_BUCKET = 32
 
 
 def _tokens(tokenizer, text):
@@ -95,16 +99,19 @@ def eliciting_attention(model, prompts, outputs, template=CSL_TEMPLATE, suffix=C
         before = start + _tokens(tokenizer, template.format(q=prompt))
         answer = [int(t) for t in token_ids[row, mask[row]]]
         sequences.append((before + answer + after, len(before), len(answer)))
-    for first in range(0, len(sequences), ROWS_PER_PASS):
-        part = sequences[first : first + ROWS_PER_PASS]
-        width = max(len(ids) for ids, _, _ in part)
-        ids = np.zeros((len(part), width), "int32")
-        padding = np.zeros((len(part), width), bool)
+    width = -(-max(len(ids) for ids, _, _ in sequences) // LENGTH_BUCKET) * LENGTH_BUCKET
+    rows = min(ROWS_PER_PASS, len(sequences))
+    attend = model._query_attention_function()
+    for first in range(0, len(sequences), rows):
+        part = sequences[first : first + rows]
+        ids = np.zeros((rows, width), "int32")
+        padding = np.zeros((rows, width), bool)
+        padding[:, 0] = True  # the last pass's rows past the sequences
         for i, (sequence, _, _) in enumerate(part):
             ids[i, : len(sequence)] = sequence
             padding[i, : len(sequence)] = True
-        last = padding.sum(axis=1) - 1
-        weights = query_attention(model, {"token_ids": ids, "padding_mask": padding}, last)
+        last = (padding.sum(axis=1) - 1).astype("int32")
+        weights = attend(ids, padding, last)
         weights = np.asarray(ops.convert_to_numpy(weights), "float32")
         weights = weights.reshape(weights.shape[:2] + (-1, width))  # layers x heads
         for i, (_, offset, count) in enumerate(part):

@@ -29,6 +29,7 @@ import itertools
 
 import keras
 
+from ensemble_zoo.models.lora_ensemble.causal_lm import attention_route
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import generate_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
@@ -245,24 +246,42 @@ def decode_function(model, sampler, stop_token_ids):
 
 def scoring_function(model):
     """`(token_ids, padding_mask, prompt_mask, chunk_size) -> figures` of
-    `teacher_forcing.chunked_figures` (`score_uncertainty`), compiled for
-    the backend unless the model runs eagerly, never recording gradients:
-    JAX `jax.jit` with the weights as arguments, TensorFlow `tf.function`
-    (XLA with `jit_compile`), PyTorch eager without gradients (compiling
-    takes minutes there, and the scoring is one pass of large matrix
-    products)."""
-    backend = keras.config.backend()
+    `teacher_forcing.chunked_figures` (`score_uncertainty`), compiled as
+    `pass_function` compiles it (`chunk_size` a Python int)."""
 
     def score(token_ids, padding_mask, prompt_mask, chunk_size):
         return teacher_forcing.chunked_figures(
             model, token_ids, padding_mask, chunk_size, prompt_mask
         )
 
+    return pass_function(model, score, static_argnums=(3,))
+
+
+def query_attention_function(model):
+    """`(token_ids, padding_mask, query_positions) -> weights` of
+    `attention_route.query_attention` (CSL's eliciting prompt), compiled as
+    `pass_function` compiles it."""
+
+    def attend(token_ids, padding_mask, query_positions):
+        inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
+        return attention_route.query_attention(model, inputs, query_positions)
+
+    return pass_function(model, attend)
+
+
+def pass_function(model, function, static_argnums=()):
+    """A teacher-forced pass `function(*args)` of `model`, compiled for the
+    backend unless the model runs eagerly, never recording gradients: JAX
+    `jax.jit` with the weights as arguments (`static_argnums`: the
+    arguments that are Python values), TensorFlow `tf.function` (XLA with
+    `jit_compile`), PyTorch eager without gradients (compiling takes
+    minutes there, and a pass is one round of large matrix products)."""
+    backend = keras.config.backend()
     if backend == "torch" or model.run_eagerly:
 
         def run(*args):
             with no_gradients():
-                return score(*args)
+                return function(*args)
 
         return run
     if backend == "jax":
@@ -272,11 +291,11 @@ def scoring_function(model):
 
         def stateless(values, *args):
             with keras.StatelessScope(state_mapping=zip(variables, values)):
-                return score(*args)
+                return function(*args)
 
-        compiled = jax.jit(stateless, static_argnums=4)
+        compiled = jax.jit(stateless, static_argnums=tuple(i + 1 for i in static_argnums))
         return lambda *args: compiled([v.value for v in variables], *args)
     import tensorflow as tf
 
-    compiled = tf.function(score, jit_compile=bool(getattr(model, "jit_compile", True)))
+    compiled = tf.function(function, jit_compile=bool(getattr(model, "jit_compile", True)))
     return lambda *args: compiled(*args)

@@ -191,6 +191,15 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             decoders["scoring"] = (None, decode_compilation.scoring_function(self))
         return decoders["scoring"][1]
 
+    def _query_attention_function(self):
+        """The compiled `decode_compilation.query_attention_function`, kept
+        as the scoring function is."""
+        decoders = self.__dict__.setdefault("_decoders", {})
+        if "query_attention" not in decoders:
+            function = decode_compilation.query_attention_function(self)
+            decoders["query_attention"] = (None, function)
+        return decoders["query_attention"][1]
+
     @property
     def _num_figures(self):
         """Figures per position: `FIGURES`, the `MEMBER_FIGURES` of each
