@@ -19,7 +19,9 @@ beyond it:
   (`greedy_alternatives`);
 - `prompt_free`: the pointwise mutual information's teacher-forced pass
   of the answers without their prompts (`prompt_free_scoring`);
-- `eliciting`: CSL's pass of the eliciting prompts (`eliciting_prompt`).
+- `eliciting`: CSL's pass of the eliciting prompts (`eliciting_prompt`);
+- `relevance`: TokenSAR's similarity of each answer without each of its
+  tokens.
 
 Each stage is timed once on the first batch of prompts after the
 evaluation has run (compiled programs warm; the plain decode called twice
@@ -56,13 +58,15 @@ def estimator_costs(
     alternatives=(),
     prompt_free=(),
     eliciting=(),
+    relevance=(),
 ):
     """Extra milliseconds per generated token of each estimator.
 
     Args:
         times: dict of stage seconds: `plain`, `figures`, and where
             measured `sampling`, `greedy_nli`, `alternatives`,
-            `prompt_free` and `eliciting` (see the module docstring).
+            `prompt_free`, `eliciting` and `relevance` (see the module
+            docstring).
         tokens: int, the greedy answers' generated tokens.
         estimators: the names of every estimator to cost.
         sampling: the names that read the samples (sampling-based
@@ -74,6 +78,7 @@ def estimator_costs(
         prompt_free: the names that read the answers scored without their
             prompts.
         eliciting: the names that read the eliciting prompts' pass.
+        relevance: the names that read the tokens' relevance.
 
     Returns:
         dict `{name: ms}`: `figures - plain`, plus the stages the name
@@ -87,5 +92,6 @@ def estimator_costs(
         **{name: times.get("alternatives", 0.0) for name in alternatives},
         **{name: times.get("prompt_free", 0.0) for name in prompt_free},
         **{name: times.get("eliciting", 0.0) for name in eliciting},
+        **{name: times.get("relevance", 0.0) for name in relevance},
     }
     return {name: 1000.0 * (base + extra.get(name, 0.0)) / tokens for name in estimators}

@@ -16,6 +16,10 @@ the wrong answers (and, given OOD prompts, the OOD ones):
 - the pointwise mutual information and its conditional form
   (`PROMPT_FREE_ESTIMATORS`), from one more teacher-forced pass of the
   greedy answers without their prompts (`prompt_free_log_probs`);
+- lm-polygraph's TokenSAR of the greedy answer (`RELEVANCE_ESTIMATORS`):
+  each token's relevance, the ROUGE-L dissimilarity of the answer without
+  it to the whole answer (`sample_uncertainty`'s default similarity), one
+  comparison per token;
 - CSL (`ELICITED_ESTIMATORS`), where the decode records attention: one
   more pass of an eliciting prompt around each greedy answer
   (`eliciting_attention`, its default template);
@@ -46,20 +50,22 @@ ones). Every estimator is oriented higher = more uncertain. With
 import keras_hub
 import numpy as np
 
-from ensemble_zoo.evaluation.eliciting_prompt import eliciting_attention
 from ensemble_zoo.evaluation.estimator_cost import estimator_costs
 from ensemble_zoo.evaluation.estimator_cost import generated_tokens
 from ensemble_zoo.evaluation.estimator_cost import timed
 from ensemble_zoo.evaluation.generation_report import GenerationReport
 from ensemble_zoo.evaluation.greedy_alternatives import ccp_of_answers
-from ensemble_zoo.evaluation.prompt_free_scoring import prompt_free_log_probs
+from ensemble_zoo.evaluation.greedy_answer_scores import RELEVANCE_ESTIMATORS
+from ensemble_zoo.evaluation.greedy_answer_scores import elicited_scores
+from ensemble_zoo.evaluation.greedy_answer_scores import prompt_free_scores
+from ensemble_zoo.evaluation.greedy_answer_scores import relevance_scores
+from ensemble_zoo.evaluation.greedy_answer_scores import semantic_density_scores
 from ensemble_zoo.metrics.generation import answer_aurc
 from ensemble_zoo.metrics.generation import answer_auroc
 from ensemble_zoo.metrics.generation import prediction_rejection_ratio
 from ensemble_zoo.metrics.lexical_similarity import rouge_l
 from ensemble_zoo.metrics.ood import ood_auroc
 from ensemble_zoo.metrics.sampled_answer_estimators import cocoa
-from ensemble_zoo.metrics.sampled_answer_estimators import semantic_density
 from ensemble_zoo.metrics.sequence_uncertainty import ATTENTION_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import ELICITED_ESTIMATORS
 from ensemble_zoo.metrics.sequence_uncertainty import PROMPT_FREE_ESTIMATORS
@@ -166,51 +172,6 @@ def greedy_answers(model, prompts, max_length):
     if "mean_loss_prediction" in out:
         scores["loss_prediction"] = np.asarray(out["mean_loss_prediction"], np.float64)
     return answers_of(out, None), scores, out
-
-
-def prompt_free_scores(model, outputs):
-    """`PROMPT_FREE_ESTIMATORS` of the ensemble's (or a one-member model's)
-    greedy answers: `sequence_uncertainty` with `prompt_free_log_probs`."""
-    scores = sequence_uncertainty({**outputs, **prompt_free_log_probs(model, outputs)})
-    return {k: scores[k] for k in PROMPT_FREE_ESTIMATORS}
-
-
-def elicited_scores(model, prompts, outputs):
-    """`ELICITED_ESTIMATORS` of the greedy answers where `model`'s decode
-    records attention (`eliciting_attention`), else none."""
-    if model._recorded_attention is None:
-        return {}
-    scores = sequence_uncertainty({**outputs, **eliciting_attention(model, prompts, outputs)})
-    return {k: scores[k] for k in ELICITED_ESTIMATORS}
-
-
-def _semantic_density(prompts, answers, greedy, sampled, nli):
-    """`ez.metrics.semantic_density` of each greedy answer among the
-    prompt's sampled answers: `nli(prompt + greedy answer, prompt +
-    sample)` on each distinct sample (its first occurrence), as
-    lm-polygraph's default (`ConcatGreedySemanticMatrixCalculator`, the
-    forward direction) computes it."""
-    contradiction = np.zeros(sampled["log_likelihoods"].shape)
-    neutral = np.zeros_like(contradiction)
-    distinct = np.zeros(contradiction.shape, bool)
-    for i, (prompt, answer, samples) in enumerate(zip(prompts, answers, sampled["answers"])):
-        seen = set()
-        for j, sample in enumerate(samples):
-            if sample in seen:
-                continue
-            seen.add(sample)
-            probabilities = np.asarray(nli(prompt + answer, prompt + sample), np.float64)
-            _, neutral[i, j], contradiction[i, j] = probabilities
-            distinct[i, j] = True
-    return semantic_density(
-        greedy["log_prob"],
-        greedy["generated_mask"],
-        sampled["log_likelihoods"],
-        sampled["generated_mask"].sum(-1),
-        contradiction,
-        neutral,
-        distinct,
-    )
 
 
 def _ranking(scores, quality, ood_scores=None):
@@ -381,11 +342,12 @@ def evaluate_generation(
             sampled, times["sampling"] = timed(lambda: draw(m, chunk))
             if nli is not None:
                 times["greedy_nli"] = timed(
-                    lambda: _semantic_density(chunk, answers, greedy, sampled, nli)
+                    lambda: semantic_density_scores(chunk, answers, greedy, sampled, nli)
                 )[1]
         if who == "ensemble" and nli is not None:
             times["alternatives"] = timed(lambda: ccp_of_answers(m, greedy, nli))[1]
         times["prompt_free"] = timed(lambda: prompt_free_scores(m, greedy))[1]
+        times["relevance"] = timed(lambda: relevance_scores(m, greedy))[1]
         times["eliciting"] = timed(lambda: elicited_scores(m, chunk, greedy))[1]
         tokens = generated_tokens(greedy)
         costs = estimator_costs(
@@ -397,6 +359,7 @@ def evaluate_generation(
             ALTERNATIVES_NLI_ESTIMATORS,
             PROMPT_FREE_ESTIMATORS,
             ELICITED_ESTIMATORS,
+            RELEVANCE_ESTIMATORS,
         )
         return costs, 1000.0 * times["plain"] / max(tokens, 1)
 
@@ -414,6 +377,7 @@ def evaluate_generation(
                 chunk = split_prompts[start : start + (batch_size or len(split_prompts))]
                 chunk_answers, scores, greedy = greedy_answers(m, chunk, max_length)
                 scores.update(prompt_free_scores(m, greedy))
+                scores.update(relevance_scores(m, greedy))
                 scores.update(elicited_scores(m, chunk, greedy))
                 if who == "ensemble" and nli is not None:
                     scores["claim_conditioned_probability"] = ccp_of_answers(m, greedy, nli)
@@ -428,7 +392,7 @@ def evaluate_generation(
                     for cocoa_name, base in COCOA_ESTIMATORS.items():
                         scores[cocoa_name] = cocoa(scores[base], similar)
                     if nli is not None:
-                        scores["semantic_density"] = _semantic_density(
+                        scores["semantic_density"] = semantic_density_scores(
                             chunk, chunk_answers, greedy, sampled, nli
                         )
                 answers += chunk_answers
@@ -484,6 +448,7 @@ def evaluate_generation(
             + ATTENTION_ESTIMATORS
             + PROMPT_FREE_ESTIMATORS
             + ELICITED_ESTIMATORS
+            + RELEVANCE_ESTIMATORS
         ):
             if estimator not in result["scores"]["test"]:
                 continue  # the attention estimators, where not recorded

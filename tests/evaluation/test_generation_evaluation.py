@@ -295,7 +295,7 @@ def test_semantic_density_asks_nli_about_the_prompt_and_distinct_samples():
     """The greedy answer's semantic density: NLI on prompt + greedy answer
     against prompt + each distinct sample (lm-polygraph's default pairs),
     weighed as the formula in NumPy."""
-    from ensemble_zoo.evaluation.generation_evaluation import _semantic_density
+    from ensemble_zoo.evaluation.greedy_answer_scores import semantic_density_scores
 
     calls = []
 
@@ -312,7 +312,7 @@ def test_semantic_density_asks_nli_about_the_prompt_and_distinct_samples():
         "log_likelihoods": np.array([[-0.5, -1.0, -0.5]]),
         "generated_mask": np.array([[[1, 0], [1, 1], [1, 0]]], bool),
     }
-    ours = _semantic_density(["2+5="], ["7"], greedy, sampled, nli)
+    ours = semantic_density_scores(["2+5="], ["7"], greedy, sampled, nli)
     assert calls == [("2+5=7", "2+5=7"), ("2+5=7", "2+5=5")]
     q = np.exp([-0.5, -1.0 / 2])  # distinct samples: length-normalised probabilities
     k = np.array([1 - 0.5 - 0.3 / 2, 1 - 0.0 - 0.1 / 2])
@@ -363,3 +363,34 @@ def test_csl_reads_the_eliciting_prompts_last_token_attention(evaluated, monkeyp
         ez.evaluation.eliciting_attention(model, prompts, out, template="no question")
     with pytest.raises(ValueError, match="one string per row"):
         ez.evaluation.eliciting_attention(model, prompts[:2], out)
+
+
+def test_token_sar_weighs_each_token_by_its_rouge_relevance(evaluated):
+    """TokenSAR of the greedy answers: each token's relevance is one minus
+    the ROUGE-L of the answer without it against the whole answer."""
+    from ensemble_zoo.evaluation.greedy_answer_scores import relevance_scores
+
+    model, (questions, _, _), report = evaluated
+    model.compile(sampler="greedy")
+    out = model.generate(questions[:8], max_length=12, return_uncertainty=True)
+    tokenizer = model.preprocessor.tokenizer
+    mask = out["generated_mask"]
+    similarity = np.zeros(mask.shape)
+    for row in range(len(mask)):
+        tokens = [int(t) for t in out["token_ids"][row, mask[row]]]
+        kept = [t for t in tokens if t != tokenizer.end_token_id]
+        whole = str(tokenizer.detokenize(kept))
+        for k, position in enumerate(np.flatnonzero(mask[row])):
+            if tokens[k] == tokenizer.end_token_id:
+                similarity[row, position] = 1.0
+                continue
+            variant = [t for j, t in enumerate(tokens) if j != k and t != tokenizer.end_token_id]
+            similarity[row, position] = ez.metrics.rouge_l(
+                str(tokenizer.detokenize(variant)), whole
+            )
+    np.testing.assert_allclose(
+        relevance_scores(model, out)["token_sar"],
+        ez.metrics.token_sar(out["log_prob"], similarity, mask),
+        rtol=1e-6,
+    )
+    assert "wrong_answer_auroc" in report.metrics["estimators"]["token_sar"]
