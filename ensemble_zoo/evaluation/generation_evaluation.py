@@ -85,6 +85,7 @@ SAMPLING_ESTIMATORS = (
     "sar",
     "monte_carlo_sequence_entropy",
     "monte_carlo_normalized_sequence_entropy",
+    "eigenscore",
 )
 #: lm-polygraph's CoCoA estimators (`ez.metrics.cocoa`): the greedy
 #: answer's sequence estimator of each name, times its mean ROUGE-L

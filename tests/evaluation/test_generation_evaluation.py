@@ -394,3 +394,28 @@ def test_token_sar_weighs_each_token_by_its_rouge_relevance(evaluated):
         rtol=1e-6,
     )
     assert "wrong_answer_auroc" in report.metrics["estimators"]["token_sar"]
+
+
+def test_eigenscore_embeds_each_sample_where_keras_hub_enters_the_middle_block(evaluated):
+    """`answer_embeddings`: the members' mean input of block `L // 2` of
+    their merged keras-hub models, at the position before each answer's
+    last token; `sample_uncertainty`'s `eigenscore` is lm-polygraph's on
+    them."""
+    from ensemble_zoo.models.lora_ensemble.causal_lm.sample_uncertainty import answer_embeddings
+
+    model, (questions, _, _), report = evaluated
+    model.compile(sampler="greedy")
+    out = model.generate(questions[:4], max_length=12, return_uncertainty=True)
+    got = answer_embeddings(model, out)
+    expected = 0.0
+    for m in range(model.num_members):
+        backbone = model.member_causal_lm(m).backbone
+        block = backbone.transformer_layers[len(backbone.transformer_layers) // 2]
+        middle = keras.Model(backbone.input, block.input[0])
+        hidden = keras.ops.convert_to_numpy(
+            middle({"token_ids": out["token_ids"], "padding_mask": out["padding_mask"]})
+        )
+        expected = expected + np.asarray(hidden, np.float64) / model.num_members
+    last = out["padding_mask"].sum(axis=1) - 2  # right-padded rows
+    np.testing.assert_allclose(got, expected[np.arange(len(last)), last], atol=1e-4)
+    assert "wrong_answer_auroc" in report.metrics["estimators"]["eigenscore"]

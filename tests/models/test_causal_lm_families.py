@@ -30,6 +30,7 @@ from ensemble_zoo.models import TokenLossPredictor
 from ensemble_zoo.models.lora_ensemble.causal_lm import decode_engine
 from ensemble_zoo.models.lora_ensemble.causal_lm import families
 from ensemble_zoo.models.lora_ensemble.causal_lm import trunk_step
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_block_input
 
 #: keras-hub classes the decode engine does not take yet, each refused by
 #: name (`families.FAMILIES`).
@@ -315,6 +316,13 @@ def test_the_top_block_adapted_decodes_over_a_shared_trunk_as_every_block_adapte
     np.testing.assert_allclose(
         to_np(upper(PROMPT, training=True)), to_np(whole(PROMPT, training=True)), atol=1e-5
     )
+    # A block's input (EigenScore's embeddings), below and above the trunk.
+    for block in (0, len(causal_lm.backbone.transformer_layers) - 1):
+        np.testing.assert_allclose(
+            to_np(member_block_input(upper, PROMPT, block)),
+            to_np(member_block_input(whole, PROMPT, block)),
+            atol=1e-5,
+        )
     mask = keras.ops.convert_to_tensor(PROMPT["padding_mask"])
     hidden, cache = decode_engine.prefill(whole, ids, mask, 4)
     trunk_hidden, trunk_cache = decode_engine.prefill(upper, ids, mask, 4)

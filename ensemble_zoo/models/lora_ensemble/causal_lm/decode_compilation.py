@@ -34,6 +34,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import generate_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
+from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_block_input
 from ensemble_zoo.utils.backend import no_gradients
 
 
@@ -267,6 +268,18 @@ def query_attention_function(model):
         return attention_route.query_attention(model, inputs, query_positions)
 
     return pass_function(model, attend)
+
+
+def block_input_function(model, block_index):
+    """`(token_ids, padding_mask) -> rows` of
+    `member_forward.member_block_input` (EigenScore's embeddings), compiled
+    as `pass_function` compiles it."""
+
+    def block_input(token_ids, padding_mask):
+        inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
+        return member_block_input(model, inputs, block_index)
+
+    return pass_function(model, block_input)
 
 
 def pass_function(model, function, static_argnums=()):

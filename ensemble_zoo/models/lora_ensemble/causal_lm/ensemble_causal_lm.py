@@ -191,6 +191,17 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             decoders["scoring"] = (None, decode_compilation.scoring_function(self))
         return decoders["scoring"][1]
 
+    def _block_input_function(self):
+        """The compiled `decode_compilation.block_input_function` of the
+        middle block (`L // 2`: EigenScore's), kept as the scoring function
+        is."""
+        decoders = self.__dict__.setdefault("_decoders", {})
+        if "block_input" not in decoders:
+            middle = len(self.backbone.transformer_layers) // 2
+            function = decode_compilation.block_input_function(self, middle)
+            decoders["block_input"] = (None, function)
+        return decoders["block_input"][1]
+
     def _query_attention_function(self):
         """The compiled `decode_compilation.query_attention_function`, kept
         as the scoring function is."""

@@ -20,6 +20,8 @@ rematerialised (`block_remat`), the shared ones, which take no gradient,
 are not.
 """
 
+import inspect
+
 import keras
 
 from ensemble_zoo.models.lora_ensemble.causal_lm.block_remat import walk_backbone
@@ -67,3 +69,53 @@ def member_hidden(model, inputs, training=None, remat=False):
         backbone, inputs, training, blocks[trunk:] if remat else (), wrap=rows.wrap
     )
     return rows.member_rows(hidden)
+
+
+def member_block_input(model, inputs, block_index):
+    """The members' rows entering decoder block `block_index` (what a
+    Hugging Face model returns as `hidden_states[block_index]`), `(batch *
+    members, tokens, hidden_dim)`: the backbone walked by its graph
+    (`block_remat.walk_backbone`), the block's input read on its way in.
+
+    Args:
+        model: an `EnsembleCausalLM` (`LoRAEnsembleCausalLM`).
+        inputs: dict of `token_ids` and `padding_mask`, one row per
+            sample.
+        block_index: int, the decoder block.
+
+    Returns:
+        The members' batch-major rows (a shared block's rows tiled to the
+        members).
+    """
+    backbone = model.backbone
+    target = backbone.transformer_layers[block_index]
+    captured = []
+
+    def tap(op, call):
+        if op is not target:
+            return call
+
+        first = next(iter(inspect.signature(op.call).parameters))
+
+        def tapped(*args, **kwargs):
+            captured.append(args[0] if args else kwargs[first])  # Falcon's: a keyword
+            return call(*args, **kwargs)
+
+        return tapped
+
+    trunk = getattr(model, "trunk_blocks", 0)
+    if not trunk:
+        tiled = {name: model.repeat_members(x) for name, x in inputs.items()}
+        walk_backbone(backbone, tiled, False, (), wrap=tap)
+        return captured[0]
+    adapted = {id(block) for block in backbone.transformer_layers[trunk:]}
+    rows = TrunkRows(
+        model.num_members,
+        lambda op: id(op) in adapted,
+        order=ROWS,
+        batch=keras.tree.flatten(inputs)[0].shape[0],
+    )
+    walk_backbone(backbone, inputs, False, (), wrap=lambda op, call: rows.wrap(op, tap(op, call)))
+    if block_index < trunk:  # one copy of the rows
+        return model.repeat_members(captured[0])
+    return captured[0]

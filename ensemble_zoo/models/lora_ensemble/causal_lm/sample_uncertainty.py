@@ -32,6 +32,7 @@ import string
 
 import keras_hub
 import numpy as np
+from keras import ops
 
 from ensemble_zoo.metrics.lexical_similarity import lexical_similarity
 from ensemble_zoo.metrics.lexical_similarity import rouge_l
@@ -43,6 +44,7 @@ from ensemble_zoo.metrics.semantic_sets import semantic_classes
 from ensemble_zoo.metrics.semantic_sets import semantic_entropy
 from ensemble_zoo.metrics.similarity_estimators import degree_matrix
 from ensemble_zoo.metrics.similarity_estimators import eccentricity
+from ensemble_zoo.metrics.similarity_estimators import eigenscore
 from ensemble_zoo.metrics.similarity_estimators import kernel_language_entropy
 from ensemble_zoo.metrics.similarity_estimators import laplacian_eigenvalue_sum
 from ensemble_zoo.metrics.similarity_estimators import luq
@@ -212,6 +214,31 @@ def token_similarities(model, outputs, stop_token_ids, similarity):
     return out
 
 
+def answer_embeddings(model, outputs):
+    """lm-polygraph's `sample_embeddings` of EigenScore: each answer's
+    hidden state entering the middle decoder block (`L // 2`, a Hugging
+    Face model's `hidden_states[L // 2]`) at the last position a decode
+    step read, the one before the answer's last token (the state that
+    predicted it), the members' mean; one teacher-forced pass
+    (`member_forward.member_block_input`, compiled for the backend).
+
+    Args:
+        model: a `LoRAEnsembleCausalLM`.
+        outputs: dict, `generate(..., return_uncertainty=True)`'s
+            (`token_ids`, `padding_mask`).
+
+    Returns:
+        float64 array `(rows, hidden_dim)`.
+    """
+    token_ids = np.asarray(outputs["token_ids"], "int32")
+    padding = np.asarray(outputs["padding_mask"], bool)
+    last = np.maximum(padding.shape[1] - 1 - np.argmax(padding[:, ::-1], axis=1) - 1, 0)
+    hidden = model._block_input_function()(token_ids, padding)
+    hidden = np.asarray(ops.convert_to_numpy(ops.cast(hidden, "float32")), np.float64)
+    hidden = hidden.reshape((len(token_ids), model.num_members) + hidden.shape[1:]).mean(axis=1)
+    return hidden[np.arange(len(token_ids)), last]
+
+
 def default_sampler(model, seed=None):
     """The random sampler (temperature 1, `seed`) that `sample_uncertainty`
     and `evaluate_generation` use by default: one per model and seed, kept
@@ -277,7 +304,9 @@ def sample_uncertainty(
         by their relevance, the similarity of the answer without each token,
         `token_similarities`), `monte_carlo_sequence_entropy` and
         `monte_carlo_normalized_sequence_entropy` (per generated token,
-        the stop token included). With `nli`: `nli_probabilities`
+        the stop token included), `eigenscore` (lm-polygraph's
+        `EigenScore` of `answer_embeddings`: one more pass of the answers
+        to the middle block). With `nli`: `nli_probabilities`
         `(prompts, samples, samples, 3)` and `degree_matrix`,
         `eccentricity`, `laplacian_eigenvalue_sum`,
         `kernel_language_entropy` and `luq` (`nli_estimators`).
@@ -337,6 +366,7 @@ def sample_uncertainty(
         "monte_carlo_normalized_sequence_entropy": monte_carlo_sequence_entropy(
             log_likelihoods, generated_mask.sum(-1)
         ),
+        "eigenscore": eigenscore(answer_embeddings(model, outputs).reshape(shape + (-1,))),
     }
     if nli is not None:
         out["nli_probabilities"] = nli_probabilities(answers, nli)
