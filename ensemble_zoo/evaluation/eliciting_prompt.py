@@ -11,8 +11,9 @@ the question, "Answer: ", the greedy tokens, "\\n\\nDecision:"), every layer
 and head averaged. Here that is one teacher-forced pass of every member
 through keras-hub's attention route (`attention_route.query_attention`),
 no logits, compiled for the backend as teacher-forced scoring is, over
-`ROWS_PER_PASS` sequences padded to one length per call (one compiled
-program); the template is ours and a parameter (lm-polygraph's few-shot
+`ROWS_PER_PASS` sequences (fewer for a smaller batch) padded to one
+length per call (a compiled program per length bucket); the template is
+ours and a parameter (lm-polygraph's few-shot
 template can be passed as it is, with its `{q}`).
 """
 
@@ -80,11 +81,32 @@ def eliciting_attention(model, prompts, outputs, template=CSL_TEMPLATE, suffix=C
         )
     if not isinstance(template, str) or "{q}" not in template:
         raise ValueError(f"`template` must be a string with `{{q}}`; got {template!r}.")
+    try:
+        template.format(q="")
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(
+            f"`template` must format with `q` alone (double any other braces); got "
+            f"{template!r}: {error!r}."
+        ) from error
     if not isinstance(suffix, str):
         raise TypeError(f"`suffix` must be a string; got {type(suffix).__name__}.")
+    if not isinstance(outputs, dict) or not {"token_ids", "generated_mask"} <= set(outputs):
+        raise ValueError(
+            "`outputs` must be the dict of `generate(..., return_uncertainty=True)`, with "
+            "`token_ids` and `generated_mask`."
+        )
     mask = np.asarray(outputs["generated_mask"], bool)
     token_ids = np.asarray(outputs["token_ids"])
-    if isinstance(prompts, str) or len(prompts) != len(mask):
+    if token_ids.ndim != 2 or token_ids.shape != mask.shape:
+        raise ValueError(
+            "`outputs['token_ids']` and `outputs['generated_mask']` must be (batch, length) "
+            f"arrays of one shape; got {token_ids.shape} and {mask.shape}."
+        )
+    if (
+        isinstance(prompts, str)
+        or len(prompts) != len(mask)
+        or not all(isinstance(p, str) for p in prompts)
+    ):
         raise ValueError(
             f"`prompts` must be a list of one string per row of `outputs` ({len(mask)})."
         )
@@ -99,7 +121,16 @@ def eliciting_attention(model, prompts, outputs, template=CSL_TEMPLATE, suffix=C
         before = start + _tokens(tokenizer, template.format(q=prompt))
         answer = [int(t) for t in token_ids[row, mask[row]]]
         sequences.append((before + answer + after, len(before), len(answer)))
-    width = -(-max(len(ids) for ids, _, _ in sequences) // LENGTH_BUCKET) * LENGTH_BUCKET
+    longest = max(len(ids) for ids, _, _ in sequences)
+    width = -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET
+    limit = getattr(model.backbone, "max_sequence_length", None)  # learned positions
+    if limit is not None:
+        if longest > limit:
+            raise ValueError(
+                f"An eliciting prompt holds {longest} tokens, more than the model's "
+                f"{limit} positions: pass a shorter `template`."
+            )
+        width = min(width, limit)
     rows = min(ROWS_PER_PASS, len(sequences))
     attend = model._query_attention_function()
     for first in range(0, len(sequences), rows):

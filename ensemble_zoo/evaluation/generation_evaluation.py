@@ -34,7 +34,8 @@ the wrong answers (and, given OOD prompts, the OOD ones):
   top alternatives (`greedy_alternatives`);
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
-  its single-model, attention, prompt-free and CSL estimators, prefixed with
+  its single-model, attention, prompt-free, TokenSAR and CSL estimators,
+  prefixed with
   its name (`base_model: perplexity`, ...): a single model's uncertainty
   ranks its own answers.
 

@@ -104,10 +104,11 @@ def checked_outputs(outputs, required, optional):
         if np.isnan(value[where]).any():
             raise ValueError(f"`outputs['{name}']` has NaN values at generated tokens.")
         arrays[name] = value
-    if arrays["member_log_probs"].shape != arrays["member_entropy"].shape:
-        raise ValueError(
-            "`outputs['member_log_probs']` and `outputs['member_entropy']` must have the "
-            f"same shape; got {arrays['member_log_probs'].shape} and "
-            f"{arrays['member_entropy'].shape}."
-        )
+    members = arrays["member_log_probs"].shape
+    for name, value in arrays.items():
+        if name.startswith("member_") and value.shape != members:
+            raise ValueError(
+                f"`outputs['member_log_probs']` and `outputs['{name}']` must have the "
+                f"same shape (batch, members, length); got {members} and {value.shape}."
+            )
     return mask, arrays

@@ -138,16 +138,18 @@ def test_each_estimator_costs_the_work_it_reads(evaluated):
     assert costs["claim_conditioned_probability"] > figures
     assert costs["pointwise_mutual_information"] > figures
     times = {"plain": 1.0, "figures": 1.5, "sampling": 4.0, "greedy_nli": 0.5}
-    times.update(alternatives=2.0, prompt_free=1.0)
+    times.update(alternatives=2.0, prompt_free=1.0, eliciting=3.0, relevance=0.5)
     assert estimator_costs(
         times,
         100,
-        ["a", "b", "c", "d", "e"],
+        ["a", "b", "c", "d", "e", "f", "g"],
         sampling=("b",),
         greedy_nli=("c",),
         alternatives=("d",),
         prompt_free=("e",),
-    ) == pytest.approx({"a": 5.0, "b": 45.0, "c": 50.0, "d": 25.0, "e": 15.0})
+        eliciting=("f",),
+        relevance=("g",),
+    ) == pytest.approx({"a": 5.0, "b": 45.0, "c": 50.0, "d": 25.0, "e": 15.0, "f": 35.0, "g": 10.0})
 
 
 def test_pointwise_mutual_information_scores_the_answers_without_their_prompt(evaluated):
@@ -328,11 +330,16 @@ def test_csl_reads_the_eliciting_prompts_last_token_attention(evaluated, monkeyp
     from ensemble_zoo.evaluation.eliciting_prompt import CSL_SUFFIX
     from ensemble_zoo.evaluation.eliciting_prompt import CSL_TEMPLATE
 
+    from ensemble_zoo.evaluation import eliciting_prompt
+
     model, (questions, _, _), report = evaluated
     model.compile(sampler="greedy")
     prompts = questions[:3]
     out = model.generate(prompts, max_length=12, return_uncertainty=True)
+    # Two sequences a pass: two passes, the second with a filler row.
+    monkeypatch.setattr(eliciting_prompt, "ROWS_PER_PASS", 2)
     got = ez.evaluation.eliciting_attention(model, prompts, out)["member_eliciting_attention"]
+    monkeypatch.undo()
     mask = out["generated_mask"]
     tokenizer = model.preprocessor.tokenizer
 
@@ -361,6 +368,8 @@ def test_csl_reads_the_eliciting_prompts_last_token_attention(evaluated, monkeyp
     )
     with pytest.raises(ValueError, match="template"):
         ez.evaluation.eliciting_attention(model, prompts, out, template="no question")
+    with pytest.raises(ValueError, match="other braces"):
+        ez.evaluation.eliciting_attention(model, prompts, out, template="{q} {a}")
     with pytest.raises(ValueError, match="one string per row"):
         ez.evaluation.eliciting_attention(model, prompts[:2], out)
 

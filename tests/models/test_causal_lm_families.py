@@ -93,13 +93,19 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
     if family in ROUTE_FAMILIES:
         # The teacher-forced pass through the route (one token per row,
         # each at its position) records the decode loop's weights.
-        scored = ensemble.score_uncertainty(out["token_ids"], prompt_mask=PROMPT["padding_mask"])
+        scored = ensemble.score_uncertainty(
+            out["token_ids"], prompt_mask=PROMPT["padding_mask"], attention=True
+        )
         generated = out["generated_mask"][:, None, None, None]
         np.testing.assert_allclose(
             np.where(generated, scored["member_self_attention"], 0.0),
             out["member_self_attention"],
             atol=1e-5,
         )
+        # Its figures are those of keras-hub's own attention path.
+        plain = ensemble.score_uncertainty(out["token_ids"], prompt_mask=PROMPT["padding_mask"])
+        assert "member_self_attention" not in plain
+        np.testing.assert_allclose(scored["log_prob"], plain["log_prob"], atol=1e-5)
 
     rng = np.random.default_rng(0)
     for adapter in ensemble.adapters:

@@ -66,7 +66,9 @@ def test_members_equal_the_model_with_merged_adapters_and_figures_equal_scoring(
         assert np.abs(logits[:, 0] - logits[:, 1]).max() > 1e-2
         out = ensemble.generate(PROMPTS, max_length=14, return_uncertainty=True)
         generated = out["generated_mask"]
-        scored = ensemble.score_uncertainty(out["token_ids"], prompt_mask=~generated)
+        scored = ensemble.score_uncertainty(
+            out["token_ids"], prompt_mask=~generated, attention=True
+        )
         # The decode loop's cached steps against one pass over the
         # sequence: float32 forward passes of 18 layers differ at 1e-5
         # relative (the figures themselves: tests/ops/test_token_uncertainty.py).

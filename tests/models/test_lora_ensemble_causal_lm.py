@@ -284,6 +284,8 @@ def test_config_round_trip_and_clear_errors(pair):
         ensemble.score_uncertainty(tokens, np.ones((2, 3), bool))
     with pytest.raises(ValueError, match="chunk_size"):
         ensemble.score_uncertainty(tokens, chunk_size=0)
+    with pytest.raises(TypeError, match="attention"):
+        ensemble.score_uncertainty(tokens, attention="yes")
 
 
 def test_scoring_chunks_are_sized_by_the_vocabulary_and_record_no_gradients(pair):

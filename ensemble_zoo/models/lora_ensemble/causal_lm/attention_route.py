@@ -1,5 +1,6 @@
-"""The attention weights of a decode step, read where keras-hub computes
-attention, with no second forward pass.
+"""The attention weights of a decode step (and of a teacher-forced pass),
+read where keras-hub computes attention: the decode records them with no
+second forward pass.
 
 RAUQ and the attention score (`ez.metrics.rauq`, `attention_score`) need,
 at each generated token, the weight that each head of a layer gives to
@@ -427,5 +428,11 @@ def _routed_pass(model, inputs, queries=None):
         raise ValueError(
             f"{len(weights)} of the decoder's {blocks} attention layers took keras-hub's "
             "attention route: the attention weights cannot be recorded."
+        )
+    heads = model._recorded_attention.heads
+    if any(ops.shape(w)[-1] != heads for w in weights):
+        raise ValueError(
+            f"The decoder's attention layers have {[ops.shape(w)[-1] for w in weights]} "
+            f"query heads; its backbone says {heads}."
         )
     return hidden, weights, rows

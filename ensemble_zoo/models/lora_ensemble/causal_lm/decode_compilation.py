@@ -28,6 +28,7 @@ import contextlib
 import itertools
 
 import keras
+from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.causal_lm import attention_route
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
@@ -246,16 +247,17 @@ def decode_function(model, sampler, stop_token_ids):
 
 
 def scoring_function(model):
-    """`(token_ids, padding_mask, prompt_mask, chunk_size) -> figures` of
-    `teacher_forcing.chunked_figures` (`score_uncertainty`), compiled as
-    `pass_function` compiles it (`chunk_size` a Python int)."""
+    """`(token_ids, padding_mask, prompt_mask, chunk_size, attention) ->
+    figures` of `teacher_forcing.chunked_figures` (`score_uncertainty`),
+    compiled as `pass_function` compiles it (`chunk_size` and `attention`
+    Python values)."""
 
-    def score(token_ids, padding_mask, prompt_mask, chunk_size):
+    def score(token_ids, padding_mask, prompt_mask, chunk_size, attention):
         return teacher_forcing.chunked_figures(
-            model, token_ids, padding_mask, chunk_size, prompt_mask
+            model, token_ids, padding_mask, chunk_size, prompt_mask, attention
         )
 
-    return pass_function(model, score, static_argnums=(3,))
+    return pass_function(model, score, static_argnums=(3, 4))
 
 
 def query_attention_function(model):
@@ -271,13 +273,18 @@ def query_attention_function(model):
 
 
 def block_input_function(model, block_index):
-    """`(token_ids, padding_mask) -> rows` of
-    `member_forward.member_block_input` (EigenScore's embeddings), compiled
-    as `pass_function` compiles it."""
+    """`(token_ids, padding_mask, positions) -> (batch, hidden_dim)`: the
+    members' mean of `member_forward.member_block_input` at one position
+    per sequence (EigenScore's embeddings), in float32, compiled as
+    `pass_function` compiles it."""
 
-    def block_input(token_ids, padding_mask):
+    def block_input(token_ids, padding_mask, positions):
         inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
-        return member_block_input(model, inputs, block_index)
+        rows = member_block_input(model, inputs, block_index)
+        batch, length = ops.shape(token_ids)
+        rows = ops.reshape(ops.cast(rows, "float32"), (batch, model.num_members, length, -1))
+        mean = ops.mean(rows, axis=1)
+        return ops.take_along_axis(mean, positions[:, None, None], axis=1)[:, 0]
 
     return pass_function(model, block_input)
 

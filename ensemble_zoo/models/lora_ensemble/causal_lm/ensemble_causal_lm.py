@@ -171,15 +171,11 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
         """`(batch, length, figures)`: position `t > 0` holds the figures
         of token `t` given tokens `< t` (position 0: zeros); the
         expectation-of-products weights count the tokens outside
-        `prompt_mask`."""
-        return self._chunked_figures(
-            token_ids, ops.ones_like(token_ids, dtype="bool"), prompt_mask=prompt_mask
-        )
-
-    def _chunked_figures(self, token_ids, padding_mask, chunk_size=None, prompt_mask=None):
-        """`teacher_forcing.chunked_figures` of this model."""
+        `prompt_mask`; the attention weights after them where the family
+        takes keras-hub's attention route (beam and contrastive search's
+        figures)."""
         return teacher_forcing.chunked_figures(
-            self, token_ids, padding_mask, chunk_size, prompt_mask
+            self, token_ids, ops.ones_like(token_ids, dtype="bool"), None, prompt_mask, True
         )
 
     def _scoring_function(self):
@@ -342,7 +338,9 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             self, inputs, max_length, stop_token_ids, strip_prompt, return_uncertainty, sampler
         )
 
-    def score_uncertainty(self, token_ids, padding_mask=None, chunk_size=None, prompt_mask=None):
+    def score_uncertainty(
+        self, token_ids, padding_mask=None, chunk_size=None, prompt_mask=None, attention=False
+    ):
         """Per-token uncertainty of given text, teacher-forced.
 
         The backbone runs once over the sequence; the vocabulary
@@ -367,6 +365,12 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
                 likelihoods weigh the expectation-of-products figures
                 (`ep_*`). Pass the prompts' mask to reproduce `generate`'s
                 figures; by default every token from position 1 counts.
+            attention: bool (default `False`): also the attention weights
+                that `generate` records (the families that take keras-hub's
+                attention route), from a pass through that route, which
+                holds each layer's `(rows, heads, length, length)` weights
+                while it runs where keras-hub's own attention may use a
+                fused kernel.
 
         Returns:
             dict of NumPy arrays: the figures of `generate(...,
@@ -377,14 +381,17 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             distances from uniform `(batch, length)`; `member_log_probs`,
             `member_entropy` and the `member_` distances `(batch, members,
             length)`; `loss_prediction` with a loss predictor attached;
-            and where the family takes keras-hub's attention route, the
-            attention weights `generate` records, `member_self_attention`
+            and with `attention`, where the family takes keras-hub's
+            attention route, the weights `generate` records,
+            `member_self_attention`
             with `attention_layers`, `attention_score_layer` and
             `vocabulary_size`): position `t` holds the figures of token
             `t` given tokens `< t` (position 0 and padded positions hold 0).
         """
         if chunk_size is not None:
             chunk_size = check_positive_int(chunk_size, "chunk_size")
+        if not isinstance(attention, (bool, np.bool_)):
+            raise TypeError(f"`attention` must be a bool; got {attention!r}.")
         token_ids, padding_mask = check_token_batch(
             token_ids, padding_mask, self.backbone.vocabulary_size, min_length=2
         )
@@ -403,6 +410,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             ops.convert_to_tensor(padding_mask, "bool"),
             ops.convert_to_tensor(prompt_mask, "bool"),
             chunk_size,
+            bool(attention),
         )
         figures = ops.convert_to_numpy(figures)
         valid[:, 0] = False
@@ -410,7 +418,7 @@ class EnsembleCausalLM(CausalLMLoopsMixin):
             figures,
             valid,
             self.num_members,
-            self._recorded_attention,
+            self._recorded_attention if attention else None,
             self.backbone.vocabulary_size,
         )
 

@@ -233,10 +233,8 @@ def answer_embeddings(model, outputs):
     token_ids = np.asarray(outputs["token_ids"], "int32")
     padding = np.asarray(outputs["padding_mask"], bool)
     last = np.maximum(padding.shape[1] - 1 - np.argmax(padding[:, ::-1], axis=1) - 1, 0)
-    hidden = model._block_input_function()(token_ids, padding)
-    hidden = np.asarray(ops.convert_to_numpy(ops.cast(hidden, "float32")), np.float64)
-    hidden = hidden.reshape((len(token_ids), model.num_members) + hidden.shape[1:]).mean(axis=1)
-    return hidden[np.arange(len(token_ids)), last]
+    hidden = model._block_input_function()(token_ids, padding, last.astype("int32"))
+    return np.asarray(ops.convert_to_numpy(hidden), np.float64)
 
 
 def default_sampler(model, seed=None):

@@ -40,13 +40,18 @@ def positions_per_chunk(num_members, vocabulary_size, budget=FIGURE_BUDGET):
     return max(1, budget // (num_members * vocabulary_size))
 
 
-def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask=None):
+def chunked_figures(
+    model, token_ids, padding_mask, chunk_size=None, prompt_mask=None, attention=False
+):
     """Teacher-forced figures `(batch, length, figures)` (position 0:
-    zeros), and where the family takes keras-hub's attention route
-    (`model._recorded_attention`) the attention weights after them, as
-    the decode loop records them: at position `t`, the weight each head of
-    the recorded layers gives from position `t - 1` to itself
-    (`attention_route.routed_member_hidden`).
+    zeros), and with `attention`, where the family takes keras-hub's
+    attention route (`model._recorded_attention`), the attention weights
+    after them, as the decode loop records them: at position `t`, the
+    weight each head of the recorded layers gives from position `t - 1` to
+    itself (`attention_route.routed_member_hidden`). That pass holds each
+    layer's `(rows, heads, length, length)` weights while it runs, where
+    keras-hub's own attention may use a fused kernel: it is asked for, not
+    the default of `score_uncertainty`.
 
     The backbone runs once over the sequence; the vocabulary projection
     and the figures run `chunk_size` positions at a time
@@ -59,7 +64,7 @@ def chunked_figures(model, token_ids, padding_mask, chunk_size=None, prompt_mask
     """
     num_members = model.num_members
     inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
-    if model._recorded_attention is None:
+    if not attention or model._recorded_attention is None:
         hidden, attention = member_hidden(model, inputs, training=False), None
     else:
         hidden, attention = routed_member_hidden(model, inputs)  # (rows, length, hidden)
