@@ -300,7 +300,7 @@ def test_scoring_chunks_are_sized_by_the_vocabulary_and_record_no_gradients(pair
     _, _, ensemble = pair
     tokens = np.concatenate([PROMPT["token_ids"], PROMPT["token_ids"]], axis=1)
     figures = ensemble._scoring_function()(
-        tokens, np.ones_like(tokens, bool), np.zeros_like(tokens, bool), 3
+        tokens, np.ones_like(tokens, bool), np.zeros_like(tokens, bool), 3, False
     )
     assert not getattr(figures, "requires_grad", False)
     whole = ensemble.score_uncertainty(tokens)
