@@ -7,16 +7,25 @@ subtract from each answer token's log-likelihood given the prompt,
 the prompt, `log p(y_t | y_<t)`. lm-polygraph reads the second from one
 more forward pass over the answer alone (its `GreedyLMProbsCalculator`:
 the decoded answer tokenised again, so with the tokenizer's start token
-in front). Here that pass is one teacher-forced `score_uncertainty` over
-the preprocessor's tokens of the empty prompt (its start token, where it
-adds one) followed by the answer's generated tokens, for every member at
-once; the ensemble's prompt-free probability is its predictive one, the
-members' mean. `ez.metrics.sequence_uncertainty` reads the two arrays
-this returns.
+in front). Here that pass is one teacher-forced forward of every member
+at once over the preprocessor's tokens of the empty prompt (its start
+token, where it adds one) followed by the answer's generated tokens,
+`LOGIT_BUDGET` member logits at a time (the members' log-probabilities
+of the taken tokens only: none of `score_uncertainty`'s figures, whose
+vocabulary-wide work would cost several times the decode's); the
+ensemble's prompt-free probability is its predictive one, the members'
+mean. `ez.metrics.sequence_uncertainty` reads the two arrays this
+returns.
 """
 
 import numpy as np
 from keras import ops
+
+from ensemble_zoo.utils.backend import no_gradients
+
+#: Values of member logits one forward holds (256 MiB in float32): the
+#: answers are scored that many rows at a time.
+LOGIT_BUDGET = 2**26
 
 
 def prompt_free_prefix(model):
@@ -85,11 +94,32 @@ def prompt_free_log_probs(model, outputs):
         end = len(prefix) + counts[row]
         ids[row, len(prefix) : end] = token_ids[row, mask[row]]
         padding[row, :end] = True
-    scored = model.score_uncertainty(ids, padding)
+    scored = _taken_log_probs(model, ids, padding)  # (batch, members, width)
     ensemble = np.zeros(mask.shape, "float32")
     members = np.zeros((len(mask), model.num_members) + mask.shape[1:], "float32")
     for row in range(len(mask)):
         answer = slice(len(prefix), len(prefix) + counts[row])
-        ensemble[row, mask[row]] = scored["log_prob"][row, answer]
-        members[row][:, mask[row]] = scored["member_log_probs"][row][:, answer]
+        taken = scored[row][:, answer]
+        mean = np.logaddexp.reduce(taken, axis=0) - np.log(model.num_members)
+        ensemble[row, mask[row]] = mean
+        members[row][:, mask[row]] = taken
     return {"prompt_free_log_prob": ensemble, "member_prompt_free_log_probs": members}
+
+
+def _taken_log_probs(model, token_ids, padding_mask):
+    """Each member's `log p(token t | tokens < t)`, float64 `(batch,
+    members, length)` (position 0: 0), `LOGIT_BUDGET` member logits at a
+    time, without gradients."""
+    batch, length = token_ids.shape
+    vocabulary = model.backbone.vocabulary_size
+    rows = max(1, LOGIT_BUDGET // (model.num_members * length * vocabulary))
+    out = np.zeros((batch, model.num_members, length))
+    for start in range(0, batch, rows):
+        part = slice(start, start + rows)
+        with no_gradients():
+            logits = model({"token_ids": token_ids[part], "padding_mask": padding_mask[part]})
+            log_p = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)[:, :, :-1]
+            taken = ops.convert_to_tensor(token_ids[part, 1:], "int32")[:, None, :, None]
+            taken = ops.take_along_axis(log_p, taken, axis=-1)[..., 0]
+            out[part, :, 1:] = np.asarray(ops.convert_to_numpy(taken), np.float64)
+    return out
