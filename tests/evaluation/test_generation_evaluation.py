@@ -327,10 +327,9 @@ def test_csl_reads_the_eliciting_prompts_last_token_attention(evaluated, monkeyp
     softmax of keras-hub's own attention layers in each member's merged
     model, over the start token, the template, the answer and the suffix;
     CSL is lm-polygraph's on them (the ensemble's: the members' mean)."""
+    from ensemble_zoo.evaluation import eliciting_prompt
     from ensemble_zoo.evaluation.eliciting_prompt import CSL_SUFFIX
     from ensemble_zoo.evaluation.eliciting_prompt import CSL_TEMPLATE
-
-    from ensemble_zoo.evaluation import eliciting_prompt
 
     model, (questions, _, _), report = evaluated
     model.compile(sampler="greedy")
