@@ -35,9 +35,8 @@ the wrong answers (and, given OOD prompts, the OOD ones):
 - for each single model (by default the frozen model the ensemble was
   built on, `base_model`), its own greedy answers, their correctness and
   its single-model, attention, prompt-free, TokenSAR and CSL estimators,
-  prefixed with
-  its name (`base_model: perplexity`, ...): a single model's uncertainty
-  ranks its own answers.
+  prefixed with its name (`base_model: perplexity`, ...): a single
+  model's uncertainty ranks its own answers.
 
 Per estimator: `wrong_answer_auroc` (`ez.metrics.answer_auroc`), `prr`
 (`prediction_rejection_ratio`, lm-polygraph's), `aurc`

@@ -10,7 +10,7 @@ the decoded answer tokenised again, so with the tokenizer's start token
 in front). Here that pass is one teacher-forced forward of every member
 at once over the preprocessor's tokens of the empty prompt (its start
 token, where it adds one) followed by the answer's generated tokens,
-`LOGIT_BUDGET` member logits at a time (the members' log-probabilities
+`greedy_alternatives.LOGIT_BUDGET` member logits at a time (the members' log-probabilities
 of the taken tokens only: none of `score_uncertainty`'s figures, whose
 vocabulary-wide work would cost several times the decode's); the
 ensemble's prompt-free probability is its predictive one, the members'
@@ -21,11 +21,8 @@ returns.
 import numpy as np
 from keras import ops
 
+from ensemble_zoo.evaluation.greedy_alternatives import LOGIT_BUDGET
 from ensemble_zoo.utils.backend import no_gradients
-
-#: Values of member logits one forward holds (256 MiB in float32): the
-#: answers are scored that many rows at a time.
-LOGIT_BUDGET = 2**26
 
 
 def prompt_free_prefix(model):
