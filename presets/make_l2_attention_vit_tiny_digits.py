@@ -34,8 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "l2_attention_vit_tiny_digits"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+def arguments(description):
+    """The training options both Lipschitz-attention presets take."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--epochs", type=int, default=150)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
@@ -43,14 +44,23 @@ def main():
         "--convert", action="store_true", help="start from vit_tiny_digits instead of seed 0"
     )
     parser.add_argument("--output", default=HERE)
-    args = parser.parse_args()
+    return parser
 
+
+def main():
+    args = arguments(__doc__).parse_args()
+    train_and_save(NAME, ez.models.L2AttentionViTBackbone, {}, "l2 attention", args)
+
+
+def train_and_save(name, backbone_cls, method_config, method, args):
+    """Trains a `backbone_cls` ViT as `vit_tiny_digits` was (or converts
+    that preset's with `--convert`) and saves it as the preset `name`."""
     keras.utils.set_random_seed(0)
     if not args.convert:
-        backbone = ez.models.L2AttentionViTBackbone(**BACKBONE)
+        backbone = backbone_cls(**BACKBONE, **method_config)
     else:
         base = ez.models.DeepEnsembleClassifier.from_preset("vit_tiny_digits").members[0]
-        backbone = ez.models.L2AttentionViTBackbone.from_backbone(base.backbone)
+        backbone = backbone_cls.from_backbone(base.backbone, **method_config)
     model = keras_hub.models.ViTImageClassifier(
         backbone=backbone, num_classes=NUM_CLASSES, preprocessor=None, name="member_0"
     )
@@ -69,27 +79,27 @@ def main():
     model.fit(train, epochs=args.epochs, verbose=2)
     # Like every trained digits preset, it takes raw images (its converter).
     ensemble = ez.models.DeepEnsembleClassifier(
-        [model], preprocessor=ez.datasets.image_preprocessor("digits"), name=NAME
+        [model], preprocessor=ez.datasets.image_preprocessor("digits"), name=name
     )
     ensemble.save_to_preset(
-        os.path.join(args.output, NAME),
+        os.path.join(args.output, name),
         metadata={
             "dataset": "digits",
             "training": (
                 ("vit_tiny_digits, fine-tuned" if args.convert else "trained from seed 0")
-                + f" with L2 self-attention, {args.epochs} epochs, batch "
+                + f" with {method}, {args.epochs} epochs, batch "
                 f"{args.batch_size}, AdamW (lr {args.learning_rate:g} cosine to 0, weight decay "
                 "0.05), +-1 pixel random translation, backend " + keras.config.backend()
             ),
-            "script": "presets/make_l2_attention_vit_tiny_digits.py",
-            "backbone": BACKBONE,
-            "method": "l2 attention",
+            "script": f"presets/make_{name}.py",
+            "backbone": {**BACKBONE, **method_config},
+            "method": method,
             "base_preset": "vit_tiny_digits",
-            "description": ez.presets.PRESETS[NAME]["description"],
+            "description": ez.presets.PRESETS[name]["description"],
             "metrics": test_metrics(ensemble),
         },
     )
-    print(NAME, ez.presets.preset_metadata(os.path.join(args.output, NAME))["metrics"])
+    print(name, ez.presets.preset_metadata(os.path.join(args.output, name))["metrics"])
 
 
 if __name__ == "__main__":

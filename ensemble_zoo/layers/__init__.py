@@ -6,6 +6,7 @@ from ensemble_zoo.layers.grouped_layer_normalization import GroupedLayerNormaliz
 from ensemble_zoo.layers.head_mask import HeadMask
 from ensemble_zoo.layers.hydra_attention import HydraAttention
 from ensemble_zoo.layers.l2_attention import L2MultiHeadAttention
+from ensemble_zoo.layers.lipschitz_regularized_attention import LipschitzRegularizedAttention
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
 from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExpertKernel
 from ensemble_zoo.layers.lora_ensemble_experts import LoRAEnsembleExperts

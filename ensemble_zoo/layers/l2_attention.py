@@ -106,10 +106,9 @@ class L2MultiHeadAttention(keras.layers.Layer):
     def call(self, query, value=None, key=None, attention_mask=None, training=None):
         if not (_same(query, value) and _same(query, key)):
             raise ValueError(
-                "L2MultiHeadAttention is self-attention (Kim et al. tie the queries and keys): "
+                f"{type(self).__name__} is self-attention (it ties the queries and keys): "
                 "call it as `layer(x)` or `layer(x, x)`."
             )
-        scale = 1.0 / math.sqrt(self.key_dim)
         projected = ops.einsum("btd,dhk->bthk", query, self.query_kernel)
         # The distances in float32: `|a|^2 + |b|^2 - 2 a.b` cancels, and a
         # low-precision policy left the diagonal's zeros at up to 32.
@@ -118,14 +117,13 @@ class L2MultiHeadAttention(keras.layers.Layer):
         products = ops.einsum("bihk,bjhk->bhij", exact, exact)
         norms = ops.transpose(squared, (0, 2, 1))  # (batch, heads, tokens)
         distances = ops.maximum(norms[..., :, None] + norms[..., None, :] - 2.0 * products, 0.0)
-        logits = -distances * scale
+        logits = self.attention_logits(distances, query, norms)
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)
             logits = ops.where(mask, logits, ops.full_like(logits, -1e9))
         weights = ops.softmax(logits, axis=-1)
         weights = self.dropout_layer(ops.cast(weights, self.compute_dtype), training=training)
-        mixing = ops.einsum("dhk,dhv->hkv", self.query_kernel, self.value_kernel) * scale
-        values = ops.einsum("bthk,hkv->bthv", projected, mixing)
+        values = self.head_values(query, projected)
         if self.use_bias:
             values = values + self.value_bias
         heads = ops.einsum("bhij,bjhv->bihv", weights, values)
@@ -134,17 +132,37 @@ class L2MultiHeadAttention(keras.layers.Layer):
             out = out + self.output_bias
         return out
 
+    def attention_logits(self, distances, inputs, squared_norms):
+        """The softmax's input: minus the squared distances over
+        `sqrt(key_dim)`.
+
+        Args:
+            distances: float32 `(batch, heads, tokens, tokens)`, the squared
+                distances of the projected tokens.
+            inputs: the layer's input `(batch, tokens, dim)`.
+            squared_norms: float32 `(batch, heads, tokens)`, the projected
+                tokens' squared norms.
+        """
+        return -distances / math.sqrt(self.key_dim)
+
+    def head_values(self, inputs, projected):
+        """What each head averages, `X A_h W^V_h` (before the value bias):
+        `(batch, tokens, heads, key_dim)`."""
+        mixing = ops.einsum("dhk,dhv->hkv", self.query_kernel, self.value_kernel)
+        return ops.einsum("bthk,hkv->bthv", projected, mixing / math.sqrt(self.key_dim))
+
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return query_shape
 
     @classmethod
-    def from_multi_head_attention(cls, layer):
+    def from_multi_head_attention(cls, layer, **kwargs):
         """An L2 self-attention in place of a built
         `keras.layers.MultiHeadAttention`: its heads, dropout and bias
         setting; its query, value and output projections' weights (the
         shared projection is its query's; its key projection is dropped).
         Trained as dot-product attention, the weights give another function
-        here: fine-tune after converting."""
+        here: fine-tune after converting. `kwargs` go to the constructor
+        (a subclass's own arguments)."""
         if not isinstance(layer, keras.layers.MultiHeadAttention) or not layer.built:
             raise TypeError(f"`layer` must be a built keras MultiHeadAttention; got {layer!r}.")
         if layer.attention_axes not in (None, (1,)) or layer._output_shape is not None:
@@ -167,6 +185,7 @@ class L2MultiHeadAttention(keras.layers.Layer):
             use_bias=layer.use_bias,
             name=layer.name,
             dtype=layer.dtype_policy,
+            **kwargs,
         )
         new.build((None, None, dim))
         new.query_kernel.assign(query.kernel)

@@ -3,6 +3,7 @@
 from ensemble_zoo.models import method_registry
 from ensemble_zoo.models.baselines import CLIPZeroShotClassifier
 from ensemble_zoo.models.baselines import L2AttentionViTBackbone
+from ensemble_zoo.models.baselines import LRFormerViTBackbone
 from ensemble_zoo.models.baselines import MCDropoutBackbone
 from ensemble_zoo.models.baselines import MCDropoutClassifier
 from ensemble_zoo.models.baselines import class_prompt_token_ids

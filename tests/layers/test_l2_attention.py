@@ -1,5 +1,6 @@
 """L2 self-attention against Kim et al.'s formula in NumPy (the explicit
-`A_h = W_h W_h^T / sqrt(d)` form), and its conversion from Keras'
+`A_h = W_h W_h^T / sqrt(d)` form), LRFormer's Lipschitz-regularized
+attention against its formula, and their conversion from Keras'
 `MultiHeadAttention`."""
 
 import keras
@@ -8,6 +9,7 @@ import pytest
 from zoo_testing import to_np
 
 from ensemble_zoo.layers import L2MultiHeadAttention
+from ensemble_zoo.layers import LipschitzRegularizedAttention
 
 
 def np_l2_attention(x, wq, wv, bv, wo, bo):
@@ -73,3 +75,54 @@ def test_equals_the_papers_formula_and_converts_from_multi_head_attention():
         L2MultiHeadAttention.from_multi_head_attention(keras.layers.Dense(3))
     with pytest.raises(ValueError, match="`num_heads` must be a positive integer"):
         L2MultiHeadAttention(num_heads=0, key_dim=3)
+
+
+def np_lipschitz_regularized_attention(x, alpha, wq, wv, bv, wo, bo):
+    """LRFormer's LRSA: per head softmax of minus alpha times the squared
+    distances over ||X W_h||_F max_t ||x_t||, times X W^V_h, heads
+    concatenated, times W^O."""
+    heads = wq.shape[1]
+    out = np.zeros(x.shape[:2] + (heads, wv.shape[2]))
+    largest = np.linalg.norm(x, axis=-1).max(-1)  # (batch,)
+    for b in range(x.shape[0]):
+        for h in range(heads):
+            q = x[b] @ wq[:, h]
+            bound = np.linalg.norm(q) * largest[b] + 1e-10
+            logits = -alpha * ((q[:, None] - q[None, :]) ** 2).sum(-1) / bound
+            p = np.exp(logits - logits.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            out[b, :, h] = p @ (x[b] @ wv[:, h] + bv[h])
+    return np.einsum("bthv,hvd->btd", out, wo) + bo
+
+
+def test_lipschitz_regularized_attention_equals_lrformers_formula():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 5, 8)).astype("float32")
+    x[1] *= 4.0  # another input scale: the bound is per input
+    layer = LipschitzRegularizedAttention(num_heads=2, key_dim=3, alpha=7.0)
+    layer.build(x.shape)
+    for w in layer.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.5)
+    expected = np_lipschitz_regularized_attention(
+        x.astype("float64"),
+        7.0,
+        *(to_np(w).astype("float64") for w in (layer.query_kernel, layer.value_kernel)),
+        to_np(layer.value_bias),
+        to_np(layer.output_kernel),
+        to_np(layer.output_bias),
+    )
+    np.testing.assert_allclose(to_np(layer(x)), expected, rtol=1e-4, atol=1e-4)
+    # Each input's attention depends on itself alone.
+    np.testing.assert_allclose(to_np(layer(x[1:2])), expected[1:2], rtol=1e-4, atol=1e-4)
+    restored = LipschitzRegularizedAttention.from_config(layer.get_config())
+    assert restored.get_config() == layer.get_config()
+    assert restored.alpha == 7.0
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3)
+    mha(x, x)
+    converted = LipschitzRegularizedAttention.from_multi_head_attention(mha, alpha=3.0)
+    assert isinstance(converted, LipschitzRegularizedAttention) and converted.alpha == 3.0
+    np.testing.assert_array_equal(to_np(converted.value_kernel), to_np(mha.value_dense.kernel))
+    with pytest.raises(ValueError, match="LipschitzRegularizedAttention is self-attention"):
+        layer(x, x[:, ::-1])
+    with pytest.raises(ValueError, match="`alpha` must lie in"):
+        LipschitzRegularizedAttention(num_heads=2, key_dim=3, alpha=0.0)

@@ -1,6 +1,7 @@
 from ensemble_zoo.models.baselines.clip_zero_shot_classifier import CLIPZeroShotClassifier
 from ensemble_zoo.models.baselines.clip_zero_shot_classifier import class_prompt_token_ids
 from ensemble_zoo.models.baselines.l2_attention_backbone import L2AttentionViTBackbone
+from ensemble_zoo.models.baselines.lrformer_backbone import LRFormerViTBackbone
 from ensemble_zoo.models.baselines.mc_dropout_backbone import MCDropoutBackbone
 from ensemble_zoo.models.baselines.mc_dropout_classifier import MCDropoutClassifier
 from ensemble_zoo.models.method_registry import Method

@@ -1,4 +1,4 @@
-"""The MC-dropout presets that ship with ensemble_zoo: name -> directory
+"""The baseline presets that ship with ensemble_zoo: name -> directory
 under the preset root and a one-line description.
 
 Pure data, no imports: `ensemble_zoo.presets.registry` and the command line
@@ -18,6 +18,14 @@ PRESETS = {
         "description": (
             "The vit_tiny_digits ViT with L2 self-attention (Kim et al. 2021; the "
             "LoRA-Ensemble paper's L2 baseline), trained as vit_tiny_digits: a single model."
+        ),
+    },
+    "lrformer_vit_tiny_digits": {
+        "path": "lrformer_vit_tiny_digits",
+        "description": (
+            "The vit_tiny_digits ViT with LRFormer's Lipschitz-regularized self-attention "
+            "(Ye et al. 2023; the LoRA-Ensemble paper's LRFormer baseline), trained as "
+            "vit_tiny_digits: a single model."
         ),
     },
     "clip_zero_shot_tiny_digits": {

@@ -52,10 +52,14 @@ class L2AttentionViTBackbone(MethodBackbone, keras_hub.models.ViTBackbone):
     """
 
     def apply_method(self):
-        layers = attention_layers(self)
-        if not layers:
-            raise ValueError(f"{type(self).__name__} found no MultiHeadAttention to replace.")
-        for parent, attribute, layer in layers:
-            replace_sublayer(
-                parent, attribute, L2MultiHeadAttention.from_multi_head_attention(layer)
-            )
+        replace_attention(self, L2MultiHeadAttention.from_multi_head_attention)
+
+
+def replace_attention(backbone, convert):
+    """Replaces every `keras.layers.MultiHeadAttention` of `backbone`
+    (found by type) with `convert(layer)`; raises if there is none."""
+    layers = attention_layers(backbone)
+    if not layers:
+        raise ValueError(f"{type(backbone).__name__} found no MultiHeadAttention to replace.")
+    for parent, attribute, layer in layers:
+        replace_sublayer(parent, attribute, convert(layer))
