@@ -3,7 +3,8 @@ the shipped presets `hydra_clip_zero_shot_tiny_digits` (3 members) and
 `clip_zero_shot_tiny_digits`, per batch size, timed in alternation
 (`timing.interleaved_ms`, each compiled the backend's way:
 `timing.compiled_call`), and how often the ensemble's predicted class
-is the single model's.
+is the single model's. `--single` and `--hydra` take other presets (names
+or directories).
 
     KERAS_BACKEND=jax python benchmarks/zero_shot_hydra.py
 """
@@ -29,12 +30,16 @@ def main():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 256])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--torch-compile", action="store_true")
+    parser.add_argument("--single", default="clip_zero_shot_tiny_digits", help="preset or path")
+    parser.add_argument(
+        "--hydra", default="hydra_clip_zero_shot_tiny_digits", help="preset or path"
+    )
     args = parser.parse_args()
     TORCH_COMPILE["enabled"] = args.torch_compile
 
     load = ez.models.EnsembleClassifier.from_preset
-    single = load("clip_zero_shot_tiny_digits", preprocessor=None)
-    hydra = load("hydra_clip_zero_shot_tiny_digits", preprocessor=None)
+    single = load(args.single, preprocessor=None)
+    hydra = load(args.hydra, preprocessor=None)
     calls = {"single": compiled_call(single), "hydra": compiled_call(hydra)}
     x_all, _ = ez.datasets.load_arrays("digits", "test")
     print(f"device: {device_name()}")
