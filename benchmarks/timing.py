@@ -63,7 +63,17 @@ def compiled_call(model):
             return model(x, training=False)
 
     if TORCH_COMPILE["enabled"]:
-        forward = torch.compile(forward)
+        from ensemble_zoo.utils.backend import with_tracing_depth
+
+        # As the zoo's own compiled steps: the first call runs eagerly (a
+        # layer's first call sets state that dynamo breaks the graph on),
+        # and dynamo traces with a raised recursion limit.
+        compiled, eager = with_tracing_depth(torch.compile(forward)), forward
+        calls = []
+
+        def forward(x):
+            calls.append(None)
+            return (eager if len(calls) == 1 else compiled)(x)
 
     def call(x):
         with torch.no_grad():

@@ -14,8 +14,6 @@ import keras
 import numpy as np
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
-from ensemble_zoo.models.shared_trunk import SharedTrunkCall
-from ensemble_zoo.models.shared_trunk import draws_randomness
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
 
@@ -52,7 +50,7 @@ def member_head(dense, num_members, reuse_head):
     return head
 
 
-def member_heads_network(task, num_members, reuse_head=True, per_member=None):
+def member_heads_network(task, num_members, reuse_head=True):
     """`task`'s graph with a head per member.
 
     Args:
@@ -62,12 +60,6 @@ def member_heads_network(task, num_members, reuse_head=True, per_member=None):
             the backbone, which the result does not run, are frozen.
         num_members: int.
         reuse_head: bool, see `member_head`.
-        per_member: optional callable `(layer) -> bool`, whether a layer
-            of `task` computes differently for each member (the member
-            heads and layers that draw random numbers do as well): the
-            layers before the first such layer then run once, on one copy
-            of the rows (`shared_trunk`). `None`
-            (default) runs every layer on the member-major rows.
 
     Returns:
         `(network, heads)`: a functional model that takes member-major
@@ -91,17 +83,7 @@ def member_heads_network(task, num_members, reuse_head=True, per_member=None):
             return heads[-1]
         return layer
 
-    if per_member is None:
-        network = keras.models.clone_model(task, clone_function=replace)
-    else:
-        trunk = SharedTrunkCall(
-            num_members,
-            lambda layer: (
-                isinstance(layer, GroupedDense) or per_member(layer) or draws_randomness(layer)
-            ),
-        )
-        cloned = keras.models.clone_model(task, clone_function=replace, call_function=trunk)
-        network = keras.Model(cloned.input, trunk.network_outputs(cloned.output))
+    network = keras.models.clone_model(task, clone_function=replace)
     # The new functional model holds the task's layers: it takes its policy.
     network.dtype_policy = task.dtype_policy
     return network, heads

@@ -5,28 +5,25 @@ A network built for member-major rows (`(members * batch, ...)`, every
 member's copy of the batch) runs each layer on `members` copies. A layer
 that holds nothing of any one member (no member weights, no member mask)
 computes the same on every copy, so while its inputs are copies too it can
-run on one copy (`FirstMemberRows`) and the copies are made
-(`TileMembers`) only where the first layer that differs per member reads
-them: below it the network costs one pass, as the Hydra paper's zero-shot
+run on one copy (the first member's rows) and the copies are made
+(`ensemble_zoo.ops.tile_members`) only where the first layer that differs
+per member reads them: below it the network costs one pass, as the Hydra paper's zero-shot
 members that prune text heads only share their whole vision encoder, and as
 MIMO (Havasi et al. 2020, "Training independent subnetworks for robust
 prediction") shares a backbone. The members' results are unchanged: the
 shared layers compute on each copy what they compute on one.
 
-`SharedTrunkCall` is the `call_function` of `keras.models.clone_model`
-that does this for a functional network, given which layers differ per
-member. A layer that draws random numbers (dropout) differs per member in
-training, and counts as such (`draws_randomness`); Keras' implicit masks
-do not pass the tiling layers (keras-hub's models pass padding masks as
-inputs). The network's member-major inputs must be copies of one batch,
-as the tasks tile them: the trunk reads the first member's.
-
-`shared_trunk_call` does the same at call time, for a network that knows
-whether it trains (dropout differs per member only then): it walks the
-network's graph (`ensemble_zoo.utils.graph_walk`), into a keras-hub
-backbone nested in it, and `TrunkRows` tells which tensors are one copy.
+`shared_trunk_call` does this at call time, when the network knows
+whether it trains (a layer that draws random numbers, dropout, differs
+per member in training only): it walks the network's graph
+(`ensemble_zoo.utils.graph_walk`), into the nested models (a keras-hub
+backbone) that hold member layers, and `TrunkRows` tells which tensors
+are one copy. The network's member-major inputs must be copies of one
+batch, as the tasks tile them: the trunk reads the first member's.
 `LoRAEnsembleClassifier(..., adapted_layers=...)` runs it, with the
-blocks `site_blocks` finds; the causal LMs' forward pass
+blocks `site_blocks` finds, and so does every Hydra classifier
+(`HydraModelBackbone`: its layers where the members keep different heads
+are the member layers); the causal LMs' forward pass
 (`lora_ensemble.causal_lm.member_forward`) runs `TrunkRows` on their
 batch-major rows.
 """
@@ -36,8 +33,7 @@ from keras import ops
 
 from ensemble_zoo.layers.grouped_dense import GroupedDense
 from ensemble_zoo.layers.lora_ensemble_adapter import LoRAEnsembleAdapter
-from ensemble_zoo.layers.member_tiling import FirstMemberRows
-from ensemble_zoo.layers.member_tiling import TileMembers
+from ensemble_zoo.layers.member_selection import selected_count
 from ensemble_zoo.ops.member_tiling import tile_members
 from ensemble_zoo.utils import graph_walk
 
@@ -62,96 +58,34 @@ def draws_randomness(layer):
     return False
 
 
-class SharedTrunkCall:
-    """`keras.models.clone_model`'s `call_function` that runs the layers
-    no member differs in on one copy of the member-major rows.
-
-    The cloned network's inputs are member-major rows (copies of one
-    batch). A layer for which `per_member(layer)` is false, called only on
-    copies or on one copy, is called on one copy (taken by
-    `FirstMemberRows`); any other layer on the member-major rows (a copy
-    tiled back by `TileMembers` where needed). `network_outputs` tiles
-    what the network returns, so that it keeps its member-major outputs.
-
-    Args:
-        num_members: int.
-        per_member: callable `(layer) -> bool`: whether the layer computes
-            differently for each member (holds member weights or masks).
-    """
-
-    def __init__(self, num_members, per_member):
-        self.num_members = num_members
-        self.per_member = per_member
-        self._one_copy = {}  # id(member-major tensor) -> its one copy
-        self._tiled = {}  # id(one-copy tensor) -> its member-major rows
-        self._kept = []  # every tensor keyed above, so that ids stay unique
-
-    def _keep(self, tensor):
-        self._kept.append(tensor)
-        return tensor
-
-    def one_copy(self, tensor):
-        """One copy of a member-major tensor, or `None` where its rows
-        differ per member."""
-        if id(tensor) in self._tiled:
-            return tensor
-        if id(tensor) in self._one_copy:
-            return self._one_copy[id(tensor)]
-        if self._is_output_of_a_layer(tensor):
-            return None  # computed per member
-        # A network input: member-major copies of the batch.
-        copy = FirstMemberRows(self.num_members, autocast=False)(tensor)
-        self._one_copy[id(self._keep(tensor))] = self._keep(copy)
-        self._tiled[id(copy)] = tensor
-        return copy
-
-    def member_rows(self, tensor):
-        """The member-major rows of a tensor (a one-copy tensor tiled)."""
-        if id(tensor) not in self._tiled:
-            return tensor
-        rows = self._tiled[id(tensor)]
-        if rows is None:
-            rows = TileMembers(self.num_members, autocast=False)(tensor)
-            self._tiled[id(tensor)] = self._keep(rows)
-            self._one_copy[id(rows)] = tensor
-        return rows
-
-    def _is_output_of_a_layer(self, tensor):
-        history = getattr(tensor, "_keras_history", None)
-        return history is not None and not isinstance(history.operation, keras.layers.InputLayer)
-
-    def _has_one_copy(self, tensor):
-        """Whether one copy of `tensor` exists or can be taken (built by
-        `one_copy`)."""
-        return (
-            id(tensor) in self._tiled
-            or id(tensor) in self._one_copy
-            or (not self._is_output_of_a_layer(tensor))
-        )
-
-    def __call__(self, layer, *args, **kwargs):
-        tensors = [
-            t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)
-        ]
-        shared = not self.per_member(layer) and all(self._has_one_copy(t) for t in tensors)
-        convert = self.one_copy if shared else self.member_rows
-        args, kwargs = keras.tree.map_structure(
-            lambda t: convert(t) if isinstance(t, keras.KerasTensor) else t, (args, kwargs)
-        )
-        outputs = layer(*args, **kwargs)
-        if shared:
-            for output in keras.tree.flatten(outputs):
-                if isinstance(output, keras.KerasTensor):
-                    self._tiled[id(self._keep(output))] = None
-        return outputs
-
-    def network_outputs(self, outputs):
-        """`outputs` of the cloned network as member-major rows."""
-        return keras.tree.map_structure(self.member_rows, outputs)
-
-
 def _is_tensor(x):
     return ops.is_tensor(x) or isinstance(x, keras.KerasTensor)
+
+
+# The walk's own traversal of an operation's arguments and outputs (lists,
+# tuples and dicts): `keras.tree` under PyTorch (torch 2.13's pytree) breaks
+# a `torch.compile` graph at every operation (dynamo cannot trace its
+# `is not` on tuples).
+
+
+def _leaves(structure):
+    """The leaves of nested lists, tuples and dicts, in order."""
+    if isinstance(structure, (list, tuple)):
+        return [leaf for item in structure for leaf in _leaves(item)]
+    if isinstance(structure, dict):
+        return [leaf for key in structure for leaf in _leaves(structure[key])]
+    return [structure]
+
+
+def _map_tensors(fn, structure):
+    """`structure` with `fn` applied to its tensors (nested lists, tuples
+    and dicts keep their types)."""
+    if isinstance(structure, (list, tuple)):
+        items = [_map_tensors(fn, item) for item in structure]
+        return type(structure)(items) if type(structure) in (list, tuple) else items
+    if isinstance(structure, dict):
+        return type(structure)((key, _map_tensors(fn, value)) for key, value in structure.items())
+    return fn(structure) if _is_tensor(structure) else structure
 
 
 class TrunkRows:
@@ -209,17 +143,15 @@ class TrunkRows:
         class): a `utils.graph_walk.walk`'s `wrap`."""
 
         def run(*args, **kwargs):
-            flat = [x for x in keras.tree.flatten((args, kwargs)) if _is_tensor(x)]
+            flat = [x for x in _leaves((args, kwargs)) if _is_tensor(x)]
             shared = not self.per_member(operation) and not any(
                 id(x) in self._members for x in flat
             )
             if shared:
                 return call(*args, **kwargs)
-            args, kwargs = keras.tree.map_structure(
-                lambda x: self.member_rows(x) if _is_tensor(x) else x, (args, kwargs)
-            )
+            args, kwargs = _map_tensors(self.member_rows, (args, kwargs))
             outputs = call(*args, **kwargs)
-            for x in keras.tree.flatten(outputs):
+            for x in _leaves(outputs):
                 if _is_tensor(x):
                     self._mark(x)
             return outputs
@@ -300,41 +232,51 @@ def _holds_members(operation):
     )
 
 
-def shared_trunk_call(network, inputs, num_members, training=None):
+def shared_trunk_call(network, inputs, num_members, training=None, per_member=None):
     """`network(inputs, training=training)` over a shared trunk.
 
     `network` takes member-major rows of a batch (copies, as the tasks tile
     it) and holds member weights in some of its layers. The call walks its
-    graph (`utils.graph_walk.walk`, into a keras-hub backbone nested in a
-    task) from the first member's rows: the operations before the first
-    that holds member weights (or, in training, draws random numbers) run
-    once per input row (`TrunkRows`). The members' results are those of
-    `network(inputs)`.
+    graph (`utils.graph_walk.walk`, into the nested models that hold member
+    layers, a keras-hub backbone in a task) from the first member's rows:
+    the operations before the first member layer (one that holds member
+    weights or for which `per_member` is true, or, in training, one that
+    draws random numbers) run once per input row (`TrunkRows`). The
+    members' results are those of `network(inputs)`.
 
     Args:
         network: a functional model on member-major rows.
         inputs: its member-major inputs.
         num_members: int.
         training: bool or `None`.
+        per_member: optional callable `(operation) -> bool`: the layers
+            that compute differently per member besides those holding
+            member weights (LoRA-Ensemble adapters, member heads), e.g.
+            Hydra's head masks.
 
     Returns:
         `network`'s member-major outputs.
     """
     inputs = keras.tree.map_structure(ops.convert_to_tensor, inputs)
+    # Within `single_member(m)` the rows are member `m`'s alone.
+    num_members = selected_count(num_members)
     one_copy = keras.tree.map_structure(
-        # The first member's rows (`FirstMemberRows`), sliced so that an
-        # exported signature's dynamic sizes pass.
+        # The first member's rows, sliced so that an exported signature's
+        # dynamic sizes pass.
         lambda x: x[: ops.shape(x)[0] // num_members] if _is_tensor(x) else x,
         inputs,
     )
+
+    def member_layer(op):
+        return _holds_members(op) or bool(per_member is not None and per_member(op))
+
     rows = TrunkRows(
         num_members,
         lambda op: (
-            _holds_members(op)
-            or bool(training and (draws_randomness(op) or holds_random_state(op)))
+            member_layer(op) or bool(training and (draws_randomness(op) or holds_random_state(op)))
         ),
         order="member_major",
         batch=keras.tree.flatten(one_copy)[0].shape[0],
     )
-    outputs = graph_walk.walk(network, one_copy, training, rows.wrap, descend=_holds_members)
+    outputs = graph_walk.walk(network, one_copy, training, rows.wrap, descend=member_layer)
     return keras.tree.map_structure(rows.member_rows, outputs)

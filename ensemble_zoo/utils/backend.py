@@ -209,7 +209,7 @@ def _in_zoo_workarounds(step):
 _TRACING_RECURSION_LIMIT = 5000
 
 
-def _with_tracing_depth(step):
+def with_tracing_depth(step):
     """`step` run with Python's recursion limit at least
     `_TRACING_RECURSION_LIMIT`, restored after each call.
 
@@ -312,7 +312,7 @@ def zoo_step_function(model, kind, force, make, train=False):
     if torch_compiles(model):
         if train:
             _prepare_torch_compiled_training(model)
-        step = _with_tracing_depth(_after_one_eager_call(model, step))
+        step = with_tracing_depth(_after_one_eager_call(model, step))
     setattr(model, attribute, _in_zoo_workarounds(step))
     return getattr(model, attribute)
 

@@ -10,6 +10,7 @@ from ensemble_zoo.models.masksembles.masksembles_backbone import MaskedInput
 from ensemble_zoo.models.member_heads import member_heads_network
 from ensemble_zoo.models.member_sites import layers_in_order
 from ensemble_zoo.models.member_sites import projection_sites
+from ensemble_zoo.models.shared_trunk import shared_trunk_call
 from ensemble_zoo.models.wrapped_models_backbone import WrappedModelsBackbone
 from ensemble_zoo.models.wrapped_models_backbone import member_io_shapes
 from ensemble_zoo.models.wrapped_models_backbone import own_wrapped_model
@@ -186,11 +187,7 @@ class HydraModelBackbone(WrappedModelsBackbone):
                 )
             replace_sublayer(parent, attribute, masked)
             masks.append(mask)
-        # The layers before the first that prunes heads differently per
-        # member run once per input row (`shared_trunk`).
-        network, heads = member_heads_network(
-            model, num_members, reuse_head, per_member=_prunes_per_member
-        )
+        network, heads = member_heads_network(model, num_members, reuse_head)
 
         # === Functional Model ===
         inputs = wrapped_inputs(input_spec)
@@ -208,3 +205,11 @@ class HydraModelBackbone(WrappedModelsBackbone):
         self.num_classes = num_classes
         self.head_masks = head_masks
         self.reuse_head = reuse_head
+
+    def call(self, inputs, training=None):
+        """The network over a shared trunk (`shared_trunk.shared_trunk_call`):
+        the operations before the first where the members keep different
+        heads (or the member heads) run once per input row."""
+        return shared_trunk_call(
+            self.network, inputs, self.num_members, training, per_member=_prunes_per_member
+        )
