@@ -15,7 +15,8 @@ def compiled_call(model):
     input shape, with the weights as arguments, not constants),
     `tf.function(jit_compile=True)` under TensorFlow, eager
     `torch.no_grad()` under PyTorch (`torch.compile` with
-    `TORCH_COMPILE["enabled"]`). Every model, keras-hub's baselines
+    `TORCH_COMPILE["enabled"]`, its first call eager as the zoo's own
+    compiled steps run theirs). Every model, keras-hub's baselines
     included, runs inside the zoo's workarounds (`zoo_workarounds`), so a
     baseline is compiled as the zoo's models are (no graph break in
     attention under `torch.compile`, no cuDNN fallback log under JAX on a
@@ -69,11 +70,13 @@ def compiled_call(model):
         # layer's first call sets state that dynamo breaks the graph on),
         # and dynamo traces with a raised recursion limit.
         compiled, eager = with_tracing_depth(torch.compile(forward)), forward
-        calls = []
+        first = [True]
 
         def forward(x):
-            calls.append(None)
-            return (eager if len(calls) == 1 else compiled)(x)
+            if first[0]:
+                first[0] = False
+                return eager(x)
+            return compiled(x)
 
     def call(x):
         with torch.no_grad():

@@ -39,7 +39,6 @@ presets are not shipped):
 
 import argparse
 import os
-import time
 
 import keras
 import keras_hub
@@ -237,16 +236,7 @@ def fitted_temperature(logits):
     return ez.calibration.TemperatureScaling().fit(logits["validation"], y).temperature
 
 
-def latency(model, batch, repeats=30):
-    x = 16 * np.random.default_rng(0).random((batch, 8, 8, 1)).astype("float32")
-    model.predict_on_batch(x)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        model.predict_on_batch(x)
-    return (time.perf_counter() - start) / repeats * 1000
-
-
-def write_table(path, rows, times, prune, masks):
+def write_table(path, rows, prune, masks):
     lines = [
         "Zero-shot Hydra on the digits CLIP (the Hydra paper's Table 3 columns)",
         f"backend {keras.config.backend()}, {os.cpu_count()} CPU cores; "
@@ -263,9 +253,6 @@ def write_table(path, rows, times, prune, masks):
     ]
     for row in rows:
         lines.append(f"| {row['system']} | " + " | ".join(f"{row[k]:.4f}" for k in keys) + " |")
-    lines += ["", "predict_on_batch, ms (mean of 30): batch | single | Hydra | ratio"]
-    for batch, (single, hydra) in times.items():
-        lines.append(f"{batch} | {single:.2f} | {hydra:.2f} | {hydra / single:.2f}x")
     lines += ["", f"member head masks (vision layers, then text layers): {masks}"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -308,9 +295,8 @@ def main():
         table_row("Hydra (Circ), 3 members", logits["hydra"]),
         table_row("Hydra + temperature", logits["hydra"], fitted_temperature(logits["hydra"])),
     ]
-    # Both with the digits preprocessor (the presets' `predict`).
-    times = {b: (latency(ensemble, b), latency(hydra, b)) for b in (1, 8, 256)}
-    write_table(args.table, rows, times, prune, masks)
+    # Their time, in alternation: benchmarks/zero_shot_hydra.py.
+    write_table(args.table, rows, prune, masks)
 
     recipe = (
         f"CLIP trained contrastively from seed {args.seed}: {args.epochs} epochs, batch "

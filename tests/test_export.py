@@ -266,8 +266,9 @@ def test_text_classifier_exports_its_three_named_inputs(tmp_path):
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="one backend: the walk is backend-independent")
 def test_a_classifier_over_a_shared_trunk_exports_with_dynamic_sizes(tmp_path):
-    """`LoRAEnsembleClassifier(..., adapted_layers=...)` runs its lower
-    block once per input row by a walk of its graph at call time; the
+    """`LoRAEnsembleClassifier(..., adapted_layers=...)` and a Hydra
+    classifier run their lower blocks once per input row by a walk of their
+    graph at call time; the
     SavedModel's signature (dynamic batch and length) traces that walk,
     and the artifact gives the model's outputs at two batch sizes
     (`export_model`'s check)."""
@@ -280,3 +281,14 @@ def test_a_classifier_over_a_shared_trunk_exports_with_dynamic_sizes(tmp_path):
     assert model.backbone.trunk_blocks == 1
     path = str(tmp_path / "trunk")
     assert model.export(path, format="tf_saved_model") == path
+    # Hydra members that keep different heads in the last block alone walk
+    # the same way.
+    heads = [
+        layer.num_heads for layer in ez.models.HydraClassifier.from_model(roberta).head_mask_layers
+    ]
+    masks = [
+        [[1] * h for h in heads[:-1]] + [[int(i != m) for i in range(heads[-1])]] for m in (0, 1)
+    ]
+    hydra = ez.models.HydraClassifier.from_model(roberta, masks)
+    path = str(tmp_path / "hydra")
+    assert hydra.export(path, format="tf_saved_model") == path

@@ -36,7 +36,10 @@ class LipschitzRegularizedAttention(L2MultiHeadAttention):
     no details. The formula above is the one two public LRSA
     implementations agree on (the distance's denominator, tied queries and
     keys in the one that ties them, the `1e-10`, and `alpha = 100` as the
-    default). As in L2 attention, the distances and the softmax are
+    default). They differ in the norms' scope: one takes them per input
+    and head, the other over the whole batch and every head; the zoo
+    takes them per input and head, so that a prediction does not depend
+    on the rest of its batch. As in L2 attention, the distances and the softmax are
     float32 under any precision policy; `attention_mask` masks the
     softmax only, not the norms.
 
@@ -87,9 +90,12 @@ class LipschitzRegularizedAttention(L2MultiHeadAttention):
     def attention_logits(self, distances, inputs, squared_norms):
         """Minus `alpha` times the squared distances over the contractive
         bound `||Q_h||_F max_t ||x_t||_2` (see the class)."""
-        frobenius = ops.sqrt(ops.sum(squared_norms, axis=-1))  # (batch, heads)
+        # The square roots' arguments kept off 0, whose gradient is
+        # infinite (an all-zero input gave NaN gradients).
+        frobenius = ops.sqrt(ops.maximum(ops.sum(squared_norms, axis=-1), 1e-30))  # (batch, heads)
         exact = ops.cast(inputs, "float32")
-        largest = ops.max(ops.sqrt(ops.sum(ops.square(exact), axis=-1)), axis=-1)  # (batch,)
+        token_norms = ops.sqrt(ops.maximum(ops.sum(ops.square(exact), axis=-1), 1e-30))
+        largest = ops.max(token_norms, axis=-1)  # (batch,)
         bound = frobenius * largest[:, None] + 1e-10
         return -self.alpha * distances / bound[:, :, None, None]
 

@@ -5,8 +5,10 @@
 layers on every member's copy of the input folds the members into the
 batch (`(members * batch, ...)`, row `m * batch + b` is member `m`'s copy
 of sample `b`) and unfolds them into the zoo's member axis at the end.
-`FirstMemberRows` takes one copy back out of a tiled batch, for a shared
-trunk (`ensemble_zoo.models.shared_trunk`).
+`FirstMemberRows` takes one copy back out of a tiled batch, for a
+functional network whose layers every member computes alike run on one
+copy (the zoo's own shared trunk, `ensemble_zoo.models.shared_trunk`,
+does this at call time, without layers).
 """
 
 import keras
@@ -113,7 +115,7 @@ class UntileMembers(_MemberRows):
 class FirstMemberRows(_MemberRows):
     """`(num_members * batch, ...)` member rows -> the first member's
     `(batch, ...)`: one copy of a batch tiled by `TileMembers`, for layers
-    every member computes alike (`ensemble_zoo.models.shared_trunk`).
+    every member computes alike.
 
     Args:
         num_members: int.

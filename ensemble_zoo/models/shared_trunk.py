@@ -68,23 +68,39 @@ def _is_tensor(x):
 # `is not` on tuples).
 
 
+_PLAIN = (list, tuple, dict)
+
+
+def _plain(structure):
+    """Whether `structure` nests only plain lists, tuples and dicts (no
+    namedtuple, no other container type): what the traversal below
+    handles itself; any other goes through `keras.tree`."""
+    if type(structure) in (list, tuple):
+        return all(_plain(item) for item in structure)
+    if type(structure) is dict:
+        return all(_plain(item) for item in structure.values())
+    return not isinstance(structure, _PLAIN) and not keras.tree.is_nested(structure)
+
+
 def _leaves(structure):
-    """The leaves of nested lists, tuples and dicts, in order."""
-    if isinstance(structure, (list, tuple)):
+    """The leaves of a nested structure, in order."""
+    if not _plain(structure):
+        return keras.tree.flatten(structure)
+    if type(structure) in (list, tuple):
         return [leaf for item in structure for leaf in _leaves(item)]
-    if isinstance(structure, dict):
+    if type(structure) is dict:
         return [leaf for key in structure for leaf in _leaves(structure[key])]
     return [structure]
 
 
 def _map_tensors(fn, structure):
-    """`structure` with `fn` applied to its tensors (nested lists, tuples
-    and dicts keep their types)."""
-    if isinstance(structure, (list, tuple)):
-        items = [_map_tensors(fn, item) for item in structure]
-        return type(structure)(items) if type(structure) in (list, tuple) else items
-    if isinstance(structure, dict):
-        return type(structure)((key, _map_tensors(fn, value)) for key, value in structure.items())
+    """`structure` with `fn` applied to its tensors, its containers kept."""
+    if not _plain(structure):
+        return keras.tree.map_structure(lambda x: fn(x) if _is_tensor(x) else x, structure)
+    if type(structure) in (list, tuple):
+        return type(structure)(_map_tensors(fn, item) for item in structure)
+    if type(structure) is dict:
+        return {key: _map_tensors(fn, value) for key, value in structure.items()}
     return fn(structure) if _is_tensor(structure) else structure
 
 

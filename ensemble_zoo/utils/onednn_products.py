@@ -157,7 +157,12 @@ def onednn_einsum(subscripts, a, b):
     try:
         weight = b.permute([right.index(c) for c in out_labels + contracted]).view(n, k)
     except RuntimeError:
-        return None  # not viewable as (n, k) without a copy
+        # Not viewable as (n, k) without a copy, as Gemma's query kernel
+        # `(heads, model, head_dim)` in "btd,ndh->btnh": one product per
+        # slice of the weight's outer axis where that is an output axis
+        # (each slice reads in place), instead of torch.einsum's copy of
+        # the whole weight at every call.
+        return _per_outer_slice(subscripts, a, b, labels)
     x = a.permute([left.index(c) for c in rows_labels + contracted]).reshape(-1, k)
     out = _linear(x, weight)
     if out is None:
@@ -166,3 +171,20 @@ def onednn_einsum(subscripts, a, b):
     shape += [b.shape[right.index(c)] for c in out_labels]
     labels = rows_labels + out_labels
     return out.reshape(shape).permute([labels.index(c) for c in output])
+
+
+def _per_outer_slice(subscripts, a, b, labels):
+    """`onednn_einsum` of each slice `b[i]` of the weight's outer axis,
+    stacked on that axis's place in the output, or `None` where that axis
+    is contracted or a slice does not apply."""
+    import torch
+
+    left, right, output, shared = labels
+    outer = right[0]
+    if outer in shared:
+        return None
+    sliced = f"{left},{right[1:]}->{output.replace(outer, '')}"
+    parts = [onednn_einsum(sliced, a, b[i]) for i in range(b.shape[0])]
+    if any(part is None for part in parts):
+        return None
+    return torch.stack(parts, dim=output.index(outer))

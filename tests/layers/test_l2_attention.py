@@ -126,3 +126,9 @@ def test_lipschitz_regularized_attention_equals_lrformers_formula():
         layer(x, x[:, ::-1])
     with pytest.raises(ValueError, match="`alpha` must lie in"):
         LipschitzRegularizedAttention(num_heads=2, key_dim=3, alpha=0.0)
+    # An all-zero input trains to finite weights (the norms' square roots
+    # at 0 gave NaN gradients).
+    model = keras.Sequential([keras.Input((5, 8)), LipschitzRegularizedAttention(2, 3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(np.zeros((2, 5, 8), "float32"), np.ones((2, 5, 8), "float32"), verbose=0)
+    assert all(np.isfinite(to_np(w)).all() for w in model.weights)

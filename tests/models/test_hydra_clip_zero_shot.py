@@ -157,11 +157,39 @@ def test_members_that_prune_text_heads_only_share_one_vision_pass(monkeypatch):
     hydra.backbone(np.tile(x, (2, 1, 1, 1)))  # member-major rows of 2 members
     assert rows == [4]  # one copy of the batch, not the members' 8 rows
     monkeypatch.undo()
+    check_members(hydra, clip, masks, x)
+    # Members that differ in the last vision layer: the call walks into the
+    # vision encoder, whose embedding still runs on one copy of the batch.
+    masks = [
+        [[1, 1], [1, 0], [1, 1, 1, 1], [1, 1, 1, 1]],
+        [[1, 1], [0, 1], [1, 1, 1, 1], [1, 1, 1, 1]],
+    ]
+    hydra = ez.models.HydraCLIPZeroShotClassifier.from_model(single, masks)
+    (vision,) = [
+        layer
+        for layer in hydra.backbone.network.layers
+        if isinstance(layer, type(clip.vision_encoder))
+    ]
+    rows, call = [], vision.embedding.call
+
+    def counting_embedding(inputs, *args, **kwargs):
+        rows.append(inputs.shape[0])
+        return call(inputs, *args, **kwargs)
+
+    monkeypatch.setattr(vision.embedding, "call", counting_embedding)
+    hydra.backbone(np.tile(x, (2, 1, 1, 1)))
+    assert rows == [4]
+    monkeypatch.undo()
+    check_members(hydra, clip, masks, x)
+
+
+def check_members(hydra, clip, masks, x):
+    """Each member equals the CLIP with its heads pruned separately, in the
+    tiled pass and alone (`single_member`, the sequential member passes)."""
     logits = hydra.predict(x, verbose=0)
     for m, member in enumerate(masks):
         reference = reference_logits(pruned_copy(clip, member), x, PROMPTS)
         np.testing.assert_allclose(logits[:, m], reference, atol=1e-5)
-        # One member's rows alone (the sequential member passes).
         with single_member(m):
             alone = to_np(hydra.backbone(x))
         np.testing.assert_allclose(alone, reference, atol=1e-5)

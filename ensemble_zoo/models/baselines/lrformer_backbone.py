@@ -21,13 +21,17 @@ class LRFormerViTBackbone(MethodBackbone, keras_hub.models.ViTBackbone):
     the single-model uncertainty baseline "LRFormer" of the LoRA-Ensemble
     paper's HAM10000 table.
 
-    It takes `ViTBackbone`'s arguments and `alpha`, the attention's
-    distance scale (default `100.0`). The attention layers are found by
+    The attention layers are found by
     type (`keras.layers.MultiHeadAttention`) and replaced, as in
     `L2AttentionViTBackbone`; built from a trained keras-hub ViT
     (`from_backbone`), each starts from that attention's query, value and
     output weights, and the model computes another function until it is
     fine-tuned. A keras-hub `ViTImageClassifier` takes it as its backbone.
+
+    Args:
+        alpha: positive float, the attention's distance scale
+            (`LipschitzRegularizedAttention`). Defaults to `100.0`.
+        **kwargs: `keras_hub.models.ViTBackbone`'s arguments.
 
     Example:
 

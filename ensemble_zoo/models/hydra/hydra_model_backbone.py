@@ -120,12 +120,14 @@ class HydraModelBackbone(WrappedModelsBackbone):
     layer after the classifier's backbone becomes one layer per member
     (`ensemble_zoo.models.member_heads`). It takes the member-major batch
     `(members * batch, ...)`, copies of one batch (as the classifier tiles
-    it). The layers of the classifier's graph before the first that holds
-    an attention layer where the members keep different heads (a keras-hub
-    backbone is one such layer) run once, on one copy of the batch
-    (`ensemble_zoo.models.shared_trunk`; an attention layer where every
+    it). The operations of the classifier's graph, and of the nested
+    models (a keras-hub backbone, an encoder) that hold them, before the
+    first attention layer where the members keep different heads run
+    once, on one copy of the batch (`ensemble_zoo.models.shared_trunk`,
+    a walk of the graph at call time; an attention layer where every
     member keeps the same heads masks them alike, `HeadMask`'s
-    `one_copy`); from
+    `one_copy`; in training, the trunk also ends at the first layer that
+    draws random numbers, dropout, which draws per member); from
     there every head is computed per member and the pruned ones are
     zeroed, so the rest costs `members` passes (the fused pruned pass is
     the ViT's and BERT's, `HydraImageClassifier` /
