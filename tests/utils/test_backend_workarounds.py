@@ -442,7 +442,8 @@ def test_torch_cpu_products_through_onednn_equal_mkl_and_refuse_the_rest():
     equation and weight layout keras-hub's decoders use, within float32
     round-off; they step aside (`None`, Keras' function runs) for a
     gradient, another dtype, a product too small to pay, one row against a
-    column-major weight, a weight that is not a matrix without a copy and
+    column-major weight, a weight that is not a matrix without a copy
+    (unless its outer axis is an output axis: one product per slice) and
     an equation that is not a pure contraction; inside `zoo_workarounds()`
     `keras.ops` gives the same numbers as outside. (Why: MKL's SGEMM on AMD
     CPUs, `benchmarks/cpu_matmul.py`.)"""
@@ -460,6 +461,8 @@ def test_torch_cpu_products_through_onednn_equal_mkl_and_refuse_the_rest():
         ("btf,fd->btd", t(8, 1, 1024), t(1024, 256)),
         ("btnh,nhd->btd", t(4, 2, 4, 64), t(4, 64, 512)),
         ("bsd,kdh->bskh", t(8, 1, 512), t(1, 512, 256)),
+        # Gemma's query kernel: no (n, k) view, one product per head.
+        ("btd,ndh->btnh", t(8, 1, 512), t(4, 512, 256)),
     ]:
         out = od.onednn_einsum(equation, a, b)
         assert out is not None, equation
@@ -476,7 +479,7 @@ def test_torch_cpu_products_through_onednn_equal_mkl_and_refuse_the_rest():
         od.onednn_matmul(t(1, 512), w),  # one row, column-major weight
         od.onednn_matmul(t(2, 8), t(8, 8)),  # too small to pay
         od.onednn_matmul(x.double(), w.double()),
-        od.onednn_einsum("btd,ndh->btnh", t(8, 1, 512), t(4, 512, 128)),  # no (n, k) view
+        od.onednn_einsum("btd,ndh->btnh", t(8, 1, 512), t(4, 512, 128)),  # slices too small
         od.onednn_einsum("bmd,mdr->bmr", t(4, 8, 512), t(8, 512, 512)),  # m kept
         od.onednn_einsum("ij,jk->k", t(64, 512), w),
         od.onednn_einsum("ij,jk->ik", t(4, 1), t(1024, 1024)),  # broadcast j
