@@ -132,55 +132,39 @@ def test_hydra_members_equal_separately_pruned_clips_in_both_encoders(tmp_path):
 def test_members_that_prune_text_heads_only_share_one_vision_pass(monkeypatch):
     """Every member keeps every vision head: the vision encoder runs once,
     on one copy of the batch, and is tiled into members after it; the
-    members still equal the separately pruned CLIPs."""
+    members still equal the separately pruned CLIPs. Members that differ
+    in the last vision layer: the call walks into the vision encoder, whose
+    embedding still runs on one copy."""
     clip = tiny_clip()
     single = ez.models.CLIPZeroShotClassifier(clip, PROMPTS)
-    masks = [
+    x = images(4)
+    text_only = [
         [[1, 1], [1, 1], [1, 1, 1, 1], [0, 1, 1, 0]],
         [[1, 1], [1, 1], [1, 0, 1, 1], [1, 1, 1, 1]],
     ]
-    hydra = ez.models.HydraCLIPZeroShotClassifier.from_model(single, masks)
-    (vision,) = [
-        layer
-        for layer in hydra.backbone.network.layers
-        if isinstance(layer, type(clip.vision_encoder))
-    ]
-    rows = []
-    call = vision.call
-
-    def counting(inputs, *args, **kwargs):
-        rows.extend(x.shape[0] for x in keras.tree.flatten(inputs))
-        return call(inputs, *args, **kwargs)
-
-    monkeypatch.setattr(vision, "call", counting)
-    x = images(4)
-    hydra.backbone(np.tile(x, (2, 1, 1, 1)))  # member-major rows of 2 members
-    assert rows == [4]  # one copy of the batch, not the members' 8 rows
-    monkeypatch.undo()
-    check_members(hydra, clip, masks, x)
-    # Members that differ in the last vision layer: the call walks into the
-    # vision encoder, whose embedding still runs on one copy of the batch.
-    masks = [
+    last_vision = [
         [[1, 1], [1, 0], [1, 1, 1, 1], [1, 1, 1, 1]],
         [[1, 1], [0, 1], [1, 1, 1, 1], [1, 1, 1, 1]],
     ]
-    hydra = ez.models.HydraCLIPZeroShotClassifier.from_model(single, masks)
-    (vision,) = [
-        layer
-        for layer in hydra.backbone.network.layers
-        if isinstance(layer, type(clip.vision_encoder))
-    ]
-    rows, call = [], vision.embedding.call
+    for masks, counted in ((text_only, "encoder"), (last_vision, "embedding")):
+        hydra = ez.models.HydraCLIPZeroShotClassifier.from_model(single, masks)
+        (vision,) = [
+            layer
+            for layer in hydra.backbone.network.layers
+            if isinstance(layer, type(clip.vision_encoder))
+        ]
+        layer = vision if counted == "encoder" else vision.embedding
+        rows, call = [], layer.call
 
-    def counting_embedding(inputs, *args, **kwargs):
-        rows.append(inputs.shape[0])
-        return call(inputs, *args, **kwargs)
+        def counting(inputs, *args, call=call, rows=rows, **kwargs):
+            rows.extend(t.shape[0] for t in keras.tree.flatten(inputs))
+            return call(inputs, *args, **kwargs)
 
-    monkeypatch.setattr(vision.embedding, "call", counting_embedding)
-    hydra.backbone(np.tile(x, (2, 1, 1, 1)))
-    assert rows == [4]
-    monkeypatch.undo()
-    check_members(hydra, clip, masks, x)
+        monkeypatch.setattr(layer, "call", counting)
+        hydra.backbone(np.tile(x, (2, 1, 1, 1)))  # member-major rows of 2 members
+        assert rows == [4], counted  # one copy of the batch, not the members' 8 rows
+        monkeypatch.undo()
+        check_members(hydra, clip, masks, x)
 
 
 def check_members(hydra, clip, masks, x):
