@@ -79,17 +79,23 @@ def _plain(structure):
         return all(_plain(item) for item in structure)
     if type(structure) is dict:
         return all(_plain(item) for item in structure.values())
+    if structure is None or _is_tensor(structure):
+        return True
     return not isinstance(structure, _PLAIN) and not keras.tree.is_nested(structure)
 
 
 def _leaves(structure):
-    """The leaves of a nested structure, in order."""
+    """The leaves of a nested structure (in no particular order)."""
     if not _plain(structure):
         return keras.tree.flatten(structure)
+    return _plain_leaves(structure)
+
+
+def _plain_leaves(structure):
     if type(structure) in (list, tuple):
-        return [leaf for item in structure for leaf in _leaves(item)]
+        return [leaf for item in structure for leaf in _plain_leaves(item)]
     if type(structure) is dict:
-        return [leaf for key in structure for leaf in _leaves(structure[key])]
+        return [leaf for value in structure.values() for leaf in _plain_leaves(value)]
     return [structure]
 
 
@@ -97,10 +103,14 @@ def _map_tensors(fn, structure):
     """`structure` with `fn` applied to its tensors, its containers kept."""
     if not _plain(structure):
         return keras.tree.map_structure(lambda x: fn(x) if _is_tensor(x) else x, structure)
+    return _map_plain(fn, structure)
+
+
+def _map_plain(fn, structure):
     if type(structure) in (list, tuple):
-        return type(structure)(_map_tensors(fn, item) for item in structure)
+        return type(structure)(_map_plain(fn, item) for item in structure)
     if type(structure) is dict:
-        return {key: _map_tensors(fn, value) for key, value in structure.items()}
+        return {key: _map_plain(fn, value) for key, value in structure.items()}
     return fn(structure) if _is_tensor(structure) else structure
 
 

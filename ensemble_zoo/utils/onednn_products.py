@@ -130,8 +130,10 @@ def onednn_einsum(subscripts, a, b):
     """A two-operand pure contraction of activations `a` and a weight `b`
     (`EinsumDense`'s `"btd,df->btf"`, `"btnh,nhd->btd"`, ...) through
     oneDNN, or `None` where it does not apply (see the module docstring;
-    also where the weight cannot be read as an `(outputs, contracted)`
-    matrix without a copy, or the equation is not a pure contraction).
+    also where the equation is not a pure contraction, or the weight
+    cannot be read as an `(outputs, contracted)` matrix without a copy
+    and its outer axis is contracted: where that axis is an output axis,
+    one product per slice of it).
 
     Args:
         subscripts: str, the einsum equation.
@@ -184,7 +186,9 @@ def _per_outer_slice(subscripts, a, b, labels):
     if outer in shared:
         return None
     sliced = f"{left},{right[1:]}->{output.replace(outer, '')}"
-    parts = [onednn_einsum(sliced, a, b[i]) for i in range(b.shape[0])]
-    if any(part is None for part in parts):
-        return None
-    return torch.stack(parts, dim=output.index(outer))
+    parts = []
+    for i in range(b.shape[0]):
+        parts.append(onednn_einsum(sliced, a, b[i]))
+        if parts[-1] is None:
+            return None
+    return torch.stack(parts, dim=output.index(outer)) if parts else None
