@@ -460,6 +460,49 @@ def test_generations_share_no_state_nested_or_in_threads(pair):
         )
 
 
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="PyTorch graphs")
+def test_eager_torch_decode_replays_its_recorded_step(monkeypatch):
+    """PyTorch's default decode records a step's operations once a
+    signature has run `CAPTURE_AFTER` eager steps and replays them: tokens
+    and figures equal those of `run_eagerly=True` (the model's Python at
+    every step) exactly. Gemma 3 (a cache of per-layer pairs, sliding
+    windows). A top-k sampler draws from its seed: it decodes eagerly,
+    with the seed's tokens."""
+    from ensemble_zoo.utils import captured_steps
+
+    recorded = []
+    record = captured_steps.record
+
+    def counting(function, args):
+        graph, outputs = record(function, args)
+        recorded.append(graph is not None)
+        return graph, outputs
+
+    monkeypatch.setattr(captured_steps, "record", counting)
+    task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
+    keras.utils.set_random_seed(0)
+    base = task_cls(backbone=backbone_cls(**dict(config, num_layers=1)), preprocessor=None)
+    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, a_gain=1.0, seed=0)
+    randomize_adapters(ensemble)
+    # 11 or 12 new tokens: more steps of one signature than CAPTURE_AFTER.
+    prompt = {k: np.pad(v, ((0, 0), (0, 8))) for k, v in PROMPT.items()}
+    assert prompt["token_ids"].shape[1] - 4 > captured_steps.CAPTURE_AFTER
+    results = {}
+    for eagerly in (True, False):
+        ensemble.compile(sampler="greedy", run_eagerly=eagerly)
+        results[eagerly] = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
+    assert recorded == [True]
+    np.testing.assert_array_equal(results[False]["token_ids"], results[True]["token_ids"])
+    for name in POSITION_FIGURES + MEMBER_FIGURES:
+        np.testing.assert_array_equal(results[False][name], results[True][name], err_msg=name)
+    for eagerly in (True, False):
+        ensemble.compile(sampler=keras_hub.samplers.TopKSampler(k=5, seed=7), run_eagerly=eagerly)
+        results[eagerly] = ensemble.generate(prompt, stop_token_ids=None)
+    assert recorded == [True]
+    np.testing.assert_array_equal(results[False]["token_ids"], results[True]["token_ids"])
+    ensemble.compile(sampler="greedy")
+
+
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="torch.compile")
 @skip_on_alternate_days("torch_compile")
 def test_compiled_torch_step_equals_the_eager_step_in_one_graph(monkeypatch):

@@ -9,9 +9,14 @@ for the backend: `decode_function`; and teacher-forced scoring,
   prefill length.
 - PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
   PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`)
-  when the model is compiled with `jit_compile=True`; eager otherwise, the
-  reference the tests compare with. On a CPU the first length compiles a
-  static graph, a second one compiles once more with the length a symbol
+  when the model is compiled with `jit_compile=True`. Otherwise (Keras'
+  default there) each step runs eagerly until its signature has run
+  `captured_steps.CAPTURE_AFTER` times, and is then recorded as a graph
+  of PyTorch operations and replayed (`ensemble_zoo.utils.captured_steps`:
+  the eager step's results without its Python; a sampler with a seed,
+  which draws, stays eager); `run_eagerly=True` runs the Python at every
+  step, the reference the tests compare with. Compiled, on a CPU the
+  first length compiles a static graph, a second one compiles once more with the length a symbol
   (torch's automatic dynamic shapes, `dynamic=None`), and every later
   length runs that graph (at Gemma-2B's layer shapes on 2 cores a length
   compiles in 30 to 60 s, a third length's first call takes about 1 s;
@@ -37,6 +42,7 @@ from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_block_input
 from ensemble_zoo.utils.backend import no_gradients
+from ensemble_zoo.utils.captured_steps import CapturedStep
 
 
 def model_variables(model):
@@ -188,6 +194,11 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
         def step(*args):
             with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
                 return compiled_step(*args)
+
+    elif not model.run_eagerly and not sampler.variables:
+        # A sampler with a seed draws: its steps run eagerly.
+        variables = model_variables(model)
+        step = CapturedStep(step, lambda: [v.value for v in variables])
 
     def run(inputs):
         with torch.no_grad():
