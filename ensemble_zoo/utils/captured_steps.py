@@ -1,47 +1,53 @@
-"""Eager PyTorch steps replayed as captured graphs of operations.
+"""Eager PyTorch steps replayed as recorded graphs of operations.
 
 Eager PyTorch runs a Keras model's Python at every call: Keras' checks and
 conversions around each operation, the layers' calls, the model's own
 code. A step that runs many times on tensors of one shape, as the decode
-loop's does, spends most of its time there on a CPU: on 2 cores, a step
-of 4 LoRA-Ensemble members of Gemma 3 270M (18 blocks, about 9,000
-operations) took 687 ms eagerly and 388 ms replayed, and a step of 8
-members of a tiny 2-block Gemma (2,000 operations, each a few µs of
-work) 60 against 23 ms.
+loop's does, spends much of its time there on a CPU: 4 LoRA-Ensemble
+members of Gemma 3 270M (18 blocks, about 9,000 operations a step)
+decoded in 684 ms per token eagerly and 415 ms replayed (2 cores,
+`benchmarks/results/llm_decoding_cpu_torch_replayed.txt`).
 
 `CapturedStep` runs a step eagerly for its first `CAPTURE_AFTER` calls
-of one input signature (shapes, dtypes, devices and structure of its
-arguments, gradients on or off, the identity of the weights' tensors),
-then records the PyTorch operations one such call runs
-(`torch.fx.experimental.proxy_tensor.make_fx` on real tensors, torch
-2.13) and replays that graph for every later call of the signature: the
-same operations on the same kernels (oneDNN's eager products included),
-so the results equal the eager step's bit for bit, without Python
-between them. Short runs (a test's few tokens) never pay the recording,
-which costs about 18 to 40 eager steps; long ones pay it once.
+of one input signature (the arguments' structure, shapes, strides, dtypes
+and devices, Python values, gradients and autocast on or off, the
+identity of the weights' tensors), then records the PyTorch operations
+one such call runs (`torch.fx.experimental.proxy_tensor.make_fx` on real
+tensors, torch 2.13) and replays that graph for every later call of the
+signature: the same operations on the same kernels (oneDNN's eager
+products included), so the results equal the eager step's bit for bit,
+without Python between them. Short runs (a test's few tokens) never pay
+the recording, which cost about 18 eager steps of Gemma 3 270M (12 s)
+and 40 of a tiny model; long ones pay it once.
 
 A step is replayed only where a replay computes what the eager call
 would:
 
 - the weights are read by reference, so an in-place update
   (`Variable.assign`, an optimizer's step) reaches the next replay, and a
-  weight whose tensor was replaced changes the signature;
-- a recording that read a tensor's value on the host (`.item()`,
-  `bool(tensor)`: the value would be frozen into the graph) or drew random
-  numbers (the generator's state would not advance) is refused, and the
-  signature runs eagerly from then on. The recording's own run is the
-  call's result, so a refused step still runs once per call; its draws
-  need not be the eager call's, so a step that draws from a seed is best
-  kept out (the decode loop records greedy decoding only: keras-hub's
-  random, top-k and top-p samplers hold a seed and decode eagerly).
+  weight whose tensor was replaced changes the signature (the graphs of
+  the old tensors are dropped);
+- a recording that reads a tensor's value on the host through an
+  operation (`.item()`, `bool(tensor)`), draws random numbers, or has an
+  output whose shape depends on values is refused; and the first replay,
+  on the next call's values, is checked against the eager step and
+  refused unless equal (a host read that leaves no operation behind,
+  `.tolist()` or `.numpy()`, freezes a value the next call changes). A
+  refused signature runs eagerly from then on;
+- the recording's own run is the call's result, so a step runs once per
+  call. A step with Python side effects (a callback, a seed it advances)
+  must not be captured: its effects would run only while it is recorded
+  (the decode loop records keras-hub's `GreedySampler` only).
 
 Recording uses one fake-tensor mode for the whole graph (a
 `torch._guards.TracingContext`): `make_fx` otherwise builds one per
-operation to describe its output, half of a recording's time. Nothing
-global is changed: dispatch modes and the tracing context are
-thread-local, each `CapturedStep` keeps its own graphs, and a process
-records one step at a time (`make_fx` keeps its tracer in a module
-global), so threads may decode at once.
+operation to describe its output, half of a recording's time.
+Replaying keeps no state outside its `CapturedStep`, and the tracing
+modes are thread-local, so threads may decode at once while one records
+(they run eagerly meanwhile). `make_fx` keeps its tracer and an "FX is
+tracing" flag in module globals (torch 2.13): a process records one step
+at a time (`_RECORDING`), but `torch.compile` tracing in another thread
+at the same moment shares them.
 """
 
 import threading
@@ -60,6 +66,10 @@ _RECORDING = threading.Lock()
 _HOST_READS = ("_local_scalar_dense", "item", "is_nonzero", "equal")
 
 
+#: The states of a signature besides its graph (see `CapturedStep`).
+_RECORDING_NOW, _REFUSED = "recording", None
+
+
 class CapturedStep:
     """A step of PyTorch tensors, replayed as a captured graph once its
     input signature has run `capture_after` times (see the module
@@ -67,8 +77,8 @@ class CapturedStep:
 
     Args:
         function: the step, a function of tensors (nested in tuples,
-            lists and dicts, or Python values) returning tensors, with no
-            side effect but its outputs.
+            lists and dicts, or hashable Python values) returning tensors,
+            with no side effect but its outputs.
         weights: a callable returning the tensors the step reads that are
             not arguments (the model's variables' values): their identity
             is part of the signature.
@@ -91,56 +101,132 @@ class CapturedStep:
     def __init__(self, function, weights, capture_after=CAPTURE_AFTER):
         if not callable(function) or not callable(weights):
             raise TypeError("`function` and `weights` must be callables.")
-        if not isinstance(capture_after, int) or capture_after < 0:
-            raise ValueError(f"`capture_after` must be an int >= 0; got {capture_after!r}.")
+        if isinstance(capture_after, bool) or not isinstance(capture_after, int):
+            raise TypeError(f"`capture_after` must be an int; got {capture_after!r}.")
+        if capture_after < 0:
+            raise ValueError(f"`capture_after` must be >= 0; got {capture_after}.")
         self.function = function
         self.weights = weights
         self.capture_after = capture_after
-        self._graphs = {}  # signature -> graph, or None where refused
+        # signature -> a graph, `_RECORDING_NOW` or `_REFUSED`
+        self._graphs = {}
         self._eager_calls = {}  # signature -> eager calls so far
+        self._unchecked = set()  # signatures whose graph has not replayed yet
         self._lock = threading.Lock()
 
     def __call__(self, *args):
         key = self._signature(args)
         graph = self._graphs.get(key, False)
         if graph is False:
+            records = False
             with self._lock:
-                calls = self._eager_calls.get(key, 0)
-                self._eager_calls[key] = calls + 1
-                graph = None if calls < self.capture_after else self._graphs.get(key, False)
+                graph = self._graphs.get(key, False)
                 if graph is False:
-                    # The recording's run is this call's: a step that
-                    # advances a seed (and is refused) runs once.
-                    self._graphs[key], outputs = record(self.function, args)
-                    self._eager_calls.pop(key, None)
-                    return outputs
-        if graph is None:
+                    calls = self._eager_calls.get(key, 0)
+                    self._eager_calls[key] = calls + 1
+                    if calls >= self.capture_after:
+                        self._forget_other_weights(key)
+                        self._graphs[key], records = _RECORDING_NOW, True
+            if records:
+                # The recording's run is this call's (a step runs once per
+                # call); other threads run eagerly meanwhile.
+                graph, outputs = record(self.function, args)
+                with self._lock:
+                    self._graphs[key] = graph
+                    self._unchecked.add(key)
+                return outputs
+        if graph is _REFUSED or graph is _RECORDING_NOW or graph is False:
             return self.function(*args)
+        if key in self._unchecked:
+            return self._first_replay(key, graph, args)
         return graph(*args)
 
+    def _first_replay(self, key, graph, args):
+        """The first replay, on other values than the recording's, checked
+        against the eager step: equal, or the signature is refused (a host
+        read that left no operation behind, `.tolist()` or `.numpy()`)."""
+        from torch.utils import _pytree
+
+        expected = self.function(*args)
+        got = graph(*args)
+        equal = _pytree.tree_structure(got) == _pytree.tree_structure(expected) and all(
+            _same(a, b)
+            for a, b in zip(_pytree.tree_leaves(got), _pytree.tree_leaves(expected), strict=True)
+        )
+        with self._lock:
+            self._unchecked.discard(key)
+            if not equal:
+                self._graphs[key] = _REFUSED
+        return expected
+
+    def _forget_other_weights(self, key):
+        """Drops the graphs and counts of replaced weights (they hold the
+        old tensors)."""
+        for table in (self._graphs, self._eager_calls):
+            for old in [k for k in table if k[-1] != key[-1]]:
+                del table[old]
+
     def graphs(self):
-        """How many signatures are replayed, and how many were refused."""
-        kept = sum(graph is not None for graph in self._graphs.values())
-        return kept, len(self._graphs) - kept
+        """`(replayed, refused)`: the signatures with a graph, and those
+        that run eagerly for good."""
+        states = list(self._graphs.values())
+        refused = sum(graph is _REFUSED for graph in states)
+        recording = sum(graph is _RECORDING_NOW for graph in states)
+        return len(states) - refused - recording, refused
 
     def _signature(self, args):
         import torch
         from torch.utils import _pytree
 
         leaves, spec = _pytree.tree_flatten(args)
-        shapes = tuple(
-            (tuple(x.shape), x.dtype, x.device) if isinstance(x, torch.Tensor) else ("value", x)
-            for x in leaves
+        described = []
+        for x in leaves:
+            if isinstance(x, torch.Tensor):
+                described.append((tuple(x.shape), x.stride(), x.dtype, x.device))
+                continue
+            try:
+                hash(x)
+            except TypeError:
+                raise TypeError(
+                    "A captured step takes tensors and hashable Python values; "
+                    f"got an argument of type {type(x).__name__}."
+                ) from None
+            described.append(("value", x))
+        modes = (
+            torch.is_grad_enabled(),
+            torch.is_autocast_enabled("cpu"),
+            torch.is_autocast_enabled("cuda"),
         )
         weights = tuple(id(w) for w in self.weights())
-        return str(spec), shapes, torch.is_grad_enabled(), weights
+        return str(spec), tuple(described), modes, weights
+
+
+def _same(a, b):
+    """Whether two outputs are equal, NaN where NaN."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return a == b
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return torch.equal(a, b)
 
 
 def record(function, args):
-    """`(graph, outputs)`: the graph of PyTorch operations that
-    `function(*args)` runs, as a callable of the same arguments, or `None`
-    where a replay could differ from an eager call (`replayable`), and
-    the outputs of that call."""
+    """Records the PyTorch operations of one call.
+
+    Args:
+        function: the step (see `CapturedStep`).
+        args: a tuple, the call's arguments.
+
+    Returns:
+        `(graph, outputs)`: the graph of the operations `function(*args)`
+        ran, a callable of the same arguments, or `None` where a replay
+        could differ from an eager call (`replayable`) or `make_fx`
+        failed; and the outputs of that call.
+    """
     from torch.fx.experimental.proxy_tensor import make_fx
 
     ran = []
@@ -155,7 +241,7 @@ def record(function, args):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         context = tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True)))
-    except ImportError:  # a torch without them: slower, same graph
+    except Exception:  # noqa: BLE001 - a torch without them: slower, same graph
         import contextlib
 
         context = contextlib.nullcontext()
@@ -172,16 +258,28 @@ def record(function, args):
 
 
 def replayable(graph):
-    """Whether a recorded graph computes what its eager function would on
-    other values: it reads no tensor's value on the host and draws no
-    random numbers."""
+    """Whether a recorded graph may replay: it holds no operation that
+    reads a tensor's value on the host, draws random numbers, or has an
+    output shape that depends on values.
+
+    Args:
+        graph: a `torch.fx.GraphModule` from `make_fx`.
+
+    Returns:
+        bool.
+    """
     import torch
 
+    refused = (
+        torch.Tag.nondeterministic_seeded,
+        torch.Tag.dynamic_output_shape,
+        torch.Tag.data_dependent_output,
+    )
     for node in graph.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if node.target._schema.name.split("::")[-1] in _HOST_READS:
             return False
-        if torch.Tag.nondeterministic_seeded in node.target.tags:
+        if any(tag in node.target.tags for tag in refused):
             return False
     return True

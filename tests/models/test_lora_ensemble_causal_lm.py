@@ -465,9 +465,11 @@ def test_eager_torch_decode_replays_its_recorded_step(monkeypatch):
     """PyTorch's default decode records a step's operations once a
     signature has run `CAPTURE_AFTER` eager steps and replays them: tokens
     and figures equal those of `run_eagerly=True` (the model's Python at
-    every step) exactly. Gemma 3 (a cache of per-layer pairs, sliding
-    windows). A top-k sampler draws from its seed: it decodes eagerly,
-    with the seed's tokens."""
+    every step) exactly, in a second call (replayed from its first step),
+    after the adapters are written in place, with stop tokens, and over a
+    shared trunk. Gemma 3 (a cache of per-layer pairs) with a sliding
+    window of 4 positions. A top-k sampler draws from its seed: it decodes
+    eagerly, with the seed's tokens."""
     from ensemble_zoo.utils import captured_steps
 
     recorded = []
@@ -481,26 +483,49 @@ def test_eager_torch_decode_replays_its_recorded_step(monkeypatch):
     monkeypatch.setattr(captured_steps, "record", counting)
     task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
     keras.utils.set_random_seed(0)
-    base = task_cls(backbone=backbone_cls(**dict(config, num_layers=1)), preprocessor=None)
-    ensemble = LoRAEnsembleCausalLM.from_keras_hub(base, num_members=2, rank=2, a_gain=1.0, seed=0)
-    randomize_adapters(ensemble)
+    config = dict(config, num_layers=2, use_sliding_window_attention=True, sliding_window_size=4)
+    base = task_cls(backbone=backbone_cls(**config), preprocessor=None)
     # 11 or 12 new tokens: more steps of one signature than CAPTURE_AFTER.
     prompt = {k: np.pad(v, ((0, 0), (0, 8))) for k, v in PROMPT.items()}
     assert prompt["token_ids"].shape[1] - 4 > captured_steps.CAPTURE_AFTER
-    results = {}
-    for eagerly in (True, False):
-        ensemble.compile(sampler="greedy", run_eagerly=eagerly)
-        results[eagerly] = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
-    assert recorded == [True]
-    np.testing.assert_array_equal(results[False]["token_ids"], results[True]["token_ids"])
-    for name in POSITION_FIGURES + MEMBER_FIGURES:
-        np.testing.assert_array_equal(results[False][name], results[True][name], err_msg=name)
-    for eagerly in (True, False):
-        ensemble.compile(sampler=keras_hub.samplers.TopKSampler(k=5, seed=7), run_eagerly=eagerly)
-        results[eagerly] = ensemble.generate(prompt, stop_token_ids=None)
-    assert recorded == [True]
-    np.testing.assert_array_equal(results[False]["token_ids"], results[True]["token_ids"])
-    ensemble.compile(sampler="greedy")
+
+    def generate_both(model, sampler="greedy", **kwargs):
+        out = []
+        for eagerly in (True, False):
+            model.compile(sampler=sampler() if callable(sampler) else sampler, run_eagerly=eagerly)
+            out.append(model.generate(prompt, **kwargs))
+        model.compile(sampler="greedy")
+        return out
+
+    for layers in (None, [-1]):
+        ensemble = LoRAEnsembleCausalLM.from_keras_hub(
+            base, num_members=2, rank=2, a_gain=1.0, seed=0, layers=layers
+        )
+        randomize_adapters(ensemble)
+        eager, replayed = generate_both(ensemble, stop_token_ids=None, return_uncertainty=True)
+        ensemble.compile(sampler="greedy")
+        calls = [ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)]
+        randomize_adapters(ensemble, seed=5)
+        calls.append(ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True))
+        ensemble.compile(sampler="greedy", run_eagerly=True)
+        written = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
+        for got, expected in ((replayed, eager), (calls[0], eager), (calls[1], written)):
+            np.testing.assert_array_equal(got["token_ids"], expected["token_ids"])
+            for name in POSITION_FIGURES + MEMBER_FIGURES:
+                np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+        assert np.abs(written["epistemic"] - eager["epistemic"]).max() > 1e-3
+        stop = int(written["token_ids"][0, 8])
+        eager, replayed = generate_both(ensemble, stop_token_ids=(stop,))
+        np.testing.assert_array_equal(replayed["token_ids"], eager["token_ids"])
+    # A recording per compile() (a new decode function) that decodes more
+    # than CAPTURE_AFTER steps; the adapters written in place replay.
+    assert len(recorded) >= 4 and all(recorded), recorded
+    count = len(recorded)
+    eager, replayed = generate_both(
+        ensemble, sampler=lambda: keras_hub.samplers.TopKSampler(k=5, seed=7), stop_token_ids=None
+    )
+    assert len(recorded) == count
+    np.testing.assert_array_equal(replayed["token_ids"], eager["token_ids"])
 
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="torch.compile")

@@ -13,8 +13,9 @@ for the backend: `decode_function`; and teacher-forced scoring,
   default there) each step runs eagerly until its signature has run
   `captured_steps.CAPTURE_AFTER` times, and is then recorded as a graph
   of PyTorch operations and replayed (`utils/captured_steps.py`:
-  the eager step's results without its Python; a sampler with a seed,
-  which draws, stays eager); `run_eagerly=True` runs the Python at every
+  the eager step's results without its Python; keras-hub's
+  `GreedySampler` only: a sampler that draws, or runs Python of its own,
+  stays eager); `run_eagerly=True` runs the Python at every
   step, the reference the tests compare with. Compiled, on a CPU the
   first length compiles a static graph, a second one compiles once more with the length a symbol
   (torch's automatic dynamic shapes, `dynamic=None`), and every later
@@ -33,6 +34,7 @@ import contextlib
 import itertools
 
 import keras
+import keras_hub
 from keras import ops
 
 from ensemble_zoo.models.lora_ensemble.causal_lm import attention_route
@@ -195,8 +197,9 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
             with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
                 return compiled_step(*args)
 
-    elif not model.run_eagerly and not sampler.variables:
-        # A sampler with a seed draws: its steps run eagerly.
+    elif not model.run_eagerly and type(sampler) is keras_hub.samplers.GreedySampler:
+        # Greedy decoding runs no Python of its own per step; a sampler
+        # that draws from a seed, or a subclass's callbacks, stays eager.
         variables = model_variables(model)
         step = CapturedStep(step, lambda: [v.value for v in variables])
 
