@@ -133,7 +133,8 @@ class CapturedStep:
                 graph, outputs = record(self.function, args)
                 with self._lock:
                     self._graphs[key] = graph
-                    self._unchecked.add(key)
+                    if graph is not _REFUSED:
+                        self._unchecked.add(key)
                 return outputs
         if graph is _REFUSED or graph is _RECORDING_NOW or graph is False:
             return self.function(*args)
@@ -165,6 +166,7 @@ class CapturedStep:
         for table in (self._graphs, self._eager_calls):
             for old in [k for k in table if k[-1] != key[-1]]:
                 del table[old]
+                self._unchecked.discard(old)
 
     def graphs(self):
         """`(replayed, refused)`: the signatures with a graph, and those
