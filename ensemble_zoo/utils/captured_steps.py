@@ -34,20 +34,26 @@ would:
   refused unless equal (a host read that leaves no operation behind,
   `.tolist()` or `.numpy()`, freezes a value the next call changes). A
   refused signature runs eagerly from then on;
+- a weight's value read on the host (`float(variable)`, `.item()` of a
+  weight) leaves no operation and no check can see it: it stays frozen in
+  the graph, and a later write of that weight does not reach the replay.
+  A step must read its weights as tensors only (the decode step does);
 - the recording's own run is the call's result, so a step runs once per
-  call. A step with Python side effects (a callback, a seed it advances)
-  must not be captured: its effects would run only while it is recorded
-  (the decode loop records keras-hub's `GreedySampler` only).
+  call (twice where `make_fx` fails partway). A step with Python side
+  effects (a callback, a seed it advances) must not be captured: its
+  effects would run only while it is recorded (the decode loop records
+  keras-hub's `GreedySampler` only).
 
 Recording uses one fake-tensor mode for the whole graph (a
 `torch._guards.TracingContext`): `make_fx` otherwise builds one per
 operation to describe its output, half of a recording's time.
 Replaying keeps no state outside its `CapturedStep`, and the tracing
 modes are thread-local, so threads may decode at once while one records
-(they run eagerly meanwhile). `make_fx` keeps its tracer and an "FX is
-tracing" flag in module globals (torch 2.13): a process records one step
-at a time (`_RECORDING`), but `torch.compile` tracing in another thread
-at the same moment shares them.
+(the same step runs eagerly meanwhile). `make_fx` keeps its tracer and an
+"FX is tracing" flag in module globals (torch 2.13): a process records
+one step at a time (`_RECORDING`; another step's recording waits), but
+`torch.compile` tracing in another thread at the same moment shares
+them.
 """
 
 import threading
@@ -81,7 +87,8 @@ class CapturedStep:
             with no side effect but its outputs.
         weights: a callable returning the tensors the step reads that are
             not arguments (the model's variables' values): their identity
-            is part of the signature.
+            is part of the signature. The step reads them as tensors (a
+            value read on the host is frozen into the graph).
         capture_after: int, the eager calls of a signature before it is
             recorded (`CAPTURE_AFTER`); 0 records at the first call.
 
@@ -128,13 +135,20 @@ class CapturedStep:
                         self._forget_other_weights(key)
                         self._graphs[key], records = _RECORDING_NOW, True
             if records:
-                # The recording's run is this call's (a step runs once per
-                # call); other threads run eagerly meanwhile.
-                graph, outputs = record(self.function, args)
+                # The recording's run is this call's; other threads run
+                # eagerly meanwhile.
+                try:
+                    graph, outputs = record(self.function, args)
+                except BaseException:
+                    with self._lock:
+                        if self._graphs.get(key) is _RECORDING_NOW:
+                            del self._graphs[key]
+                    raise
                 with self._lock:
-                    self._graphs[key] = graph
-                    if graph is not _REFUSED:
-                        self._unchecked.add(key)
+                    if self._graphs.get(key) is _RECORDING_NOW:  # not dropped meanwhile
+                        self._graphs[key] = graph
+                        if graph is not _REFUSED:
+                            self._unchecked.add(key)
                 return outputs
         if graph is _REFUSED or graph is _RECORDING_NOW or graph is False:
             return self.function(*args)
@@ -149,14 +163,20 @@ class CapturedStep:
         from torch.utils import _pytree
 
         expected = self.function(*args)
-        got = graph(*args)
-        equal = _pytree.tree_structure(got) == _pytree.tree_structure(expected) and all(
-            _same(a, b)
-            for a, b in zip(_pytree.tree_leaves(got), _pytree.tree_leaves(expected), strict=True)
-        )
+        try:
+            got = graph(*args)
+        except Exception:  # noqa: BLE001 - a graph that cannot replay is refused
+            equal = False
+        else:
+            equal = _pytree.tree_structure(got) == _pytree.tree_structure(expected) and all(
+                _same(a, b)
+                for a, b in zip(
+                    _pytree.tree_leaves(got), _pytree.tree_leaves(expected), strict=True
+                )
+            )
         with self._lock:
             self._unchecked.discard(key)
-            if not equal:
+            if not equal and key in self._graphs:
                 self._graphs[key] = _REFUSED
         return expected
 

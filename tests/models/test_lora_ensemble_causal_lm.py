@@ -465,9 +465,9 @@ def test_eager_torch_decode_replays_its_recorded_step(monkeypatch):
     """PyTorch's default decode records a step's operations once a
     signature has run `CAPTURE_AFTER` eager steps and replays them: tokens
     and figures equal those of `run_eagerly=True` (the model's Python at
-    every step) exactly, in a second call (replayed from its first step),
-    after the adapters are written in place, with stop tokens, and over a
-    shared trunk. Gemma 3 (a cache of per-layer pairs) with a sliding
+    every step) exactly, in a second call and after the adapters are
+    written in place (replayed from the first step, not recorded again),
+    and over a shared trunk; stop tokens end the loop as eagerly. Gemma 3 (a cache of per-layer pairs) with a sliding
     window of 4 positions. A top-k sampler draws from its seed: it decodes
     eagerly, with the seed's tokens."""
     from ensemble_zoo.utils import captured_steps
@@ -506,7 +506,9 @@ def test_eager_torch_decode_replays_its_recorded_step(monkeypatch):
         ensemble.compile(sampler="greedy")
         calls = [ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)]
         randomize_adapters(ensemble, seed=5)
+        count = len(recorded)
         calls.append(ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True))
+        assert len(recorded) == count  # written in place: replayed, not recorded again
         ensemble.compile(sampler="greedy", run_eagerly=True)
         written = ensemble.generate(prompt, stop_token_ids=None, return_uncertainty=True)
         for got, expected in ((replayed, eager), (calls[0], eager), (calls[1], written)):

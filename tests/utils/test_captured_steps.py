@@ -18,20 +18,29 @@ def test_replays_equal_the_eager_step_and_follow_the_weights():
     torch.manual_seed(0)
     held = {"w": torch.randn(4, 3)}
 
+    runs = []
+
     def function(x, pair):
+        runs.append(1)  # Python: runs eagerly and while recording, not in a replay
         return {"y": torch.tanh(x @ held["w"]) + pair[0], "z": pair[1] * 2}
 
     step = CapturedStep(function, lambda: [held["w"]], capture_after=2)
 
     def check(x, pair):
         got, expected = step(x, pair), function(x, pair)
+        replays.append(len(runs))
         for name in ("y", "z"):
             np.testing.assert_array_equal(got[name].numpy(), expected[name].numpy())
 
     pair = (torch.randn(2, 3), torch.randn(5))
+    replays = []
     for call in range(5):
         check(torch.randn(2, 4), pair)
         assert step.graphs() == ((1, 0) if call >= 2 else (0, 0)), (call, step.graphs())
+    # Python runs twice a call (the step's, eager, recording or checking
+    # the first replay, and the reference's), once (the reference's) once
+    # it replays.
+    assert replays == [2, 4, 6, 8, 9], replays
     # Written in place (as `Variable.assign` writes): the replay sees it.
     with torch.no_grad():
         held["w"].mul_(-3.0)
