@@ -12,12 +12,12 @@ for the backend: `decode_function`; and teacher-forced scoring,
   when the model is compiled with `jit_compile=True`. Otherwise (Keras'
   default there) each step runs eagerly until its signature has run
   `captured_steps.CAPTURE_AFTER` times, and is then recorded as a graph
-  of PyTorch operations and replayed (`utils/captured_steps.py`:
-  the eager step's results without its Python; keras-hub's
-  `GreedySampler` only: a sampler that draws, or runs Python of its own,
-  stays eager); `run_eagerly=True` runs the Python at every
-  step, the reference the tests compare with. Compiled, on a CPU the
-  first length compiles a static graph, a second one compiles once more with the length a symbol
+  of PyTorch operations and replayed (`utils/captured_steps.py`: the
+  eager step's results without its Python; keras-hub's `GreedySampler`
+  only: a sampler that draws, or runs Python of its own, stays eager);
+  `run_eagerly=True` runs the Python at every step, the reference the
+  tests compare with. Compiled, on a CPU the first length compiles a
+  static graph, a second one compiles once more with the length a symbol
   (torch's automatic dynamic shapes, `dynamic=None`), and every later
   length runs that graph (at Gemma-2B's layer shapes on 2 cores a length
   compiles in 30 to 60 s, a third length's first call takes about 1 s;
