@@ -54,8 +54,9 @@ backends' on-disk caches (PyTorch inductor's).
 
 `--jit-compile`: the zoo models' `compile(jit_compile=...)`. `auto`
 (default) compiles on every backend: XLA under JAX and TensorFlow, the
-decode step under `torch.compile` under PyTorch (`true`; eager with
-`--quick`); `false` runs the engine eagerly under PyTorch.
+decode step and the prompts' pass by inductor under PyTorch (`true`;
+eager with `--quick`); `false` runs the engine as PyTorch's default does
+(eager, the step replayed once recorded).
 """
 
 import argparse
@@ -360,9 +361,10 @@ def decoding_rows(
         _progress(rows[-1])
         del model
         if keras.config.backend() == "torch":
-            # Each compiled step holds its frozen copy of the weights:
-            # free it before the next variant compiles its own (with 8
-            # Gemma-2B layers, two of them and a compilation exceed 24 GB).
+            # Free each variant's compiled programs (a dynamo-compiled
+            # step holds its frozen copy of the weights: with 8 Gemma-2B
+            # layers, two of them and a compilation exceed 24 GB) before
+            # the next variant compiles its own.
             import gc
 
             import torch

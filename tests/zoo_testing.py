@@ -222,7 +222,7 @@ def run_day():
 #: fresh copy under JAX on even days, PyTorch's compiled steps
 #: (`torch.compile` traces) on odd days; two benchmark scripts (implicit
 #: ensembles, MoE: about 25 s each under PyTorch) on even days.
-ALTERNATE_DAYS = {"main_command": 0, "torch_compile": 1, "benchmark_scripts": 0}
+ALTERNATE_DAYS = {"main_command": 0, "torch_compile": 1, "benchmark_scripts": 0, "inductor": 0}
 
 
 def skip_on_alternate_days(check):

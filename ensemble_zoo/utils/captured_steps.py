@@ -197,30 +197,54 @@ class CapturedStep:
         return len(states) - refused - recording, refused
 
     def _signature(self, args):
-        import torch
-        from torch.utils import _pytree
+        return input_signature(args, self.weights(), by_identity=True)
 
-        leaves, spec = _pytree.tree_flatten(args)
-        described = []
-        for x in leaves:
-            if isinstance(x, torch.Tensor):
-                described.append((tuple(x.shape), x.stride(), x.dtype, x.device))
-                continue
-            try:
-                hash(x)
-            except TypeError:
-                raise TypeError(
-                    "A captured step takes tensors and hashable Python values; "
-                    f"got an argument of type {type(x).__name__}."
-                ) from None
-            described.append(("value", x))
-        modes = (
-            torch.is_grad_enabled(),
-            torch.is_autocast_enabled("cpu"),
-            torch.is_autocast_enabled("cuda"),
-        )
-        weights = tuple(id(w) for w in self.weights())
-        return str(spec), tuple(described), modes, weights
+
+def input_signature(args, weights, by_identity):
+    """What a recorded graph of a step is specific to: the arguments'
+    structure, the shapes, strides, dtypes and devices of their tensors,
+    their Python values, whether gradients and autocast are on, and the
+    weights (their tensors' identity, or their description as the
+    arguments').
+
+    Args:
+        args: the step's arguments, tensors nested in tuples, lists and
+            dicts, or hashable Python values.
+        weights: the tensors the step reads besides its arguments.
+        by_identity: bool, whether the weights count by identity (a
+            graph that holds them) or by description (a graph that takes
+            them as inputs).
+
+    Returns:
+        a hashable signature.
+    """
+    import torch
+    from torch.utils import _pytree
+
+    def describe(x):
+        return (tuple(x.shape), x.stride(), x.dtype, x.device)
+
+    leaves, spec = _pytree.tree_flatten(args)
+    described = []
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            described.append(describe(x))
+            continue
+        try:
+            hash(x)
+        except TypeError:
+            raise TypeError(
+                "A captured step takes tensors and hashable Python values; "
+                f"got an argument of type {type(x).__name__}."
+            ) from None
+        described.append(("value", x))
+    modes = (
+        torch.is_grad_enabled(),
+        torch.is_autocast_enabled("cpu"),
+        torch.is_autocast_enabled("cuda"),
+    )
+    weights = tuple(id(w) if by_identity else describe(w) for w in weights)
+    return str(spec), tuple(described), modes, weights
 
 
 def _same(a, b):

@@ -14,7 +14,8 @@ in every projection.
 `onednn_einsum` and `onednn_matmul` compute a product of activations and
 a weight through oneDNN's linear, reading the weight in place (a
 transposed view, no copy), where that pays: eager (not while dynamo
-traces: inductor has its own kernels), float32 on a CPU whose vendor is
+traces, nor on the fake tensors of a recording for inductor,
+`inductor_steps`: inductor has its own kernels), float32 on a CPU whose vendor is
 not Intel (`onednn_pays`; on Intel CPUs MKL has its fast kernels and is
 left alone, not measured here), no gradient needed (oneDNN's linear has
 no backward), at least two rows or a weight whose rows are contiguous
@@ -54,6 +55,7 @@ def onednn_pays():
 
 def _applies(a, b):
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
 
     return (
         a.dtype == torch.float32
@@ -61,6 +63,7 @@ def _applies(a, b):
         and a.device.type == "cpu"
         and b.device.type == "cpu"
         and not torch.compiler.is_compiling()
+        and not isinstance(a, FakeTensor)
         and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
     )
 

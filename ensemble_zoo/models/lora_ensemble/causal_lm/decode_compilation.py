@@ -8,26 +8,28 @@ for the backend: `decode_function`; and teacher-forced scoring,
 - TensorFlow: one `tf.function(jit_compile=True)` program per shape and
   prefill length.
 - PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
-  PyTorch) and each step is one `torch.compile` graph (`fullgraph=True`)
-  when the model is compiled with `jit_compile=True`. Otherwise (Keras'
-  default there) each step runs eagerly until its signature has run
-  `captured_steps.CAPTURE_AFTER` times, and is then recorded as a graph
-  of PyTorch operations and replayed (`utils/captured_steps.py`: the
-  eager step's results without its Python; keras-hub's `GreedySampler`
-  only: a sampler that draws, or runs Python of its own, stays eager);
-  `run_eagerly=True` runs the Python at every step, the reference the
-  tests compare with. Compiled, on a CPU the first length compiles a
-  static graph, a second one compiles once more with the length a symbol
-  (torch's automatic dynamic shapes, `dynamic=None`), and every later
-  length runs that graph (at Gemma-2B's layer shapes on 2 cores a length
-  compiles in 30 to 60 s, a third length's first call takes about 1 s;
-  on Gemma 3 270M the dynamic graph took 459 s, twice a static one).
-  On a CUDA device `mode="reduce-overhead"` captures the step once per
-  shape as a CUDA graph, static, and replays it. On a CPU inductor
-  freezes the weights into the graph and autotunes its matrix products
-  (`TORCH_CPU_INDUCTOR`), and the step is compiled again whenever a
-  weight has changed. Checked with Keras 3.15.1, keras-hub 0.32.0 and
-  torch 2.13 (CPU).
+  PyTorch). With `compile(jit_compile=True)` on a CPU, the greedy step
+  and the prompts' pass are each recorded on fake tensors once per input
+  shape and compiled by inductor with the weights as inputs
+  (`utils/inductor_steps.py`): no dynamo tracing of Keras, no
+  recompilation when a weight changes, and inductor's cache on disk
+  serves a second process (Gemma 3 270M, 4 members, 2 cores: the step
+  compiled in about 105 s, and in 6 s in a second process; the recording
+  about 10 s). A sampler that draws reads its seed on the host, which a
+  recording cannot: its step is one `torch.compile` graph
+  (`fullgraph=True`, `dynamic=None`: a second length compiles once more
+  with the length a symbol) with the weights frozen into it and its
+  matrix products autotuned (`TORCH_CPU_INDUCTOR`), compiled again
+  whenever a weight has changed. On a CUDA device `mode="reduce-overhead"`
+  captures the step once per shape as a CUDA graph, static, and replays
+  it. Without `jit_compile` (Keras' default there) each step runs
+  eagerly until its signature has run `captured_steps.CAPTURE_AFTER`
+  times, and is then recorded as a graph of PyTorch operations and
+  replayed (`utils/captured_steps.py`: the eager step's results without
+  its Python; keras-hub's `GreedySampler` only: a sampler that draws, or
+  runs Python of its own, stays eager); `run_eagerly=True` runs the
+  Python at every step, the reference the tests compare with. Checked
+  with Keras 3.15.1, keras-hub 0.32.0 and torch 2.13 (CPU).
 """
 
 import contextlib
@@ -41,10 +43,12 @@ from ensemble_zoo.models.lora_ensemble.causal_lm import attention_route
 from ensemble_zoo.models.lora_ensemble.causal_lm import teacher_forcing
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import generate_batch
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import loop_step
+from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill
 from ensemble_zoo.models.lora_ensemble.causal_lm.decode_engine import prefill_length
 from ensemble_zoo.models.lora_ensemble.causal_lm.member_forward import member_block_input
 from ensemble_zoo.utils.backend import no_gradients
 from ensemble_zoo.utils.captured_steps import CapturedStep
+from ensemble_zoo.utils.inductor_steps import InductorStep
 
 
 def model_variables(model):
@@ -98,7 +102,8 @@ def _jax_function(model, sampler, stop_token_ids):
 #: (`torch._dynamo.config.patch`).
 TORCH_RECOMPILE_LIMIT = 64
 
-#: Inductor's configuration for the decode step on a CPU. MKL's
+#: Inductor's configuration for a drawing sampler's decode step on a CPU
+#: (`_FrozenStep`; the greedy step is `InductorStep`'s). MKL's
 #: single-precision GEMM multiplies the members' 8 rows by a 2048 x 16,384
 #: kernel in about 4x the time of one row on the AMD EPYC this was
 #: measured on (18.8 against 5.2 ms; `benchmarks/cpu_matmul.py`), where
@@ -184,20 +189,33 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
     import torch
 
     step = loop_step(model, sampler)
-    if compiled:
-        cuda = any(getattr(v.value, "is_cuda", False) for v in model.weights[:1])
-        if cuda:
-            compiled_step = torch.compile(
+    greedy = type(sampler) is keras_hub.samplers.GreedySampler
+    prompts_pass = None
+    cuda = any(getattr(v.value, "is_cuda", False) for v in model.weights[:1])
+    if compiled and not cuda:
+        # Recorded and compiled by inductor, the weights as inputs: one
+        # program per shape, kept in inductor's cache on disk. A sampler
+        # that draws reads its seed on the host, which a recording on fake
+        # tensors cannot: it is compiled by dynamo with frozen weights.
+        variables = model_variables(model)
+        prompts_pass = InductorStep(
+            lambda token_ids, mask, length: prefill(model, token_ids, mask, length),
+            variables,
+            fallback=lambda token_ids, mask, length: prefill(
+                model, token_ids, mask, length, _eager_prefill_block(model)
+            ),
+        )
+        if greedy:
+            step = InductorStep(step, variables, fallback=step)
+        else:
+            step = _dynamo_step(_FrozenStep(model, sampler))
+    elif compiled:
+        step = _dynamo_step(
+            torch.compile(
                 _with_own_code(step), fullgraph=True, dynamic=False, mode="reduce-overhead"
             )
-        else:
-            compiled_step = _FrozenStep(model, sampler)
-
-        def step(*args):
-            with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
-                return compiled_step(*args)
-
-    elif not model.run_eagerly and type(sampler) is keras_hub.samplers.GreedySampler:
+        )
+    elif not model.run_eagerly and greedy:
         # Greedy decoding runs no Python of its own per step; a sampler
         # that draws from a seed, or a subclass's callbacks, stays eager.
         variables = model_variables(model)
@@ -213,9 +231,22 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
                 step=step,
                 prefill_to=prefill_length(sampler, inputs["padding_mask"]),
                 prefill_block=_eager_prefill_block(model),
+                prompts_pass=prompts_pass,
             )
 
     return run
+
+
+def _dynamo_step(compiled_step):
+    """A step compiled by `torch.compile`, run with the zoo's recompile
+    limit."""
+    import torch
+
+    def step(*args):
+        with torch._dynamo.config.patch(recompile_limit=TORCH_RECOMPILE_LIMIT):
+            return compiled_step(*args)
+
+    return step
 
 
 #: Values of the members' logits that one block of an eager prompts' pass

@@ -300,7 +300,14 @@ def _finished(prompt, prompt_mask, stop_token_ids):
 
 
 def generate_batch(
-    model, sampler, inputs, stop_token_ids, step=None, prefill_to=None, prefill_block=None
+    model,
+    sampler,
+    inputs,
+    stop_token_ids,
+    step=None,
+    prefill_to=None,
+    prefill_block=None,
+    prompts_pass=None,
 ):
     """One generation of a batch of padded prompts.
 
@@ -317,6 +324,8 @@ def generate_batch(
             pass runs over (`prefill_length`).
         prefill_block: `None` or a Python int, the positions of one block
             of the prompts' pass (`prefill`).
+        prompts_pass: `None` (`prefill`) or the prompts' pass compiled,
+            `(token_ids, prompt_mask, prefill_to) -> (hidden, cache)`.
 
     Returns:
         dict: `token_ids`, `padding_mask` (as keras-hub returns them) and
@@ -324,7 +333,10 @@ def generate_batch(
     """
     token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
     prompt_mask = ops.cast(ops.convert_to_tensor(inputs["padding_mask"]), "bool")
-    hidden, cache = prefill(model, token_ids, prompt_mask, prefill_to, prefill_block)
+    if prompts_pass is None:
+        hidden, cache = prefill(model, token_ids, prompt_mask, prefill_to, prefill_block)
+    else:
+        hidden, cache = prompts_pass(token_ids, prompt_mask, prefill_to)
     index = _start(prompt_mask)
     batch, length = ops.shape(token_ids)
     if not isinstance(sampler, LOOP_SAMPLERS):

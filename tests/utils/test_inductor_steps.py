@@ -1,0 +1,93 @@
+"""`InductorStep` compiles a recorded PyTorch step with inductor, the
+weights as inputs: its results equal the eager step's on new values, it
+follows weights written in place or replaced without compiling again,
+compiles once per signature, is served by inductor's cache on disk in a
+new step, and runs eagerly, with a warning, what it cannot compile."""
+
+import keras
+import numpy as np
+import pytest
+from zoo_testing import skip_on_alternate_days
+
+pytestmark = pytest.mark.skipif(keras.config.backend() != "torch", reason="PyTorch graphs")
+
+
+@skip_on_alternate_days("inductor")
+def test_compiled_step_equals_the_eager_step_and_follows_the_weights():
+    import torch
+    from torch._dynamo.utils import counters
+
+    from ensemble_zoo.utils.inductor_steps import InductorStep
+
+    weight = keras.Variable(np.random.default_rng(0).normal(size=(4, 3)).astype("float32"))
+    runs = []
+
+    def function(x, pair, scale):
+        runs.append(1)  # Python: runs while recording only
+        return {"y": torch.tanh(x @ weight.value) * scale + pair[0], "z": pair[1] * 2}
+
+    def check(step, x, pair, scale=2.0):
+        with torch.no_grad():  # as the decode runs it
+            got, expected = step(x, pair, scale), function(x, pair, scale)
+        for name in ("y", "z"):
+            np.testing.assert_allclose(got[name].numpy(), expected[name].numpy(), atol=1e-6)
+
+    step = InductorStep(function, [weight], fallback=None)
+    pair = (torch.randn(2, 3), torch.randn(5))
+    counters.clear()
+    for _ in range(3):
+        check(step, torch.randn(2, 4), pair)
+    assert step.programs() == (1, 0)
+    assert len(runs) == 4, runs  # one recording, then the three references
+    weight.assign(weight.value * -3.0)  # in place
+    check(step, torch.randn(2, 4), pair)
+    weight.assign(np.ones((4, 3), "float32"))
+    check(step, torch.randn(2, 4), pair)
+    assert step.programs() == (1, 0)
+    # Another Python value (a constant of the graph) is another program.
+    check(step, torch.randn(2, 4), pair, scale=0.5)
+    assert step.programs() == (2, 0)
+    # A new step (a new process, or another model of the same shapes)
+    # finds the program in inductor's cache (on disk, where a run before
+    # this one may have put the first two).
+    looked_up = dict(counters["inductor"])
+    check(InductorStep(function, [weight], fallback=None), torch.randn(2, 4), pair)
+    hits = counters["inductor"]["fxgraph_cache_hit"] - looked_up.get("fxgraph_cache_hit", 0)
+    misses = counters["inductor"]["fxgraph_cache_miss"] - looked_up.get("fxgraph_cache_miss", 0)
+    assert (hits, misses) == (1, 0), dict(counters["inductor"])
+
+
+def test_what_cannot_be_compiled_runs_the_fallback_with_a_warning():
+    import torch
+
+    from ensemble_zoo.utils.inductor_steps import InductorStep
+
+    def host_read(x):
+        return x * float(x.sum())
+
+    def draws(x):
+        return x + torch.rand_like(x)
+
+    def compiler(graph, inputs):
+        raise RuntimeError("no compiler found")
+
+    x = torch.ones(3)
+    cases = [
+        (host_read, None, "could not be recorded"),
+        (draws, None, "draws random numbers"),
+        (torch.sin, compiler, "no compiler found"),
+    ]
+    for function, given, message in cases:
+        calls = []
+
+        def fallback(*args, function=function):
+            calls.append(1)
+            return function(*args)
+
+        step = InductorStep(function, [], fallback=fallback, compiler=given)
+        with pytest.warns(RuntimeWarning, match=message):
+            step(x)
+        step(x)  # refused once, without another warning
+        assert (step.programs(), len(calls)) == ((0, 1), 2), message
+    with pytest.raises(TypeError, match="fallback"):
+        InductorStep(torch.sin, [], fallback=1)
