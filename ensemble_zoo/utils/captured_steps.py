@@ -200,7 +200,7 @@ class CapturedStep:
         return input_signature(args, self.weights(), by_identity=True)
 
 
-def input_signature(args, weights, by_identity):
+def input_signature(args, weights, by_identity, dynamic_sizes=()):
     """What a recorded graph of a step is specific to: the arguments'
     structure, the shapes, strides, dtypes and devices of their tensors,
     their Python values, whether gradients and autocast are on, and the
@@ -214,6 +214,9 @@ def input_signature(args, weights, by_identity):
         by_identity: bool, whether the weights count by identity (a
             graph that holds them) or by description (a graph that takes
             them as inputs).
+        dynamic_sizes: the sizes of the arguments' dimensions that a
+            graph takes as symbols: such a dimension, and the strides of
+            its tensor, are left out (the graph's guards check them).
 
     Returns:
         a hashable signature.
@@ -221,14 +224,16 @@ def input_signature(args, weights, by_identity):
     import torch
     from torch.utils import _pytree
 
-    def describe(x):
-        return (tuple(x.shape), x.stride(), x.dtype, x.device)
+    def describe(x, dynamic=()):
+        shape = tuple(None if size in dynamic else size for size in x.shape)
+        strides = None if None in shape else x.stride()
+        return (shape, strides, x.dtype, x.device)
 
     leaves, spec = _pytree.tree_flatten(args)
     described = []
     for x in leaves:
         if isinstance(x, torch.Tensor):
-            described.append(describe(x))
+            described.append(describe(x, dynamic_sizes))
             continue
         try:
             hash(x)

@@ -2,30 +2,34 @@
 
 `torch.compile` traces a Keras model's Python with dynamo: on Gemma 3
 270M (18 blocks, about 9,800 operations a decode step) the first decode
-step compiled in about 219 s, and every process compiled it again (its
-weights frozen into the graph, which inductor's on-disk cache does not
-keep). `InductorStep` records the operations one call runs instead
-(`make_fx` on fake tensors: no arithmetic, about 10 s for that step on
-2 cores) and hands the graph to inductor (`compile_fx`), with the
-weights as inputs of the graph rather than constants:
+step compiled in about 219 s, every new sequence length compiled again,
+and every process did (its weights frozen into the graph, which
+inductor's on-disk cache does not keep). `InductorStep` records the
+operations one call runs instead (`make_fx` on fake tensors: no
+arithmetic, about 10 s for that step on 2 cores) and hands the graph to
+inductor (`compile_fx`), with the weights as inputs of the program:
 
-- the compiled program depends on the shapes only, so inductor's FX graph
-  cache (on disk, `TORCHINDUCTOR_CACHE_DIR`) serves a second process,
-  and another model of the same architecture: on Gemma 3 270M the first
-  compile took 105 s and a second process's 5.7 s (torch 2.13, 2 cores,
-  `benchmarks/llm_decoding.py`);
+- the program depends on the shapes only, so inductor's FX graph cache
+  (on disk, `TORCHINDUCTOR_CACHE_DIR`) serves a second process, and
+  another model of the same architecture;
 - a weight written in place (`Variable.assign`, an optimizer's step) or
-  replaced reaches the next call without compiling again.
+  replaced by one of its shape reaches the next call without compiling
+  again;
+- sizes the caller names (`dynamic`: a sequence length) are symbols of
+  the program, which then serves every call whose arguments keep the
+  guards the recording and inductor placed on them.
 
-The graph runs inductor's C++ kernels with ATen's matrix products (MKL):
-freezing the weights (which lets inductor pack them and pick its own GEMM
-kernels) would tie the program to their values and keep it out of the
-cache. A step that reads a tensor's value on the host (`.item()`,
+The program runs inductor's C++ kernels with ATen's matrix products
+(MKL): freezing the weights (which lets inductor pack them and pick its
+own GEMM kernels) would tie the program to their values and keep it out
+of the cache. A step that reads a tensor's value on the host (`.item()`,
 `bool(tensor)`) cannot be recorded on fake tensors, and one that draws
-random numbers is refused as `captured_steps.replayable` refuses it: such
-a step, or one inductor cannot compile (no C++ compiler on the machine),
-runs as `fallback` runs it, with one warning saying why. Checked with
-torch 2.13 (CPU).
+random numbers is refused as `captured_steps.replayable` refuses it:
+such a step, or one inductor cannot compile (no C++ compiler on the
+machine), runs `fallback`, with one warning saying why. Recording takes
+the lock `captured_steps` records under (`make_fx` keeps its tracer in a
+module global), and a step compiles one program at a time; programs are
+kept in the step, never in module state. Checked with torch 2.13 (CPU).
 """
 
 import threading
@@ -49,15 +53,20 @@ class InductorStep:
 
     Args:
         function: the step, a function of tensors (nested in tuples,
-            lists and dicts, or hashable Python values) returning tensors,
-            with no side effect but its outputs. It reads `variables`
-            through Keras (`variable.value`).
+            lists and dicts, or hashable Python values, which become
+            constants of the program) returning tensors, with no side
+            effect but its outputs. It reads `variables` through Keras
+            (`variable.value`).
         variables: the Keras variables the step reads.
         fallback: the callable that runs a step that cannot be compiled
-            (e.g. `function` itself, or a `captured_steps.CapturedStep`
-            of it).
+            (`None`: `function` itself).
         compiler: `(graph, example_inputs) -> callable`, the compiler of a
             recorded graph (`None`: inductor's `compile_fx`).
+        dynamic: `None`, or a function of the step's arguments returning
+            the sizes that a program takes as symbols (a sequence length):
+            every dimension of the arguments of such a size is recorded as
+            a symbol, and the program serves every later call whose
+            arguments keep the recording's guards (checked at each call).
 
     Example:
 
@@ -69,93 +78,146 @@ class InductorStep:
     weight = keras.Variable(torch.randn(4, 4))
     step = InductorStep(
         lambda x: torch.relu(x @ weight.value), [weight], fallback=None,
-        compiler=lambda graph, inputs: graph,
+        compiler=lambda graph, inputs: graph, dynamic=lambda x: [x.shape[0]],
     )
-    x = torch.randn(2, 4)
-    assert torch.allclose(step(x), torch.relu(x @ weight.value))
+    with torch.no_grad():
+        for rows in (2, 3):
+            x = torch.randn(rows, 4)
+            assert torch.allclose(step(x), torch.relu(x @ weight.value))
+    assert step.programs() == (1, 0)
     ```
     """
 
-    def __init__(self, function, variables, fallback, compiler=None):
+    def __init__(self, function, variables, fallback, compiler=None, dynamic=None):
         if not callable(function):
             raise TypeError(f"`function` must be callable; got {function!r}.")
-        if fallback is not None and not callable(fallback):
-            raise TypeError(f"`fallback` must be callable or None; got {fallback!r}.")
+        for name, value in (("fallback", fallback), ("compiler", compiler), ("dynamic", dynamic)):
+            if value is not None and not callable(value):
+                raise TypeError(f"`{name}` must be callable or None; got {value!r}.")
         self.function = function
         self.variables = list(variables)
         self.fallback = fallback if fallback is not None else function
         self.compiler = compiler
-        self._programs = {}  # signature -> (program, output structure) or None
+        self.dynamic = dynamic
+        # signature -> the programs recorded for it (`_Program`), or `None`
+        # where it is refused
+        self._programs = {}
+        self._compiling = set()  # signatures a thread is compiling
         self._lock = threading.Lock()
 
     def __call__(self, *args):
-        values = [v.value for v in self.variables]
-        key = input_signature(args, values, by_identity=False)
-        with self._lock:
-            if key not in self._programs:
-                self._programs[key] = self._compile(values, args)
-            entry = self._programs[key]
-        if entry is None:
-            return self.fallback(*args)
         from torch.utils import _pytree
 
-        program, structure = entry
-        outputs = program(*values, *_tensors(_pytree.tree_leaves(args)))
-        return _pytree.tree_unflatten(list(outputs), structure)
+        values = [v.value for v in self.variables]
+        sizes = () if self.dynamic is None else tuple(sorted({int(n) for n in self.dynamic(*args)}))
+        key = input_signature(args, values, by_identity=False, dynamic_sizes=sizes)
+        tensors = _tensors(_pytree.tree_leaves(args))
+        with self._lock:
+            programs = self._programs.get(key, [])
+            program = next((p for p in programs or () if p.accepts(tensors)), None)
+            compiles = program is None and programs is not None and key not in self._compiling
+            if compiles:
+                self._compiling.add(key)
+        if compiles:
+            # Other threads run `fallback` meanwhile.
+            try:
+                program = self._compile(values, args, sizes)
+            except BaseException:  # an interrupt: compile again at the next call
+                with self._lock:
+                    self._compiling.discard(key)
+                raise
+            with self._lock:
+                self._compiling.discard(key)
+                kept = self._programs.get(key, [])
+                self._programs[key] = None if program is None else kept + [program]
+        if program is None:
+            return self.fallback(*args)
+        return program(values, tensors)
 
     def programs(self):
-        """`(compiled, refused)`: the signatures with a compiled program,
-        and those that run `fallback`."""
-        refused = sum(entry is None for entry in self._programs.values())
-        return len(self._programs) - refused, refused
+        """`(compiled, refused)`: the programs compiled, and the signatures
+        that run `fallback`."""
+        kept = [p for p in self._programs.values() if p is not None]
+        return sum(len(p) for p in kept), len(self._programs) - len(kept)
 
-    def _compile(self, values, args):
-        """The compiled program of one signature and its output structure,
-        or `None` (with a warning) where it cannot be compiled."""
+    def _compile(self, values, args, sizes):
+        """The program of one signature, or `None` (with a warning) where it
+        cannot be compiled."""
         try:
-            graph, structure = self._record(values, args)
+            graph, structure, inputs, mode = self._record(values, args, sizes)
         except Exception as error:  # noqa: BLE001 - what cannot be recorded runs eagerly
             return _refuse(f"it could not be recorded ({type(error).__name__}: {error})")
         if not replayable(graph):
             return _refuse("it reads a value on the host or draws random numbers")
-        from torch.utils import _pytree
-
-        inputs = list(values) + _tensors(_pytree.tree_leaves(args))
         try:
-            program = _compile_graph(graph, inputs, self.compiler)
+            compiled = _compile_graph(graph, inputs, mode, self.compiler)
         except Exception as error:  # noqa: BLE001 - no compiler, or inductor failed
             return _refuse(f"inductor could not compile it ({type(error).__name__}: {error})")
-        return program, structure
+        guards = None
+        if sizes:
+            arguments = inputs[len(values) :]
+            guards = mode.shape_env.produce_guards_expression(arguments, ignore_static=False)
+        return _Program(compiled, structure, mode.shape_env, guards)
 
-    def _record(self, values, args):
+    def _record(self, values, args, sizes):
         """The graph of `function` over flat inputs (the weights' values,
-        then the arguments' tensors; its Python values are constants of
-        the graph, and part of its signature) returning flat outputs,
-        recorded on fake tensors, and the outputs' structure."""
+        then the arguments' tensors) returning flat outputs, recorded on
+        fake tensors (the dimensions of `sizes` as symbols); its outputs'
+        structure, its fake inputs, and their fake-tensor mode."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        from torch.fx.experimental.symbolic_shapes import StatelessSymbolicContext
         from torch.utils import _pytree
 
+        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+
+        def fake(x, dynamic=()):
+            dims = [DimDynamic.DYNAMIC if n in dynamic else DimDynamic.STATIC for n in x.shape]
+            context = StatelessSymbolicContext(dynamic_sizes=dims)
+            return mode.from_tensor(x, symbolic_context=context)
+
         leaves, spec = _pytree.tree_flatten(args)
-        tensors = _tensors(leaves)
+        inputs = [fake(v) for v in values] + [fake(x, sizes) for x in _tensors(leaves)]
         count = len(values)
         structure = []
 
-        def flat(*inputs):
-            given = iter(inputs[count:])
-            rebuilt = [next(given) if _is_tensor(x) else x for x in leaves]
-            with keras.StatelessScope(state_mapping=zip(self.variables, inputs[:count])):
+        def flat(*given):
+            arguments = iter(given[count:])
+            rebuilt = [next(arguments) if _is_tensor(x) else x for x in leaves]
+            with keras.StatelessScope(state_mapping=zip(self.variables, given[:count])):
                 outputs = self.function(*_pytree.tree_unflatten(rebuilt, spec))
             outputs, out_spec = _pytree.tree_flatten(outputs)
             structure.append(out_spec)
             return tuple(outputs)
 
         with _RECORDING:
-            graph = make_fx(flat, tracing_mode="fake", _allow_non_fake_inputs=True)(
-                *values, *tensors
-            )
+            graph = make_fx(flat, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
         graph.graph.eliminate_dead_code()
         graph.recompile()
-        return graph, structure[-1]
+        return graph, structure[-1], inputs, mode
+
+
+class _Program:
+    """A compiled program, its outputs' structure, and the guards its
+    arguments must keep (`None`: static shapes, which the signature
+    checks)."""
+
+    def __init__(self, compiled, structure, shape_env, guards):
+        self.compiled, self.structure = compiled, structure
+        self.shape_env, self.guards = shape_env, guards
+
+    def accepts(self, tensors):
+        return self.guards is None or self.shape_env.evaluate_guards_expression(
+            self.guards, tensors
+        )
+
+    def __call__(self, values, tensors):
+        from torch.utils import _pytree
+
+        outputs = self.compiled(*values, *tensors)
+        return _pytree.tree_unflatten(list(outputs), self.structure)
 
 
 def _is_tensor(x):
@@ -168,22 +230,19 @@ def _tensors(leaves):
     return [x for x in leaves if _is_tensor(x)]
 
 
-def _compile_graph(graph, inputs, compiler):
+def _compile_graph(graph, inputs, mode, compiler):
     """`compiler(graph, inputs)`, by default inductor's `compile_fx` under
-    `INDUCTOR_OPTIONS`, inside a tracing context whose fake tensors carry
-    a shape environment (without one inductor bypasses its FX graph
-    cache, torch 2.13)."""
+    `INDUCTOR_OPTIONS`, inside a tracing context of the recording's
+    fake-tensor mode, whose shape environment inductor's FX graph cache
+    needs (without one it bypasses the cache, torch 2.13)."""
     if compiler is not None:
         return compiler(graph, inputs)
     import torch._inductor.config
     from torch._guards import TracingContext
     from torch._guards import tracing
     from torch._inductor.compile_fx import compile_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    context = TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
-    with torch._inductor.config.patch(INDUCTOR_OPTIONS), tracing(context):
+    with torch._inductor.config.patch(INDUCTOR_OPTIONS), tracing(TracingContext(mode)):
         return compile_fx(graph, inputs)
 
 

@@ -91,3 +91,65 @@ def test_what_cannot_be_compiled_runs_the_fallback_with_a_warning():
         assert (step.programs(), len(calls)) == ((0, 1), 2), message
     with pytest.raises(TypeError, match="fallback"):
         InductorStep(torch.sin, [], fallback=1)
+
+
+def test_a_dynamic_size_is_one_program_while_its_guards_hold():
+    """Sizes given by `dynamic` are symbols of the program: one program
+    serves every row count, and a row count that equals another dimension
+    of the arguments (which then becomes a symbol too) records a program
+    of its own. The recorded graph runs as it is here (no inductor)."""
+    import torch
+
+    from ensemble_zoo.utils.inductor_steps import InductorStep
+
+    weight = keras.Variable(np.random.default_rng(0).normal(size=(4, 3)).astype("float32"))
+
+    def function(x, y):
+        return torch.tanh(x @ weight.value) + y.sum(dim=0), x.shape[0] * y
+
+    step = InductorStep(
+        function,
+        [weight],
+        fallback=None,
+        compiler=lambda graph, inputs: graph,
+        dynamic=lambda x, y: [x.shape[0]],
+    )
+    with torch.no_grad():
+        for rows, programs in ((2, 1), (5, 1), (9, 1), (3, 2), (7, 2)):
+            # Three rows make both of `y`'s axes symbols.
+            x, y = torch.randn(rows, 4), torch.randn(rows if rows == 3 else 3, 3)
+            for got, expected in zip(step(x, y), function(x, y), strict=True):
+                np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-6)
+            assert step.programs() == (programs, 0), (rows, step.programs())
+
+
+def test_other_threads_run_the_fallback_while_one_compiles():
+    import threading
+
+    import torch
+
+    from ensemble_zoo.utils.inductor_steps import InductorStep
+
+    started, release = threading.Event(), threading.Event()
+
+    def compiler(graph, inputs):
+        started.set()
+        release.wait(30)
+        return graph
+
+    fallbacks = []
+
+    def fallback(x):
+        fallbacks.append(1)
+        return torch.sin(x)
+
+    step = InductorStep(torch.sin, [], fallback=fallback, compiler=compiler)
+    x = torch.ones(3)
+    compiling = threading.Thread(target=step, args=(x,))
+    compiling.start()
+    assert started.wait(30)
+    np.testing.assert_allclose(step(x).numpy(), torch.sin(x).numpy())
+    release.set()
+    compiling.join()
+    np.testing.assert_allclose(step(x).numpy(), torch.sin(x).numpy())
+    assert (fallbacks, step.programs()) == ([1], (1, 0))

@@ -9,13 +9,13 @@ for the backend: `decode_function`; and teacher-forced scoring,
   prefill length.
 - PyTorch: the loop runs in Python (as `keras.ops.while_loop` does under
   PyTorch). With `compile(jit_compile=True)` on a CPU, the greedy step
-  and the prompts' pass are each recorded on fake tensors once per input
-  shape and compiled by inductor with the weights as inputs
-  (`utils/inductor_steps.py`): no dynamo tracing of Keras, no
-  recompilation when a weight changes, and inductor's cache on disk
-  serves a second process (Gemma 3 270M, 4 members, 2 cores: the step
-  compiled in about 105 s, and in 6 s in a second process; the recording
-  about 10 s). A sampler that draws reads its seed on the host, which a
+  and the prompts' pass are each recorded on fake tensors, the sequence
+  length a symbol, and compiled by inductor with the weights as inputs
+  (`utils/inductor_steps.py`): no dynamo tracing of Keras, one program
+  for every length (a length that equals another dimension of the
+  arguments, or fails a guard, records its own), none compiled again
+  when a weight changes, and inductor's cache on disk serves a second
+  process. A sampler that draws reads its seed on the host, which a
   recording cannot: its step is one `torch.compile` graph
   (`fullgraph=True`, `dynamic=None`: a second length compiles once more
   with the length a symbol) with the weights frozen into it and its
@@ -204,9 +204,12 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
             fallback=lambda token_ids, mask, length: prefill(
                 model, token_ids, mask, length, _eager_prefill_block(model)
             ),
+            dynamic=lambda token_ids, mask, length: [token_ids.shape[1]],
         )
         if greedy:
-            step = InductorStep(step, variables, fallback=step)
+            step = InductorStep(
+                step, variables, fallback=step, dynamic=lambda prompt, *_: [prompt.shape[1]]
+            )
         else:
             step = _dynamo_step(_FrozenStep(model, sampler))
     elif compiled:

@@ -116,7 +116,9 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
     """
     m = model.num_members
     family = model.family
-    full = int(ops.shape(token_ids)[1])
+    # The padded length stays a symbol while `inductor_steps` records the
+    # pass with the length dynamic (an int would specialize the program).
+    full = ops.shape(token_ids)[1]
     length = full if length is None or family.full_prefill else min(length, full)
     if block is None or family.full_prefill or not family.offset_blocks:
         block = length
