@@ -202,8 +202,9 @@ class CapturedStep:
 
 def input_signature(args, weights, by_identity, dynamic_sizes=()):
     """What a recorded graph of a step is specific to: the arguments'
-    structure, the shapes, strides, dtypes and devices of their tensors,
-    their Python values, whether gradients and autocast are on, and the
+    structure, the shapes, strides, dtypes and devices of their tensors
+    and whether they require gradients, their Python values and types,
+    whether gradients and autocast are on, and the
     weights (their tensors' identity, or their description as the
     arguments').
 
@@ -227,7 +228,7 @@ def input_signature(args, weights, by_identity, dynamic_sizes=()):
     def describe(x, dynamic=()):
         shape = tuple(None if size in dynamic else size for size in x.shape)
         strides = None if None in shape else x.stride()
-        return (shape, strides, x.dtype, x.device)
+        return (shape, strides, x.dtype, x.device, x.requires_grad)
 
     leaves, spec = _pytree.tree_flatten(args)
     described = []
@@ -242,7 +243,7 @@ def input_signature(args, weights, by_identity, dynamic_sizes=()):
                 "A captured step takes tensors and hashable Python values; "
                 f"got an argument of type {type(x).__name__}."
             ) from None
-        described.append(("value", x))
+        described.append(("value", type(x), x))
     modes = (
         torch.is_grad_enabled(),
         torch.is_autocast_enabled("cpu"),

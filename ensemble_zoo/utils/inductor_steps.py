@@ -26,10 +26,13 @@ of the cache. A step that reads a tensor's value on the host (`.item()`,
 `bool(tensor)`) cannot be recorded on fake tensors, and one that draws
 random numbers is refused as `captured_steps.replayable` refuses it:
 such a step, or one inductor cannot compile (no C++ compiler on the
-machine), runs `fallback`, with one warning saying why. Recording takes
-the lock `captured_steps` records under (`make_fx` keeps its tracer in a
-module global), and a step compiles one program at a time; programs are
-kept in the step, never in module state. Checked with torch 2.13 (CPU).
+machine), runs `fallback`, with one warning saying why; programs already
+compiled for other lengths keep serving theirs. A process records and
+compiles one program at a time, under the lock `captured_steps` records
+under (`make_fx` keeps its tracer in a module global, and inductor's
+configuration is process-wide), while other threads calling the step
+run `fallback`; programs are kept in the step, never in module state.
+Checked with torch 2.13 (CPU).
 """
 
 import threading
@@ -94,14 +97,19 @@ class InductorStep:
         for name, value in (("fallback", fallback), ("compiler", compiler), ("dynamic", dynamic)):
             if value is not None and not callable(value):
                 raise TypeError(f"`{name}` must be callable or None; got {value!r}.")
+        variables = list(variables)
+        for variable in variables:
+            if not isinstance(variable, keras.Variable):
+                raise TypeError(
+                    f"`variables` must be Keras variables; got {type(variable).__name__}."
+                )
         self.function = function
-        self.variables = list(variables)
+        self.variables = variables
         self.fallback = fallback if fallback is not None else function
         self.compiler = compiler
         self.dynamic = dynamic
-        # signature -> the programs recorded for it (`_Program`), or `None`
-        # where it is refused
-        self._programs = {}
+        self._programs = {}  # signature -> the programs recorded for it
+        self._refused = set()  # signatures whose last recording was refused
         self._compiling = set()  # signatures a thread is compiling
         self._lock = threading.Lock()
 
@@ -109,36 +117,50 @@ class InductorStep:
         from torch.utils import _pytree
 
         values = [v.value for v in self.variables]
-        sizes = () if self.dynamic is None else tuple(sorted({int(n) for n in self.dynamic(*args)}))
-        key = input_signature(args, values, by_identity=False, dynamic_sizes=sizes)
         tensors = _tensors(_pytree.tree_leaves(args))
+        sizes = self._dynamic_sizes(args)
+        key = (
+            input_signature(args, values, by_identity=False, dynamic_sizes=sizes),
+            _aliasing(values + tensors),
+        )
         with self._lock:
             programs = self._programs.get(key, [])
-            program = next((p for p in programs or () if p.accepts(tensors)), None)
-            compiles = program is None and programs is not None and key not in self._compiling
+            program = next((p for p in programs if p.accepts(tensors)), None)
+            compiles = program is None and key not in self._refused | self._compiling
             if compiles:
                 self._compiling.add(key)
         if compiles:
             # Other threads run `fallback` meanwhile.
+            refused = False  # an interrupt neither refuses nor keeps
             try:
                 program = self._compile(values, args, sizes)
-            except BaseException:  # an interrupt: compile again at the next call
+                refused = program is None
+            finally:
                 with self._lock:
                     self._compiling.discard(key)
-                raise
-            with self._lock:
-                self._compiling.discard(key)
-                kept = self._programs.get(key, [])
-                self._programs[key] = None if program is None else kept + [program]
+                    if refused:
+                        self._refused.add(key)  # the programs kept still serve
+                    elif program is not None:
+                        self._programs[key] = self._programs.get(key, []) + [program]
         if program is None:
             return self.fallback(*args)
         return program(values, tensors)
 
+    def _dynamic_sizes(self, args):
+        if self.dynamic is None:
+            return ()
+        sizes = set()
+        for size in self.dynamic(*args):
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise TypeError(f"`dynamic` must return ints; got {size!r}.")
+            sizes.add(size)
+        return tuple(sorted(sizes))
+
     def programs(self):
         """`(compiled, refused)`: the programs compiled, and the signatures
-        that run `fallback`."""
-        kept = [p for p in self._programs.values() if p is not None]
-        return sum(len(p) for p in kept), len(self._programs) - len(kept)
+        whose calls no program accepts run `fallback`."""
+        with self._lock:
+            return sum(len(p) for p in self._programs.values()), len(self._refused)
 
     def _compile(self, values, args, sizes):
         """The program of one signature, or `None` (with a warning) where it
@@ -157,7 +179,7 @@ class InductorStep:
         if sizes:
             arguments = inputs[len(values) :]
             guards = mode.shape_env.produce_guards_expression(arguments, ignore_static=False)
-        return _Program(compiled, structure, mode.shape_env, guards)
+        return _Program(compiled, structure, guards)
 
     def _record(self, values, args, sizes):
         """The graph of `function` over flat inputs (the weights' values,
@@ -202,16 +224,20 @@ class InductorStep:
 class _Program:
     """A compiled program, its outputs' structure, and the guards its
     arguments must keep (`None`: static shapes, which the signature
-    checks)."""
+    checks), compiled once as Python."""
 
-    def __init__(self, compiled, structure, shape_env, guards):
+    def __init__(self, compiled, structure, guards):
         self.compiled, self.structure = compiled, structure
-        self.shape_env, self.guards = shape_env, guards
+        self.guards = None if not guards else compile(guards, "<guards>", "eval")
 
     def accepts(self, tensors):
-        return self.guards is None or self.shape_env.evaluate_guards_expression(
-            self.guards, tensors
-        )
+        if self.guards is None:
+            return True
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        # As `ShapeEnv.evaluate_guards_expression` evaluates them (torch 2.13).
+        names = {f"t{i}": x for i, x in enumerate(tensors)}
+        return bool(eval(self.guards, SYMPY_INTERP, {"L": names}))  # noqa: S307
 
     def __call__(self, values, tensors):
         from torch.utils import _pytree
@@ -230,6 +256,13 @@ def _tensors(leaves):
     return [x for x in leaves if _is_tensor(x)]
 
 
+def _aliasing(tensors):
+    """Which of the tensors are one tensor: a recording makes them one
+    input of its program, which must not serve distinct tensors."""
+    first = {}
+    return tuple(first.setdefault(id(x), i) for i, x in enumerate(tensors))
+
+
 def _compile_graph(graph, inputs, mode, compiler):
     """`compiler(graph, inputs)`, by default inductor's `compile_fx` under
     `INDUCTOR_OPTIONS`, inside a tracing context of the recording's
@@ -242,8 +275,11 @@ def _compile_graph(graph, inputs, mode, compiler):
     from torch._guards import tracing
     from torch._inductor.compile_fx import compile_fx
 
-    with torch._inductor.config.patch(INDUCTOR_OPTIONS), tracing(TracingContext(mode)):
-        return compile_fx(graph, inputs)
+    # Inductor's configuration is process-wide, and AOT autograd traces with
+    # `make_fx`'s module globals: one compilation or recording at a time.
+    with _RECORDING, torch._inductor.config.patch(INDUCTOR_OPTIONS):
+        with tracing(TracingContext(mode)):
+            return compile_fx(graph, inputs)
 
 
 def _refuse(why):

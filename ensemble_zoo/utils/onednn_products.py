@@ -64,6 +64,7 @@ def _applies(a, b):
         and b.device.type == "cpu"
         and not torch.compiler.is_compiling()
         and not isinstance(a, FakeTensor)
+        and not isinstance(b, FakeTensor)
         and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
     )
 

@@ -124,7 +124,9 @@ def test_every_family_decodes_as_keras_hub_and_members_equal_merged_models(famil
         whole = decode_engine.prefill(ensemble, ids, mask, length)
         blocks = decode_engine.prefill(ensemble, ids, mask, length, block=3)
         for a, b in zip(keras.tree.flatten(whole), keras.tree.flatten(blocks)):
-            np.testing.assert_allclose(to_np(b), to_np(a), atol=1e-4)
+            # Round-off of other summation orders, relative to values near
+            # 10 (OPT's under MKL differ by 2e-4).
+            np.testing.assert_allclose(to_np(b), to_np(a), rtol=1e-4, atol=1e-4)
 
     # The per-token loss predictor reads every family the ensemble takes:
     # its token loss is the keras-hub model's next-token cross-entropy.

@@ -532,6 +532,7 @@ def test_eager_torch_decode_replays_its_recorded_step(monkeypatch):
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="PyTorch graphs")
 @skip_on_alternate_days("torch_compile")
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a step refused by inductor_steps
 def test_compiled_torch_decode_is_one_program_over_lengths_equal_to_the_eager_decode(monkeypatch):
     """With `jit_compile=True` under PyTorch on a CPU, the greedy decode
     step and the prompts' pass are each recorded once per shape and
@@ -588,6 +589,20 @@ def test_compiled_torch_decode_is_one_program_over_lengths_equal_to_the_eager_de
     eager = equal_to_eager(whole, changed)
     assert np.abs(eager["epistemic"] - first["epistemic"]).max() > 1e-3
     equal_to_eager(whole, longer, padded)
+    # Prompts whose bucket covers the padded length: the pass runs over
+    # every position, one program for both lengths.
+    whole.compile(sampler="greedy", jit_compile=True)
+    full = {
+        "token_ids": np.array([[1, 5, 7, 2, 3, 4, 0], [1, 9, 4, 3, 2, 5, 0]], "int32"),
+        "padding_mask": np.array([[1] * 6 + [0]] * 2, bool),
+    }
+    # 11 of 12 positions (a bucket of 16); 8, the head size, would take a
+    # step program of its own.
+    wider = {k: np.pad(v, ((0, 0), (0, 5))) for k, v in full.items()}
+    wider["token_ids"][:, 6:11], wider["padding_mask"][:, 6:11] = 6, True
+    outputs = [generate(whole, prompt) for prompt in (full, wider)]
+    assert len(programs) == 4, programs  # this function's pass and step
+    equal_to_eager(whole, outputs[1], wider)
     randomize_adapters(whole, scale=0.5)
     equal_to_eager(whole, first)
     trunk = ensemble([-1])
@@ -595,6 +610,7 @@ def test_compiled_torch_decode_is_one_program_over_lengths_equal_to_the_eager_de
     randomize_adapters(trunk)
     trunk.compile(sampler="greedy", jit_compile=True)
     eager = equal_to_eager(trunk, generate(trunk))
+    assert len(programs) == 6, programs
     assert np.abs(eager["epistemic"]).max() > 1e-4
 
 
@@ -612,7 +628,11 @@ def test_compiled_torch_step_of_a_drawing_sampler_is_one_dynamo_graph(monkeypatc
     import torch
     from torch._dynamo.utils import counters
 
+    from ensemble_zoo.utils import inductor_steps
+
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    # The prompts' pass is recorded (`inductor_steps`) and runs as recorded.
+    monkeypatch.setattr(inductor_steps, "_compile_graph", lambda graph, *_: graph)
     task_cls, backbone_cls, config = OTHER_FAMILIES["gemma3"]
     keras.utils.set_random_seed(0)
     base = task_cls(backbone=backbone_cls(**dict(config, num_layers=1)), preprocessor=None)

@@ -1,8 +1,11 @@
 """`InductorStep` compiles a recorded PyTorch step with inductor, the
 weights as inputs: its results equal the eager step's on new values, it
-follows weights written in place or replaced without compiling again,
-compiles once per signature, is served by inductor's cache on disk in a
-new step, and runs eagerly, with a warning, what it cannot compile."""
+follows weights written in place without compiling again, takes a size
+as a symbol, compiles once per signature, is served by inductor's cache
+on disk in a new step, and runs eagerly, with a warning, what it cannot
+compile (other threads too while one compiles)."""
+
+import warnings
 
 import keras
 import numpy as np
@@ -39,9 +42,7 @@ def test_compiled_step_equals_the_eager_step_and_follows_the_weights():
         check(step, torch.randn(2, 4), pair)
     assert step.programs() == (1, 0)
     assert len(runs) == 4, runs  # one recording, then the three references
-    weight.assign(weight.value * -3.0)  # in place
-    check(step, torch.randn(2, 4), pair)
-    weight.assign(np.ones((4, 3), "float32"))
+    weight.assign(weight.value * -3.0)
     check(step, torch.randn(2, 4), pair)
     assert step.programs() == (1, 0)
     # Another Python value (a constant of the graph) is another program.
@@ -55,6 +56,21 @@ def test_compiled_step_equals_the_eager_step_and_follows_the_weights():
     hits = counters["inductor"]["fxgraph_cache_hit"] - looked_up.get("fxgraph_cache_hit", 0)
     misses = counters["inductor"]["fxgraph_cache_miss"] - looked_up.get("fxgraph_cache_miss", 0)
     assert (hits, misses) == (1, 0), dict(counters["inductor"])
+    # A length as a symbol: one program over row counts, inputs of other
+    # layouts (a transposed view) included.
+    rows = InductorStep(
+        lambda x: torch.tanh(x @ weight.value) * 2.0,
+        [weight],
+        fallback=None,
+        dynamic=lambda x: [x.shape[0]],
+    )
+    for x in (torch.randn(5, 4), torch.randn(9, 4), torch.randn(4, 7).t()):
+        with torch.no_grad():
+            np.testing.assert_allclose(
+                rows(x).numpy(), (torch.tanh(x @ weight.value) * 2.0).numpy(), atol=1e-6
+            )
+    compiled, refused = rows.programs()
+    assert refused == 0 and compiled <= 2, rows.programs()  # the view may take its own
 
 
 def test_what_cannot_be_compiled_runs_the_fallback_with_a_warning():
@@ -87,10 +103,16 @@ def test_what_cannot_be_compiled_runs_the_fallback_with_a_warning():
         step = InductorStep(function, [], fallback=fallback, compiler=given)
         with pytest.warns(RuntimeWarning, match=message):
             step(x)
-        step(x)  # refused once, without another warning
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            step(x)  # refused once, without another warning
         assert (step.programs(), len(calls)) == ((0, 1), 2), message
     with pytest.raises(TypeError, match="fallback"):
         InductorStep(torch.sin, [], fallback=1)
+    with pytest.raises(TypeError, match="Keras variables"):
+        InductorStep(torch.sin, [x], fallback=None)
+    with pytest.raises(TypeError, match="must return ints"):
+        InductorStep(torch.sin, [], fallback=None, dynamic=lambda x: [1.5])(x)
 
 
 def test_a_dynamic_size_is_one_program_while_its_guards_hold():

@@ -12,8 +12,10 @@ for the backend: `decode_function`; and teacher-forced scoring,
   and the prompts' pass are each recorded on fake tensors, the sequence
   length a symbol, and compiled by inductor with the weights as inputs
   (`utils/inductor_steps.py`): no dynamo tracing of Keras, one program
-  for every length (a length that equals another dimension of the
-  arguments, or fails a guard, records its own), none compiled again
+  for every length (the prompts' pass one per `prefill_length` bucket; a
+  length that equals another dimension of the arguments, or fails a
+  guard, records its own), what cannot be compiled run as without
+  `jit_compile` (with a warning), none compiled again
   when a weight changes, and inductor's cache on disk serves a second
   process. A sampler that draws reads its seed on the host, which a
   recording cannot: its step is one `torch.compile` graph
@@ -190,14 +192,15 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
 
     step = loop_step(model, sampler)
     greedy = type(sampler) is keras_hub.samplers.GreedySampler
+    variables = model_variables(model)
+    replayed = CapturedStep(step, lambda: [v.value for v in variables]) if greedy else step
     prompts_pass = None
-    cuda = any(getattr(v.value, "is_cuda", False) for v in model.weights[:1])
-    if compiled and not cuda:
-        # Recorded and compiled by inductor, the weights as inputs: one
-        # program per shape, kept in inductor's cache on disk. A sampler
-        # that draws reads its seed on the host, which a recording on fake
-        # tensors cannot: it is compiled by dynamo with frozen weights.
-        variables = model_variables(model)
+    device = model.weights[0].value.device.type if model.weights else "cpu"
+    if compiled and device == "cpu":
+        # Recorded and compiled by inductor, the weights as inputs and the
+        # length a symbol; what cannot be runs as the default path does. A
+        # sampler that draws reads its seed on the host, which a recording
+        # on fake tensors cannot: it is compiled by dynamo, weights frozen.
         prompts_pass = InductorStep(
             lambda token_ids, mask, length: prefill(model, token_ids, mask, length),
             variables,
@@ -208,21 +211,22 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
         )
         if greedy:
             step = InductorStep(
-                step, variables, fallback=step, dynamic=lambda prompt, *_: [prompt.shape[1]]
+                step, variables, fallback=replayed, dynamic=lambda prompt, *_: [prompt.shape[1]]
             )
         else:
             step = _dynamo_step(_FrozenStep(model, sampler))
-    elif compiled:
+    elif compiled and device == "cuda":
         step = _dynamo_step(
             torch.compile(
                 _with_own_code(step), fullgraph=True, dynamic=False, mode="reduce-overhead"
             )
         )
-    elif not model.run_eagerly and greedy:
+    elif compiled:
+        step = _dynamo_step(torch.compile(_with_own_code(step), fullgraph=True))
+    elif not model.run_eagerly:
         # Greedy decoding runs no Python of its own per step; a sampler
         # that draws from a seed, or a subclass's callbacks, stays eager.
-        variables = model_variables(model)
-        step = CapturedStep(step, lambda: [v.value for v in variables])
+        step = replayed
 
     def run(inputs):
         with torch.no_grad():

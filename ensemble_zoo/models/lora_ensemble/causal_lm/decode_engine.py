@@ -122,10 +122,13 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
     length = full if length is None or family.full_prefill else min(length, full)
     if block is None or family.full_prefill or not family.offset_blocks:
         block = length
+    # One block: no `range` over a length that may be a symbol (it would
+    # specialize the recorded program to that length).
+    starts = range(0, length, block) if block is not length else (0,)
     if model.trunk_blocks:
         cache = empty_cache(model, int(ops.shape(token_ids)[0]), full)
         hidden = []
-        for start in range(0, length, block):
+        for start in starts:
             _, part, cache = trunk_step(
                 model,
                 token_ids[:, start : min(start + block, length)],
@@ -147,7 +150,7 @@ def prefill(model, token_ids, padding_mask, length=None, block=None):
 
         cache = keras.tree.map_structure(pad, cache)
     hidden = [hidden]
-    for start in range(first, length, block):
+    for start in starts[1:]:
         _, part, cache = model.call_with_cache(
             token_rows[:, start : min(start + block, length)],
             cache,

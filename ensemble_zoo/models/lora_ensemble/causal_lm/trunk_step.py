@@ -167,7 +167,8 @@ def empty_cache(model, batch, length):
     Args:
         model: a `LoRAEnsembleCausalLM` with `trunk_blocks > 0`.
         batch: int, the prompts.
-        length: int, the positions the cache holds.
+        length: int (a symbol while a compiled pass is recorded), the
+            positions the cache holds.
 
     Returns:
         dict: `"trunk"`, a tuple of the shared blocks' caches (`batch`
