@@ -14,7 +14,7 @@ for the backend: `decode_function`; and teacher-forced scoring,
   (`utils/inductor_steps.py`): no dynamo tracing of Keras, one program
   for every length (the prompts' pass one per `prefill_length` bucket; a
   length that equals another dimension of the arguments, or fails a
-  guard, records its own), what cannot be compiled run as without
+  guard, records its own), what cannot be compiled running as without
   `jit_compile` (with a warning), none compiled again
   when a weight changes, and inductor's cache on disk serves a second
   process. A sampler that draws reads its seed on the host, which a
@@ -196,7 +196,13 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
     replayed = CapturedStep(step, lambda: [v.value for v in variables]) if greedy else step
     prompts_pass = None
     device = model.weights[0].value.device.type if model.weights else "cpu"
-    if compiled and device == "cpu":
+    if compiled and device == "cuda":
+        step = _dynamo_step(
+            torch.compile(
+                _with_own_code(step), fullgraph=True, dynamic=False, mode="reduce-overhead"
+            )
+        )
+    elif compiled:
         # Recorded and compiled by inductor, the weights as inputs and the
         # length a symbol; what cannot be runs as the default path does. A
         # sampler that draws reads its seed on the host, which a recording
@@ -215,14 +221,6 @@ def _torch_function(model, sampler, stop_token_ids, compiled):
             )
         else:
             step = _dynamo_step(_FrozenStep(model, sampler))
-    elif compiled and device == "cuda":
-        step = _dynamo_step(
-            torch.compile(
-                _with_own_code(step), fullgraph=True, dynamic=False, mode="reduce-overhead"
-            )
-        )
-    elif compiled:
-        step = _dynamo_step(torch.compile(_with_own_code(step), fullgraph=True))
     elif not model.run_eagerly:
         # Greedy decoding runs no Python of its own per step; a sampler
         # that draws from a seed, or a subclass's callbacks, stays eager.
