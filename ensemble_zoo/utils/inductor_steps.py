@@ -9,9 +9,10 @@ operations one call runs instead (`make_fx` on fake tensors: no
 arithmetic, about 10 s for that step on 2 cores) and hands the graph to
 inductor (`compile_fx`), with the weights as inputs of the program:
 
-- the program depends on the shapes only, so inductor's FX graph cache
-  (on disk, `TORCHINDUCTOR_CACHE_DIR`) serves a second process, and
-  another model of the same architecture;
+- the program depends on the shapes only, so AOT autograd's and
+  inductor's FX graph caches (on disk, `TORCHINDUCTOR_CACHE_DIR`) serve a
+  second process, and another model of the same architecture, which then
+  records again but compiles nothing;
 - a weight written in place (`Variable.assign`, an optimizer's step) or
   replaced by one of its shape reaches the next call without compiling
   again;
@@ -218,6 +219,10 @@ class InductorStep:
             graph = make_fx(flat, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
         graph.graph.eliminate_dead_code()
         graph.recompile()
+        # The shape environment travels in the tracing context (`mode`); kept
+        # on the graph, it makes AOT autograd's cache key unpicklable and
+        # bypasses its on-disk cache (torch 2.13).
+        graph.shape_env = None
         return graph, structure[-1], inputs, mode
 
 

@@ -1,9 +1,9 @@
 """`InductorStep` compiles a recorded PyTorch step with inductor, the
 weights as inputs: its results equal the eager step's on new values, it
 follows weights written in place without compiling again, takes a size
-as a symbol, compiles once per signature, is served by inductor's cache
-on disk in a new step, and runs eagerly, with a warning, what it cannot
-compile (other threads too while one compiles)."""
+as a symbol, compiles once per signature, is served by inductor's and
+AOT autograd's caches on disk in a new step, and runs eagerly, with a
+warning, what it cannot compile (other threads too while one compiles)."""
 
 import warnings
 
@@ -56,21 +56,31 @@ def test_compiled_step_equals_the_eager_step_and_follows_the_weights():
     hits = counters["inductor"]["fxgraph_cache_hit"] - looked_up.get("fxgraph_cache_hit", 0)
     misses = counters["inductor"]["fxgraph_cache_miss"] - looked_up.get("fxgraph_cache_miss", 0)
     assert (hits, misses) == (1, 0), dict(counters["inductor"])
+
     # A length as a symbol: one program over row counts, inputs of other
     # layouts (a transposed view) included.
-    rows = InductorStep(
-        lambda x: torch.tanh(x @ weight.value) * 2.0,
-        [weight],
-        fallback=None,
-        dynamic=lambda x: [x.shape[0]],
-    )
+    def scaled(x):
+        return torch.tanh(x @ weight.value) * 2.0
+
+    rows = InductorStep(scaled, [weight], fallback=None, dynamic=lambda x: [x.shape[0]])
     for x in (torch.randn(5, 4), torch.randn(9, 4), torch.randn(4, 7).t()):
         with torch.no_grad():
-            np.testing.assert_allclose(
-                rows(x).numpy(), (torch.tanh(x @ weight.value) * 2.0).numpy(), atol=1e-6
-            )
+            np.testing.assert_allclose(rows(x).numpy(), scaled(x).numpy(), atol=1e-6)
     compiled, refused = rows.programs()
     assert refused == 0 and compiled <= 2, rows.programs()  # the view may take its own
+    # A new step finds the symbolic program in AOT autograd's cache too,
+    # which spares tracing it again (its shape environment kept out of the
+    # cache key).
+    looked_up = dict(counters["aot_autograd"])
+    with torch.no_grad():
+        InductorStep(scaled, [weight], fallback=None, dynamic=lambda x: [x.shape[0]])(
+            torch.randn(3, 4)
+        )
+    aot = [
+        counters["aot_autograd"][f"autograd_cache_{n}"] - looked_up.get(f"autograd_cache_{n}", 0)
+        for n in ("hit", "miss", "bypass")
+    ]
+    assert aot == [1, 0, 0], dict(counters["aot_autograd"])
 
 
 def test_what_cannot_be_compiled_runs_the_fallback_with_a_warning():
