@@ -167,7 +167,7 @@ class InductorStep:
         """The program of one signature, or `None` (with a warning) where it
         cannot be compiled."""
         try:
-            graph, structure, inputs, mode = self._record(values, args, sizes)
+            graph, structure, inputs, symbols, mode = self._record(values, args, sizes)
         except Exception as error:  # noqa: BLE001 - what cannot be recorded runs eagerly
             return _refuse(f"it could not be recorded ({type(error).__name__}: {error})")
         if not replayable(graph):
@@ -178,15 +178,16 @@ class InductorStep:
             return _refuse(f"inductor could not compile it ({type(error).__name__}: {error})")
         guards = None
         if sizes:
-            arguments = inputs[len(values) :]
+            arguments = inputs[len(values) : len(inputs) - len(symbols)]
             guards = mode.shape_env.produce_guards_expression(arguments, ignore_static=False)
-        return _Program(compiled, structure, guards)
+        return _Program(compiled, structure, guards, symbols)
 
     def _record(self, values, args, sizes):
         """The graph of `function` over flat inputs (the weights' values,
-        then the arguments' tensors) returning flat outputs, recorded on
-        fake tensors (the dimensions of `sizes` as symbols); its outputs'
-        structure, its fake inputs, and their fake-tensor mode."""
+        the arguments' tensors, then the symbols of their sizes) returning
+        flat outputs, recorded on fake tensors (the dimensions of `sizes` as
+        symbols); its outputs' structure, its fake inputs, the places of the
+        symbols (`_size_symbols`), and their fake-tensor mode."""
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.fx.experimental.symbolic_shapes import DimDynamic
@@ -202,12 +203,14 @@ class InductorStep:
             return mode.from_tensor(x, symbolic_context=context)
 
         leaves, spec = _pytree.tree_flatten(args)
-        inputs = [fake(v) for v in values] + [fake(x, sizes) for x in _tensors(leaves)]
+        tensors = [fake(x, sizes) for x in _tensors(leaves)]
+        symbols = _size_symbols(tensors)
+        inputs = [fake(v) for v in values] + tensors + [tensors[i].shape[d] for i, d in symbols]
         count = len(values)
         structure = []
 
         def flat(*given):
-            arguments = iter(given[count:])
+            arguments = iter(given[count : count + len(tensors)])
             rebuilt = [next(arguments) if _is_tensor(x) else x for x in leaves]
             with keras.StatelessScope(state_mapping=zip(self.variables, given[:count])):
                 outputs = self.function(*_pytree.tree_unflatten(rebuilt, spec))
@@ -223,16 +226,16 @@ class InductorStep:
         # on the graph, it makes AOT autograd's cache key unpicklable and
         # bypasses its on-disk cache (torch 2.13).
         graph.shape_env = None
-        return graph, structure[-1], inputs, mode
+        return graph, structure[-1], inputs, symbols, mode
 
 
 class _Program:
-    """A compiled program, its outputs' structure, and the guards its
+    """A compiled program, its outputs' structure, the guards its
     arguments must keep (`None`: static shapes, which the signature
-    checks), compiled once as Python."""
+    checks), compiled once as Python, and the places of its size inputs."""
 
-    def __init__(self, compiled, structure, guards):
-        self.compiled, self.structure = compiled, structure
+    def __init__(self, compiled, structure, guards, symbols):
+        self.compiled, self.structure, self.symbols = compiled, structure, symbols
         self.guards = None if not guards else compile(guards, "<guards>", "eval")
 
     def accepts(self, tensors):
@@ -247,7 +250,8 @@ class _Program:
     def __call__(self, values, tensors):
         from torch.utils import _pytree
 
-        outputs = self.compiled(*values, *tensors)
+        sizes = [tensors[i].shape[d] for i, d in self.symbols]
+        outputs = self.compiled(*values, *tensors, *sizes)
         return _pytree.tree_unflatten(list(outputs), self.structure)
 
 
@@ -259,6 +263,26 @@ def _is_tensor(x):
 
 def _tensors(leaves):
     return [x for x in leaves if _is_tensor(x)]
+
+
+def _size_symbols(tensors):
+    """`(tensor, dimension)`: the first place of each symbol among the fake
+    tensors' sizes. The program takes these sizes as inputs, as dynamo's
+    graphs do: AOT autograd's and inductor's caches keep the guards that
+    compiling placed on a program's integer inputs only, and add them to
+    the shape environment when they serve it (torch 2.13); without such
+    inputs a program served from the cache would drop them (a bound on
+    the length, say)."""
+    import torch
+
+    seen, places = set(), []
+    for i, x in enumerate(tensors):
+        for d, size in enumerate(x.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+                if size.node.expr not in seen:
+                    seen.add(size.node.expr)
+                    places.append((i, d))
+    return places
 
 
 def _aliasing(tensors):

@@ -68,14 +68,22 @@ def test_compiled_step_equals_the_eager_step_and_follows_the_weights():
             np.testing.assert_allclose(rows(x).numpy(), scaled(x).numpy(), atol=1e-6)
     compiled, refused = rows.programs()
     assert refused == 0 and compiled <= 2, rows.programs()  # the view may take its own
-    # A new step finds the symbolic program in AOT autograd's cache too,
-    # which spares tracing it again (its shape environment kept out of the
-    # cache key).
-    looked_up = dict(counters["aot_autograd"])
-    with torch.no_grad():
-        InductorStep(scaled, [weight], fallback=None, dynamic=lambda x: [x.shape[0]])(
-            torch.randn(3, 4)
-        )
+
+    # A new step finds a symbolic program in AOT autograd's cache too (which
+    # spares tracing it again), with the guards compiling placed on it:
+    # inductor's float sum over more than 4096 rows is another kernel.
+    def summed(x):
+        return torch.tanh(x @ weight.value).sum(0)
+
+    for _ in range(2):  # compiled (or served), then served from the caches
+        looked_up = dict(counters["aot_autograd"])
+        step = InductorStep(summed, [weight], fallback=None, dynamic=lambda x: [x.shape[0]])
+        x = torch.randn(5, 4)
+        with torch.no_grad():
+            np.testing.assert_allclose(step(x).numpy(), summed(x).numpy(), atol=1e-5)
+        ((program,),) = step._programs.values()
+        assert program.accepts([torch.randn(9, 4)])
+        assert not program.accepts([torch.randn(5000, 4)])
     aot = [
         counters["aot_autograd"][f"autograd_cache_{n}"] - looked_up.get(f"autograd_cache_{n}", 0)
         for n in ("hit", "miss", "bypass")
