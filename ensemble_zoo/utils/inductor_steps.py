@@ -184,7 +184,7 @@ class InductorStep:
 
     def _record(self, values, args, sizes):
         """The graph of `function` over flat inputs (the weights' values,
-        the arguments' tensors, then the symbols of their sizes) returning
+        the arguments' tensors, then the symbols of their layouts) returning
         flat outputs, recorded on fake tensors (the dimensions of `sizes` as
         symbols); its outputs' structure, its fake inputs, the places of the
         symbols (`_size_symbols`), and their fake-tensor mode."""
@@ -205,7 +205,7 @@ class InductorStep:
         leaves, spec = _pytree.tree_flatten(args)
         tensors = [fake(x, sizes) for x in _tensors(leaves)]
         symbols = _size_symbols(tensors)
-        inputs = [fake(v) for v in values] + tensors + [tensors[i].shape[d] for i, d in symbols]
+        inputs = [fake(v) for v in values] + tensors + [_integer(tensors, p) for p in symbols]
         count = len(values)
         structure = []
 
@@ -232,7 +232,8 @@ class InductorStep:
 class _Program:
     """A compiled program, its outputs' structure, the guards its
     arguments must keep (`None`: static shapes, which the signature
-    checks), compiled once as Python, and the places of its size inputs."""
+    checks), compiled once as Python, and the places of its integer
+    inputs (`_size_symbols`)."""
 
     def __init__(self, compiled, structure, guards, symbols):
         self.compiled, self.structure, self.symbols = compiled, structure, symbols
@@ -250,8 +251,8 @@ class _Program:
     def __call__(self, values, tensors):
         from torch.utils import _pytree
 
-        sizes = [tensors[i].shape[d] for i, d in self.symbols]
-        outputs = self.compiled(*values, *tensors, *sizes)
+        integers = [_integer(tensors, place) for place in self.symbols]
+        outputs = self.compiled(*values, *tensors, *integers)
         return _pytree.tree_unflatten(list(outputs), self.structure)
 
 
@@ -266,23 +267,36 @@ def _tensors(leaves):
 
 
 def _size_symbols(tensors):
-    """`(tensor, dimension)`: the first place of each symbol among the fake
-    tensors' sizes. The program takes these sizes as inputs, as dynamo's
-    graphs do: AOT autograd's and inductor's caches keep the guards that
-    compiling placed on a program's integer inputs only, and add them to
-    the shape environment when they serve it (torch 2.13); without such
-    inputs a program served from the cache would drop them (a bound on
-    the length, say)."""
+    """`(tensor, kind, dimension)`: the first place of each symbol among the
+    fake tensors' sizes, strides (a strided view's) and storage offsets.
+    The program takes these integers as inputs, as dynamo's graphs do: AOT
+    autograd's and inductor's caches keep the guards that compiling placed
+    on a program's integer inputs only, and add them to the shape
+    environment when they serve it (torch 2.13); without such inputs a
+    program served from the cache would drop them (a bound on the length,
+    say)."""
     import torch
 
     seen, places = set(), []
     for i, x in enumerate(tensors):
-        for d, size in enumerate(x.shape):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
-                if size.node.expr not in seen:
-                    seen.add(size.node.expr)
-                    places.append((i, d))
+        for kind, values in (
+            ("size", x.shape),
+            ("stride", x.stride()),
+            ("offset", [x.storage_offset()]),
+        ):
+            for d, value in enumerate(values):
+                if isinstance(value, torch.SymInt) and value.node.expr.is_symbol:
+                    if value.node.expr not in seen:
+                        seen.add(value.node.expr)
+                        places.append((i, kind, d))
     return places
+
+
+def _integer(tensors, place):
+    """The integer at `place` (`_size_symbols`) of the tensors."""
+    i, kind, d = place
+    x = tensors[i]
+    return x.shape[d] if kind == "size" else x.stride(d) if kind == "stride" else x.storage_offset()
 
 
 def _aliasing(tensors):

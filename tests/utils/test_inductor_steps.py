@@ -137,7 +137,8 @@ def test_a_dynamic_size_is_one_program_while_its_guards_hold():
     """Sizes given by `dynamic` are symbols of the program: one program
     serves every row count, and a row count that equals another dimension
     of the arguments (which then becomes a symbol too) records a program
-    of its own. The recorded graph runs as it is here (no inductor)."""
+    of its own; a strided view's strides are symbols as well. The recorded
+    graph runs as it is here (no inductor)."""
     import torch
 
     from ensemble_zoo.utils.inductor_steps import InductorStep
@@ -161,6 +162,13 @@ def test_a_dynamic_size_is_one_program_while_its_guards_hold():
             for got, expected in zip(step(x, y), function(x, y), strict=True):
                 np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-6)
             assert step.programs() == (programs, 0), (rows, step.programs())
+        # A strided view's stride is a symbol too, an input of the program as
+        # the sizes are: one program over row counts and strides.
+        for rows, every, programs in ((6, 2, 3), (11, 2, 3), (6, 3, 3)):
+            x, y = torch.randn(rows, 4 * every)[:, ::every], torch.randn(4, 3)
+            for got, expected in zip(step(x, y), function(x, y), strict=True):
+                np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-6)
+            assert step.programs() == (programs, 0), (rows, every, step.programs())
 
 
 def test_other_threads_run_the_fallback_while_one_compiles():
