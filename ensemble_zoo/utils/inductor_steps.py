@@ -17,8 +17,10 @@ inductor (`compile_fx`), with the weights as inputs of the program:
   replaced by one of its shape reaches the next call without compiling
   again;
 - sizes the caller names (`dynamic`: a sequence length) are symbols of
-  the program, which then serves every call whose arguments keep the
-  guards the recording and inductor placed on them.
+  the program, as are the strides and offsets of strided views that they
+  imply; the symbols are integer inputs of the program, which then
+  serves every call whose arguments keep the guards the recording and
+  inductor placed on them (kept by the caches with the program).
 
 The program runs inductor's C++ kernels with ATen's matrix products
 (MKL): freezing the weights (which lets inductor pack them and pick its
@@ -65,7 +67,10 @@ class InductorStep:
         fallback: the callable that runs a step that cannot be compiled
             (`None`: `function` itself).
         compiler: `(graph, example_inputs) -> callable`, the compiler of a
-            recorded graph (`None`: inductor's `compile_fx`).
+            recorded graph (`None`: inductor's `compile_fx`). The example
+            inputs are the weights' fake values, the arguments' fake
+            tensors, then SymInts (the symbols of their sizes, strides and
+            offsets); the callable gets plain ints in their place.
         dynamic: `None`, or a function of the step's arguments returning
             the sizes that a program takes as symbols (a sequence length):
             every dimension of the arguments of such a size is recorded as
@@ -178,7 +183,7 @@ class InductorStep:
             return _refuse(f"inductor could not compile it ({type(error).__name__}: {error})")
         guards = None
         if sizes:
-            arguments = inputs[len(values) : len(inputs) - len(symbols)]
+            arguments = inputs[len(values) : len(inputs) - len(symbols)]  # the tensors
             guards = mode.shape_env.produce_guards_expression(arguments, ignore_static=False)
         return _Program(compiled, structure, guards, symbols)
 
@@ -230,10 +235,10 @@ class InductorStep:
 
 
 class _Program:
-    """A compiled program, its outputs' structure, the guards its
-    arguments must keep (`None`: static shapes, which the signature
-    checks), compiled once as Python, and the places of its integer
-    inputs (`_size_symbols`)."""
+    """A compiled program, its outputs' structure, the places of its
+    integer inputs (`_size_symbols`), and the guards its arguments must
+    keep, compiled once as Python (`None`: static shapes, which the
+    signature checks)."""
 
     def __init__(self, compiled, structure, guards, symbols):
         self.compiled, self.structure, self.symbols = compiled, structure, symbols
