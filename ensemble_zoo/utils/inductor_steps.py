@@ -192,7 +192,7 @@ class InductorStep:
         the arguments' tensors, then the symbols of their layouts) returning
         flat outputs, recorded on fake tensors (the dimensions of `sizes` as
         symbols); its outputs' structure, its fake inputs, the places of the
-        symbols (`_size_symbols`), and their fake-tensor mode."""
+        symbols (`_layout_symbols`), and their fake-tensor mode."""
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.fx.experimental.symbolic_shapes import DimDynamic
@@ -209,7 +209,7 @@ class InductorStep:
 
         leaves, spec = _pytree.tree_flatten(args)
         tensors = [fake(x, sizes) for x in _tensors(leaves)]
-        symbols = _size_symbols(tensors)
+        symbols = _layout_symbols(tensors)
         inputs = [fake(v) for v in values] + tensors + [_integer(tensors, p) for p in symbols]
         count = len(values)
         structure = []
@@ -236,7 +236,7 @@ class InductorStep:
 
 class _Program:
     """A compiled program, its outputs' structure, the places of its
-    integer inputs (`_size_symbols`), and the guards its arguments must
+    integer inputs (`_layout_symbols`), and the guards its arguments must
     keep, compiled once as Python (`None`: static shapes, which the
     signature checks)."""
 
@@ -271,7 +271,7 @@ def _tensors(leaves):
     return [x for x in leaves if _is_tensor(x)]
 
 
-def _size_symbols(tensors):
+def _layout_symbols(tensors):
     """`(tensor, kind, dimension)`: the first place of each symbol among the
     fake tensors' sizes, strides (a strided view's) and storage offsets.
     The program takes these integers as inputs, as dynamo's graphs do: AOT
@@ -298,7 +298,7 @@ def _size_symbols(tensors):
 
 
 def _integer(tensors, place):
-    """The integer at `place` (`_size_symbols`) of the tensors."""
+    """The integer at `place` (`_layout_symbols`) of the tensors."""
     i, kind, d = place
     x = tensors[i]
     return x.shape[d] if kind == "size" else x.stride(d) if kind == "stride" else x.storage_offset()
